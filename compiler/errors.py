@@ -1,0 +1,44 @@
+"""Errors of the compiler: bad input, unsupported features, failed stages.
+
+Each carries what a user needs to find the cause: the byte offset in the module and,
+inside the code section, the function index. ``str()`` of any of them is the one line
+the CLI prints.
+"""
+
+from __future__ import annotations
+
+from dialect.errors import TensorWasmError
+
+
+class DecodeError(TensorWasmError):
+    """The bytes are not a well-formed Wasm module."""
+
+    def __init__(self, message: str, offset: int | None = None, func_index: int | None = None):
+        self.reason = message
+        self.offset = offset
+        self.func_index = func_index
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        where = []
+        if self.func_index is not None:
+            where.append(f"function {self.func_index}")
+        if self.offset is not None:
+            where.append(f"offset 0x{self.offset:x}")
+        return f"{self.reason} (at {', '.join(where)})" if where else self.reason
+
+
+class UnsupportedFeature(DecodeError):
+    """The module uses a Wasm proposal TensorWasm does not compile."""
+
+
+class ValidationError(TensorWasmError):
+    """The module is well-formed but not valid (the validator's message is kept)."""
+
+
+class TranslateError(TensorWasmError):
+    """The translator could not turn a function into the dialect (names where)."""
+
+
+class CompileError(TensorWasmError):
+    """A later stage (lowering, code generation) failed; the message names the op."""

@@ -1,0 +1,52 @@
+"""The frontend: Wasm bytes (or text) in, a validated module and its dialect out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import wasmtime
+
+from compiler.errors import DecodeError, ValidationError
+from compiler.frontend.decoder import decode
+from compiler.frontend.module import WasmModule
+from compiler.frontend.translate import translate_function, translate_module
+
+__all__ = ["decode", "load", "read_wasm", "translate_function", "translate_module", "validate"]
+
+
+def read_wasm(path: str | Path) -> bytes:
+    """The bytes of a ``.wasm`` file, or of a ``.wat`` file assembled to binary."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DecodeError(f"cannot read {path}: {exc.strerror}") from None
+    if path.suffix == ".wat" or (data[:4] != b"\0asm" and data.lstrip()[:1] == b"("):
+        try:
+            return bytes(wasmtime.wat2wasm(data.decode("utf-8")))
+        except (wasmtime.WasmtimeError, UnicodeDecodeError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise DecodeError(f"{path}: not valid WebAssembly text: {first}") from None
+    return data
+
+
+_ENGINE: wasmtime.Engine | None = None
+
+
+def validate(data: bytes) -> None:
+    """Validate with wasmtime's validator; raises ValidationError with its message."""
+    global _ENGINE
+    if _ENGINE is None:
+        _ENGINE = wasmtime.Engine()
+    try:
+        wasmtime.Module.validate(_ENGINE, data)
+    except wasmtime.WasmtimeError as exc:
+        lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+        raise ValidationError("invalid module: " + "; ".join(lines[:3])) from None
+
+
+def load(data: bytes) -> WasmModule:
+    """Decode and validate: the module every later stage may rely on."""
+    module = decode(data)
+    validate(data)
+    return module

@@ -1,0 +1,587 @@
+"""The Wasm binary decoder: bytes to a :class:`WasmModule`, or a DecodeError with an offset.
+
+It reads the whole core binary format (every section, the MVP instructions and the
+sign-extension, non-trapping float-to-int, bulk memory, multi-value and reference-type
+proposals), checks section order, sizes and LEB128 encodings, and stops at the first
+problem with a message naming the cause and the byte offset. Instruction immediates are
+read by the immediate kind of their opcode row; opcodes of proposals TensorWasm does not
+compile raise :class:`UnsupportedFeature` naming the proposal, so the bytes after them are
+never misread. Semantic validation (types, stack discipline) is the validator's job.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from compiler.errors import DecodeError, UnsupportedFeature
+from compiler.frontend.module import (
+    Code,
+    CustomSection,
+    DataSegment,
+    ElementSegment,
+    Export,
+    Global,
+    GlobalType,
+    Import,
+    Instr,
+    Limits,
+    TableType,
+    WasmModule,
+)
+from compiler.frontend.opcodes import (
+    BY_NAME,
+    MISC,
+    PREFIX_FAMILIES,
+    PREFIX_MISC,
+    SINGLE,
+    Feature,
+    Imm,
+    Opcode,
+)
+from dialect.ir import FuncSig
+from dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
+
+MAGIC = b"\0asm"
+VERSION = b"\x01\0\0\0"
+
+VALTYPES: dict[int, Type] = {0x7F: I32, 0x7E: I64, 0x7D: F32, 0x7C: F64, 0x70: FUNCREF, 0x6F: EXTERNREF}
+REFTYPES: dict[int, Type] = {0x70: FUNCREF, 0x6F: EXTERNREF}
+# Value-type bytes of proposals we refuse, so that the error names the proposal.
+UNSUPPORTED_VALTYPES = {
+    0x7B: Feature.SIMD,
+    0x64: Feature.FUNCTION_REFERENCES,
+    0x63: Feature.FUNCTION_REFERENCES,
+    0x6E: Feature.GC, 0x6D: Feature.GC, 0x6C: Feature.GC, 0x6B: Feature.GC, 0x6A: Feature.GC,
+    0x71: Feature.GC, 0x72: Feature.GC, 0x73: Feature.GC, 0x74: Feature.GC,
+    0x69: Feature.EXCEPTIONS,
+}  # fmt: skip
+
+SECTION_NAMES = {
+    0: "custom", 1: "type", 2: "import", 3: "function", 4: "table", 5: "memory", 6: "global",
+    7: "export", 8: "start", 9: "element", 10: "code", 11: "data", 12: "data count", 13: "tag",
+}  # fmt: skip
+# The order non-custom sections must appear in (the tag section sits after memory).
+SECTION_RANK = {1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 8: 9, 9: 10, 12: 11, 10: 12, 11: 13}
+EXTERN_KINDS = {0: "func", 1: "table", 2: "memory", 3: "global", 4: "tag"}
+# Guards against absurd counts in hostile input, well above anything a real module has.
+MAX_LOCALS = 50_000
+MAX_PAGES = 65_536
+CONST_OPS = frozenset(
+    {"i32.const", "i64.const", "f32.const", "f64.const", "global.get", "ref.null", "ref.func",
+     "i32.add", "i32.sub", "i32.mul", "i64.add", "i64.sub", "i64.mul", "end"}
+)  # fmt: skip
+_END = BY_NAME["end"]
+_ELSE = BY_NAME["else"]
+_OPENERS = frozenset({BY_NAME["block"], BY_NAME["loop"], BY_NAME["if"]})
+
+
+class Reader:
+    """A cursor over a byte range with the primitive decoders of the binary format."""
+
+    __slots__ = ("data", "end", "func_index", "pos")
+
+    def __init__(self, data: bytes, pos: int = 0, end: int | None = None):
+        self.data = data
+        self.pos = pos
+        self.end = len(data) if end is None else end
+        self.func_index: int | None = None
+
+    def error(self, message: str, offset: int | None = None) -> DecodeError:
+        return DecodeError(message, self.pos if offset is None else offset, self.func_index)
+
+    def unsupported(self, feature: Feature, what: str, offset: int) -> UnsupportedFeature:
+        return UnsupportedFeature(
+            f"{what} needs the {feature.value} proposal, which TensorWasm does not support",
+            offset,
+            self.func_index,
+        )
+
+    def u8(self) -> int:
+        if self.pos >= self.end:
+            raise self.error("unexpected end of section or function")
+        b = self.data[self.pos]
+        self.pos += 1
+        return b
+
+    def bytes(self, n: int) -> bytes:
+        if n > self.end - self.pos:
+            raise self.error(f"unexpected end: {n} bytes needed, {self.end - self.pos} left")
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def _leb(self, bits: int, signed: bool) -> int:
+        start = pos = self.pos
+        data, end = self.data, self.end
+        result = shift = b = 0
+        for _ in range((bits + 6) // 7):
+            if pos >= end:
+                raise self.error("unexpected end of LEB128 integer", start)
+            b = data[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        else:
+            raise self.error(f"LEB128 integer too long for {bits} bits", start)
+        self.pos = pos
+        extra = shift - bits
+        if extra > 0:
+            # The bits of the last byte beyond the width must extend the value: zeros for
+            # unsigned, copies of the sign bit for signed.
+            top = (b & 0x7F) >> (7 - extra - (1 if signed else 0))
+            if top != 0 and not (signed and top == (1 << (extra + 1)) - 1):
+                kind = "s" if signed else "u"
+                raise self.error(f"LEB128 integer out of range for {kind}{bits}", start)
+        if signed and result >> (shift - 1) & 1:
+            result -= 1 << shift
+        return result
+
+    def u32(self) -> int:
+        data, pos = self.data, self.pos
+        if pos < self.end and data[pos] < 0x80:
+            self.pos = pos + 1
+            return data[pos]
+        return self._leb(32, False)
+
+    def s32(self) -> int:
+        return self._leb(32, True)
+
+    def s33(self) -> int:
+        return self._leb(33, True)
+
+    def s64(self) -> int:
+        return self._leb(64, True)
+
+    def name(self) -> str:
+        start = self.pos
+        raw = self.bytes(self.u32())
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.error("name is not valid UTF-8", start) from None
+
+    def valtype(self) -> Type:
+        pos = self.pos
+        b = self.u8()
+        ty = VALTYPES.get(b)
+        if ty is None:
+            feature = UNSUPPORTED_VALTYPES.get(b)
+            if feature is not None:
+                raise self.unsupported(feature, f"value type 0x{b:02x}", pos)
+            raise self.error(f"invalid value type 0x{b:02x}", pos)
+        return ty
+
+    def reftype(self) -> Type:
+        pos = self.pos
+        b = self.u8()
+        ty = REFTYPES.get(b)
+        if ty is None:
+            feature = UNSUPPORTED_VALTYPES.get(b)
+            if feature is not None:
+                raise self.unsupported(feature, f"reference type 0x{b:02x}", pos)
+            raise self.error(f"invalid reference type 0x{b:02x}", pos)
+        return ty
+
+    def limits(self, what: str) -> Limits:
+        pos = self.pos
+        flags = self.u8()
+        if flags in (2, 3):
+            raise self.unsupported(Feature.THREADS, f"shared {what}", pos)
+        if 4 <= flags <= 7:
+            raise UnsupportedFeature(f"64-bit {what} (memory64) is not supported", pos, self.func_index)
+        if flags not in (0, 1):
+            raise self.error(f"invalid limits flags 0x{flags:02x}", pos)
+        lo = self.u32()
+        hi = self.u32() if flags == 1 else None
+        return Limits(lo, hi)
+
+
+def decode(data: bytes) -> WasmModule:
+    """Decode a whole module; raises DecodeError (or UnsupportedFeature) on bad input."""
+    data = bytes(data)
+    if len(data) < 4 or data[:4] != MAGIC:
+        raise DecodeError("not a WebAssembly module: bad magic number", 0)
+    if len(data) < 8:
+        raise DecodeError("unexpected end: the version field is cut", len(data))
+    if data[4:8] != VERSION:
+        if data[6:8] == b"\x01\x00":
+            raise UnsupportedFeature("this is a component (component model), not a core module", 4)
+        raise DecodeError(f"unknown binary version {data[4:8].hex()}", 4)
+    module = WasmModule(size=len(data))
+    r = Reader(data, 8)
+    last_rank = 0
+    func_count: int | None = None
+    while r.pos < len(data):
+        section_start = r.pos
+        sid = r.u8()
+        size = r.u32()
+        body_start = r.pos
+        if size > len(data) - body_start:
+            raise DecodeError(
+                f"{SECTION_NAMES.get(sid, 'unknown')} section size {size} runs past the end of "
+                f"the module ({len(data) - body_start} bytes left)",
+                section_start,
+            )
+        if sid not in SECTION_NAMES:
+            raise DecodeError(f"unknown section id {sid}", section_start)
+        if sid != 0:
+            rank = SECTION_RANK[sid]
+            if rank == last_rank:
+                raise DecodeError(f"duplicate {SECTION_NAMES[sid]} section", section_start)
+            if rank < last_rank:
+                raise DecodeError(f"{SECTION_NAMES[sid]} section out of order", section_start)
+            last_rank = rank
+        s = Reader(data, body_start, body_start + size)
+        if sid == 0:
+            _custom(s, module)
+        elif sid == 1:
+            module.types = _vec(s, _functype)
+        elif sid == 2:
+            module.imports = _vec(s, _import)
+        elif sid == 3:
+            module.funcs = _vec(s, Reader.u32)
+            func_count = len(module.funcs)
+        elif sid == 4:
+            module.tables = _vec(s, _table)
+        elif sid == 5:
+            module.memories = _vec(s, _memory)
+        elif sid == 6:
+            module.globals = _vec(s, _global)
+        elif sid == 7:
+            module.exports = _vec(s, _export)
+        elif sid == 8:
+            module.start = s.u32()
+        elif sid == 9:
+            module.elements = _vec(s, _element)
+        elif sid == 12:
+            module.data_count = s.u32()
+        elif sid == 10:
+            module.codes = _code_section(s, module.num_imported_funcs)
+        elif sid == 11:
+            module.data = _vec(s, _data)
+        elif sid == 13:
+            raise s.unsupported(Feature.EXCEPTIONS, "the tag section", section_start)
+        if s.pos != s.end:
+            raise DecodeError(
+                f"{SECTION_NAMES[sid]} section size mismatch: {s.end - s.pos} bytes left unread",
+                s.pos,
+            )
+        r.pos = body_start + size
+    if len(module.codes) != (func_count or 0):
+        raise DecodeError(
+            f"function and code section have inconsistent lengths "
+            f"({func_count or 0} functions, {len(module.codes)} bodies)",
+            len(data),
+        )
+    if module.data_count is not None and module.data_count != len(module.data):
+        raise DecodeError(
+            f"data count section says {module.data_count} segments, data section has {len(module.data)}",
+            len(data),
+        )
+    return module
+
+
+def _vec(r: Reader, item) -> list:
+    count = r.u32()
+    if count > r.end - r.pos:
+        raise r.error(f"vector length {count} exceeds the {r.end - r.pos} bytes left")
+    return [item(r) for _ in range(count)]
+
+
+def _functype(r: Reader) -> FuncSig:
+    pos = r.pos
+    form = r.u8()
+    if form != 0x60:
+        if form in (0x4E, 0x4F, 0x50, 0x5E, 0x5F):
+            raise r.unsupported(Feature.GC, f"type form 0x{form:02x}", pos)
+        raise r.error(f"invalid function type form 0x{form:02x}", pos)
+    params = tuple(_vec(r, Reader.valtype))
+    results = tuple(_vec(r, Reader.valtype))
+    return FuncSig(params, results)
+
+
+def _import(r: Reader) -> Import:
+    module, name = r.name(), r.name()
+    pos = r.pos
+    kind = EXTERN_KINDS.get(r.u8())
+    if kind == "func":
+        return Import(module, name, kind, r.u32())
+    if kind == "table":
+        return Import(module, name, kind, _table(r))
+    if kind == "memory":
+        return Import(module, name, kind, _memory(r))
+    if kind == "global":
+        return Import(module, name, kind, _globaltype(r))
+    if kind == "tag":
+        raise r.unsupported(Feature.EXCEPTIONS, f"tag import {module}.{name}", pos)
+    raise r.error(f"invalid import kind 0x{r.data[pos]:02x}", pos)
+
+
+def _table(r: Reader) -> TableType:
+    pos = r.pos
+    if r.data[pos : pos + 2] == b"\x40\x00" if pos + 1 < r.end else False:
+        raise r.unsupported(Feature.FUNCTION_REFERENCES, "a table with an initialiser", pos)
+    elem = r.reftype()
+    return TableType(elem, r.limits("table"))
+
+
+def _memory(r: Reader) -> Limits:
+    pos = r.pos
+    limits = r.limits("memory")
+    if limits.min > MAX_PAGES or (limits.max is not None and limits.max > MAX_PAGES):
+        raise r.error("memory size must be at most 65536 pages (4 GiB)", pos)
+    return limits
+
+
+def _globaltype(r: Reader) -> GlobalType:
+    ty = r.valtype()
+    pos = r.pos
+    mut = r.u8()
+    if mut not in (0, 1):
+        raise r.error(f"invalid global mutability 0x{mut:02x}", pos)
+    return GlobalType(ty, bool(mut))
+
+
+def _global(r: Reader) -> Global:
+    return Global(_globaltype(r), _const_expr(r))
+
+
+def _export(r: Reader) -> Export:
+    name = r.name()
+    pos = r.pos
+    kind = EXTERN_KINDS.get(r.u8())
+    if kind is None:
+        raise r.error(f"invalid export kind 0x{r.data[pos]:02x}", pos)
+    if kind == "tag":
+        raise r.unsupported(Feature.EXCEPTIONS, f"tag export {name}", pos)
+    return Export(name, kind, r.u32())
+
+
+def _const_expr(r: Reader) -> list[Instr]:
+    body = _instructions(r, const=True)
+    return body
+
+
+def _elemkind(r: Reader) -> Type:
+    pos = r.pos
+    kind = r.u8()
+    if kind != 0x00:
+        raise r.error(f"invalid element kind 0x{kind:02x}", pos)
+    return FUNCREF
+
+
+def _func_index_expr(r: Reader) -> list[Instr]:
+    pos = r.pos
+    return [Instr(BY_NAME["ref.func"], r.u32(), pos)]
+
+
+def _element(r: Reader) -> ElementSegment:
+    pos = r.pos
+    flags = r.u32()
+    if flags > 7:
+        raise r.error(f"invalid element segment flags {flags}", pos)
+    table = 0
+    offset = None
+    if flags & 1 == 0:  # active
+        if flags & 2:
+            table = r.u32()
+        offset = _const_expr(r)
+        mode = "active"
+    else:
+        mode = "declarative" if flags & 2 else "passive"
+    uses_exprs = bool(flags & 4)
+    if flags in (0, 4):
+        ty = FUNCREF
+    elif uses_exprs:
+        ty = r.reftype()
+    else:
+        ty = _elemkind(r)
+    items = _vec(r, _const_expr if uses_exprs else _func_index_expr)
+    return ElementSegment(mode, ty, items, table, offset)
+
+
+def _data(r: Reader) -> DataSegment:
+    pos = r.pos
+    flags = r.u32()
+    if flags == 0:
+        offset = _const_expr(r)
+        return DataSegment("active", r.bytes(r.u32()), 0, offset)
+    if flags == 1:
+        return DataSegment("passive", r.bytes(r.u32()))
+    if flags == 2:
+        memory = r.u32()
+        offset = _const_expr(r)
+        return DataSegment("active", r.bytes(r.u32()), memory, offset)
+    raise r.error(f"invalid data segment flags {flags}", pos)
+
+
+def _code_section(r: Reader, first_index: int) -> list[Code]:
+    count = r.u32()
+    if count > r.end - r.pos:
+        raise r.error(f"code section claims {count} bodies in {r.end - r.pos} bytes")
+    codes = []
+    for i in range(count):
+        size_pos = r.pos
+        size = r.u32()
+        start = r.pos
+        if size > r.end - start:
+            raise r.error(f"function body size {size} runs past the code section", size_pos)
+        body = Reader(r.data, start, start + size)
+        body.func_index = first_index + i
+        locals_: list[Type] = []
+        for _ in range(body.u32()):
+            pos = body.pos
+            n = body.u32()
+            ty = body.valtype()
+            if len(locals_) + n > MAX_LOCALS:
+                raise body.error(f"too many locals (more than {MAX_LOCALS})", pos)
+            locals_.extend([ty] * n)
+        instrs = _instructions(body)
+        if body.pos != body.end:
+            raise body.error("function body size mismatch: bytes left after the final end")
+        codes.append(Code(locals_, instrs, start, size))
+        r.pos = start + size
+    return codes
+
+
+def _read_imm(r: Reader, op: Opcode, pos: int):
+    """Read the immediates of ``op`` by its immediate kind."""
+    kind = op.imm
+    if kind is Imm.NONE:
+        return None
+    if kind is Imm.LABEL or kind is Imm.LOCAL or kind is Imm.GLOBAL or kind is Imm.FUNC:
+        return r.u32()
+    if kind is Imm.I32:
+        return r.s32()
+    if kind is Imm.MEMARG:
+        align = r.u32()
+        if align & 0x40:
+            raise UnsupportedFeature(
+                f"{op.name} names a memory index (multi-memory), which is not supported",
+                pos,
+                r.func_index,
+            )
+        return (align, r.u32())
+    if kind is Imm.BLOCKTYPE:
+        b = r.data[r.pos] if r.pos < r.end else None
+        if b == 0x40:
+            r.pos += 1
+            return None
+        if b is not None and (b in VALTYPES or b in UNSUPPORTED_VALTYPES):
+            return r.valtype()
+        index = r.s33()
+        if index < 0:
+            raise r.error(f"invalid block type {index}", pos + 1)
+        return ("type", index)
+    if kind is Imm.I64:
+        return r.s64()
+    if kind is Imm.F32:
+        return int.from_bytes(r.bytes(4), "little")
+    if kind is Imm.F64:
+        return int.from_bytes(r.bytes(8), "little")
+    if kind is Imm.BR_TABLE:
+        labels = tuple(_vec(r, Reader.u32))
+        return (labels, r.u32())
+    if kind is Imm.CALL_INDIRECT:
+        return (r.u32(), r.u32())
+    if kind is Imm.MEMORY:
+        index = r.u32()
+        if index != 0:
+            raise UnsupportedFeature(
+                f"{op.name} on memory {index} (multi-memory) is not supported", pos, r.func_index
+            )
+        return 0
+    if kind is Imm.SELECT_T:
+        types = tuple(_vec(r, Reader.valtype))
+        if len(types) != 1:
+            raise r.error(f"typed select must name exactly one type, got {len(types)}", pos)
+        return types[0]
+    if kind is Imm.REFTYPE:
+        return r.reftype()
+    if kind is Imm.TABLE or kind is Imm.ELEM or kind is Imm.DATA:
+        return r.u32()
+    if kind is Imm.TABLE_INIT or kind is Imm.TABLE_COPY or kind is Imm.MEMORY_COPY:
+        return (r.u32(), r.u32())
+    if kind is Imm.MEMORY_INIT:
+        return (r.u32(), r.u32())
+    raise AssertionError(f"no immediate reader for {kind}")
+
+
+def _instructions(r: Reader, const: bool = False) -> list[Instr]:
+    """Decode instructions up to and including the ``end`` that closes the body."""
+    out: list[Instr] = []
+    append = out.append
+    opens: list[int] = []
+    data = r.data
+    single = SINGLE
+    while True:
+        pos = r.pos
+        if pos >= r.end:
+            raise r.error("unexpected end: the expression has no final end")
+        b = data[pos]
+        r.pos = pos + 1
+        op = single.get(b)
+        if op is None:
+            if b == PREFIX_MISC:
+                sub = r.u32()
+                op = MISC.get(sub)
+                if op is None:
+                    raise r.error(f"unknown opcode 0xfc {sub}", pos)
+            elif b in PREFIX_FAMILIES:
+                family = PREFIX_FAMILIES[b]
+                sub = r.u32()
+                raise r.unsupported(
+                    family.feature, f"instruction 0x{b:02x} {sub} ({family.feature.value})", pos
+                )
+            else:
+                raise r.error(f"unknown opcode 0x{b:02x}", pos)
+        if not op.supported:
+            raise r.unsupported(op.feature, f"instruction {op.name}", pos)
+        if const and op.name not in CONST_OPS:
+            raise r.error(f"{op.name} is not allowed in a constant expression", pos)
+        instr = Instr(op, None if op.imm is Imm.NONE else _read_imm(r, op, pos), pos)
+        if op is _END:
+            if not opens:
+                append(instr)
+                return out
+            out[opens.pop()].match = len(out)
+        elif op in _OPENERS:
+            opens.append(len(out))
+        elif op is _ELSE and (not opens or out[opens[-1]].op.name != "if"):
+            raise r.error("else without a matching if", pos)
+        append(instr)
+
+
+def _custom(r: Reader, module: WasmModule) -> None:
+    start = r.pos
+    name = r.name()
+    payload = r.bytes(r.end - r.pos)
+    module.customs.append(CustomSection(name, payload, start))
+    if name == "name":
+        module.func_names = _function_names(payload)
+
+
+def _function_names(payload: bytes) -> dict[int, str]:
+    """Function names of the "name" custom section; a malformed one is ignored, as the spec allows."""
+    names: dict[int, str] = {}
+    r = Reader(payload)
+    try:
+        while r.pos < r.end:
+            sub = r.u8()
+            size = r.u32()
+            end = r.pos + size
+            if sub == 1:
+                for _ in range(r.u32()):
+                    index = r.u32()
+                    names[index] = r.name()
+            r.pos = end
+    except DecodeError:
+        return {}
+    return names
+
+
+def float_from_bits(bits: int, double: bool) -> float:
+    """The float a bit pattern encodes (helper for printers)."""
+    return struct.unpack("<d" if double else "<f", bits.to_bytes(8 if double else 4, "little"))[0]

@@ -1,0 +1,168 @@
+"""The decoded Wasm module: plain records of every section, as the binary has them.
+
+Function, table, memory and global index spaces count imports first, as in Wasm; the
+helpers here answer "what type has function i" without callers redoing that arithmetic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from compiler.frontend.opcodes import Opcode
+from dialect.ir import FuncSig
+from dialect.types import Type
+
+
+class Instr:
+    """One decoded instruction.
+
+    ``imm`` holds its immediates (an int, a tuple, or None); ``offset`` is its byte offset in
+    the module; ``match`` is, for ``block``/``loop``/``if``, the index of its ``end``.
+    """
+
+    __slots__ = ("imm", "match", "offset", "op")
+
+    def __init__(self, op: Opcode, imm, offset: int):
+        self.op = op
+        self.imm = imm
+        self.offset = offset
+        self.match = -1
+
+    def __repr__(self) -> str:
+        return f"<{self.op.name} {self.imm!r} @0x{self.offset:x}>"
+
+
+@dataclass(frozen=True)
+class Limits:
+    min: int
+    max: int | None
+
+
+@dataclass(frozen=True)
+class TableType:
+    elem: Type
+    limits: Limits
+
+
+@dataclass(frozen=True)
+class GlobalType:
+    type: Type
+    mutable: bool
+
+
+@dataclass
+class Import:
+    module: str
+    name: str
+    kind: str  # "func", "table", "memory", "global"
+    desc: int | TableType | Limits | GlobalType  # a type index for functions
+
+
+@dataclass
+class Global:
+    type: GlobalType
+    init: list[Instr]
+
+
+@dataclass
+class Export:
+    name: str
+    kind: str
+    index: int
+
+
+@dataclass
+class ElementSegment:
+    """``mode`` is "active", "passive" or "declarative"; ``items`` are constant expressions."""
+
+    mode: str
+    type: Type
+    items: list[list[Instr]]
+    table: int = 0
+    offset_expr: list[Instr] | None = None
+
+
+@dataclass
+class DataSegment:
+    mode: str  # "active" or "passive"
+    data: bytes
+    memory: int = 0
+    offset_expr: list[Instr] | None = None
+
+
+@dataclass
+class Code:
+    """A function body: declared locals (beyond the parameters) and instructions."""
+
+    locals: list[Type]
+    body: list[Instr]
+    offset: int
+    size: int
+
+
+@dataclass
+class CustomSection:
+    name: str
+    data: bytes
+    offset: int
+
+
+@dataclass
+class WasmModule:
+    types: list[FuncSig] = field(default_factory=list)
+    imports: list[Import] = field(default_factory=list)
+    funcs: list[int] = field(default_factory=list)  # type index of each defined function
+    tables: list[TableType] = field(default_factory=list)
+    memories: list[Limits] = field(default_factory=list)
+    globals: list[Global] = field(default_factory=list)
+    exports: list[Export] = field(default_factory=list)
+    start: int | None = None
+    elements: list[ElementSegment] = field(default_factory=list)
+    data_count: int | None = None
+    codes: list[Code] = field(default_factory=list)
+    data: list[DataSegment] = field(default_factory=list)
+    customs: list[CustomSection] = field(default_factory=list)
+    func_names: dict[int, str] = field(default_factory=dict)
+    size: int = 0
+
+    def imported(self, kind: str) -> list[Import]:
+        return [imp for imp in self.imports if imp.kind == kind]
+
+    @property
+    def num_imported_funcs(self) -> int:
+        return sum(1 for imp in self.imports if imp.kind == "func")
+
+    @property
+    def num_funcs(self) -> int:
+        return self.num_imported_funcs + len(self.funcs)
+
+    def func_type_index(self, index: int) -> int:
+        imported = self.imported("func")
+        if index < len(imported):
+            return imported[index].desc  # type: ignore[return-value]
+        return self.funcs[index - len(imported)]
+
+    def func_sig(self, index: int) -> FuncSig:
+        return self.types[self.func_type_index(index)]
+
+    def global_types(self) -> list[GlobalType]:
+        return [imp.desc for imp in self.imported("global")] + [g.type for g in self.globals]  # type: ignore[misc]
+
+    def table_types(self) -> list[TableType]:
+        return [imp.desc for imp in self.imported("table")] + list(self.tables)  # type: ignore[misc]
+
+    def memory_limits(self) -> list[Limits]:
+        return [imp.desc for imp in self.imported("memory")] + list(self.memories)  # type: ignore[misc]
+
+    def func_name(self, index: int) -> str:
+        """A readable name: the debug name, else the first export name, else ``f<index>``."""
+        name = self.func_names.get(index)
+        if name:
+            return name
+        for export in self.exports:
+            if export.kind == "func" and export.index == index:
+                return export.name
+        return f"f{index}"
+
+    def export_names(self, kind: str, index: int) -> list[str]:
+        return [e.name for e in self.exports if e.kind == kind and e.index == index]

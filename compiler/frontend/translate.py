@@ -1,0 +1,707 @@
+"""Translation of decoded Wasm functions into the dialect.
+
+One pass over each function body, opcode by opcode, with a value stack and a control
+stack, in the manner of a baseline compiler. Values on the stack are SSA values. Locals
+live in an environment (one current SSA value per local) instead of memory: ``local.set``
+just rebinds the slot. Wasm's structured control becomes a CFG with block arguments:
+
+* a ``block`` or ``if`` gets a merge block only when something branches to its end; each
+  branch records the environment it leaves with, and at ``end`` the merge block takes an
+  argument for every local (and result) whose incoming values differ;
+* a ``loop`` gets a header block marked as a loop header; since back edges are not known
+  when the header is made, it takes an argument for each local the loop body assigns
+  (found by scanning the body once), the others keep their value through the loop;
+* code after ``br``, ``br_table``, ``return`` and ``unreachable`` is dead and skipped,
+  whole nested constructs at a time.
+
+Comparisons produce ``i1`` and are widened to ``i32`` for the Wasm stack; a branch on a
+widened comparison uses the ``i1`` directly. The handler of each opcode is chosen from its
+row in :mod:`compiler.frontend.opcodes`; :func:`mapping` describes that choice for the docs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from compiler.errors import TranslateError
+from compiler.frontend.module import Instr, WasmModule
+from compiler.frontend.opcodes import OPCODES, Opcode
+from dialect import OPS, arith, cf, mem, variables
+from dialect import func as funcd
+from dialect.builder import Builder
+from dialect.errors import TensorWasmError
+from dialect.ir import (
+    Block,
+    FuncSig,
+    Function,
+    GlobalDecl,
+    LoopInfo,
+    MemoryDecl,
+    Module,
+    Op,
+    Successor,
+    TableDecl,
+    Value,
+)
+from dialect.types import I1, I32, Type
+from dialect.verifier import verify_function
+
+Handler = Callable[["FunctionTranslator", Instr], None]
+
+
+class Frame:
+    """One entry of the control stack: a ``block``, ``loop``, ``if`` or the function body."""
+
+    __slots__ = (
+        "assigned",
+        "false_succ",
+        "header",
+        "height",
+        "if_env",
+        "if_params",
+        "kind",
+        "loop",
+        "params",
+        "pending",
+        "results",
+    )  # fmt: skip
+
+    def __init__(self, kind: str, height: int, params: tuple[Type, ...], results: tuple[Type, ...]):
+        self.kind = kind
+        self.height = height  # value stack height below the frame's parameters
+        self.params = params
+        self.results = results
+        # Forward branches to the frame's end: (successor to patch, locals, values passed).
+        self.pending: list[tuple[Successor, list[Value], list[Value]]] = []
+        self.header: Block | None = None  # loop header
+        self.assigned: list[int] = []  # locals the loop body assigns
+        self.if_env: list[Value] | None = None
+        self.if_params: list[Value] = []
+        self.false_succ: Successor | None = None  # the if's false edge until 'else' is seen
+        self.loop: LoopInfo | None = None
+
+
+class FunctionTranslator:
+    """Translates one function body; see the module docstring for the algorithm."""
+
+    def __init__(self, wasm: WasmModule, func: Function, index: int):
+        self.wasm = wasm
+        self.func = func
+        self.index = index
+        self.b = Builder(func)
+        self.stack: list[Value] = []
+        self.ctrl: list[Frame] = []
+        self.env: list[Value] = []
+        self.reachable = True
+        self.loops: list[LoopInfo] = []
+        self.body: list[Instr] = []
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def pop(self, n: int) -> list[Value]:
+        if n == 0:
+            return []
+        values = self.stack[-n:]
+        del self.stack[-n:]
+        return values
+
+    def block_sig(self, imm) -> tuple[tuple[Type, ...], tuple[Type, ...]]:
+        if imm is None:
+            return (), ()
+        if isinstance(imm, Type):
+            return (), (imm,)
+        sig = self.wasm.types[imm[1]]
+        return sig.params, sig.results
+
+    def to_i1(self, value: Value) -> Value:
+        """A Wasm i32 condition as an i1, reusing the comparison it was widened from."""
+        owner = value.owner
+        if isinstance(owner, Op) and owner.opdef is arith.zext and owner.operands[0].type is I1:
+            return owner.operands[0]
+        zero = self.b.constant(value.type, 0)
+        return self.b.value(arith.cmpi, value, zero, pred="ne")
+
+    def widen(self, flag: Value) -> Value:
+        return self.b.value(arith.zext, flag, to=I32)
+
+    def new_block(self, arg_types=()) -> Block:
+        return self.func.add_block(arg_types)
+
+    def switch_to(self, block: Block) -> None:
+        self.b.block = block
+        self.reachable = True
+
+    def branch_op(self, opdef, operands: list[Value], succs: list[Successor]) -> None:
+        """Emit a terminator whose successors may still be placeholders to patch later."""
+        op = Op(opdef, operands, (), {}, succs, self.b.offset)
+        op.block = self.b.block
+        self.b.block.ops.append(op)
+        self.reachable = False
+
+    def branch_to(self, depth: int, values_from_stack: bool = True) -> Successor:
+        """A successor for a branch to the frame ``depth`` levels out, with the values it carries."""
+        frame = self.ctrl[-1 - depth]
+        if frame.kind == "loop":
+            n = len(frame.params)
+            args = [self.env[i] for i in frame.assigned] + (self.stack[-n:] if n else [])
+            return Successor(frame.header, args)
+        n = len(frame.results)
+        succ = Successor(None, [])  # type: ignore[arg-type]
+        frame.pending.append((succ, list(self.env), self.stack[-n:] if n else []))
+        return succ
+
+    def merge(self, frame: Frame) -> None:
+        """Close a block/if/function frame: make its merge block (if needed) and go on there."""
+        pending = frame.pending
+        if not pending:
+            self.reachable = False
+            return
+        n_locals = len(self.env)
+        envs = [p[1] for p in pending]
+        vals = [p[2] for p in pending]
+        arg_types: list[Type] = []
+        local_args: list[int] = []
+        for i in range(n_locals):
+            first = envs[0][i]
+            if any(e[i] is not first for e in envs):
+                local_args.append(i)
+                arg_types.append(first.type)
+        result_args: list[int] = []
+        for k, ty in enumerate(frame.results):
+            first = vals[0][k]
+            if any(v[k] is not first for v in vals):
+                result_args.append(k)
+                arg_types.append(ty)
+        block = self.new_block(arg_types)
+        for succ, env, values in pending:
+            succ.block = block
+            succ.args = [env[i] for i in local_args] + [values[k] for k in result_args]
+        env = list(envs[0])
+        results = list(vals[0])
+        for arg, i in zip(block.args, local_args, strict=False):
+            env[i] = arg
+        for arg, k in zip(block.args[len(local_args) :], result_args, strict=True):
+            results[k] = arg
+        self.env = env
+        del self.stack[frame.height :]
+        self.stack.extend(results)
+        self.switch_to(block)
+
+    # -- the driver ----------------------------------------------------------------------
+
+    def translate(self, params: tuple[Type, ...], results: tuple[Type, ...], locals_, body) -> None:
+        self.body = body
+        entry = self.new_block(params)
+        self.b.block = entry
+        self.env = list(entry.args)
+        zeros: dict[Type, Value] = {}
+        for ty in locals_:
+            if ty not in zeros:
+                zeros[ty] = self._zero(ty)
+            self.env.append(zeros[ty])
+        self.ctrl.append(Frame("func", 0, (), results))
+        handlers = HANDLERS
+        i, n = 0, len(body)
+        while i < n:
+            instr = body[i]
+            self.b.offset = instr.offset
+            try:
+                if not self.reachable:
+                    name = instr.op.name
+                    if name in ("block", "loop", "if"):
+                        i = instr.match + 1  # a whole dead construct
+                        continue
+                    if name != "end" and name != "else":
+                        i += 1
+                        continue
+                if instr.op.name == "loop":
+                    self._loop(instr, i)
+                else:
+                    handlers[instr.op](self, instr)
+            except TensorWasmError as exc:
+                raise TranslateError(
+                    f"function {self.index} ({self.func.name}): {instr.op.name} at offset "
+                    f"0x{instr.offset:x}: {exc}"
+                ) from exc
+            i += 1
+
+    def _zero(self, ty: Type) -> Value:
+        if ty.is_ref:
+            return self.b.value(variables.ref_null, type=ty)
+        return self.b.constant(ty, 0)
+
+    def _loop(self, instr: Instr, index: int) -> None:
+        params, results = self.block_sig(instr.imm)
+        assigned = sorted(
+            {
+                x.imm
+                for x in self.body[index + 1 : instr.match]
+                if x.op.name == "local.set" or x.op.name == "local.tee"
+            }
+        )
+        args = self.pop(len(params))
+        frame = Frame("loop", len(self.stack), params, results)
+        frame.assigned = assigned
+        header = self.new_block([self.env[i].type for i in assigned] + list(params))
+        self.b.br(header, [self.env[i] for i in assigned] + args)
+        self.switch_to(header)
+        for k, i in enumerate(assigned):
+            self.env[i] = header.args[k]
+        self.stack.extend(header.args[len(assigned) :])
+        parent = self.loops[-1] if self.loops else None
+        info = LoopInfo(header, instr.offset, len(self.loops) + 1, parent)
+        header.attrs["loop"] = info
+        self.func.loops.append(info)
+        self.loops.append(info)
+        frame.header = header
+        frame.loop = info
+        self.ctrl.append(frame)
+
+
+# -- handlers of structured control ------------------------------------------------------
+
+
+def _block(t: FunctionTranslator, instr: Instr) -> None:
+    params, results = t.block_sig(instr.imm)
+    t.ctrl.append(Frame("block", len(t.stack) - len(params), params, results))
+
+
+def _if(t: FunctionTranslator, instr: Instr) -> None:
+    cond = t.to_i1(t.stack.pop())
+    params, results = t.block_sig(instr.imm)
+    frame = Frame("if", len(t.stack) - len(params), params, results)
+    frame.if_env = list(t.env)
+    frame.if_params = t.stack[len(t.stack) - len(params) :]
+    then = t.new_block()
+    frame.false_succ = Successor(None, [])  # type: ignore[arg-type]
+    t.branch_op(cf.cond_br, [cond], [Successor(then, []), frame.false_succ])
+    t.switch_to(then)
+    t.ctrl.append(frame)
+
+
+def _else(t: FunctionTranslator, instr: Instr) -> None:
+    frame = t.ctrl[-1]
+    if t.reachable:
+        t.branch_op(cf.br, [], [t.branch_to(0)])
+    other = t.new_block()
+    frame.false_succ.block = other
+    frame.false_succ = None
+    t.env = list(frame.if_env)
+    del t.stack[frame.height :]
+    t.stack.extend(frame.if_params)
+    t.switch_to(other)
+
+
+def _end(t: FunctionTranslator, instr: Instr) -> None:
+    frame = t.ctrl[-1]
+    if frame.kind == "loop":
+        t.ctrl.pop()
+        t.loops.pop()
+        return  # nothing branches to a loop's end: fall through in place
+    if frame.false_succ is not None:  # an if without else: the false edge skips to the end
+        frame.pending.append((frame.false_succ, frame.if_env, frame.if_params))
+        frame.false_succ = None
+    if t.reachable and frame.pending:
+        t.branch_op(cf.br, [], [t.branch_to(0)])
+    t.ctrl.pop()
+    if frame.pending:
+        t.merge(frame)
+    if frame.kind == "func" and t.reachable:
+        t.b.ret(t.pop(len(frame.results)))
+        t.reachable = False
+
+
+def _br(t: FunctionTranslator, instr: Instr) -> None:
+    depth = instr.imm
+    if depth == len(t.ctrl) - 1:
+        _return(t, instr)
+        return
+    t.branch_op(cf.br, [], [t.branch_to(depth)])
+
+
+def _br_if(t: FunctionTranslator, instr: Instr) -> None:
+    cond = t.to_i1(t.stack.pop())
+    taken = t.branch_to(instr.imm)
+    cont = t.new_block()
+    t.branch_op(cf.cond_br, [cond], [taken, Successor(cont, [])])
+    t.switch_to(cont)
+
+
+def _br_table(t: FunctionTranslator, instr: Instr) -> None:
+    index = t.stack.pop()
+    labels, default = instr.imm
+    succs = [t.branch_to(depth) for depth in labels]
+    succs.append(t.branch_to(default))
+    t.branch_op(cf.switch, [index], succs)
+
+
+def _return(t: FunctionTranslator, instr: Instr) -> None:
+    t.b.ret(t.pop(len(t.func.results)))
+    t.reachable = False
+
+
+def _unreachable(t: FunctionTranslator, instr: Instr) -> None:
+    t.b.trap("unreachable")
+    t.reachable = False
+
+
+def _nop(t: FunctionTranslator, instr: Instr) -> None:
+    pass
+
+
+def _drop(t: FunctionTranslator, instr: Instr) -> None:
+    t.stack.pop()
+
+
+def _select(t: FunctionTranslator, instr: Instr) -> None:
+    cond = t.to_i1(t.stack.pop())
+    a, b = t.pop(2)
+    t.stack.append(t.b.value(arith.select, cond, a, b))
+
+
+def _local_get(t: FunctionTranslator, instr: Instr) -> None:
+    t.stack.append(t.env[instr.imm])
+
+
+def _local_set(t: FunctionTranslator, instr: Instr) -> None:
+    t.env[instr.imm] = t.stack.pop()
+
+
+def _local_tee(t: FunctionTranslator, instr: Instr) -> None:
+    t.env[instr.imm] = t.stack[-1]
+
+
+def _call(t: FunctionTranslator, instr: Instr) -> None:
+    sig = t.wasm.func_sig(instr.imm)
+    args = t.pop(len(sig.params))
+    op = t.b.op(funcd.call, args, {"callee": instr.imm, "sig": sig})
+    t.stack.extend(op.results)
+
+
+def _call_indirect(t: FunctionTranslator, instr: Instr) -> None:
+    type_index, table = instr.imm
+    sig = t.wasm.types[type_index]
+    slot = t.stack.pop()
+    args = t.pop(len(sig.params))
+    attrs = {"table": table, "type": type_index, "sig": sig}
+    op = t.b.op(funcd.call_indirect, [*args, slot], attrs)
+    t.stack.extend(op.results)
+
+
+def _global_get(t: FunctionTranslator, instr: Instr) -> None:
+    ty = t.wasm.global_types()[instr.imm].type
+    t.stack.append(t.b.value(variables.global_get, index=instr.imm, type=ty))
+
+
+def _global_set(t: FunctionTranslator, instr: Instr) -> None:
+    ty = t.wasm.global_types()[instr.imm].type
+    t.b.op(variables.global_set, [t.stack.pop()], {"index": instr.imm, "type": ty})
+
+
+def _table_type(t: FunctionTranslator, table: int) -> Type:
+    return t.wasm.table_types()[table].elem
+
+
+def _ref_null(t: FunctionTranslator, instr: Instr) -> None:
+    t.stack.append(t.b.value(variables.ref_null, type=instr.imm))
+
+
+def _ref_is_null(t: FunctionTranslator, instr: Instr) -> None:
+    ref = t.stack.pop()
+    t.stack.append(t.widen(t.b.value(variables.ref_is_null, ref, type=ref.type)))
+
+
+def _ref_func(t: FunctionTranslator, instr: Instr) -> None:
+    t.stack.append(t.b.value(variables.ref_func, func=instr.imm))
+
+
+def _table_op(opdef, n_operands: int) -> Handler:
+    def handle(t: FunctionTranslator, instr: Instr) -> None:
+        args = t.pop(n_operands)
+        attrs = {"table": instr.imm, "type": _table_type(t, instr.imm)}
+        t.stack.extend(t.b.op(opdef, args, attrs).results)
+
+    handle.__doc__ = opdef.name
+    return handle
+
+
+def _table_copy(t: FunctionTranslator, instr: Instr) -> None:
+    dst, src = instr.imm
+    t.b.op(variables.table_copy, t.pop(3), {"dst": dst, "src": src})
+
+
+def _table_init(t: FunctionTranslator, instr: Instr) -> None:
+    elem, table = instr.imm
+    t.b.op(variables.table_init, t.pop(3), {"elem": elem, "table": table})
+
+
+def _elem_drop(t: FunctionTranslator, instr: Instr) -> None:
+    t.b.op(variables.elem_drop, [], {"elem": instr.imm})
+
+
+def _memory_init(t: FunctionTranslator, instr: Instr) -> None:
+    data, memory = instr.imm
+    t.b.op(mem.init, t.pop(3), {"data": data, "memory": memory})
+
+
+def _data_drop(t: FunctionTranslator, instr: Instr) -> None:
+    t.b.op(mem.data_drop, [], {"data": instr.imm})
+
+
+def _memory_copy(t: FunctionTranslator, instr: Instr) -> None:
+    dst, src = instr.imm
+    t.b.op(mem.copy, t.pop(3), {"dst_memory": dst, "src_memory": src})
+
+
+def _memory_op(opdef, n_operands: int) -> Handler:
+    def handle(t: FunctionTranslator, instr: Instr) -> None:
+        t.stack.extend(t.b.op(opdef, t.pop(n_operands), {"memory": 0}).results)
+
+    return handle
+
+
+# -- handlers generated from table rows -----------------------------------------------------
+
+
+def _access_bits(op: Opcode) -> int:
+    name = op.name.split(".", 1)[1]
+    for bits in (8, 16, 32):
+        if name.endswith(f"{bits}") or f"{bits}_" in name:
+            return bits
+    return int(op.name[1:3])
+
+
+def _load(op: Opcode) -> Handler:
+    ty = OPS_TYPES[op.result_types[0]]
+    attrs_base = {"type": ty, "bits": _access_bits(op), "signed": op.name.endswith("_s")}
+
+    def handle(t: FunctionTranslator, instr: Instr) -> None:
+        align, offset = instr.imm
+        attrs = {**attrs_base, "offset": offset, "align": align}
+        t.stack.append(t.b.op(mem.load, [t.stack.pop()], attrs).results[0])
+
+    return handle
+
+
+def _store(op: Opcode) -> Handler:
+    bits = _access_bits(op)
+
+    def handle(t: FunctionTranslator, instr: Instr) -> None:
+        align, offset = instr.imm
+        t.b.op(mem.store, t.pop(2), {"bits": bits, "offset": offset, "align": align})
+
+    return handle
+
+
+def _const(op: Opcode) -> Handler:
+    ty = OPS_TYPES[op.result_types[0]]
+
+    def handle(t: FunctionTranslator, instr: Instr) -> None:
+        t.stack.append(t.b.constant(ty, instr.imm))
+
+    return handle
+
+
+def _compare(op: Opcode) -> Handler:
+    name, pred = op.dialect.split()
+    opdef = OPS[name]
+    unary = len(op.operand_types) == 1  # eqz compares with zero
+
+    def handle(t: FunctionTranslator, instr: Instr) -> None:
+        if unary:
+            lhs = t.stack.pop()
+            rhs = t.b.constant(lhs.type, 0)
+        else:
+            lhs, rhs = t.pop(2)
+        t.stack.append(t.widen(t.b.value(opdef, lhs, rhs, pred=pred)))
+
+    return handle
+
+
+def _cast(op: Opcode) -> Handler:
+    opdef = OPS[op.dialect]
+    to = OPS_TYPES[op.result_types[0]]
+
+    def handle(t: FunctionTranslator, instr: Instr) -> None:
+        t.stack.append(t.b.value(opdef, t.stack.pop(), to=to))
+
+    return handle
+
+
+def _sext_inreg(op: Opcode) -> Handler:
+    bits = _access_bits(op)
+
+    def handle(t: FunctionTranslator, instr: Instr) -> None:
+        t.stack.append(t.b.value(arith.sext_inreg, t.stack.pop(), bits=bits))
+
+    return handle
+
+
+def _uniform(op: Opcode) -> Handler:
+    opdef = OPS[op.dialect]
+    arity = len(op.operand_types)
+
+    def handle(t: FunctionTranslator, instr: Instr) -> None:
+        t.stack.append(t.b.op(opdef, t.pop(arity)).results[0])
+
+    return handle
+
+
+OPS_TYPES: dict[str, Type] = {}
+
+
+def _build_handlers() -> tuple[dict[Opcode, Handler], dict[str, str]]:
+    """The handler of every supported row, and the docs' description of what it emits."""
+    from dialect.types import by_name
+
+    OPS_TYPES.update({n: by_name(n) for n in ("i32", "i64", "f32", "f64")})
+    fixed: dict[str, tuple[Handler, str]] = {
+        "unreachable": (_unreachable, "cf.trap {kind = unreachable}"),
+        "nop": (_nop, "(nothing)"),
+        "block": (_block, "a merge block with arguments, if anything branches to its end"),
+        "loop": (None, "a loop header block with arguments for the locals the body assigns"),
+        "if": (_if, "cf.cond_br to a then block and an else block or the merge block"),
+        "else": (_else, "starts the else block"),
+        "end": (_end, "closes the construct: merge block, or cf.return at the function end"),
+        "br": (_br, "cf.br passing locals and label values (cf.return at the function level)"),
+        "br_if": (_br_if, "cf.cond_br to the target and a continuation block"),
+        "br_table": (_br_table, "cf.switch"),
+        "return": (_return, "cf.return"),
+        "call": (_call, "func.call"),
+        "call_indirect": (_call_indirect, "func.call_indirect"),
+        "drop": (_drop, "(nothing: the value is left unused)"),
+        "select": (_select, "arith.select (condition through arith.cmpi ne unless an i1 exists)"),
+        "select_t": (_select, "arith.select"),
+        "local.get": (_local_get, "(SSA: the local's current value)"),
+        "local.set": (_local_set, "(SSA: rebinds the local)"),
+        "local.tee": (_local_tee, "(SSA: rebinds the local, keeps the value)"),
+        "global.get": (_global_get, "global.get"),
+        "global.set": (_global_set, "global.set"),
+        "table.get": (_table_op(variables.table_get, 1), "table.get"),
+        "table.set": (_table_op(variables.table_set, 2), "table.set"),
+        "table.size": (_table_op(variables.table_size, 0), "table.size"),
+        "table.grow": (_table_op(variables.table_grow, 2), "table.grow"),
+        "table.fill": (_table_op(variables.table_fill, 3), "table.fill"),
+        "table.copy": (_table_copy, "table.copy"),
+        "table.init": (_table_init, "table.init"),
+        "elem.drop": (_elem_drop, "table.elem_drop"),
+        "ref.null": (_ref_null, "ref.null"),
+        "ref.is_null": (_ref_is_null, "ref.is_null + arith.zext"),
+        "ref.func": (_ref_func, "ref.func"),
+        "memory.size": (_memory_op(mem.size, 0), "mem.size"),
+        "memory.grow": (_memory_op(mem.grow, 1), "mem.grow"),
+        "memory.fill": (_memory_op(mem.fill, 3), "mem.fill"),
+        "memory.copy": (_memory_copy, "mem.copy"),
+        "memory.init": (_memory_init, "mem.init"),
+        "data.drop": (_data_drop, "mem.data_drop"),
+    }
+    handlers: dict[Opcode, Handler] = {}
+    docs: dict[str, str] = {}
+    for op in OPCODES:
+        if not op.supported:
+            continue
+        if op.name in fixed:
+            handler, doc = fixed[op.name]
+        elif op.dialect == "mem.load":
+            handler, doc = (
+                _load(op),
+                f"mem.load {{bits = {_access_bits(op)}, signed = {op.name.endswith('_s')}}}",
+            )
+        elif op.dialect == "mem.store":
+            handler, doc = _store(op), f"mem.store {{bits = {_access_bits(op)}}}"
+        elif op.dialect == "arith.constant":
+            handler, doc = _const(op), "arith.constant"
+        elif op.dialect.startswith(("arith.cmpi", "arith.cmpf")):
+            handler = _compare(op)
+            name, pred = op.dialect.split()
+            zero = "arith.constant 0 + " if len(op.operand_types) == 1 else ""
+            doc = f"{zero}{name} {pred} + arith.zext"
+        elif op.dialect == "arith.sext_inreg":
+            handler, doc = _sext_inreg(op), f"arith.sext_inreg {{bits = {_access_bits(op)}}}"
+        elif op.operand_types != op.result_types and len(op.operand_types) == 1:
+            handler, doc = _cast(op), f"{op.dialect} (to {op.result_types[0]})"
+        else:
+            handler, doc = _uniform(op), op.dialect
+        if handler is not None:
+            handlers[op] = handler
+        docs[op.name] = doc
+    return handlers, docs
+
+
+HANDLERS, MAPPING = _build_handlers()
+
+
+def mapping(name: str) -> str:
+    """What the translator emits for the Wasm opcode ``name`` (for docs/opcodes.md)."""
+    return MAPPING[name]
+
+
+# -- modules -------------------------------------------------------------------------------
+
+
+def translate_module(wasm: WasmModule, *, verify: bool = True) -> Module:
+    """Translate every function of a decoded (and validated) module into the dialect."""
+    module = Module(types=list(wasm.types))
+    for g_type in wasm.global_types():
+        module.globals.append(GlobalDecl(g_type.type, g_type.mutable))
+    for imp in wasm.imports:
+        if imp.kind == "global":
+            pass
+    module.memories = [MemoryDecl(lim.min, lim.max) for lim in wasm.memory_limits()]
+    module.tables = [TableDecl(t.elem, t.limits.min, t.limits.max) for t in wasm.table_types()]
+    index = 0
+    for imp in wasm.imports:
+        if imp.kind != "func":
+            continue
+        sig = wasm.types[imp.desc]
+        module.functions.append(
+            Function(
+                wasm.func_name(index), index, sig.params, sig.results,
+                import_name=(imp.module, imp.name), exports=wasm.export_names("func", index),
+            )
+        )  # fmt: skip
+        index += 1
+    for _code in wasm.codes:
+        module.functions.append(translate_function(wasm, index, verify=verify))
+        index += 1
+    return module
+
+
+def translate_function(wasm: WasmModule, index: int, *, verify: bool = True) -> Function:
+    """Translate defined function ``index`` (in the function index space) and verify it."""
+    sig: FuncSig = wasm.func_sig(index)
+    code = wasm.codes[index - wasm.num_imported_funcs]
+    func = Function(
+        wasm.func_name(index), index, sig.params, sig.results, exports=wasm.export_names("func", index)
+    )
+    func.attrs["offset"] = code.offset
+    func.attrs["instructions"] = len(code.body)
+    FunctionTranslator(wasm, func, index).translate(sig.params, sig.results, code.locals, code.body)
+    remove_dead_ops(func)
+    if verify:
+        try:
+            verify_function(func)
+        except TensorWasmError as exc:
+            raise TranslateError(f"function {index} ({func.name}) failed verification: {exc}") from exc
+    return func
+
+
+def remove_dead_ops(func: Function) -> None:
+    """Drop pure ops whose results are unused (left over by the i1 peephole and dead locals)."""
+    uses: dict[Value, int] = {}
+    for op in func.ops():
+        for v in op.operands:
+            uses[v] = uses.get(v, 0) + 1
+        for s in op.successors:
+            for v in s.args:
+                uses[v] = uses.get(v, 0) + 1
+    for block in func.blocks:
+        kept: list[Op] = []
+        for op in reversed(block.ops):
+            if op.opdef.pure and op.results and not any(uses.get(r) for r in op.results):
+                for v in op.operands:
+                    uses[v] -= 1
+                continue
+            kept.append(op)
+        kept.reverse()
+        block.ops = kept

@@ -1,0 +1,158 @@
+"""The verifier: types, terminators, reachability and dominance of a dialect function.
+
+It re-derives every op's result types from its definition, checks branch arguments and
+returns against their targets, and checks that each use is dominated by its definition
+(dominators by the Cooper-Harvey-Kennedy iteration over reverse postorder).
+"""
+
+from __future__ import annotations
+
+from dialect import cf
+from dialect.builder import check_successor
+from dialect.errors import IRTypeError, VerifyError
+from dialect.ir import Block, Function, Module, Op
+
+
+def verify_module(module: Module) -> None:
+    for func in module.functions:
+        if not func.is_import:
+            verify_function(func)
+
+
+def verify_function(func: Function) -> None:
+    """Raise VerifyError naming the function, block and op of the first broken rule."""
+    if not func.blocks:
+        raise VerifyError(f"function {func.name}: has no blocks")
+    entry = func.entry
+    if [a.type for a in entry.args] != list(func.params):
+        raise VerifyError(f"function {func.name}: entry block arguments do not match the parameters")
+    block_ids = {block: i for i, block in enumerate(func.blocks)}
+    positions: dict[Op, int] = {}
+    for bi, block in enumerate(func.blocks):
+        _verify_block(func, block, bi, block_ids, positions)
+    order = reverse_postorder(func)
+    if len(order) != len(func.blocks):
+        seen = set(order)
+        dead = next(i for i, b in enumerate(func.blocks) if b not in seen)
+        raise VerifyError(f"function {func.name}: ^bb{dead} is unreachable from the entry block")
+    idom = dominators(order)
+    for bi, block in enumerate(func.blocks):
+        for pos, op in enumerate(block.ops):
+            for value in _uses(op):
+                _check_dominance(func, value, block, pos, idom, positions, block_ids, bi)
+
+
+def _verify_block(func, block, bi, block_ids, positions) -> None:
+    where = f"function {func.name}, ^bb{bi}"
+    if not block.ops or not block.ops[-1].opdef.terminator:
+        raise VerifyError(f"{where}: does not end in a terminator")
+    for pos, op in enumerate(block.ops):
+        positions[op] = pos
+        if op.opdef.terminator and pos != len(block.ops) - 1:
+            raise VerifyError(f"{where}: terminator {op.name} is not the last op")
+        if op.block is not block:
+            raise VerifyError(f"{where}: {op.name} does not know its block")
+        try:
+            expected = op.opdef.infer([v.type for v in op.operands], op.attrs)
+            for succ in op.successors:
+                if succ.block not in block_ids:
+                    raise VerifyError(f"{where}: {op.name} branches to a block of another function")
+                check_successor(op.opdef, succ)
+        except IRTypeError as exc:
+            raise VerifyError(f"{where}: {exc}") from None
+        if tuple(r.type for r in op.results) != tuple(expected):
+            raise VerifyError(f"{where}: {op.name} has results of the wrong types")
+        if op.opdef is cf.return_ and tuple(v.type for v in op.operands) != func.results:
+            got = ", ".join(str(v.type) for v in op.operands)
+            want = ", ".join(map(str, func.results))
+            raise VerifyError(f"{where}: returns ({got}) from a function of results ({want})")
+
+
+def _uses(op: Op):
+    yield from op.operands
+    for succ in op.successors:
+        yield from succ.args
+
+
+def _check_dominance(func, value, block, pos, idom, positions, block_ids, bi) -> None:
+    owner = value.owner
+    if isinstance(owner, Block):
+        def_block, def_pos = owner, -1
+    else:
+        def_block = owner.block
+        def_pos = positions.get(owner)
+        if def_pos is None:
+            def_block = None
+    if def_block is None or def_block not in block_ids:
+        raise VerifyError(f"function {func.name}, ^bb{bi}: uses a value defined outside the function")
+    if def_block is block:
+        if def_pos < pos:
+            return
+    elif _dominates(def_block, block, idom):
+        return
+    raise VerifyError(
+        f"function {func.name}, ^bb{bi}: a use is not dominated by its definition in "
+        f"^bb{block_ids[def_block]}"
+    )
+
+
+def reverse_postorder(func: Function) -> list[Block]:
+    """The blocks reachable from the entry, in reverse postorder (iteratively)."""
+    seen = {func.entry}
+    post: list[Block] = []
+    stack = [(func.entry, iter(func.entry.successors))]
+    while stack:
+        block, succs = stack[-1]
+        for succ in succs:
+            if succ not in seen:
+                seen.add(succ)
+                stack.append((succ, iter(succ.successors)))
+                break
+        else:
+            post.append(block)
+            stack.pop()
+    post.reverse()
+    return post
+
+
+def dominators(order: list[Block]) -> dict[Block, Block]:
+    """Immediate dominators of the blocks in ``order`` (reverse postorder, entry first)."""
+    index = {b: i for i, b in enumerate(order)}
+    preds: dict[Block, list[Block]] = {b: [] for b in order}
+    for b in order:
+        for s in b.successors:
+            preds[s].append(b)
+    entry = order[0]
+    idom: dict[Block, Block] = {entry: entry}
+    changed = True
+    while changed:
+        changed = False
+        for b in order[1:]:
+            new = None
+            for p in preds[b]:
+                if p not in idom:
+                    continue
+                if new is None:
+                    new = p
+                    continue
+                a, c = p, new
+                while a is not c:
+                    while index[a] > index[c]:
+                        a = idom[a]
+                    while index[c] > index[a]:
+                        c = idom[c]
+                new = a
+            if idom.get(b) is not new:
+                idom[b] = new
+                changed = True
+    return idom
+
+
+def _dominates(a: Block, b: Block, idom: dict[Block, Block]) -> bool:
+    while True:
+        if a is b:
+            return True
+        parent = idom[b]
+        if parent is b:
+            return False
+        b = parent

@@ -1,0 +1,558 @@
+"""A thin, checked layer over the CUDA driver API (cuda-python's ``cuda.bindings``).
+
+Every driver call goes through :func:`check`, which unpacks cuda-python's
+``(CUresult, *values)`` tuples and raises :class:`CudaError` naming the call and the
+error. The process uses each device's *primary* context, wrapped once per device by
+:class:`Context`; every public method binds that context to the calling thread first,
+so the objects here can be used from any thread without push/pop bookkeeping.
+
+A sticky error (an illegal address, a trap, ...) poisons the context until
+:meth:`Context.reset`. A reset frees every allocation and module, so each
+:class:`DeviceBuffer` and :class:`Module` remembers the context *generation* it was
+made in and refuses to touch a handle from an earlier one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, ClassVar, Self
+
+from cuda.bindings import driver as cu
+from cuda.pathfinder import DynamicLibNotFoundError
+
+from dialect.errors import TensorWasmError
+
+logger = logging.getLogger(__name__)
+
+#: Bytes reserved for each JIT log; the driver truncates longer logs.
+JIT_LOG_BYTES = 64 * 1024
+
+# Errors after which the context is unusable until it is reset (CUDA programming
+# guide: "sticky" errors corrupt the context and are returned by every later call).
+_STICKY_ERRORS = frozenset(
+    int(getattr(cu.CUresult, f"CUDA_ERROR_{name}"))
+    for name in (
+        "ILLEGAL_ADDRESS",
+        "LAUNCH_TIMEOUT",
+        "ASSERT",
+        "HARDWARE_STACK_ERROR",
+        "ILLEGAL_INSTRUCTION",
+        "MISALIGNED_ADDRESS",
+        "INVALID_ADDRESS_SPACE",
+        "INVALID_PC",
+        "LAUNCH_FAILED",
+        "TENSOR_MEMORY_LEAK",
+        "ECC_UNCORRECTABLE",
+        "NVLINK_UNCORRECTABLE",
+        "CONTAINED",
+    )
+)
+
+# cuInit results that mean "this machine has no usable GPU" rather than a bug.
+_NO_GPU_REASONS = {
+    int(getattr(cu.CUresult, f"CUDA_ERROR_{name}")): reason
+    for name, reason in (
+        ("NO_DEVICE", "the driver sees no device (check CUDA_VISIBLE_DEVICES)"),
+        ("STUB_LIBRARY", "libcuda.so is the CUDA toolkit's stub, not a driver"),
+        ("SYSTEM_DRIVER_MISMATCH", "the kernel module and libcuda.so differ"),
+        ("COMPAT_NOT_SUPPORTED_ON_DEVICE", "the compat driver lacks this device"),
+        ("CALL_REQUIRES_NEWER_DRIVER", "the NVIDIA driver is too old"),
+        ("DEVICE_UNAVAILABLE", "the device is busy or in exclusive mode"),
+        ("SYSTEM_NOT_READY", "the system is not ready (nvidia-fabricmanager?)"),
+    )
+}
+
+
+class CudaError(TensorWasmError):
+    """A CUDA driver call failed.
+
+    ``call`` names the driver function, ``code`` is the raw ``CUresult`` value and
+    ``error_name`` its symbolic name, e.g. ``CUDA_ERROR_OUT_OF_MEMORY``.
+    """
+
+    def __init__(self, call: str, code: int, detail: str = "") -> None:
+        self.call = call
+        self.code = int(code)
+        self.error_name, description = _describe(self.code)
+        message = f"{call} failed: {self.error_name}"
+        if description:
+            message += f" ({description})"
+        if detail:
+            message += f": {detail}"
+        super().__init__(message)
+
+    @property
+    def sticky(self) -> bool:
+        """Whether the error poisoned the context, so only :meth:`Context.reset` helps."""
+        return self.code in _STICKY_ERRORS
+
+
+class ModuleLoadError(CudaError):
+    """The driver JIT rejected a PTX module; ``log`` holds its error log."""
+
+    def __init__(self, call: str, code: int, log: str, arch: str) -> None:
+        self.log = log
+        detail = (
+            f"the PTX JIT for {arch} rejected the module\n{log or '(empty JIT log)'}\n"
+            f"reproduce offline with: ptxas -arch={arch} module.ptx"
+        )
+        super().__init__(call, code, detail)
+
+
+class NoGPU(TensorWasmError):
+    """No usable GPU: the driver library, a device or a recent enough driver is missing."""
+
+
+class StaleHandleError(TensorWasmError):
+    """A buffer, module or kernel was used after it was freed or its context was reset."""
+
+
+def _describe(code: int) -> tuple[str, str]:
+    """Return ``(name, description)`` for a ``CUresult``, without needing the driver."""
+    try:
+        member = cu.CUresult(code)
+    except ValueError:
+        return f"CUDA_ERROR_{code}", ""
+    try:
+        name_err, name = cu.cuGetErrorName(member)
+        text_err, text = cu.cuGetErrorString(member)
+    except (RuntimeError, OSError):
+        # Only the driver library knows the descriptions; the enum still knows the name.
+        return member.name, ""
+    if name_err != cu.CUresult.CUDA_SUCCESS or text_err != cu.CUresult.CUDA_SUCCESS:
+        return member.name, ""
+    return name.decode(), text.decode()
+
+
+def check(call: str, result: tuple[Any, ...]) -> Any:
+    """Unpack a cuda-python ``(CUresult, *values)`` tuple, raising :class:`CudaError`.
+
+    Returns None when the call has no outputs, the value itself for one output and a
+    tuple for several.
+    """
+    err, *values = result
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise CudaError(call, err)
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return tuple(values)
+
+
+_init_lock = threading.Lock()
+# None until cuInit has been tried; then "" on success or the NoGPU message.
+_init_failure: str | None = None
+
+
+def _ensure_init() -> None:
+    """Call cuInit once per process; raise :class:`NoGPU` when it cannot succeed."""
+    global _init_failure
+    with _init_lock:
+        if _init_failure is None:
+            _init_failure = _try_init()
+    if _init_failure:
+        raise NoGPU(_init_failure)
+
+
+def _try_init() -> str:
+    try:
+        (err,) = cu.cuInit(0)
+    except (DynamicLibNotFoundError, OSError) as exc:
+        return f"no usable GPU: the NVIDIA driver library (libcuda) is not installed ({exc})"
+    if int(err) in _NO_GPU_REASONS:
+        return f"no usable GPU: {_NO_GPU_REASONS[int(err)]} [{err.name}]"
+    check("cuInit", (err,))
+    if check("cuDeviceGetCount", cu.cuDeviceGetCount()) == 0:
+        return "no usable GPU: the driver reports zero devices"
+    logger.debug("CUDA driver initialised")
+    return ""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What the compiler and reports need to know about one GPU."""
+
+    ordinal: int
+    name: str
+    compute_capability: tuple[int, int]
+    driver_version: int
+    total_memory: int
+    multiprocessor_count: int
+
+    @property
+    def arch(self) -> str:
+        """The PTX target name, e.g. ``sm_90``."""
+        major, minor = self.compute_capability
+        return f"sm_{major}{minor}"
+
+
+def driver_available() -> bool:
+    """Whether the driver initialises and sees at least one device."""
+    try:
+        _ensure_init()
+    except NoGPU:
+        return False
+    return True
+
+
+def _device_attribute(attribute: Any, device: Any) -> int:
+    return check("cuDeviceGetAttribute", cu.cuDeviceGetAttribute(attribute, device))
+
+
+def device_info(ordinal: int = 0) -> DeviceInfo:
+    """Describe device ``ordinal``; raises :class:`NoGPU` when there is no GPU."""
+    _ensure_init()
+    device = check("cuDeviceGet", cu.cuDeviceGet(ordinal))
+    raw_name = check("cuDeviceGetName", cu.cuDeviceGetName(256, device))
+    attr = cu.CUdevice_attribute
+    return DeviceInfo(
+        ordinal=ordinal,
+        name=raw_name.split(b"\0", 1)[0].decode(errors="replace"),
+        compute_capability=(
+            _device_attribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
+            _device_attribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
+        ),
+        driver_version=check("cuDriverGetVersion", cu.cuDriverGetVersion()),
+        total_memory=check("cuDeviceTotalMem", cu.cuDeviceTotalMem(device)),
+        multiprocessor_count=_device_attribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
+    )
+
+
+def devices() -> list[DeviceInfo]:
+    """Every visible GPU; an empty list (never :class:`NoGPU`) when there is none."""
+    try:
+        _ensure_init()
+    except NoGPU as exc:
+        logger.debug("%s", exc)
+        return []
+    count = check("cuDeviceGetCount", cu.cuDeviceGetCount())
+    return [device_info(ordinal) for ordinal in range(count)]
+
+
+def _host_view(data: Any, writable: bool) -> memoryview:
+    """A view of a contiguous host buffer (bytes, bytearray, memoryview, numpy array)."""
+    try:
+        view = memoryview(data)
+    except TypeError as exc:
+        raise TensorWasmError(f"{type(data).__name__} is not a host buffer") from exc
+    if not view.c_contiguous:
+        raise TensorWasmError("host buffer must be C-contiguous")
+    if writable and view.readonly:
+        raise TensorWasmError("destination host buffer is read-only")
+    return view
+
+
+class Context:
+    """The process-wide wrapper of one device's primary context; see :meth:`get`.
+
+    ``info`` describes the device; ``generation`` counts the resets so far.
+    """
+
+    _instances: ClassVar[dict[int, Context]] = {}
+    _instances_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, info: DeviceInfo, device: Any, handle: Any) -> None:
+        self.info = info
+        self._device = device
+        self._handle = handle
+        self._lock = threading.Lock()
+        # Bumped by reset(): objects from an older generation hold dangling handles.
+        self.generation = 0
+
+    @classmethod
+    def get(cls, ordinal: int = 0) -> Context:
+        """The one :class:`Context` of device ``ordinal``, created on first use."""
+        with cls._instances_lock:
+            context = cls._instances.get(ordinal)
+            if context is None:
+                info = device_info(ordinal)
+                device = check("cuDeviceGet", cu.cuDeviceGet(ordinal))
+                handle = check("cuDevicePrimaryCtxRetain", cu.cuDevicePrimaryCtxRetain(device))
+                context = cls(info, device, handle)
+                cls._instances[ordinal] = context
+                logger.info(
+                    "using GPU %d: %s (%s, driver %d)",
+                    ordinal,
+                    info.name,
+                    info.arch,
+                    info.driver_version,
+                )
+            return context
+
+    def bind(self) -> None:
+        """Make this context current on the calling thread."""
+        check("cuCtxSetCurrent", cu.cuCtxSetCurrent(self._handle))
+
+    def synchronize(self) -> None:
+        """Wait for all work in the context; surfaces asynchronous kernel faults."""
+        self.bind()
+        check("cuCtxSynchronize", cu.cuCtxSynchronize())
+
+    def reset(self) -> None:
+        """Recover from a sticky error by destroying and recreating the primary context.
+
+        Every buffer, module and kernel made before the reset becomes stale.
+        """
+        with self._lock:
+            check("cuDevicePrimaryCtxReset", cu.cuDevicePrimaryCtxReset(self._device))
+            # Reset keeps our retain count; retaining again yields the new handle and
+            # the release keeps the count at the one reference this object owns.
+            self._handle = check("cuDevicePrimaryCtxRetain", cu.cuDevicePrimaryCtxRetain(self._device))
+            check("cuDevicePrimaryCtxRelease", cu.cuDevicePrimaryCtxRelease(self._device))
+            self.generation += 1
+        logger.warning("GPU %d context reset (generation %d)", self.info.ordinal, self.generation)
+
+    def mem_alloc(self, nbytes: int) -> DeviceBuffer:
+        """Allocate ``nbytes`` of device memory."""
+        self.bind()
+        ptr = check("cuMemAlloc", cu.cuMemAlloc(nbytes))
+        return DeviceBuffer(self, int(ptr), nbytes)
+
+    def mem_get_info(self) -> tuple[int, int]:
+        """``(free, total)`` device memory in bytes."""
+        self.bind()
+        return check("cuMemGetInfo", cu.cuMemGetInfo())
+
+    def memcpy_htod(self, dst_ptr: int, src: Any, nbytes: int | None = None) -> None:
+        """Copy host ``src`` to device address ``dst_ptr``.
+
+        ``src`` is a contiguous buffer (its size is the default ``nbytes``) or an int
+        host address, e.g. from ``ctypes.addressof``, for which ``nbytes`` is required.
+        """
+        host, nbytes = self._host_source(src, nbytes, writable=False)
+        self.bind()
+        check("cuMemcpyHtoD", cu.cuMemcpyHtoD(dst_ptr, host, nbytes))
+
+    def memcpy_dtoh(self, dst: Any, src_ptr: int, nbytes: int | None = None) -> None:
+        """Copy ``nbytes`` (default: all of ``dst``) from device ``src_ptr`` into ``dst``."""
+        host, nbytes = self._host_source(dst, nbytes, writable=True)
+        self.bind()
+        check("cuMemcpyDtoH", cu.cuMemcpyDtoH(host, src_ptr, nbytes))
+
+    @staticmethod
+    def _host_source(data: Any, nbytes: int | None, writable: bool) -> tuple[Any, int]:
+        if isinstance(data, int):
+            if nbytes is None:
+                raise TensorWasmError("a raw host address needs an explicit nbytes")
+            return data, nbytes
+        view = _host_view(data, writable)
+        if nbytes is None:
+            nbytes = view.nbytes
+        elif nbytes > view.nbytes:
+            raise TensorWasmError(f"copy of {nbytes} bytes overruns a {view.nbytes}-byte host buffer")
+        return view, nbytes
+
+    def memset_d8(self, ptr: int, value: int, nbytes: int) -> None:
+        """Set ``nbytes`` bytes at device address ``ptr`` to ``value``."""
+        self.bind()
+        check("cuMemsetD8", cu.cuMemsetD8(ptr, value & 0xFF, nbytes))
+
+    def load_module(self, ptx: bytes | str) -> Module:
+        """JIT-compile and load a PTX module; raises :class:`ModuleLoadError` with the log."""
+        image = ptx.encode() if isinstance(ptx, str) else bytes(ptx)
+        if not image.endswith(b"\0"):
+            image += b"\0"  # the driver reads PTX as a C string
+        error_log = bytearray(JIT_LOG_BYTES)
+        info_log = bytearray(JIT_LOG_BYTES)
+        jit = cu.CUjit_option
+        options = [
+            jit.CU_JIT_ERROR_LOG_BUFFER,
+            jit.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+            jit.CU_JIT_INFO_LOG_BUFFER,
+            jit.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+        ]
+        values = [error_log, JIT_LOG_BYTES, info_log, JIT_LOG_BYTES]
+        self.bind()
+        err, handle = cu.cuModuleLoadDataEx(image, len(options), options, values)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise ModuleLoadError("cuModuleLoadDataEx", err, _c_string(error_log), self.info.arch)
+        if info := _c_string(info_log):
+            logger.debug("PTX JIT info log:\n%s", info)
+        entries = tuple(re.findall(rb"\.entry\s+([A-Za-z_$%][\w$]*)", image))
+        return Module(self, handle, tuple(name.decode() for name in entries))
+
+
+def _c_string(buffer: bytearray) -> str:
+    """Decode a NUL-terminated driver log."""
+    return buffer.split(b"\0", 1)[0].decode(errors="replace").strip()
+
+
+class _ContextObject:
+    """Shared staleness check of objects that hold a handle in one context generation."""
+
+    def __init__(self, context: Context, what: str) -> None:
+        self.context = context
+        self._generation = context.generation
+        self._what = what
+        self._released = False
+
+    def _live(self) -> bool:
+        return not self._released and self._generation == self.context.generation
+
+    def ensure_live(self) -> None:
+        """Bind the owning context, or raise :class:`StaleHandleError` if released."""
+        if self._released:
+            raise StaleHandleError(f"{self._what} was already released")
+        if self._generation != self.context.generation:
+            raise StaleHandleError(f"{self._what} belongs to a GPU context that was reset")
+        self.context.bind()
+
+
+class DeviceBuffer(_ContextObject):
+    """An owned device allocation; free it with :meth:`free` or a ``with`` block."""
+
+    def __init__(self, context: Context, ptr: int, nbytes: int) -> None:
+        super().__init__(context, f"device buffer 0x{ptr:x} ({nbytes} bytes)")
+        self._ptr = ptr
+        self.nbytes = nbytes
+
+    @property
+    def ptr(self) -> int:
+        """The device address; raises :class:`StaleHandleError` once freed or reset."""
+        self.ensure_live()
+        return self._ptr
+
+    def free(self) -> None:
+        """Release the allocation; freeing twice, or after a reset, does nothing."""
+        if self._live():
+            self.context.bind()
+            check("cuMemFree", cu.cuMemFree(self._ptr))
+        self._released = True
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.free()
+
+
+class Module(_ContextObject):
+    """A loaded PTX module."""
+
+    def __init__(self, context: Context, handle: Any, entries: tuple[str, ...]) -> None:
+        super().__init__(context, "CUDA module")
+        self._handle = handle
+        self.entries = entries
+
+    def function(self, name: str) -> Kernel:
+        """The kernel ``name``; a missing kernel is a :class:`CudaError` naming it."""
+        self.ensure_live()
+        err, handle = cu.cuModuleGetFunction(self._handle, name.encode())
+        if err != cu.CUresult.CUDA_SUCCESS:
+            defined = ", ".join(self.entries) or "no kernels"
+            raise CudaError(
+                "cuModuleGetFunction",
+                err,
+                f"kernel {name!r} (module defines {defined})",
+            )
+        return Kernel(self, name, handle)
+
+    def unload(self) -> None:
+        """Unload the module; idempotent, and a no-op after a context reset."""
+        if self._live():
+            self.context.bind()
+            check("cuModuleUnload", cu.cuModuleUnload(self._handle))
+        self._released = True
+
+
+@dataclass(frozen=True)
+class KernelAttributes:
+    """Static resource use of a compiled kernel, for reports."""
+
+    num_regs: int
+    max_threads_per_block: int
+    local_size_bytes: int
+    shared_size_bytes: int
+    const_size_bytes: int
+
+
+KernelArg = ctypes._SimpleCData | tuple[type[ctypes._SimpleCData], Any] | DeviceBuffer
+
+
+def _kernel_arg(arg: KernelArg) -> ctypes._SimpleCData:
+    """A ctypes scalar whose storage the driver copies the parameter from."""
+    if isinstance(arg, ctypes._SimpleCData):
+        return arg
+    if isinstance(arg, DeviceBuffer):
+        return ctypes.c_uint64(arg.ptr)
+    if isinstance(arg, tuple) and len(arg) == 2:
+        ctype, value = arg
+        return ctype(value)
+    raise TensorWasmError(f"kernel argument {arg!r} is not a ctypes scalar or (type, value)")
+
+
+def _dims(what: str, dims: Sequence[int]) -> tuple[int, int, int]:
+    if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims):
+        raise TensorWasmError(f"{what} must be 1 to 3 positive sizes, got {tuple(dims)}")
+    x, y, z = (*dims, 1, 1)[:3]
+    return x, y, z
+
+
+class Kernel:
+    """One ``.entry`` of a loaded :class:`Module`."""
+
+    def __init__(self, module: Module, name: str, handle: Any) -> None:
+        self.module = module
+        self.name = name
+        self._handle = handle
+
+    def launch(
+        self,
+        grid: Sequence[int],
+        block: Sequence[int],
+        args: Sequence[KernelArg] = (),
+        shared_mem: int = 0,
+        stream: Any = None,
+    ) -> None:
+        """Launch asynchronously; errors inside the kernel surface at the next sync.
+
+        ``args`` are ctypes scalars (``c_uint64`` for device pointers), ``(ctype,
+        value)`` pairs or :class:`DeviceBuffer` objects, in the kernel's order.
+        """
+        gx, gy, gz = _dims("grid", grid)
+        bx, by, bz = _dims("block", block)
+        self.module.ensure_live()
+        values = [_kernel_arg(arg) for arg in args]
+        # kernelParams is a void** whose entries point at each argument's storage;
+        # `values` and `pointers` must stay alive until cuLaunchKernel has returned.
+        pointers = (ctypes.c_void_p * len(values))(*map(ctypes.addressof, values))
+        params = ctypes.addressof(pointers) if values else 0
+        hstream = 0 if stream is None else stream
+        (err,) = cu.cuLaunchKernel(self._handle, gx, gy, gz, bx, by, bz, shared_mem, hstream, params, 0)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise CudaError("cuLaunchKernel", err, f"kernel {self.name!r}")
+
+    def set_max_dynamic_shared(self, nbytes: int) -> None:
+        """Allow launches with up to ``nbytes`` of dynamic shared memory (> 48 KiB opt-in)."""
+        self.module.ensure_live()
+        attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        check("cuFuncSetAttribute", cu.cuFuncSetAttribute(self._handle, attr, nbytes))
+
+    @property
+    def attributes(self) -> KernelAttributes:
+        """Registers, local memory and limits the JIT chose for this kernel."""
+        self.module.ensure_live()
+        attr = cu.CUfunction_attribute
+
+        def get(attribute: Any) -> int:
+            return check("cuFuncGetAttribute", cu.cuFuncGetAttribute(attribute, self._handle))
+
+        return KernelAttributes(
+            num_regs=get(attr.CU_FUNC_ATTRIBUTE_NUM_REGS),
+            max_threads_per_block=get(attr.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
+            local_size_bytes=get(attr.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES),
+            shared_size_bytes=get(attr.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES),
+            const_size_bytes=get(attr.CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES),
+        )

@@ -1,0 +1,16 @@
+"""docs/opcodes.md is generated from the code and must be current."""
+
+from __future__ import annotations
+
+from compiler.frontend.docs import DOC_PATH, render
+from compiler.frontend.opcodes import OPCODES
+
+
+def test_opcode_doc_is_current() -> None:
+    assert DOC_PATH.read_text() == render(), "run: python -m compiler.frontend.docs"
+
+
+def test_opcode_doc_lists_every_row() -> None:
+    text = render()
+    for op in OPCODES:
+        assert f"| `{op.name}` |" in text
