@@ -62,7 +62,10 @@ class Op:
     ):
         self.opdef = opdef
         self.operands = operands
-        self.results = [Value(t, self, i) for i, t in enumerate(result_types)]
+        if len(result_types) == 1:
+            self.results = [Value(result_types[0], self, 0)]
+        else:
+            self.results = [Value(t, self, i) for i, t in enumerate(result_types)]
         self.attrs = attrs
         self.successors = successors or []
         self.block: Block | None = None

@@ -75,14 +75,14 @@ SEEDS = [p.read_bytes() for p in CORPUS if p.stat().st_size < 8000]
 def mutated_modules(draw) -> bytes:
     data = bytearray(draw(st.sampled_from(SEEDS)))
     for _ in range(draw(st.integers(1, 4))):
+        if not data:
+            break
         kind = draw(st.sampled_from(["flip", "cut", "splice", "insert", "delete"]))
         pos = draw(st.integers(0, len(data) - 1))
         if kind == "flip":
             data[pos] ^= 1 << draw(st.integers(0, 7))
         elif kind == "cut":
             del data[pos:]
-            if not data:
-                break
         elif kind == "splice":
             other = draw(st.sampled_from(SEEDS))
             start = draw(st.integers(0, len(other) - 1))

@@ -79,7 +79,7 @@ PREFIX_THREADS = 0xFE
 PREFIX_GC = 0xFB
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # rows are unique: hash by identity
 class Opcode:
     """One row of the table.
 

@@ -95,6 +95,7 @@ class FunctionTranslator:
         self.reachable = True
         self.loops: list[LoopInfo] = []
         self.body: list[Instr] = []
+        self.constants: dict[tuple[Type, int], Value] = {}
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -118,7 +119,7 @@ class FunctionTranslator:
         owner = value.owner
         if isinstance(owner, Op) and owner.opdef is arith.zext and owner.operands[0].type is I1:
             return owner.operands[0]
-        zero = self.b.constant(value.type, 0)
+        zero = self.constant(value.type, 0)
         return self.b.value(arith.cmpi, value, zero, pred="ne")
 
     def widen(self, flag: Value) -> Value:
@@ -130,6 +131,15 @@ class FunctionTranslator:
     def switch_to(self, block: Block) -> None:
         self.b.block = block
         self.reachable = True
+        self.constants = {}
+
+    def constant(self, ty: Type, bits: int) -> Value:
+        """A constant, shared with an equal one earlier in the same block."""
+        key = (ty, bits)
+        value = self.constants.get(key)
+        if value is None:
+            value = self.constants[key] = self.b.constant(ty, bits)
+        return value
 
     def branch_op(self, opdef, operands: list[Value], succs: list[Successor]) -> None:
         """Emit a terminator whose successors may still be placeholders to patch later."""
@@ -228,7 +238,7 @@ class FunctionTranslator:
     def _zero(self, ty: Type) -> Value:
         if ty.is_ref:
             return self.b.value(variables.ref_null, type=ty)
-        return self.b.constant(ty, 0)
+        return self.constant(ty, 0)
 
     def _loop(self, instr: Instr, index: int) -> None:
         params, results = self.block_sig(instr.imm)
@@ -495,9 +505,10 @@ def _store(op: Opcode) -> Handler:
 
 def _const(op: Opcode) -> Handler:
     ty = OPS_TYPES[op.result_types[0]]
+    mask = (1 << ty.bits) - 1
 
     def handle(t: FunctionTranslator, instr: Instr) -> None:
-        t.stack.append(t.b.constant(ty, instr.imm))
+        t.stack.append(t.constant(ty, instr.imm & mask))
 
     return handle
 
@@ -510,7 +521,7 @@ def _compare(op: Opcode) -> Handler:
     def handle(t: FunctionTranslator, instr: Instr) -> None:
         if unary:
             lhs = t.stack.pop()
-            rhs = t.b.constant(lhs.type, 0)
+            rhs = t.constant(lhs.type, 0)
         else:
             lhs, rhs = t.pop(2)
         t.stack.append(t.widen(t.b.value(opdef, lhs, rhs, pred=pred)))
