@@ -52,7 +52,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     args = parser.parse_args()
-    modules = args.modules or [max((ROOT / "examples").glob("**/build/*.wasm"), key=lambda p: p.stat().st_size)]
+    modules = args.modules or [
+        max((ROOT / "examples").glob("**/build/*.wasm"), key=lambda p: p.stat().st_size)
+    ]
     results = [measure(p, args.repeat) for p in modules]
     if args.json:
         json.dump(results, sys.stdout, indent=2)

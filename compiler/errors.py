@@ -42,3 +42,11 @@ class TranslateError(TensorWasmError):
 
 class CompileError(TensorWasmError):
     """A later stage (lowering, code generation) failed; the message names the op."""
+
+
+class NotCompilable(CompileError):
+    """A function cannot run on the chosen backend (it calls a host import, say)."""
+
+    def __init__(self, message: str, import_name: tuple[str, str] | None = None):
+        self.import_name = import_name
+        super().__init__(message)

@@ -223,6 +223,8 @@ class Module:
     globals: list[GlobalDecl] = field(default_factory=list)
     memories: list[MemoryDecl] = field(default_factory=list)
     tables: list[TableDecl] = field(default_factory=list)
+    # Functions a table can hold: named by element segments or by ref.func anywhere.
+    table_funcs: set[int] = field(default_factory=set)
 
     def function(self, key: str | int) -> Function:
         """Find a function by index, export name or debug name."""

@@ -309,6 +309,15 @@ class Context:
             self.generation += 1
         logger.warning("GPU %d context reset (generation %d)", self.info.ordinal, self.generation)
 
+    def set_stack_size(self, nbytes: int) -> None:
+        """Per-thread stack for device calls; the driver reserves it for every resident thread."""
+        self.bind()
+        check("cuCtxSetLimit", cu.cuCtxSetLimit(cu.CUlimit.CU_LIMIT_STACK_SIZE, nbytes))
+
+    def stack_size(self) -> int:
+        self.bind()
+        return int(check("cuCtxGetLimit", cu.cuCtxGetLimit(cu.CUlimit.CU_LIMIT_STACK_SIZE)))
+
     def mem_alloc(self, nbytes: int) -> DeviceBuffer:
         """Allocate ``nbytes`` of device memory."""
         self.bind()

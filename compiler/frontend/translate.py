@@ -655,9 +655,7 @@ def translate_module(wasm: WasmModule, *, verify: bool = True) -> Module:
     module = Module(types=list(wasm.types))
     for g_type in wasm.global_types():
         module.globals.append(GlobalDecl(g_type.type, g_type.mutable))
-    for imp in wasm.imports:
-        if imp.kind == "global":
-            pass
+    module.table_funcs = referenced_functions(wasm)
     module.memories = [MemoryDecl(lim.min, lim.max) for lim in wasm.memory_limits()]
     module.tables = [TableDecl(t.elem, t.limits.min, t.limits.max) for t in wasm.table_types()]
     index = 0
@@ -676,6 +674,17 @@ def translate_module(wasm: WasmModule, *, verify: bool = True) -> Module:
         module.functions.append(translate_function(wasm, index, verify=verify))
         index += 1
     return module
+
+
+def referenced_functions(wasm: WasmModule) -> set[int]:
+    """Functions that may end up in a table: in element segments or named by ref.func."""
+    refs: set[int] = set()
+    exprs = [item for seg in wasm.elements for item in seg.items]
+    exprs += [g.init for g in wasm.globals]
+    exprs += [code.body for code in wasm.codes]
+    for expr in exprs:
+        refs.update(i.imm for i in expr if i.op.name == "ref.func")
+    return refs
 
 
 def translate_function(wasm: WasmModule, index: int, *, verify: bool = True) -> Function:

@@ -1,0 +1,41 @@
+"""The layout shared by compiled code and the runtime that calls it.
+
+Compiled code sees an instance through one context block of 64-bit slots (``CTX_*``
+below); the runtime fills it on the host or on the device. Globals are 64-bit slots
+holding bit patterns (an i32 or f32 in the low half). Tables are descriptors of four
+slots (entries pointer, size, capacity, maximum) and their entries are 64-bit slots:
+0 is null, a function reference is its index + 1. Data and element segments are
+descriptors of two slots (pointer, length); dropping a segment sets its length to 0.
+
+A whole-function entry point ``tw_call_<index>(ctx, io)`` reads the arguments from
+``io[1..]``, writes the results to ``io[1..]`` and the trap code (0 for none) to ``io[0]``.
+"""
+
+from __future__ import annotations
+
+CTX_MEM_BASE = 0
+CTX_MEM_SIZE = 1  # bytes
+CTX_MEM_CAPACITY = 2  # bytes reserved: memory.grow fails beyond this
+CTX_MEM_MAX_PAGES = 3  # the declared maximum, or 65536
+CTX_GLOBALS = 4
+CTX_TABLES = 5
+CTX_TRAP = 6
+CTX_DEPTH = 7  # call depth, for the stack-exhaustion trap
+CTX_DATA = 8
+CTX_ELEMS = 9
+CTX_SLOTS = 10
+
+TABLE_PTR, TABLE_SIZE, TABLE_CAPACITY, TABLE_MAX = 0, 1, 2, 3
+TABLE_SLOTS = 4
+SEGMENT_PTR, SEGMENT_LEN = 0, 1
+SEGMENT_SLOTS = 2
+
+PAGE_SIZE = 65536
+IO_TRAP = 0
+IO_VALUES = 1
+
+ENTRY_PREFIX = "tw_call_"
+
+
+def entry_name(func_index: int) -> str:
+    return f"{ENTRY_PREFIX}{func_index}"

@@ -1,0 +1,324 @@
+"""Lowering of dialect functions and whole-function entry points to LLVM IR.
+
+:class:`ModuleLowering` owns one LLVM module per compilation: it declares lowered
+functions on first use (so only what the entry points reach is compiled), refuses a
+closure that reaches a host import, and writes the entry points of :mod:`abi`.
+:class:`FunctionLowering` walks one dialect function block by block: block arguments
+become phi nodes, each op goes to the lowering of its family (numeric, convert, memory,
+control) through one table, and every failure is reported with the op, the function and
+the Wasm byte offset it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from compiler.errors import CompileError, NotCompilable
+from compiler.lower import abi, control, convert, memory, numeric
+from compiler.lower.env import Environment, i64_const
+from compiler.lower.types import I64_T, PTR_T, VOID_T, constant, from_slot, llvm_type, to_slot
+from compiler.traps import TrapKind
+from dialect import cf
+from dialect.errors import TensorWasmError
+from dialect.ir import Block, FuncSig, Function, Module, Op
+
+LOWERINGS = {
+    **numeric.LOWERINGS,
+    **convert.LOWERINGS,
+    **memory.LOWERINGS,
+    **control.LOWERINGS,
+}
+TERMINATORS = {"cf.br", "cf.cond_br", "cf.switch", "cf.return", "cf.trap"}
+
+
+@dataclass(frozen=True)
+class LowerOptions:
+    """Options that change the generated code (part of every cache key)."""
+
+    max_call_depth: int = 10_000
+
+
+def callees(module: Module, func: Function) -> Iterable[int]:
+    """Every function ``func`` may call, directly or through a table."""
+    for op in func.ops():
+        if op.name == "func.call":
+            yield op.attrs["callee"]
+        elif op.name == "func.call_indirect":
+            yield from indirect_candidates(module, op.attrs["sig"])
+
+
+def indirect_candidates(module: Module, sig: FuncSig) -> list[int]:
+    """Functions of type ``sig`` that a table can hold (Wasm compares types structurally)."""
+    return sorted(
+        i
+        for i in module.table_funcs
+        if module.functions[i].params == sig.params and module.functions[i].results == sig.results
+    )
+
+
+def reachable(module: Module, roots: Iterable[int]) -> list[int]:
+    """The functions reachable from ``roots``; NotCompilable if that includes an import."""
+    seen: dict[int, int | None] = {}
+    stack = [(root, None) for root in roots]
+    order = []
+    while stack:
+        index, caller = stack.pop()
+        if index in seen:
+            continue
+        seen[index] = caller
+        func = module.functions[index]
+        if func.is_import:
+            chain = []
+            at: int | None = index
+            while at is not None:
+                chain.append(module.functions[at].name)
+                at = seen[at]
+            mod, name = func.import_name
+            path = " -> ".join(reversed(chain))
+            raise NotCompilable(f"calls host import {mod}.{name} ({path})", func.import_name)
+        order.append(index)
+        stack.extend((callee, index) for callee in callees(module, func))
+    return order
+
+
+def recursive_functions(module: Module, functions: list[int]) -> set[int]:
+    """Functions on a call-graph cycle (Tarjan's strongly connected components, iteratively)."""
+    graph = {f: sorted(set(callees(module, module.functions[f]))) for f in functions}
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on_stack: set[int] = set()
+    stack: list[int] = []
+    result: set[int] = set()
+    counter = 0
+    for root in functions:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = counter
+                counter += 1
+                stack.append(node)
+                on_stack.add(node)
+            succs = graph.get(node, [])
+            if i < len(succs):
+                work.append((node, i + 1))
+                nxt = succs[i]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in graph.get(node, []):
+                    result.update(component)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return result
+
+
+class ModuleLowering:
+    """One LLVM module holding the entry points asked for and everything they reach."""
+
+    def __init__(self, module: Module, target, options: LowerOptions | None = None, name: str = "wasm"):
+        self.dialect = module
+        self.target = target
+        self.options = options or LowerOptions()
+        self.llvm = ir.Module(name=name)
+        self.llvm.triple = target.triple
+        self.llvm.data_layout = target.data_layout
+        self.functions: dict[int, ir.Function] = {}
+        self.recursive: set[int] = set()
+
+    def function_for(self, index: int) -> ir.Function:
+        fn = self.functions.get(index)
+        if fn is None:
+            func = self.dialect.functions[index]
+            results = [llvm_type(t) for t in func.results]
+            if not results:
+                ret = VOID_T
+            elif len(results) == 1:
+                ret = results[0]
+            else:
+                ret = ir.LiteralStructType(results)
+            params = [PTR_T] + [llvm_type(t) for t in func.params]
+            fn = ir.Function(self.llvm, ir.FunctionType(ret, params), name=f"wasm_f{index}")
+            fn.linkage = "internal"
+            self.functions[index] = fn
+        return fn
+
+    def indirect_candidates(self, sig: FuncSig) -> list[int]:
+        return indirect_candidates(self.dialect, sig)
+
+    def lower_entries(self, indices: Iterable[int]) -> list[str]:
+        """Lower whole-function entry points for ``indices``; returns their symbol names."""
+        indices = list(indices)
+        closure = reachable(self.dialect, indices)
+        self.recursive = recursive_functions(self.dialect, closure)
+        for index in closure:
+            FunctionLowering(self, self.dialect.functions[index]).lower()
+        return [self.lower_entry(index) for index in indices]
+
+    def lower_entry(self, index: int) -> str:
+        """``tw_call_<index>(ctx, io)``: clear the trap slot, call, store trap code and results."""
+        func = self.dialect.functions[index]
+        fnty = ir.FunctionType(VOID_T, [PTR_T, PTR_T])
+        entry = ir.Function(self.llvm, fnty, name=abi.entry_name(index))
+        self.target.mark_entry(entry)
+        ctx, io = entry.args
+        b = ir.IRBuilder(entry.append_basic_block("entry"))
+
+        def slot(base, i):
+            return b.gep(base, [ir.Constant(I64_T, i)], source_etype=I64_T)
+
+        b.store(i64_const(0), slot(ctx, abi.CTX_TRAP))
+        b.store(i64_const(0), slot(ctx, abi.CTX_DEPTH))
+        args = [
+            from_slot(b, b.load(slot(io, abi.IO_VALUES + i), typ=I64_T), llvm_type(t))
+            for i, t in enumerate(func.params)
+        ]
+        value = b.call(self.function_for(index), [ctx, *args])
+        b.store(b.load(slot(ctx, abi.CTX_TRAP), typ=I64_T), slot(io, abi.IO_TRAP))
+        n = len(func.results)
+        values = [value] if n == 1 else [b.extract_value(value, i) for i in range(n)]
+        for i, v in enumerate(values):
+            b.store(to_slot(b, v), slot(io, abi.IO_VALUES + i))
+        b.ret_void()
+        return entry.name
+
+
+class FunctionLowering:
+    """Lowers one dialect function into the LLVM function its module declared."""
+
+    def __init__(self, lowering: ModuleLowering, func: Function):
+        self.lowering = lowering
+        self.func = func
+        self.module = lowering.llvm
+        self.target = lowering.target
+        self.fn = lowering.function_for(func.index)
+        self.ctx = self.fn.args[0]
+        self.values: dict = {}
+        self.blocks: dict[Block, ir.Block] = {}
+        self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        self.env = Environment(self.b, self.fn, self.ctx)
+        self.depth: ir.Value | None = None
+
+    def llvm_type(self, ty) -> ir.Type:
+        return llvm_type(ty)
+
+    def lower(self) -> None:
+        func = self.func
+        for block in func.blocks:
+            llvm_block = self.blocks[block] = self.fn.append_basic_block(f"bb{len(self.blocks)}")
+            if block is not func.entry:
+                with self.b.goto_block(llvm_block):
+                    for arg in block.args:
+                        self.values[arg] = self.b.phi(llvm_type(arg.type))
+        for arg, value in zip(func.entry.args, self.fn.args[1:], strict=True):
+            self.values[arg] = value
+        if func.index in self.lowering.recursive:
+            self._enter_depth()
+        self.b.branch(self.blocks[func.entry])
+        for block in func.blocks:
+            self.b.position_at_end(self.blocks[block])
+            for op in block.ops:
+                self._lower_op(op)
+
+    def _enter_depth(self) -> None:
+        """Count call depth in functions on a call cycle, trapping as stack exhaustion."""
+        b, env = self.b, self.env
+        depth = env.load_ctx(abi.CTX_DEPTH)
+        limit = i64_const(self.lowering.options.max_call_depth)
+        env.trap_if(b.icmp_unsigned(">=", depth, limit), TrapKind.STACK_OVERFLOW, "depth.ok")
+        env.store_ctx(abi.CTX_DEPTH, b.add(depth, i64_const(1)))
+        self.depth = depth
+
+    def _lower_op(self, op: Op) -> None:
+        try:
+            args = [self.values[v] for v in op.operands]
+            if op.name in TERMINATORS:
+                self._terminator(op, args)
+                return
+            lower = LOWERINGS.get(op.name)
+            if lower is None:
+                if op.name == "arith.constant":
+                    self.values[op.results[0]] = constant(op.attrs["type"], op.attrs["value"])
+                    return
+                raise CompileError(f"no lowering for {op.name}")
+            result = lower(self, op, args)
+            if isinstance(result, list):
+                for r, v in zip(op.results, result, strict=True):
+                    self.values[r] = v
+            elif op.results:
+                self.values[op.results[0]] = result
+        except TensorWasmError as exc:
+            if isinstance(exc, NotCompilable):
+                raise
+            where = f" at wasm offset 0x{op.offset:x}" if op.offset is not None else ""
+            raise CompileError(
+                f"function {self.func.index} ({self.func.name}): {op.name}{where}: {exc}"
+            ) from exc
+
+    def _edge(self, succ) -> ir.Block:
+        """The LLVM block a branch goes to, with its phis fed from the current block."""
+        target = self.blocks[succ.block]
+        for arg, value in zip(succ.block.args, succ.args, strict=True):
+            self.values[arg].add_incoming(self.values[value], self.b.block)
+        return target
+
+    def _edges(self, op: Op) -> list[ir.Block]:
+        """Targets of a multi-way branch; a target reached twice with arguments gets its own
+        edge block, since one predecessor cannot feed a phi two values."""
+        seen: set[Block] = set()
+        targets = []
+        for succ in op.successors:
+            if succ.block in seen and succ.block.args:
+                edge = self.fn.append_basic_block("edge")
+                with self.b.goto_block(edge):
+                    self.b.branch(self._edge(succ))
+                targets.append(edge)
+            else:
+                targets.append(self._edge(succ))
+            seen.add(succ.block)
+        return targets
+
+    def _terminator(self, op: Op, args) -> None:
+        b = self.b
+        opdef = op.opdef
+        if opdef is cf.br:
+            b.branch(self._edge(op.successors[0]))
+        elif opdef is cf.cond_br:
+            then, other = self._edges(op)
+            b.cbranch(args[0], then, other)
+        elif opdef is cf.switch:
+            *cases, default = self._edges(op)
+            switch = b.switch(args[0], default)
+            for i, target in enumerate(cases):
+                switch.add_case(ir.Constant(args[0].type, i), target)
+        elif opdef is cf.return_:
+            if self.depth is not None:
+                self.env.store_ctx(abi.CTX_DEPTH, self.depth)
+            ret = self.fn.function_type.return_type
+            if not args:
+                b.ret_void()
+            elif len(args) == 1:
+                b.ret(args[0])
+            else:
+                agg = ir.Constant(ret, None)
+                for i, value in enumerate(args):
+                    agg = b.insert_value(agg, value, i)
+                b.ret(agg)
+        elif opdef is cf.trap:
+            self.env.trap(TrapKind.UNREACHABLE)

@@ -1,0 +1,198 @@
+"""Integer and float arithmetic, comparisons and select.
+
+Ops whose Wasm semantics match LLVM's are rows of ``DIRECT`` (op -> IRBuilder method).
+Each gap between the two rule books has a helper named for it, with both rules stated:
+shift counts, division traps, rotations, bit counts, NaN-propagating min/max, and the
+sign-bit operations that must not touch a NaN's payload. No fast-math flag is ever set,
+so LLVM neither contracts ``a * b + c`` into an FMA nor flushes subnormals.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llvmlite import ir
+
+from compiler.lower.types import I1_T, int_of
+from compiler.traps import TrapKind
+from dialect.ir import Op
+
+if TYPE_CHECKING:
+    from compiler.lower.function import FunctionLowering
+
+# Ops that are one LLVM instruction with the same semantics.
+DIRECT = {
+    "arith.add": "add", "arith.sub": "sub", "arith.mul": "mul",
+    "arith.and": "and_", "arith.or": "or_", "arith.xor": "xor",
+    "arith.fadd": "fadd", "arith.fsub": "fsub", "arith.fmul": "fmul", "arith.fdiv": "fdiv",
+}  # fmt: skip
+# Float ops that are one LLVM intrinsic with IEEE semantics (correctly rounded, no FTZ).
+INTRINSICS = {
+    "arith.fceil": "llvm.ceil", "arith.ffloor": "llvm.floor", "arith.ftrunc": "llvm.trunc",
+    "arith.fnearest": "llvm.roundeven", "arith.fsqrt": "llvm.sqrt",
+}  # fmt: skip
+SIGNED_PREDICATES = {"eq": "==", "ne": "!=", "slt": "<", "sgt": ">", "sle": "<=", "sge": ">="}
+UNSIGNED_PREDICATES = {"ult": "<", "ugt": ">", "ule": "<=", "uge": ">="}
+FLOAT_PREDICATES = {"oeq": "==", "olt": "<", "ogt": ">", "ole": "<=", "oge": ">="}
+
+
+def intrinsic(fl: FunctionLowering, name: str, ty: ir.Type, args, extra_types=()) -> ir.Value:
+    """Call the overloaded LLVM intrinsic ``name`` at type ``ty``."""
+    suffix = {ir.FloatType: "f32", ir.DoubleType: "f64"}.get(type(ty)) or f"i{ty.width}"
+    full = f"{name}.{suffix}"
+    fn = fl.module.globals.get(full)
+    if fn is None:
+        arg_types = [ty] * (len(args) - len(extra_types)) + list(extra_types)
+        fn = ir.Function(fl.module, ir.FunctionType(ty, arg_types), name=full)
+    return fl.b.call(fn, args)
+
+
+def shift_count_mask(b: ir.IRBuilder, count: ir.Value) -> ir.Value:
+    """Wasm takes shift counts modulo the width; LLVM gives poison for counts >= width."""
+    return b.and_(count, ir.Constant(count.type, count.type.width - 1))
+
+
+def lower_shift(fl: FunctionLowering, op: Op, args) -> ir.Value:
+    x, count = args
+    method = {"arith.shl": "shl", "arith.shr_s": "ashr", "arith.shr_u": "lshr"}[op.name]
+    return getattr(fl.b, method)(x, shift_count_mask(fl.b, count))
+
+
+def lower_rotate(fl: FunctionLowering, op: Op, args) -> ir.Value:
+    """Wasm rotates modulo the width; LLVM's funnel shifts do too, with x as both halves."""
+    x, count = args
+    name = "llvm.fshl" if op.name == "arith.rotl" else "llvm.fshr"
+    return intrinsic(fl, name, x.type, [x, x, count])
+
+
+def lower_bit_count(fl: FunctionLowering, op: Op, args) -> ir.Value:
+    """clz/ctz of 0 is the width in Wasm; LLVM's ctlz/cttz agree when told zero is not poison."""
+    (x,) = args
+    if op.name == "arith.popcnt":
+        return intrinsic(fl, "llvm.ctpop", x.type, [x])
+    name = "llvm.ctlz" if op.name == "arith.clz" else "llvm.cttz"
+    return intrinsic(fl, name, x.type, [x, ir.Constant(I1_T, 0)], extra_types=[I1_T])
+
+
+def division_trap_checks(fl: FunctionLowering, x: ir.Value, y: ir.Value, signed_overflow: bool) -> None:
+    """Wasm traps on a zero divisor and on MIN / -1; LLVM makes both undefined behaviour."""
+    b, ty = fl.b, x.type
+    fl.env.trap_if(b.icmp_unsigned("==", y, ir.Constant(ty, 0)), TrapKind.INTEGER_DIVIDE_BY_ZERO)
+    if signed_overflow:
+        is_min = b.icmp_unsigned("==", x, ir.Constant(ty, 1 << (ty.width - 1)))
+        is_neg1 = b.icmp_unsigned("==", y, ir.Constant(ty, -1))
+        fl.env.trap_if(b.and_(is_min, is_neg1), TrapKind.INTEGER_OVERFLOW)
+
+
+def lower_division(fl: FunctionLowering, op: Op, args) -> ir.Value:
+    x, y = args
+    b = fl.b
+    if op.name == "arith.div_s":
+        division_trap_checks(fl, x, y, signed_overflow=True)
+        return b.sdiv(x, y)
+    division_trap_checks(fl, x, y, signed_overflow=False)
+    if op.name == "arith.div_u":
+        return b.udiv(x, y)
+    if op.name == "arith.rem_u":
+        return b.urem(x, y)
+    # rem_s: Wasm gives 0 for MIN rem -1, where LLVM's srem overflows; x rem 1 is that 0.
+    is_neg1 = b.icmp_unsigned("==", y, ir.Constant(y.type, -1))
+    return b.srem(x, b.select(is_neg1, ir.Constant(y.type, 1), y))
+
+
+def lower_sign_bit_op(fl: FunctionLowering, op: Op, args) -> ir.Value:
+    """abs, neg and copysign are bit operations in Wasm, NaN payload included; done on the bits
+    so no target instruction (PTX abs/neg on NaN) can canonicalise the payload."""
+    b = fl.b
+    ty = args[0].type
+    ity = int_of(ty)
+    sign = ir.Constant(ity, 1 << (ity.width - 1))
+    x = b.bitcast(args[0], ity)
+    if op.name == "arith.fabs":
+        bits = b.and_(x, ir.Constant(ity, (1 << (ity.width - 1)) - 1))
+    elif op.name == "arith.fneg":
+        bits = b.xor(x, sign)
+    else:
+        y = b.bitcast(args[1], ity)
+        magnitude = b.and_(x, ir.Constant(ity, (1 << (ity.width - 1)) - 1))
+        bits = b.or_(magnitude, b.and_(y, sign))
+    return b.bitcast(bits, ty)
+
+
+def wasm_min_max(fl: FunctionLowering, a: ir.Value, c: ir.Value, is_min: bool) -> ir.Value:
+    """Wasm min/max: NaN if either operand is NaN, and -0 < +0. IEEE minNum and PTX's plain
+    min return the other operand for one NaN, and may return either zero; so: NaN goes
+    first, equal operands (only +0/-0 differ in bits) combine their bits (or: -0 wins for
+    min; and: +0 wins for max), otherwise an ordered compare picks."""
+    b = fl.b
+    ity = int_of(a.type)
+    nan = b.fcmp_unordered("uno", a, c)
+    equal = b.fcmp_ordered("==", a, c)
+    ia, ic = b.bitcast(a, ity), b.bitcast(c, ity)
+    combined = b.bitcast(b.or_(ia, ic) if is_min else b.and_(ia, ic), a.type)
+    first = b.fcmp_ordered("<" if is_min else ">", a, c)
+    picked = b.select(equal, combined, b.select(first, a, c))
+    return b.select(nan, b.fadd(a, c), picked)  # a + c is a NaN that keeps a payload
+
+
+def lower_min_max(fl: FunctionLowering, op: Op, args) -> ir.Value:
+    a, c = args
+    is_min = op.name == "arith.fmin"
+    if fl.target.native_min_max(a.type):
+        # llvm.minimum/maximum have exactly Wasm's rules; PTX min.NaN/max.NaN (sm_80+, f32).
+        return intrinsic(fl, "llvm.minimum" if is_min else "llvm.maximum", a.type, [a, c])
+    return wasm_min_max(fl, a, c, is_min)
+
+
+def lower_cmpi(fl: FunctionLowering, op: Op, args) -> ir.Value:
+    pred = op.attrs["pred"]
+    if pred in UNSIGNED_PREDICATES:
+        return fl.b.icmp_unsigned(UNSIGNED_PREDICATES[pred], *args)
+    return fl.b.icmp_signed(SIGNED_PREDICATES[pred], *args)
+
+
+def lower_cmpf(fl: FunctionLowering, op: Op, args) -> ir.Value:
+    pred = op.attrs["pred"]
+    if pred == "une":
+        return fl.b.fcmp_unordered("!=", *args)
+    return fl.b.fcmp_ordered(FLOAT_PREDICATES[pred], *args)
+
+
+def lower_select(fl: FunctionLowering, op: Op, args) -> ir.Value:
+    return fl.b.select(*args)
+
+
+def lower_sext_inreg(fl: FunctionLowering, op: Op, args) -> ir.Value:
+    (x,) = args
+    narrow = fl.b.trunc(x, ir.IntType(op.attrs["bits"]))
+    return fl.b.sext(narrow, x.type)
+
+
+def _direct(method: str):
+    def lower(fl: FunctionLowering, op: Op, args) -> ir.Value:
+        return getattr(fl.b, method)(*args)
+
+    return lower
+
+
+def _intrinsic(name: str):
+    def lower(fl: FunctionLowering, op: Op, args) -> ir.Value:
+        return intrinsic(fl, name, args[0].type, args)
+
+    return lower
+
+
+LOWERINGS = {
+    **{name: _direct(method) for name, method in DIRECT.items()},
+    **{name: _intrinsic(intr) for name, intr in INTRINSICS.items()},
+    "arith.shl": lower_shift, "arith.shr_s": lower_shift, "arith.shr_u": lower_shift,
+    "arith.rotl": lower_rotate, "arith.rotr": lower_rotate,
+    "arith.clz": lower_bit_count, "arith.ctz": lower_bit_count, "arith.popcnt": lower_bit_count,
+    "arith.div_s": lower_division, "arith.div_u": lower_division,
+    "arith.rem_s": lower_division, "arith.rem_u": lower_division,
+    "arith.fabs": lower_sign_bit_op, "arith.fneg": lower_sign_bit_op,
+    "arith.fcopysign": lower_sign_bit_op,
+    "arith.fmin": lower_min_max, "arith.fmax": lower_min_max,
+    "arith.cmpi": lower_cmpi, "arith.cmpf": lower_cmpf,
+    "arith.select": lower_select, "arith.sext_inreg": lower_sext_inreg,
+}  # fmt: skip

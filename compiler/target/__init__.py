@@ -1,0 +1,221 @@
+"""Code generation targets: NVPTX by compute capability, and the host CPU.
+
+Both take the same LLVM IR from the lowering. :class:`NVPTXTarget` names an SM
+architecture and a PTX ISA version; :func:`nvptx_for_device` picks them from a device's
+compute capability (sm_90 from 9.0, sm_80 from 8.0, sm_75 from 7.5; older devices are
+refused) and the PTX ISA the installed driver accepts. :class:`HostTarget` compiles the IR
+for this machine with MCJIT, so every kernel also runs where there is no GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from compiler.errors import CompileError
+
+log = logging.getLogger(__name__)
+
+NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
+NVPTX_DATA_LAYOUT = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
+ARCHES = ("sm_75", "sm_80", "sm_90")
+# The PTX ISA version emitted for each architecture: the lowest that supports it and every
+# instruction the lowering uses (min.NaN needs 7.0), so older drivers can load it too.
+ARCH_PTX = {"sm_75": (7, 0), "sm_80": (7, 0), "sm_90": (7, 8)}
+# The newest PTX ISA each CUDA driver version (major, minor) can JIT.
+DRIVER_PTX = {
+    (11, 0): (7, 0), (11, 1): (7, 1), (11, 2): (7, 2), (11, 3): (7, 3), (11, 4): (7, 4),
+    (11, 5): (7, 5), (11, 6): (7, 6), (11, 7): (7, 7), (11, 8): (7, 8), (12, 0): (8, 0),
+    (12, 1): (8, 1), (12, 2): (8, 2), (12, 3): (8, 3), (12, 4): (8, 4), (12, 5): (8, 5),
+    (12, 6): (8, 5), (12, 8): (8, 7), (12, 9): (8, 8), (13, 0): (9, 0),
+}  # fmt: skip
+
+_LOCK = threading.Lock()
+
+
+def driver_ptx_limit(driver_version: int) -> tuple[int, int]:
+    """The newest PTX ISA a driver accepts; ``driver_version`` as cuDriverGetVersion gives it."""
+    version = (driver_version // 1000, (driver_version % 1000) // 10)
+    known = [v for v in DRIVER_PTX if v <= version]
+    if not known:
+        return (6, 0)
+    return DRIVER_PTX[max(known)]
+
+
+def arch_for_capability(capability: tuple[int, int]) -> str:
+    if capability >= (9, 0):
+        return "sm_90"
+    if capability >= (8, 0):
+        return "sm_80"
+    if capability >= (7, 5):
+        return "sm_75"
+    major, minor = capability
+    raise CompileError(
+        f"compute capability {major}.{minor} is not supported: TensorWasm needs 7.5 (Turing) or newer"
+    )
+
+
+class Target:
+    """What the lowering asks of a target, and how it turns LLVM IR into code."""
+
+    name: str
+    triple: str
+    data_layout: str
+    is_gpu: bool
+
+    def native_min_max(self, ty: ir.Type) -> bool:
+        """True where llvm.minimum/maximum compile to one instruction with Wasm's rules."""
+        return False
+
+    def mark_entry(self, fn: ir.Function) -> None:
+        pass
+
+    def thread_index(self, fl, name: str, dim: str) -> ir.Value:
+        raise CompileError(f"{name} needs a kernel launch on the {self.name} target")
+
+    def target_machine(self) -> llvm.TargetMachine:
+        raise NotImplementedError
+
+    def optimize(self, module: llvm.ModuleRef) -> None:
+        """The standard -O2 pipeline; no fast-math flags exist in our IR for it to exploit."""
+        tm = self.target_machine()
+        pto = llvm.create_pipeline_tuning_options(speed_level=2)
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(module, pb)
+
+    def parse(self, llvm_ir: str) -> llvm.ModuleRef:
+        try:
+            module = llvm.parse_assembly(llvm_ir)
+            module.verify()
+        except RuntimeError as exc:
+            raise CompileError(f"LLVM rejected the generated IR: {exc}") from exc
+        return module
+
+
+@dataclass(frozen=True)
+class NVPTXTarget(Target):
+    arch: str = "sm_90"
+    ptx_version: tuple[int, int] = (7, 8)
+
+    triple = NVPTX_TRIPLE
+    data_layout = NVPTX_DATA_LAYOUT
+    is_gpu = True
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHES:
+            raise CompileError(f"unknown target {self.arch!r}: choose one of {', '.join(ARCHES)}")
+        if self.ptx_version < ARCH_PTX[self.arch]:
+            want = ".".join(map(str, ARCH_PTX[self.arch]))
+            raise CompileError(f"{self.arch} needs PTX ISA {want} or newer")
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.arch
+
+    @property
+    def ptx_isa(self) -> str:
+        return f"{self.ptx_version[0]}.{self.ptx_version[1]}"
+
+    def native_min_max(self, ty: ir.Type) -> bool:
+        # PTX has min.NaN/max.NaN for f32 from sm_80; nothing for f64, nothing on sm_75.
+        return self.arch >= "sm_80" and isinstance(ty, ir.FloatType)
+
+    def mark_entry(self, fn: ir.Function) -> None:
+        fn.calling_convention = "ptx_kernel"
+
+    def thread_index(self, fl, name: str, dim: str) -> ir.Value:
+        register = {"gpu.thread_id": "tid", "gpu.block_id": "ctaid", "gpu.block_dim": "ntid",
+                    "gpu.grid_dim": "nctaid"}[name]  # fmt: skip
+        intrinsic = f"llvm.nvvm.read.ptx.sreg.{register}.{dim}"
+        fn = fl.module.globals.get(intrinsic)
+        if fn is None:
+            fn = ir.Function(fl.module, ir.FunctionType(ir.IntType(32), []), name=intrinsic)
+        return fl.b.call(fn, [])
+
+    def target_machine(self) -> llvm.TargetMachine:
+        with _LOCK:
+            llvm.initialize_all_targets()
+            llvm.initialize_all_asmprinters()
+            target = llvm.Target.from_triple(NVPTX_TRIPLE)
+        features = f"+ptx{self.ptx_version[0]}{self.ptx_version[1]}"
+        return target.create_target_machine(cpu=self.arch, features=features, opt=3)
+
+    def emit_ptx(self, llvm_ir: str) -> str:
+        """Optimise and generate PTX text; checked to be ASCII and of the requested version."""
+        module = self.parse(llvm_ir)
+        self.optimize(module)
+        ptx = self.target_machine().emit_assembly(module)
+        if not ptx.isascii():
+            raise CompileError("generated PTX is not ASCII")
+        if f".version {self.ptx_isa}" not in ptx or f".target {self.arch}" not in ptx:
+            raise CompileError(f"generated PTX does not declare .version {self.ptx_isa} / {self.arch}")
+        return ptx
+
+
+def nvptx_for_device(capability: tuple[int, int], driver_version: int | None = None) -> NVPTXTarget:
+    """The target for a device: architecture by capability, PTX ISA within the driver's reach."""
+    arch = arch_for_capability(capability)
+    ptx = ARCH_PTX[arch]
+    if driver_version is not None:
+        limit = driver_ptx_limit(driver_version)
+        if limit < ptx:
+            major, minor = divmod(driver_version // 10, 100)
+            raise CompileError(
+                f"the CUDA driver ({major}.{minor}) accepts PTX ISA up to {limit[0]}.{limit[1]}, "
+                f"but {arch} needs {ptx[0]}.{ptx[1]}: update the driver"
+            )
+    return NVPTXTarget(arch, ptx)
+
+
+def parse_target(name: str) -> NVPTXTarget | HostTarget:
+    """A target from its name: ``sm_75``, ``sm_80``, ``sm_90`` or ``host``."""
+    if name == "host":
+        return HostTarget()
+    return NVPTXTarget(name, ARCH_PTX.get(name, (7, 8)))
+
+
+@dataclass(frozen=True)
+class HostTarget(Target):
+    name = "host"
+    is_gpu = False
+
+    @property
+    def triple(self) -> str:  # type: ignore[override]
+        return llvm.get_process_triple()
+
+    @property
+    def data_layout(self) -> str:  # type: ignore[override]
+        return str(self.target_machine().target_data)
+
+    def target_machine(self) -> llvm.TargetMachine:
+        with _LOCK:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            target = llvm.Target.from_default_triple()
+        features = llvm.get_host_cpu_features().flatten()
+        return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=features, opt=2, jit=True)
+
+    def jit(self, llvm_ir: str) -> HostCode:
+        module = self.parse(llvm_ir)
+        self.optimize(module)
+        engine = llvm.create_mcjit_compiler(module, self.target_machine())
+        engine.finalize_object()
+        return HostCode(engine, module)
+
+
+class HostCode:
+    """Native code of one module, kept alive as long as its functions may be called."""
+
+    def __init__(self, engine: llvm.ExecutionEngine, module: llvm.ModuleRef):
+        self.engine = engine
+        self.module = module
+
+    def address(self, name: str) -> int:
+        address = self.engine.get_function_address(name)
+        if not address:
+            raise CompileError(f"no function {name} in the compiled module")
+        return address

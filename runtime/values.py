@@ -1,0 +1,248 @@
+"""Wasm values, call results and trap kinds: the encoding every backend and the CLI share.
+
+A value is a :data:`WasmValue`, a pair ``(type, bits)`` of a dialect type and an unsigned
+bit pattern: integers as their unsigned two's complement bits, floats as their IEEE bits
+(so NaN payloads and signalling NaNs survive every trip), references as an integer with
+0 for null (a funcref is the function index + 1; an externref is the host's handle).
+Comparing two backends is then comparing tuples of integers, bit for bit.
+
+On the wire (the CLI, the spec-test oracle) values use wabt's ``wast2json`` encoding:
+``{"type": "f32", "value": "2143289344"}``, the unsigned decimal of the bits, and
+``"null"`` for a null reference. Expected results may also be ``"nan:canonical"`` or
+``"nan:arithmetic"``, which match a class of NaNs rather than one bit pattern.
+
+Traps are named by :class:`TrapKind`. Its codes are an ABI: compiled code writes them
+into its trap slot and the runtime reads them back, so they never change meaning. The
+messages are wasmtime 50's (the text after ``wasm trap:``), so a trap reads the same on
+every backend.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from dialect.errors import TensorWasmError
+from dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
+
+WasmValue = tuple[Type, int]
+"""A value: its dialect type and its unsigned bit pattern (see the module docstring)."""
+
+#: The types a Wasm value can have, by their wast2json name.
+VALUE_TYPES: dict[str, Type] = {t.name: t for t in (I32, I64, F32, F64, FUNCREF, EXTERNREF)}
+
+_DECIMAL = re.compile(r"-?[0-9]+")
+
+
+class ValueFormatError(TensorWasmError):
+    """A value, an argument list or a call line is not in the expected format."""
+
+
+class NanPattern(enum.Enum):
+    """An expected result that matches a class of NaNs rather than one bit pattern."""
+
+    CANONICAL = "nan:canonical"
+    ARITHMETIC = "nan:arithmetic"
+
+
+ExpectedValue = WasmValue | tuple[Type, NanPattern]
+"""An expected result: an exact value, or a float type with a NaN pattern."""
+
+
+class TrapKind(enum.IntEnum):
+    """The Wasm trap kinds; the codes are the ABI of the compiled code's trap slot (0 = none)."""
+
+    UNREACHABLE = 1
+    MEMORY_OUT_OF_BOUNDS = 2
+    INTEGER_DIVIDE_BY_ZERO = 3
+    INTEGER_OVERFLOW = 4
+    BAD_CONVERSION_TO_INTEGER = 5
+    TABLE_OUT_OF_BOUNDS = 6
+    INDIRECT_CALL_TO_NULL = 7
+    BAD_SIGNATURE = 8
+    STACK_OVERFLOW = 9
+    NULL_REFERENCE = 10
+
+
+#: wasmtime 50's message for each trap kind, as tests/test_reference.py checks on wasmtime.
+TRAP_MESSAGES: dict[TrapKind, str] = {
+    TrapKind.UNREACHABLE: "wasm `unreachable` instruction executed",
+    TrapKind.MEMORY_OUT_OF_BOUNDS: "out of bounds memory access",
+    TrapKind.INTEGER_DIVIDE_BY_ZERO: "integer divide by zero",
+    # Also what a float-to-int truncation of an out-of-range (non-NaN) value raises.
+    TrapKind.INTEGER_OVERFLOW: "integer overflow",
+    # Only a NaN operand of a float-to-int truncation raises this one.
+    TrapKind.BAD_CONVERSION_TO_INTEGER: "invalid conversion to integer",
+    TrapKind.TABLE_OUT_OF_BOUNDS: "undefined element: out of bounds table access",
+    TrapKind.INDIRECT_CALL_TO_NULL: "uninitialized element",
+    TrapKind.BAD_SIGNATURE: "indirect call type mismatch",
+    TrapKind.STACK_OVERFLOW: "call stack exhausted",
+    # call_ref on null, ref.as_non_null of null.
+    TrapKind.NULL_REFERENCE: "null reference",
+}
+
+# wasmtime.TrapCode member name -> our kind. By name so this module need not load wasmtime.
+_WASMTIME_TRAP_CODES: dict[str, TrapKind] = {
+    "UNREACHABLE": TrapKind.UNREACHABLE,
+    "MEMORY_OUT_OF_BOUNDS": TrapKind.MEMORY_OUT_OF_BOUNDS,
+    "INTEGER_DIVISION_BY_ZERO": TrapKind.INTEGER_DIVIDE_BY_ZERO,
+    "INTEGER_OVERFLOW": TrapKind.INTEGER_OVERFLOW,
+    "BAD_CONVERSION_TO_INTEGER": TrapKind.BAD_CONVERSION_TO_INTEGER,
+    "TABLE_OUT_OF_BOUNDS": TrapKind.TABLE_OUT_OF_BOUNDS,
+    "INDIRECT_CALL_TO_NULL": TrapKind.INDIRECT_CALL_TO_NULL,
+    "BAD_SIGNATURE": TrapKind.BAD_SIGNATURE,
+    "STACK_OVERFLOW": TrapKind.STACK_OVERFLOW,
+    "NULL_REFERENCE": TrapKind.NULL_REFERENCE,
+}
+
+
+def trap_kind_from_wasmtime(trap: Any) -> TrapKind | None:
+    """The kind of a ``wasmtime.Trap``; None for a trap without a code (raised by the host)
+    or with a code outside Wasm's core traps (fuel, interrupts, components...)."""
+    code = trap.trap_code
+    return None if code is None else _WASMTIME_TRAP_CODES.get(code.name)
+
+
+def trap_message(code: int) -> str:
+    """The message of a trap code read back from a compiled run's trap slot."""
+    try:
+        return TRAP_MESSAGES[TrapKind(code)]
+    except ValueError:
+        return f"unknown trap code {code}"
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """The outcome of a call: its results, or the trap it raised, or why it could not run."""
+
+    values: tuple[WasmValue, ...] = ()
+    trap: str | None = None
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.trap is not None and self.error is not None:
+            raise ValueError("a call result is a trap or an error, not both")
+        if self.values and (self.trap is not None or self.error is not None):
+            raise ValueError("a call that trapped or failed has no values")
+
+
+def check_value(value: WasmValue) -> WasmValue:
+    """``value`` itself after checking that it is a well-formed value; ValueFormatError if not."""
+    if not (isinstance(value, tuple) and len(value) == 2):
+        raise ValueFormatError(f"a value is a (type, bits) pair, not {value!r}")
+    ty, bits = value
+    if VALUE_TYPES.get(getattr(ty, "name", None)) is not ty:
+        raise ValueFormatError(f"{ty!r} is not a Wasm value type")
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 0 <= bits < 1 << ty.bits:
+        raise ValueFormatError(f"{bits!r} is not a {ty.bits}-bit pattern for a {ty.name} value")
+    return value
+
+
+def parse_json_value(obj: Any) -> WasmValue:
+    """The value a wast2json object ``{"type": ..., "value": ...}`` denotes.
+
+    Integers may also be signed decimals (wrapped to their bits). NaN patterns are refused:
+    they describe results, not arguments (see :func:`parse_expected_value`).
+    """
+    ty, bits = _parse_json(obj, allow_nan_pattern=False)
+    assert isinstance(bits, int)
+    return ty, bits
+
+
+def parse_expected_value(obj: Any) -> ExpectedValue:
+    """Like :func:`parse_json_value`, and accepting ``"nan:canonical"``/``"nan:arithmetic"``."""
+    return _parse_json(obj, allow_nan_pattern=True)
+
+
+def _parse_json(obj: Any, *, allow_nan_pattern: bool) -> ExpectedValue:
+    if not isinstance(obj, dict):
+        raise ValueFormatError(f'a value is an object {{"type": ..., "value": ...}}, not {obj!r}')
+    if set(obj) != {"type", "value"}:
+        raise ValueFormatError(f'a value has exactly the keys "type" and "value", not {sorted(obj)}')
+    ty = VALUE_TYPES.get(obj["type"]) if isinstance(obj["type"], str) else None
+    if ty is None:
+        raise ValueFormatError(
+            f"unknown value type {obj['type']!r} (expected one of {', '.join(VALUE_TYPES)})"
+        )
+    raw = obj["value"]
+    if ty.is_float and raw in ("nan:canonical", "nan:arithmetic"):
+        if not allow_nan_pattern:
+            raise ValueFormatError(f"{raw} matches a class of NaNs: it can be expected, not passed")
+        return ty, NanPattern(raw)
+    if ty.is_ref and raw == "null":
+        return ty, 0
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        number = raw
+    elif isinstance(raw, str) and _DECIMAL.fullmatch(raw):
+        number = int(raw)
+    else:
+        raise ValueFormatError(f"{raw!r} is not a decimal {ty.name} value")
+    low = -(1 << (ty.bits - 1)) if ty.is_int else 0
+    if not low <= number < 1 << ty.bits:
+        kind = "signed or unsigned" if ty.is_int else "unsigned bit pattern"
+        raise ValueFormatError(f"{number} is out of range for {ty.name} (a {ty.bits}-bit {kind})")
+    return ty, number & ((1 << ty.bits) - 1)
+
+
+def to_json_value(value: WasmValue) -> dict[str, str]:
+    """The wast2json object for ``value`` (the unsigned decimal of its bits, or "null")."""
+    ty, bits = check_value(value)
+    return {"type": ty.name, "value": "null" if ty.is_ref and bits == 0 else str(bits)}
+
+
+def matches(expected: ExpectedValue, actual: WasmValue) -> bool:
+    """Whether ``actual`` is ``expected``: bit for bit, or a NaN of the expected pattern.
+
+    A canonical NaN has only the quiet bit of the payload set; an arithmetic NaN has the
+    quiet bit set and any other payload (Wasm spec, 4.3.2).
+    """
+    ty, want = expected
+    if actual[0] is not ty:
+        return False
+    if not isinstance(want, NanPattern):
+        return actual[1] == want
+    mantissa = 23 if ty.bits == 32 else 52
+    exponent_and_quiet = ((1 << (ty.bits - mantissa)) - 1) << (mantissa - 1)
+    magnitude = actual[1] & ((1 << (ty.bits - 1)) - 1)
+    if want is NanPattern.CANONICAL:
+        return magnitude == exponent_and_quiet
+    return magnitude & exponent_and_quiet == exponent_and_quiet
+
+
+def parse_call_line(line: str) -> tuple[str, list[WasmValue]]:
+    """The export name and arguments of a call line ``{"func": "<export>", "args": [...]}``."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueFormatError(f"a call line is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ValueFormatError('a call line is a JSON object {"func": ..., "args": [...]}')
+    unknown = set(obj) - {"func", "args"}
+    if unknown:
+        raise ValueFormatError(f"unknown key(s) in a call line: {', '.join(sorted(unknown))}")
+    if not isinstance(obj.get("func"), str):
+        raise ValueFormatError('a call line needs "func": the name of the exported function')
+    args = obj.get("args", [])
+    if not isinstance(args, list):
+        raise ValueFormatError(f'"args" is a list of values, not {args!r}')
+    values: list[WasmValue] = []
+    for i, arg in enumerate(args):
+        try:
+            values.append(parse_json_value(arg))
+        except ValueFormatError as exc:
+            raise ValueFormatError(f"args[{i}]: {exc}") from None
+    return obj["func"], values
+
+
+def format_result(result: CallResult) -> str:
+    """``result`` as exactly one JSON line: ``{"results": [...]}``, ``{"trap": ...}`` or ``{"error": ...}``."""
+    if result.error is not None:
+        obj: dict[str, Any] = {"error": result.error}
+    elif result.trap is not None:
+        obj = {"trap": result.trap}
+    else:
+        obj = {"results": [to_json_value(v) for v in result.values]}
+    return json.dumps(obj)
