@@ -20,6 +20,7 @@ class TrapKind(enum.IntEnum):
     INDIRECT_CALL_TO_NULL = 7
     BAD_SIGNATURE = 8
     STACK_OVERFLOW = 9
+    NULL_REFERENCE = 10  # call_ref or ref.as_non_null on null (typed function references)
 
 
 TRAP_MESSAGES: dict[TrapKind, str] = {
@@ -32,6 +33,7 @@ TRAP_MESSAGES: dict[TrapKind, str] = {
     TrapKind.INDIRECT_CALL_TO_NULL: "uninitialized element",
     TrapKind.BAD_SIGNATURE: "indirect call type mismatch",
     TrapKind.STACK_OVERFLOW: "call stack exhausted",
+    TrapKind.NULL_REFERENCE: "null reference",
 }
 
 

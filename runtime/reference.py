@@ -7,6 +7,10 @@ wasmtime's C API instead: a ``wasmtime_val_t`` is a kind tag and a union, so wri
 bit pattern to the union's ``i32``/``i64`` member while the tag says f32/f64 hands wasmtime
 the exact bits, and reading that member back returns them. Globals are read the same way.
 
+Signatures come from the binary, not from wasmtime: its C API aborts the whole process
+when asked the kind of a v128 or typed-reference value type, so exports and imports with
+such types are refused (as an error result) before wasmtime is asked anything about them.
+
 Imports are satisfied with stubs, so any module can be instantiated on its own: a global
 gets zero of its type, a memory or table a fresh one of the declared type and limits, and a
 function a host function that refuses to run. Calling into such a stub gives a
@@ -17,7 +21,7 @@ import would have done, so there is no reference result to compare with).
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,6 +173,11 @@ def _read_shape(wasm: bytes) -> _Shape:
     return shape
 
 
+def _all_known(types: list[Type | None]) -> tuple[Type, ...] | None:
+    known = tuple(ty for ty in types if ty is not None)
+    return known if len(known) == len(types) else None
+
+
 def _read_rec_group(r: _Reader) -> list[Signature]:
     """The types of one type-section entry (GC's rec groups hold several); None for non-functions."""
     count = 1
@@ -183,10 +192,9 @@ def _read_rec_group(r: _Reader) -> list[Signature]:
                 r.uleb()
             form = r.byte()
         if form == 0x60:
-            params = [r.valtype() for _ in range(r.uleb())]
-            results = [r.valtype() for _ in range(r.uleb())]
-            known = None not in params and None not in results
-            signatures.append((tuple(params), tuple(results)) if known else None)  # type: ignore[arg-type]
+            params = _all_known([r.valtype() for _ in range(r.uleb())])
+            results = _all_known([r.valtype() for _ in range(r.uleb())])
+            signatures.append((params, results) if params is not None and results is not None else None)
             continue
         for _ in range(r.uleb() if form == 0x5F else 1):  # struct fields, or the array's element
             if r.data[r.pos] in (0x78, 0x77):  # packed i8/i16
@@ -207,7 +215,10 @@ class ReferenceInstance:
         self._store = wasmtime.Store(self._engine)
         try:
             module = wasmtime.Module(self._engine, wasm)
-            imports = [self._stub(imp) for imp in module.imports]
+            self._shape = _read_shape(wasm)
+            globals_ = iter(self._shape.global_imports)
+            tables = iter(self._shape.table_imports)
+            imports = [self._stub(imp, globals_, tables) for imp in module.imports]
             instance = wasmtime.Instance(self._store, module, imports)
         except MissingImport as exc:
             raise ReferenceBackendError(f"the start function called an import: {exc}") from None
@@ -221,12 +232,15 @@ class ReferenceInstance:
         # Function index <-> the exported wasmtime function, to encode funcrefs as index + 1.
         self._funcs_by_index: dict[int, wasmtime.Func] = {}
         self._index_by_func: dict[bytes, int] = {}
-        for name, index in _exported_func_indices(wasm).items():
+        for name, index in self._shape.exported_funcs.items():
             func = self._exports[name]
             self._funcs_by_index[index] = func
             self._index_by_func[bytes(func._func)] = index
 
-    def _stub(self, imp: wasmtime.ImportType) -> Any:
+    def _stub(
+        self, imp: wasmtime.ImportType, globals_: Iterator[Type | None], tables: Iterator[Type | None]
+    ) -> Any:
+        """A stand-in for one import; ``globals_``/``tables`` yield the imports' value types in order."""
         ty = imp.type
         where = f"{imp.module}.{imp.name}"
         if isinstance(ty, wasmtime.FuncType):
@@ -235,15 +249,20 @@ class ReferenceInstance:
                 raise MissingImport(f"host import {where} is not available")
 
             return wasmtime.Func(self._store, ty, missing)
-        if isinstance(ty, wasmtime.GlobalType):
-            content = dialect_type(ty.content)
-            zero: Any = None if content.is_ref else 0.0 if content.is_float else 0
-            return wasmtime.Global(self._store, ty, zero)
         if isinstance(ty, wasmtime.MemoryType):
             return wasmtime.Memory(self._store, ty)
-        if isinstance(ty, wasmtime.TableType):
-            return wasmtime.Table(self._store, ty, None)
-        raise ReferenceBackendError(f"import {where} has a kind the reference backend cannot stub: {ty}")
+        if isinstance(ty, wasmtime.GlobalType | wasmtime.TableType):
+            content = next(globals_ if isinstance(ty, wasmtime.GlobalType) else tables)
+            if content is None:
+                raise ReferenceBackendError(
+                    f"import {where} holds values of a type the reference backend cannot carry "
+                    "(v128 or a typed reference)"
+                )
+            if isinstance(ty, wasmtime.TableType):
+                return wasmtime.Table(self._store, ty, None)
+            zero: Any = None if content.is_ref else 0.0 if content.is_float else 0
+            return wasmtime.Global(self._store, ty, zero)
+        raise ReferenceBackendError(f"import {where} is of a kind the reference backend cannot stub")
 
     def exports(self) -> list[str]:
         """The names of the instance's exports."""
@@ -257,12 +276,13 @@ class ReferenceInstance:
             return CallResult(error=f"no export named {export!r} (exports: {names})")
         if not isinstance(func, wasmtime.Func):
             return CallResult(error=f"export {export!r} is a {type(func).__name__.lower()}, not a function")
-        functype = func.type(self._store)
-        try:
-            params = [dialect_type(t) for t in functype.params]
-            results = [dialect_type(t) for t in functype.results]
-        except ReferenceBackendError as exc:
-            return CallResult(error=str(exc))
+        signature = self._shape.func_sigs[self._shape.exported_funcs[export]]
+        if signature is None:
+            return CallResult(
+                error=f"{export} has a parameter or result of a type the reference backend cannot carry "
+                "(v128 or a typed reference)"
+            )
+        params, results = signature
         if len(args) != len(params):
             return CallResult(
                 error=f"{export} takes {len(params)} argument(s) ({', '.join(map(str, params))}), "
@@ -316,7 +336,8 @@ class ReferenceInstance:
         return ctypes.string_at(memory.data_ptr(self._store), memory.data_len(self._store))
 
     def globals(self) -> dict[str, WasmValue]:
-        """The exported globals' current values, as raw bits."""
+        """The exported globals' current values, as raw bits; v128 and GC-typed globals are left out."""
+        carried = {*_KIND_TYPES, ffi.WASMTIME_FUNCREF.value, ffi.WASMTIME_EXTERNREF.value}
         values = {}
         for name, extern in self._exports.items():
             if isinstance(extern, wasmtime.Global):
@@ -324,7 +345,10 @@ class ReferenceInstance:
                 ffi.wasmtime_global_get(
                     self._store._context(), ctypes.byref(extern._global), ctypes.byref(raw)
                 )
-                values[name] = self._from_raw(raw)
+                if raw.kind in carried:
+                    values[name] = self._from_raw(raw)
+                else:
+                    ffi.wasmtime_val_unroot(ctypes.byref(raw))
         return values
 
     def _to_raw(self, value: WasmValue) -> Any:

@@ -25,6 +25,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from compiler.traps import TRAP_MESSAGES as TRAP_MESSAGES
+from compiler.traps import TrapKind
+from compiler.traps import trap_message as trap_message
 from dialect.errors import TensorWasmError
 from dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
 
@@ -52,38 +55,6 @@ ExpectedValue = WasmValue | tuple[Type, NanPattern]
 """An expected result: an exact value, or a float type with a NaN pattern."""
 
 
-class TrapKind(enum.IntEnum):
-    """The Wasm trap kinds; the codes are the ABI of the compiled code's trap slot (0 = none)."""
-
-    UNREACHABLE = 1
-    MEMORY_OUT_OF_BOUNDS = 2
-    INTEGER_DIVIDE_BY_ZERO = 3
-    INTEGER_OVERFLOW = 4
-    BAD_CONVERSION_TO_INTEGER = 5
-    TABLE_OUT_OF_BOUNDS = 6
-    INDIRECT_CALL_TO_NULL = 7
-    BAD_SIGNATURE = 8
-    STACK_OVERFLOW = 9
-    NULL_REFERENCE = 10
-
-
-#: wasmtime 50's message for each trap kind, as tests/test_reference.py checks on wasmtime.
-TRAP_MESSAGES: dict[TrapKind, str] = {
-    TrapKind.UNREACHABLE: "wasm `unreachable` instruction executed",
-    TrapKind.MEMORY_OUT_OF_BOUNDS: "out of bounds memory access",
-    TrapKind.INTEGER_DIVIDE_BY_ZERO: "integer divide by zero",
-    # Also what a float-to-int truncation of an out-of-range (non-NaN) value raises.
-    TrapKind.INTEGER_OVERFLOW: "integer overflow",
-    # Only a NaN operand of a float-to-int truncation raises this one.
-    TrapKind.BAD_CONVERSION_TO_INTEGER: "invalid conversion to integer",
-    TrapKind.TABLE_OUT_OF_BOUNDS: "undefined element: out of bounds table access",
-    TrapKind.INDIRECT_CALL_TO_NULL: "uninitialized element",
-    TrapKind.BAD_SIGNATURE: "indirect call type mismatch",
-    TrapKind.STACK_OVERFLOW: "call stack exhausted",
-    # call_ref on null, ref.as_non_null of null.
-    TrapKind.NULL_REFERENCE: "null reference",
-}
-
 # wasmtime.TrapCode member name -> our kind. By name so this module need not load wasmtime.
 _WASMTIME_TRAP_CODES: dict[str, TrapKind] = {
     "UNREACHABLE": TrapKind.UNREACHABLE,
@@ -104,14 +75,6 @@ def trap_kind_from_wasmtime(trap: Any) -> TrapKind | None:
     or with a code outside Wasm's core traps (fuel, interrupts, components...)."""
     code = trap.trap_code
     return None if code is None else _WASMTIME_TRAP_CODES.get(code.name)
-
-
-def trap_message(code: int) -> str:
-    """The message of a trap code read back from a compiled run's trap slot."""
-    try:
-        return TRAP_MESSAGES[TrapKind(code)]
-    except ValueError:
-        return f"unknown trap code {code}"
 
 
 @dataclass(frozen=True)

@@ -418,3 +418,42 @@ def test_bad_calls_are_errors(export, args, message):
     assert result.error is not None
     assert re.search(message, result.error), result.error
     assert instance.call("add", [(I32, 2), (I32, 0xFFFFFFFF)]).values == ((I32, 1),)
+
+
+def test_types_the_reference_cannot_carry_are_refused_not_fatal():
+    """wasmtime's C API aborts the process on a v128 or typed-reference value type: never ask it."""
+    instance = ReferenceInstance(
+        wat(
+            """(module
+                 (type $t (func))
+                 (rec (type $s (struct (field i8) (field (mut f32)))) (type $a (array i16)))
+                 (type $u (sub (func (param i32) (result i32))))
+                 (global (export "gv") v128 (v128.const i32x4 1 2 3 4))
+                 (global (export "gr") (ref null $t) (ref.null $t))
+                 (global (export "gi") i32 (i32.const 7))
+                 (func (export "v") (param v128))
+                 (func (export "typed") (result (ref null $t)) (ref.null $t))
+                 (func (export "null_func") (param (ref null func)) (result i32) (ref.is_null (local.get 0)))
+                 (func (export "sub") (type $u) (local.get 0))
+                 (func (export "lane") (result i32) (i32x4.extract_lane 1 (v128.const i32x4 1 2 3 4))))"""
+        )
+    )
+    for export in ("v", "typed"):
+        assert "v128 or a typed reference" in instance.call(export, []).error
+    assert instance.call("null_func", [(FUNCREF, 0)]).values == ((I32, 1),)
+    assert instance.call("sub", [(I32, 5)]).values == ((I32, 5),)
+    assert instance.call("lane", []).values == ((I32, 2),)
+    assert instance.globals() == {"gr": (FUNCREF, 0), "gi": (I32, 7)}
+    with pytest.raises(ReferenceBackendError, match=r"import a\.b holds values of a type"):
+        ReferenceInstance(wat('(module (import "a" "b" (global v128)))'))
+
+
+def test_signatures_past_one_leb_byte():
+    """More than 127 functions and exports: their counts and indices take two LEB128 bytes."""
+    funcs = "\n".join(
+        f'(func (export "f{i}") (param {"i64 " * (i % 3)}f32) (result i32) (i32.const {i}))'
+        for i in range(200)
+    )
+    instance = ReferenceInstance(wat(f"(module {funcs})"))
+    assert instance.call("f199", [(I64, 0), (F32, 0)]).values == ((I32, 199),)
+    assert "takes 2 argument(s) (i64, f32)" in instance.call("f199", []).error

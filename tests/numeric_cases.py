@@ -1,0 +1,100 @@
+"""Edge values and a module with one exported function per scalar Wasm op, for the
+differential tests of every backend against wasmtime."""
+
+from __future__ import annotations
+
+import itertools
+import struct
+
+from compiler.frontend.opcodes import OPCODES, Opcode
+from dialect.types import F32, F64, I32, I64, by_name
+
+
+def f32(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def f64(x: float) -> int:
+    return struct.unpack("<Q", struct.pack("<d", x))[0]
+
+
+EDGES = {
+    I32: [0, 1, 2, 0xFFFFFFFF, 0x80000000, 0x7FFFFFFF, 0x80000001, 0xFFFFFFFE, 16, 31, 32, 33,
+          0x12345678, 0x00010000, 0xFFFF8000],
+    I64: [0, 1, 2, (1 << 64) - 1, 1 << 63, (1 << 63) - 1, (1 << 63) + 1, 31, 32, 63, 64, 65,
+          0x123456789ABCDEF0, 0xFFFFFFFF, 0x80000000, 1 << 32],
+    F32: [f32(0.0), f32(-0.0), f32(1.0), f32(-1.0), f32(0.5), f32(1.5), f32(2.5), f32(-2.5), f32(-0.9),
+          0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, 0x7FA00000, 0x7FC00001, 0x00000001,
+          0x007FFFFF, 0x00800000, 0x7F7FFFFF, f32(2.0**31), f32(-(2.0**31)), 0x4EFFFFFF, f32(2.0**32),
+          f32(2.0**63), f32(-(2.0**63)), f32(2.0**64), f32(4294967040.0), f32(3.0e9)],
+    F64: [f64(0.0), f64(-0.0), f64(1.0), f64(-1.0), f64(0.5), f64(1.5), f64(2.5), f64(-2.5), f64(-0.9),
+          0x7FF0000000000000, 0xFFF0000000000000, 0x7FF8000000000000, 0xFFF8000000000000,
+          0x7FF4000000000000, 0x7FF8000000000001, 1, 0x000FFFFFFFFFFFFF, 0x0010000000000000,
+          0x7FEFFFFFFFFFFFFF, f64(2.0**31), f64(-(2.0**31)), f64(2147483647.9), f64(-2147483648.9),
+          f64(2.0**32), f64(4294967295.5), f64(2.0**63), f64(-(2.0**63)), f64(2.0**64), f64(-1.5e300)],
+}  # fmt: skip
+
+# Ops whose NaN results Wasm fixes to the bit (no NaN canonicalisation allowed).
+BIT_EXACT = ("abs", "neg", "copysign", "reinterpret")
+
+
+def numeric_ops() -> list[Opcode]:
+    """Every row whose signature is plain numbers and that takes no immediate."""
+    names = {"i32", "i64", "f32", "f64"}
+    return [
+        op
+        for op in OPCODES
+        if op.supported
+        and op.imm.value == "none"
+        and op.operand_types
+        and op.result_types
+        and set(op.operand_types) <= names
+        and set(op.result_types) <= names
+        and op.name not in ("select",)
+    ]
+
+
+def export_name(op: Opcode) -> str:
+    return op.name.replace(".", "_")
+
+
+def numeric_module_wat() -> str:
+    funcs = []
+    for op in numeric_ops():
+        params = " ".join(op.operand_types)
+        gets = " ".join(f"local.get {i}" for i in range(len(op.operand_types)))
+        funcs.append(
+            f'(func (export "{export_name(op)}") (param {params}) (result {op.result_types[0]}) {gets} {op.name})'
+        )
+    return "(module\n" + "\n".join(funcs) + ")"
+
+
+def cases(op: Opcode) -> list[list[tuple]]:
+    types = [by_name(t) for t in op.operand_types]
+    pools = [[(t, v) for v in EDGES[t]] for t in types]
+    return [list(args) for args in itertools.product(*pools)]
+
+
+def is_nan(ty, bits: int) -> bool:
+    if ty is F32:
+        return (bits & 0x7F800000) == 0x7F800000 and bits & 0x007FFFFF != 0
+    if ty is F64:
+        return (bits & 0x7FF0000000000000) == 0x7FF0000000000000 and bits & 0x000FFFFFFFFFFFFF != 0
+    return False
+
+
+def same_result(op: Opcode, expected, actual) -> bool:
+    """Results equal bit for bit, except that a NaN may be any NaN where Wasm allows it."""
+    if expected.trap or actual.trap or expected.error or actual.error:
+        return (expected.trap, expected.error) == (actual.trap, actual.error)
+    if len(expected.values) != len(actual.values):
+        return False
+    for (ty, want), (ty2, got) in zip(expected.values, actual.values, strict=True):
+        if ty is not ty2:
+            return False
+        if want == got:
+            continue
+        if not any(k in op.name for k in BIT_EXACT) and is_nan(ty, want) and is_nan(ty, got):
+            continue
+        return False
+    return True
