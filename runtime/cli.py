@@ -10,6 +10,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from dialect.errors import TensorWasmError
 
@@ -44,6 +45,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.stage == "wasm":
         sys.stdout.write(print_module(module, only))
         return 0
+    if args.stage in ("llvm", "ptx"):
+        return _inspect_backend(module, only, args)
     indices = sorted(only) if only is not None else range(module.num_imported_funcs, module.num_funcs)
     for index in indices:
         if index < module.num_imported_funcs:
@@ -56,6 +59,135 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _inspect_backend(module, only: set[int] | None, args: argparse.Namespace) -> int:
+    from compiler.frontend import translate_module
+    from compiler.pipeline import compile_entries, lower
+    from compiler.target import parse_target
+
+    target = parse_target(args.target or ("host" if args.stage == "llvm" else _default_arch()))
+    if args.stage == "ptx" and not target.is_gpu:
+        raise TensorWasmError("--stage ptx needs an NVPTX target (sm_75, sm_80 or sm_90)")
+    dialect_module = translate_module(module)
+    indices = sorted(only) if only is not None else range(module.num_imported_funcs, module.num_funcs)
+    if args.stage == "llvm":
+        llvm_ir, entries, skipped = lower(dialect_module, target, indices)
+        sys.stdout.write(llvm_ir)
+    else:
+        compilation = compile_entries(dialect_module, target, indices)
+        skipped = compilation.skipped
+        sys.stdout.write(compilation.ptx or "")
+    for index, reason in sorted(skipped.items()):
+        print(f"tensorwasm: left out function {index}: {reason}", file=sys.stderr)
+    return 0
+
+
+def _default_arch() -> str:
+    """The GPU's architecture when there is one, else sm_90."""
+    from compiler.target import arch_for_capability
+    from runtime import driver
+
+    found = driver.devices()
+    return arch_for_capability(found[0].compute_capability) if found else "sm_90"
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from compiler.target import driver_ptx_limit, nvptx_for_device
+    from runtime import driver
+
+    reason = None
+    try:
+        found = driver.devices()
+    except TensorWasmError as exc:
+        found, reason = [], str(exc)
+    if not found:
+        if reason is None:
+            try:
+                driver.Context.get()
+            except driver.NoGPU as exc:
+                reason = str(exc)
+        print(f"no GPU: {reason or 'no CUDA device found'}; the host backend (cpu) is available")
+        return 0
+    for info in found:
+        major, minor = info.compute_capability
+        version = f"{info.driver_version // 1000}.{(info.driver_version % 1000) // 10}"
+        limit = ".".join(map(str, driver_ptx_limit(info.driver_version)))
+        try:
+            target = nvptx_for_device(info.compute_capability, info.driver_version)
+            chosen = f"{target.arch} (PTX ISA {target.ptx_isa})"
+        except TensorWasmError as exc:
+            chosen = f"unsupported: {exc}"
+        print(
+            f"GPU {info.ordinal}: {info.name}, compute capability {major}.{minor}, "
+            f"{info.total_memory / 2**30:.1f} GiB, {info.multiprocessor_count} SMs; "
+            f"target {chosen}; CUDA driver {version} accepts PTX ISA up to {limit}"
+        )
+    return 0
+
+
+def _open_backend(name: str, wasm: bytes):
+    """The executor for ``--backend``; ``auto`` is the GPU when there is one, else the host."""
+    from runtime import driver
+    from runtime.executor import GPUExecutor, HostExecutor
+    from runtime.reference import ReferenceInstance
+
+    if name == "wasmtime":
+        return ReferenceInstance(wasm)
+    if name == "cpu":
+        return HostExecutor(wasm)
+    if name == "auto":
+        try:
+            driver.Context.get()
+        except driver.NoGPU as exc:
+            print(f"tensorwasm: {exc}; running on the host backend (cpu)", file=sys.stderr)
+            return HostExecutor(wasm)
+    return GPUExecutor(wasm)
+
+
+def cmd_invoke(args: argparse.Namespace) -> int:
+    from compiler.frontend import read_wasm
+    from runtime.values import CallResult, ValueFormatError, format_result, parse_call_line
+
+    wasm = read_wasm(args.module)
+    executor = _open_backend(args.backend, wasm)
+    stream = sys.stdin if args.calls == "-" else _open_text(args.calls)
+    status = 0
+    with stream:
+        for line in stream:
+            if not line.strip():
+                continue
+            try:
+                name, values = parse_call_line(line)
+            except ValueFormatError as exc:
+                print(format_result(CallResult(error=str(exc))), flush=True)
+                status = 1
+                continue
+            result = executor.call(name, values)
+            if result.error:
+                status = 1
+            print(format_result(result), flush=True)
+    return status
+
+
+def _open_text(path: str):
+    try:
+        return open(path, encoding="utf-8")  # noqa: SIM115 - closed by the caller's with
+    except OSError as exc:
+        raise TensorWasmError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from compiler.aot import compile_to_directory
+
+    manifest = compile_to_directory(args.module, Path(args.output), args.target)
+    kernels = len(manifest["kernels"])
+    skipped = len(manifest["skipped"])
+    targets = ", ".join(manifest["targets"])
+    print(f"wrote {kernels} kernels for {targets} to {args.output} ({skipped} functions left out)")
+    for item in manifest["skipped"]:
+        print(f"  left out {item['function']}: {item['reason']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tensorwasm", description="Compile WebAssembly to NVIDIA PTX and run it on the GPU."
@@ -65,9 +197,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     inspect = sub.add_parser("inspect", help="print a stage of the pipeline for a module")
     inspect.add_argument("module", help="a .wasm or .wat file")
-    inspect.add_argument("--stage", choices=["wasm", "dialect"], default="dialect")
+    inspect.add_argument("--stage", choices=["wasm", "dialect", "llvm", "ptx"], default="dialect")
     inspect.add_argument("--func", help="only this function (index, export or debug name)")
+    inspect.add_argument("--target", help="sm_75, sm_80, sm_90 or host (llvm and ptx stages)")
     inspect.set_defaults(run=cmd_inspect)
+
+    invoke = sub.add_parser("invoke", help="call exported functions, one JSON line per call")
+    invoke.add_argument("module", help="a .wasm or .wat file")
+    invoke.add_argument("--backend", choices=["auto", "wasmtime", "cpu", "gpu"], default="auto",
+                        help="auto: the GPU if there is one, else the host (default)")  # fmt: skip
+    invoke.add_argument("--calls", required=True, help='JSON lines {"func": ..., "args": [...]}; - for stdin')
+    invoke.set_defaults(run=cmd_invoke)
+
+    compile_ = sub.add_parser("compile", help="compile ahead of time: PTX and a manifest")
+    compile_.add_argument("module", help="a .wasm or .wat file")
+    compile_.add_argument("-o", "--output", required=True, help="output directory")
+    compile_.add_argument("--target", help="sm_75, sm_80, sm_90, or all (default: the GPU's, else all)")
+    compile_.set_defaults(run=cmd_compile)
+
+    devices = sub.add_parser("devices", help="list GPUs, their targets and the driver's PTX ISA")
+    devices.set_defaults(run=cmd_devices)
     return parser
 
 

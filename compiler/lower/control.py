@@ -72,7 +72,6 @@ def lower_call_indirect(fl: FunctionLowering, op: Op, args) -> list[ir.Value]:
         b.unreachable()  # no function has this type: the switch always traps
         fl.b.position_at_end(fl.fn.append_basic_block("call_indirect.dead"))
         return [ir.Constant(t, None) for t in result_types]
-    env.reload_memory()
     results = []
     for k, ty in enumerate(result_types):
         phi = b.phi(ty)

@@ -219,3 +219,19 @@ class HostCode:
         if not address:
             raise CompileError(f"no function {name} in the compiled module")
         return address
+
+
+def find_ptxas() -> str | None:
+    """ptxas from PATH, or from the pip package nvidia-cuda-nvcc."""
+    import shutil
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    spec = find_spec("nvidia")
+    for root in spec.submodule_search_locations if spec and spec.submodule_search_locations else []:
+        for candidate in Path(root).glob("*/bin/ptxas"):
+            return str(candidate)
+    return None

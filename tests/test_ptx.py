@@ -1,0 +1,73 @@
+"""Every PTX the compiler emits for the test programs assembles with ptxas, for each target,
+and keeps Wasm's float rules visible in the instructions."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from compiler.frontend import load, translate_module
+from compiler.pipeline import compile_entries
+from compiler.target import ARCH_PTX, ARCHES, NVPTXTarget, find_ptxas, nvptx_for_device
+from compiler.errors import CompileError
+from tests.conftest import CORPUS, wat
+from tests.numeric_cases import numeric_module_wat
+from tests.test_exec import PROGRAM
+
+PROGRAMS = {
+    "numeric": lambda: wat(numeric_module_wat()),
+    "exec": lambda: wat(PROGRAM),
+    **{p.name: p.read_bytes for p in CORPUS if ".O2." in p.name or ".O0." in p.name},
+}
+
+
+@pytest.fixture(scope="module")
+def ptxas() -> str:
+    path = find_ptxas()
+    assert path, "ptxas not found: install the test extras (nvidia-cuda-nvcc) or the CUDA toolkit"
+    return path
+
+
+def compile_ptx(data: bytes, arch: str) -> str:
+    wasm = load(data)
+    module = translate_module(wasm)
+    indices = range(wasm.num_imported_funcs, wasm.num_funcs)
+    return compile_entries(module, NVPTXTarget(arch, ARCH_PTX[arch]), indices).ptx or ""
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_ptx_assembles(name: str, arch: str, ptxas: str, tmp_path: Path) -> None:
+    ptx = compile_ptx(PROGRAMS[name](), arch)
+    if not ptx:
+        pytest.fail(f"{name}: nothing compiled")
+    assert ptx.isascii()
+    assert f".target {arch}" in ptx
+    # Wasm forbids contraction and flush-to-zero; IEEE rounding is spelled out as .rn.
+    assert "fma." not in ptx and ".ftz" not in ptx and ".approx" not in ptx
+    src = tmp_path / "k.ptx"
+    src.write_text(ptx)
+    proc = subprocess.run(
+        [ptxas, f"-arch={arch}", str(src), "-o", str(tmp_path / "k.cubin")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_min_uses_min_nan_only_from_sm80() -> None:
+    data = wat('(module (func (export "m") (param f32 f32) (result f32) local.get 0 local.get 1 f32.min))')
+    assert re.search(r"min\.NaN\.f32", compile_ptx(data, "sm_80"))
+    assert "min.NaN" not in compile_ptx(data, "sm_75")
+
+
+def test_target_choice_by_capability_and_driver() -> None:
+    assert nvptx_for_device((9, 0), 13000).arch == "sm_90"
+    assert nvptx_for_device((8, 9), 12040).arch == "sm_80"
+    assert nvptx_for_device((7, 5), 11040).ptx_isa == "7.0"
+    with pytest.raises(CompileError, match="compute capability 7.0 is not supported"):
+        nvptx_for_device((7, 0), 13000)
+    with pytest.raises(CompileError, match="update the driver"):
+        nvptx_for_device((9, 0), 11040)  # CUDA 11.4 accepts PTX 7.4 only
