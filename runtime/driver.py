@@ -301,12 +301,14 @@ class Context:
         Every buffer, module and kernel made before the reset becomes stale.
         """
         with self._lock:
-            check("cuDevicePrimaryCtxReset", cu.cuDevicePrimaryCtxReset(self._device))
-            # Reset keeps our retain count; retaining again yields the new handle and
-            # the release keeps the count at the one reference this object owns.
+            # A poisoned context is only gone once nothing holds it: unbind it from this
+            # thread, drop our reference, reset, and retain a fresh one.
+            check("cuCtxSetCurrent", cu.cuCtxSetCurrent(cu.CUcontext(0)))
+            cu.cuDevicePrimaryCtxRelease(self._device)
+            cu.cuDevicePrimaryCtxReset(self._device)
             self._handle = check("cuDevicePrimaryCtxRetain", cu.cuDevicePrimaryCtxRetain(self._device))
-            check("cuDevicePrimaryCtxRelease", cu.cuDevicePrimaryCtxRelease(self._device))
             self.generation += 1
+            check("cuCtxSetCurrent", cu.cuCtxSetCurrent(self._handle))
         logger.warning("GPU %d context reset (generation %d)", self.info.ordinal, self.generation)
 
     def set_stack_size(self, nbytes: int) -> None:

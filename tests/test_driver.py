@@ -9,6 +9,9 @@ test command deselects them with ``-m "not gpu"`` where there is none.
 from __future__ import annotations
 
 import ctypes
+import subprocess
+import sys
+import textwrap
 import threading
 from typing import Any
 
@@ -377,16 +380,29 @@ def test_context_works_from_another_thread(ctx: Context) -> None:
 
 
 @pytest.mark.gpu
-def test_trap_is_sticky_and_reset_recovers(ctx: Context) -> None:
-    module = ctx.load_module(ADD_ONE_PTX)
-    stale = ctx.mem_alloc(64)
-    with pytest.raises(CudaError) as info:
-        module.function("trap_now").launch(grid=(1,), block=(1,))
-        ctx.synchronize()
-    assert info.value.sticky
-    ctx.reset()
-    with pytest.raises(StaleHandleError):
-        module.function("add_one")
-    with pytest.raises(StaleHandleError):
-        _ = stale.ptr
-    _assert_context_works(ctx)
+def test_trap_is_sticky_and_reset_recovers() -> None:
+    # A sticky fault poisons the process's context: run it in a process of its own so no
+    # other test shares the poisoned (then reset) context.
+    code = textwrap.dedent(
+        """
+        import pytest
+        from runtime.driver import Context, CudaError, StaleHandleError
+        from tests.test_driver import ADD_ONE_PTX, _assert_context_works
+        ctx = Context.get()
+        module = ctx.load_module(ADD_ONE_PTX)
+        stale = ctx.mem_alloc(64)
+        with pytest.raises(CudaError) as info:
+            module.function("trap_now").launch(grid=(1,), block=(1,))
+            ctx.synchronize()
+        assert info.value.sticky, info.value
+        ctx.reset()
+        with pytest.raises(StaleHandleError):
+            module.function("add_one")
+        with pytest.raises(StaleHandleError):
+            _ = stale.ptr
+        _assert_context_works(ctx)
+        print("recovered")
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and "recovered" in proc.stdout, proc.stdout + proc.stderr

@@ -9,6 +9,7 @@ for this machine with MCJIT, so every kernel also runs where there is no GPU.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from dataclasses import dataclass
@@ -136,6 +137,7 @@ class NVPTXTarget(Target):
             fn = ir.Function(fl.module, ir.FunctionType(ir.IntType(32), []), name=intrinsic)
         return fl.b.call(fn, [])
 
+    @functools.cache  # noqa: B019 - targets are frozen and few; machines are reusable
     def target_machine(self) -> llvm.TargetMachine:
         with _LOCK:
             llvm.initialize_all_targets()
@@ -191,6 +193,7 @@ class HostTarget(Target):
     def data_layout(self) -> str:  # type: ignore[override]
         return str(self.target_machine().target_data)
 
+    @functools.cache  # noqa: B019
     def target_machine(self) -> llvm.TargetMachine:
         with _LOCK:
             llvm.initialize_native_target()
