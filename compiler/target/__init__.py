@@ -205,7 +205,8 @@ class HostTarget(Target):
     def jit(self, llvm_ir: str) -> HostCode:
         module = self.parse(llvm_ir)
         self.optimize(module)
-        engine = llvm.create_mcjit_compiler(module, self.target_machine())
+        # The engine takes ownership of its target machine: give it one of its own.
+        engine = llvm.create_mcjit_compiler(module, self._new_target_machine())
         engine.finalize_object()
         return HostCode(engine, module)
 
