@@ -195,6 +195,9 @@ class HostTarget(Target):
 
     @functools.cache  # noqa: B019
     def target_machine(self) -> llvm.TargetMachine:
+        return self._new_target_machine()
+
+    def _new_target_machine(self) -> llvm.TargetMachine:
         with _LOCK:
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
