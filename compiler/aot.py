@@ -19,7 +19,7 @@ from compiler.target import ARCH_PTX, ARCHES, NVPTXTarget
 
 
 def choose_targets(name: str | None) -> list[NVPTXTarget]:
-    if name == "all" or name is None and not _gpu_target():
+    if name == "all" or (name is None and not _gpu_target()):
         return [NVPTXTarget(arch, ARCH_PTX[arch]) for arch in ARCHES]
     if name is None:
         return [_gpu_target()]
@@ -29,8 +29,8 @@ def choose_targets(name: str | None) -> list[NVPTXTarget]:
 
 
 def _gpu_target() -> NVPTXTarget | None:
-    from runtime import driver  # optional: AOT works without a GPU or a driver
     from compiler.target import nvptx_for_device
+    from runtime import driver  # optional: AOT works without a GPU or a driver
 
     found = driver.devices() if driver.driver_available() else []
     if not found:

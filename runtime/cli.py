@@ -70,7 +70,7 @@ def _inspect_backend(module, only: set[int] | None, args: argparse.Namespace) ->
     dialect_module = translate_module(module)
     indices = sorted(only) if only is not None else range(module.num_imported_funcs, module.num_funcs)
     if args.stage == "llvm":
-        llvm_ir, entries, skipped = lower(dialect_module, target, indices)
+        llvm_ir, _, skipped = lower(dialect_module, target, indices)
         sys.stdout.write(llvm_ir)
     else:
         compilation = compile_entries(dialect_module, target, indices)
@@ -170,7 +170,7 @@ def cmd_invoke(args: argparse.Namespace) -> int:
 
 def _open_text(path: str):
     try:
-        return open(path, encoding="utf-8")  # noqa: SIM115 - closed by the caller's with
+        return open(path, encoding="utf-8")
     except OSError as exc:
         raise TensorWasmError(f"cannot read {path}: {exc.strerror}") from None
 

@@ -306,8 +306,17 @@ class Context:
             check("cuCtxSetCurrent", cu.cuCtxSetCurrent(cu.CUcontext(0)))
             cu.cuDevicePrimaryCtxRelease(self._device)
             cu.cuDevicePrimaryCtxReset(self._device)
-            self._handle = check("cuDevicePrimaryCtxRetain", cu.cuDevicePrimaryCtxRetain(self._device))
+            err, handle = cu.cuDevicePrimaryCtxRetain(self._device)
             self.generation += 1
+            if err != cu.CUresult.CUDA_SUCCESS:
+                # Some faults (an illegal address, a failed launch) poison CUDA for the rest
+                # of the process: the driver refuses every context from now on.
+                raise CudaError(
+                    "cuDevicePrimaryCtxRetain", err,
+                    "the GPU cannot be used again in this process after a sticky fault; "
+                    "a new process is needed",
+                )  # fmt: skip
+            self._handle = handle
             check("cuCtxSetCurrent", cu.cuCtxSetCurrent(self._handle))
         logger.warning("GPU %d context reset (generation %d)", self.info.ordinal, self.generation)
 

@@ -395,14 +395,21 @@ def test_trap_is_sticky_and_reset_recovers() -> None:
             module.function("trap_now").launch(grid=(1,), block=(1,))
             ctx.synchronize()
         assert info.value.sticky, info.value
-        ctx.reset()
-        with pytest.raises(StaleHandleError):
-            module.function("add_one")
-        with pytest.raises(StaleHandleError):
-            _ = stale.ptr
-        _assert_context_works(ctx)
-        print("recovered")
+        try:
+            ctx.reset()
+        except CudaError as exc:
+            # Drivers that poison the whole process say so, clearly, instead of hanging.
+            assert "a new process is needed" in str(exc), exc
+            print("poisoned")
+        else:
+            with pytest.raises(StaleHandleError):
+                module.function("add_one")
+            with pytest.raises(StaleHandleError):
+                _ = stale.ptr
+            _assert_context_works(ctx)
+            print("recovered")
         """
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-    assert proc.returncode == 0 and "recovered" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "recovered" in proc.stdout or "poisoned" in proc.stdout

@@ -148,7 +148,7 @@ def test_call_sequence_matches_wasmtime(backend: str) -> None:
 def test_function_calling_an_import_is_not_compilable(backend: str) -> None:
     wasm = wat(
         '(module (import "env" "log" (func $log (param i32)))'
-        ' (func $helper (param i32) local.get 0 call $log)'
+        " (func $helper (param i32) local.get 0 call $log)"
         ' (func (export "uses") (param i32) local.get 0 call $helper)'
         ' (func (export "pure") (result i32) i32.const 7))'
     )

@@ -101,21 +101,23 @@ def lower_division(fl: FunctionLowering, op: Op, args) -> ir.Value:
 
 
 def lower_sign_bit_op(fl: FunctionLowering, op: Op, args) -> ir.Value:
-    """abs, neg and copysign are bit operations in Wasm, NaN payload included; done on the bits
-    so no target instruction (PTX abs/neg on NaN) can canonicalise the payload."""
+    """abs, neg and copysign are bit operations in Wasm, NaN payload included. LLVM would
+    turn the integer form back into fabs/fneg/copysign, and PTX abs.f64/neg.f64 do not keep
+    a NaN's sign; so the target emits the bit operations in a form it cannot rewrite."""
     b = fl.b
     ty = args[0].type
     ity = int_of(ty)
     sign = ir.Constant(ity, 1 << (ity.width - 1))
+    magnitude_mask = ir.Constant(ity, (1 << (ity.width - 1)) - 1)
+    bit_op = fl.target.opaque_bit_op
     x = b.bitcast(args[0], ity)
     if op.name == "arith.fabs":
-        bits = b.and_(x, ir.Constant(ity, (1 << (ity.width - 1)) - 1))
+        bits = bit_op(b, "and", x, magnitude_mask)
     elif op.name == "arith.fneg":
-        bits = b.xor(x, sign)
+        bits = bit_op(b, "xor", x, sign)
     else:
         y = b.bitcast(args[1], ity)
-        magnitude = b.and_(x, ir.Constant(ity, (1 << (ity.width - 1)) - 1))
-        bits = b.or_(magnitude, b.and_(y, sign))
+        bits = b.or_(bit_op(b, "and", x, magnitude_mask), bit_op(b, "and", y, sign))
     return b.bitcast(bits, ty)
 
 

@@ -75,6 +75,10 @@ class Target:
     def mark_entry(self, fn: ir.Function) -> None:
         pass
 
+    def opaque_bit_op(self, b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+        """An integer and/or/xor that later passes must not fold into float operations."""
+        return {"and": b.and_, "or": b.or_, "xor": b.xor}[op](x, y)
+
     def thread_index(self, fl, name: str, dim: str) -> ir.Value:
         raise CompileError(f"{name} needs a kernel launch on the {self.name} target")
 
@@ -127,6 +131,15 @@ class NVPTXTarget(Target):
 
     def mark_entry(self, fn: ir.Function) -> None:
         fn.calling_convention = "ptx_kernel"
+
+    def opaque_bit_op(self, b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+        # Inline PTX: LLVM cannot see through it to form fabs/fneg, which PTX implements
+        # with abs.f64/neg.f64 that do not keep a NaN's sign bit.
+        width = x.type.width
+        reg = "l" if width == 64 else "r"
+        asm = ir.InlineAsm(ir.FunctionType(x.type, [x.type, x.type]), f"{op}.b{width} $0, $1, $2;",
+                           f"={reg},{reg},{reg}")  # fmt: skip
+        return b.call(asm, [x, y])
 
     def thread_index(self, fl, name: str, dim: str) -> ir.Value:
         register = {"gpu.thread_id": "tid", "gpu.block_id": "ctaid", "gpu.block_dim": "ntid",
