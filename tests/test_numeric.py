@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from compiler.target import ARCH_PTX, NVPTXTarget
 from runtime.executor import GPUExecutor, HostExecutor
 from runtime.reference import ReferenceInstance
 from tests.conftest import wat
@@ -44,6 +45,10 @@ def test_host_backend_matches_wasmtime(module_bytes, reference) -> None:
 
 
 @pytest.mark.gpu
-def test_gpu_matches_wasmtime(module_bytes, reference) -> None:
-    failures = check_backend(GPUExecutor(module_bytes), reference)
+@pytest.mark.parametrize("arch", [None, "sm_75", "sm_80"], ids=["device", "sm_75", "sm_80"])
+def test_gpu_matches_wasmtime(module_bytes, reference, arch: str | None) -> None:
+    # PTX for older architectures runs on newer GPUs too: sm_75 exercises the emulated
+    # NaN-propagating min/max, sm_80 the min.NaN instructions.
+    target = NVPTXTarget(arch, ARCH_PTX[arch]) if arch else None
+    failures = check_backend(GPUExecutor(module_bytes, target=target), reference)
     assert not failures, f"{len(failures)} mismatches:\n" + "\n".join(failures[:30])
