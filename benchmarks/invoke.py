@@ -53,7 +53,9 @@ def main() -> int:
         print()
     else:
         for r in results:
-            print(f"{r['backend']}: per call {r['inc_us']:.1f} us (inc), {r['loop_us']:.1f} us (1000-iteration loop)")
+            print(
+                f"{r['backend']}: per call {r['inc_us']:.1f} us (inc), {r['loop_us']:.1f} us (1000-iteration loop)"
+            )
     return 0
 
 

@@ -124,7 +124,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_backend(name: str, wasm: bytes):
+def _open_backend(name: str, wasm: bytes, target: str | None = None):
     """The executor for ``--backend``; ``auto`` is the GPU when there is one, else the host."""
     from runtime import driver
     from runtime.executor import GPUExecutor, HostExecutor
@@ -140,7 +140,9 @@ def _open_backend(name: str, wasm: bytes):
         except driver.NoGPU as exc:
             print(f"tensorwasm: {exc}; running on the host backend (cpu)", file=sys.stderr)
             return HostExecutor(wasm)
-    return GPUExecutor(wasm)
+    from compiler.target import parse_target
+
+    return GPUExecutor(wasm, target=parse_target(target) if target else None)
 
 
 def cmd_invoke(args: argparse.Namespace) -> int:
@@ -148,7 +150,7 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     from runtime.values import CallResult, ValueFormatError, format_result, parse_call_line
 
     wasm = read_wasm(args.module)
-    executor = _open_backend(args.backend, wasm)
+    executor = _open_backend(args.backend, wasm, args.target)
     stream = sys.stdin if args.calls == "-" else _open_text(args.calls)
     status = 0
     with stream:
@@ -207,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     invoke.add_argument("--backend", choices=["auto", "wasmtime", "cpu", "gpu"], default="auto",
                         help="auto: the GPU if there is one, else the host (default)")  # fmt: skip
     invoke.add_argument("--calls", required=True, help='JSON lines {"func": ..., "args": [...]}; - for stdin')
+    invoke.add_argument("--target", choices=["sm_75", "sm_80", "sm_90"],
+                        help="GPU code for this architecture instead of the device's")  # fmt: skip
     invoke.set_defaults(run=cmd_invoke)
 
     compile_ = sub.add_parser("compile", help="compile ahead of time: PTX and a manifest")

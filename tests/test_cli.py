@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +65,85 @@ def test_bad_wat_is_an_error(tmp_path: Path, capsys) -> None:
 def test_missing_file_is_an_error(capsys) -> None:
     assert main(["inspect", "/nonexistent.wasm"]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+DEMO = ROOT / "examples/invoke/demo.wat"
+DEMO_CALLS = ROOT / "examples/invoke/demo.jsonl"
+
+
+def test_invoke_cpu_prints_what_wasmtime_prints(capsys) -> None:
+    assert main(["invoke", str(DEMO), "--backend", "wasmtime", "--calls", str(DEMO_CALLS)]) == 0
+    reference = capsys.readouterr().out
+    assert main(["invoke", str(DEMO), "--backend", "cpu", "--calls", str(DEMO_CALLS)]) == 0
+    assert capsys.readouterr().out == reference
+    lines = reference.splitlines()
+    assert lines[0] == '{"results": [{"type": "i32", "value": "46368"}]}'
+    assert lines[3] == '{"trap": "integer overflow"}'
+
+
+def test_invoke_auto_without_gpu_says_so_and_uses_the_host(capsys) -> None:
+    from runtime import driver
+
+    if driver.devices():
+        return  # on a GPU machine auto means the GPU; the gpu tests cover that
+    assert main(["invoke", str(DEMO), "--calls", str(DEMO_CALLS)]) == 0
+    captured = capsys.readouterr()
+    assert "running on the host backend (cpu)" in captured.err
+    assert len(captured.out.splitlines()) == 5
+
+
+def test_invoke_reports_bad_lines_and_continues(tmp_path: Path, capsys) -> None:
+    calls = tmp_path / "calls.jsonl"
+    calls.write_text(
+        '{"func": "fib", "args": [{"type": "i32", "value": "x"}]}\n'
+        "not json\n"
+        '{"func": "missing"}\n'
+        '{"func": "fib", "args": [{"type": "i32", "value": "10"}]}\n'
+    )
+    assert main(["invoke", str(DEMO), "--backend", "cpu", "--calls", str(calls)]) == 1
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [next(iter(o)) for o in out] == ["error", "error", "error", "results"]
+    assert out[3]["results"][0]["value"] == "55"
+
+
+def test_compile_writes_ptx_and_manifest(tmp_path: Path, capsys) -> None:
+    src = tmp_path / "m.wat"
+    src.write_text(
+        '(module (import "env" "log" (func $log (param i32)))'
+        ' (func (export "sq") (param i32) (result i32) local.get 0 local.get 0 i32.mul)'
+        ' (func (export "noisy") (param i32) local.get 0 call $log))'
+    )
+    out = tmp_path / "out"
+    assert main(["compile", str(src), "-o", str(out), "--target", "all"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["targets"] == ["sm_75", "sm_80", "sm_90"]
+    kernels = [k for k in manifest["kernels"] if k["function"] == "sq"]
+    assert {k["target"] for k in kernels} == {"sm_75", "sm_80", "sm_90"}
+    for kernel in kernels:
+        ptx = (out / kernel["file"]).read_bytes()
+        assert hashlib.sha256(ptx).hexdigest() == kernel["sha256"]
+        assert kernel["params"] == ["i32"] and kernel["results"] == ["i32"]
+        assert f".entry {kernel['kernel']}".encode() in ptx
+    (skipped,) = [s for s in manifest["skipped"] if s["function"] == "noisy"]
+    assert "env.log" in skipped["reason"]
+    assert "left out noisy" in capsys.readouterr().out
+
+
+def test_inspect_llvm_and_ptx(capsys) -> None:
+    assert main(["inspect", str(DEMO), "--stage", "llvm", "--func", "div"]) == 0
+    llvm_ir = capsys.readouterr().out
+    assert 'define void @"tw_call_3"' in llvm_ir and "sdiv i32" in llvm_ir
+    assert main(["inspect", str(DEMO), "--stage", "ptx", "--func", "nearest", "--target", "sm_80"]) == 0
+    ptx = capsys.readouterr().out
+    assert ".target sm_80" in ptx and "cvt.rni.f32.f32" in ptx
+
+
+def test_devices_without_gpu(capsys) -> None:
+    from runtime import driver
+
+    assert main(["devices"]) == 0
+    out = capsys.readouterr().out
+    if not driver.devices():
+        assert out.startswith("no GPU:") and "host backend" in out
+    else:
+        assert "compute capability" in out

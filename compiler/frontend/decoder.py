@@ -11,6 +11,7 @@ never misread. Semantic validation (types, stack discipline) is the validator's 
 
 from __future__ import annotations
 
+import gc
 import struct
 
 from compiler.errors import DecodeError, UnsupportedFeature
@@ -200,6 +201,18 @@ class Reader:
 
 def decode(data: bytes) -> WasmModule:
     """Decode a whole module; raises DecodeError (or UnsupportedFeature) on bad input."""
+    # Decoding allocates one object per instruction and frees none: pause the cyclic
+    # collector, which would otherwise walk the growing lists again and again.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _decode(data)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _decode(data: bytes) -> WasmModule:
     data = bytes(data)
     if len(data) < 4 or data[:4] != MAGIC:
         raise DecodeError("not a WebAssembly module: bad magic number", 0)

@@ -21,6 +21,7 @@ row in :mod:`compiler.frontend.opcodes`; :func:`mapping` describes that choice f
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 
 from compiler.errors import TranslateError
@@ -166,22 +167,23 @@ class FunctionTranslator:
         if not pending:
             self.reachable = False
             return
-        n_locals = len(self.env)
         envs = [p[1] for p in pending]
         vals = [p[2] for p in pending]
         arg_types: list[Type] = []
         local_args: list[int] = []
-        for i in range(n_locals):
-            first = envs[0][i]
-            if any(e[i] is not first for e in envs):
-                local_args.append(i)
-                arg_types.append(first.type)
         result_args: list[int] = []
-        for k, ty in enumerate(frame.results):
-            first = vals[0][k]
-            if any(v[k] is not first for v in vals):
-                result_args.append(k)
-                arg_types.append(ty)
+        if len(pending) > 1:
+            n = len(pending)
+            # Column by column: a local (or result) needs an argument when its incoming
+            # values differ (tuple.count compares by identity for values, in C).
+            for i, column in enumerate(zip(*envs, strict=True)):
+                if column.count(column[0]) != n:
+                    local_args.append(i)
+                    arg_types.append(column[0].type)
+            for k, column in enumerate(zip(*vals, strict=True)):
+                if column.count(column[0]) != n:
+                    result_args.append(k)
+                    arg_types.append(frame.results[k])
         block = self.new_block(arg_types)
         for succ, env, values in pending:
             succ.block = block
@@ -652,6 +654,18 @@ def mapping(name: str) -> str:
 
 def translate_module(wasm: WasmModule, *, verify: bool = True) -> Module:
     """Translate every function of a decoded (and validated) module into the dialect."""
+    # The IR is a dense graph of small objects with reference cycles (values point at their
+    # ops and back): the cyclic collector would rescan it over and over while it grows.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _translate_module(wasm, verify)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _translate_module(wasm: WasmModule, verify: bool) -> Module:
     module = Module(types=list(wasm.types))
     for g_type in wasm.global_types():
         module.globals.append(GlobalDecl(g_type.type, g_type.mutable))
