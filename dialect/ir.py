@@ -132,6 +132,17 @@ class LoopInfo:
     offset: int
     depth: int
     parent: LoopInfo | None = None
+    # What the frontend knew at the Wasm level, for rewriting the module around the loop:
+    # the index of the ``loop`` instruction in its function body and of its ``end``; the
+    # value of every local on entry; the locals the header takes as arguments (in order);
+    # and, for each way out of the loop, the successor (None for falling off its end) with
+    # the value of every local there.
+    start: int = -1
+    end: int = -1
+    entry_env: list = field(default_factory=list)
+    assigned: list[int] = field(default_factory=list)
+    exits: list = field(default_factory=list)
+    returns: bool = False  # a return inside the loop leaves it too
 
 
 @dataclass(eq=False)

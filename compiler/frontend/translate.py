@@ -152,6 +152,14 @@ class FunctionTranslator:
     def branch_to(self, depth: int, values_from_stack: bool = True) -> Successor:
         """A successor for a branch to the frame ``depth`` levels out, with the values it carries."""
         frame = self.ctrl[-1 - depth]
+        succ = self._branch_to(frame)
+        # The branch leaves every loop opened inside the target frame.
+        for inner in self.ctrl[len(self.ctrl) - depth :]:
+            if inner.kind == "loop":
+                inner.loop.exits.append((succ, list(self.env)))
+        return succ
+
+    def _branch_to(self, frame: Frame) -> Successor:
         if frame.kind == "loop":
             n = len(frame.params)
             args = [self.env[i] for i in frame.assigned] + (self.stack[-n:] if n else [])
@@ -252,6 +260,7 @@ class FunctionTranslator:
             }
         )
         args = self.pop(len(params))
+        entry_env = list(self.env)
         frame = Frame("loop", len(self.stack), params, results)
         frame.assigned = assigned
         header = self.new_block([self.env[i].type for i in assigned] + list(params))
@@ -261,7 +270,8 @@ class FunctionTranslator:
             self.env[i] = header.args[k]
         self.stack.extend(header.args[len(assigned) :])
         parent = self.loops[-1] if self.loops else None
-        info = LoopInfo(header, instr.offset, len(self.loops) + 1, parent)
+        info = LoopInfo(header, instr.offset, len(self.loops) + 1, parent, index, instr.match,
+                        entry_env, assigned)  # fmt: skip
         header.attrs["loop"] = info
         self.func.loops.append(info)
         self.loops.append(info)
@@ -308,7 +318,9 @@ def _end(t: FunctionTranslator, instr: Instr) -> None:
     frame = t.ctrl[-1]
     if frame.kind == "loop":
         t.ctrl.pop()
-        t.loops.pop()
+        loop = t.loops.pop()
+        if t.reachable:
+            loop.exits.append((None, list(t.env)))
         return  # nothing branches to a loop's end: fall through in place
     if frame.false_succ is not None:  # an if without else: the false edge skips to the end
         frame.pending.append((frame.false_succ, frame.if_env, frame.if_params))
@@ -348,6 +360,8 @@ def _br_table(t: FunctionTranslator, instr: Instr) -> None:
 
 
 def _return(t: FunctionTranslator, instr: Instr) -> None:
+    for loop in t.loops:
+        loop.returns = True
     t.b.ret(t.pop(len(t.func.results)))
     t.reachable = False
 
@@ -711,6 +725,7 @@ def translate_function(wasm: WasmModule, index: int, *, verify: bool = True) -> 
     func.attrs["offset"] = code.offset
     func.attrs["instructions"] = len(code.body)
     FunctionTranslator(wasm, func, index).translate(sig.params, sig.results, code.locals, code.body)
+    remove_dead_block_args(func)
     remove_dead_ops(func)
     if verify:
         try:
@@ -718,6 +733,35 @@ def translate_function(wasm: WasmModule, index: int, *, verify: bool = True) -> 
         except TensorWasmError as exc:
             raise TranslateError(f"function {index} ({func.name}) failed verification: {exc}") from exc
     return func
+
+
+def remove_dead_block_args(func: Function) -> None:
+    """Drop block arguments nothing reads: merges carry every local whose value differs,
+    and most of those are never read again. An argument is live when an op uses it or it
+    flows into a live argument; entry arguments (the parameters) always stay."""
+    incoming: dict[Value, list[Value]] = {}
+    succs = [succ for op in func.ops() for succ in op.successors]
+    for succ in succs:
+        for arg, value in zip(succ.block.args, succ.args, strict=True):
+            incoming.setdefault(arg, []).append(value)
+    live: set[Value] = set(func.entry.args)
+    work = [v for op in func.ops() for v in op.operands]
+    while work:
+        value = work.pop()
+        if value in live:
+            continue
+        live.add(value)
+        work.extend(incoming.get(value, ()))
+    for block in func.blocks[1:]:
+        keep = [i for i, arg in enumerate(block.args) if arg in live]
+        if len(keep) == len(block.args):
+            continue
+        block.args = [block.args[i] for i in keep]
+        for i, arg in enumerate(block.args):
+            arg.index = i
+        for succ in succs:
+            if succ.block is block:
+                succ.args = [succ.args[i] for i in keep]
 
 
 def remove_dead_ops(func: Function) -> None:

@@ -1,0 +1,722 @@
+"""Loop analysis: which loops of a function can run one iteration per GPU thread.
+
+For every Wasm ``loop`` (its header block is marked by the translator) this finds the
+natural loop, its induction variables (any header argument that grows by a loop-invariant
+step, which covers clang's strength-reduced pointers and unrolled copies), recognised
+reductions, the trip count as an expression of values known at loop entry, and every
+memory access as a polynomial in the loops' iteration counters and the live-in values.
+
+The verdict is "offload" when the loop is legal given runtime guards, with the guards
+described as data in :class:`LoopPlan`: accesses whose independence cannot be settled
+statically are checked by the runtime on concrete values before each launch. A rejected
+loop carries the precise reason. Profitability is the runtime's business, not this one's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from compiler.analysis.poly import Poly, Symbol
+from compiler.lower.function import reachable
+from compiler.errors import NotCompilable
+from dialect import arith
+from dialect.ir import Block, Function, LoopInfo, Module, Op, Value
+from dialect.types import F32, F64
+from dialect.verifier import dominators, reverse_postorder
+
+NEGATE = {"eq": "ne", "ne": "eq", "slt": "sge", "sge": "slt", "sgt": "sle", "sle": "sgt",
+          "ult": "uge", "uge": "ult", "ugt": "ule", "ule": "ugt"}  # fmt: skip
+SWAP = {"eq": "eq", "ne": "ne", "slt": "sgt", "sgt": "slt", "sle": "sge", "sge": "sle",
+        "ult": "ugt", "ugt": "ult", "ule": "uge", "uge": "ule"}  # fmt: skip
+INT_REDUCTIONS = {"arith.add": "add", "arith.mul": "mul", "arith.and": "and", "arith.or": "or",
+                  "arith.xor": "xor"}  # fmt: skip
+FLOAT_REDUCTIONS = {"arith.fadd": "fadd", "arith.fmul": "fmul"}
+MEMORY_EFFECTS = {"mem.store", "mem.grow", "mem.copy", "mem.fill", "mem.init", "mem.data_drop"}
+STATE_WRITES = {"global.set", "table.set", "table.grow", "table.fill", "table.copy", "table.init",
+                "table.elem_drop"}  # fmt: skip
+
+
+class Reject(Exception):
+    """Why a loop cannot be offloaded (message: the reason shown in the report)."""
+
+
+@dataclass
+class TripCount:
+    """The loop runs while ``pred(start + step*k, bound)`` holds; ``top``: tested before the
+    body of iteration k, else after it (a rotated loop runs at least once)."""
+
+    top: bool
+    pred: str
+    start: Poly
+    step: int
+    bound: Poly
+    bits: int
+
+    def describe(self) -> str:
+        test = f"{self.start} + {self.step}*k {self.pred} {self.bound}".replace("+ -", "- ")
+        return f"while {test} ({'tested first' if self.top else 'do-while'})"
+
+
+@dataclass
+class Access:
+    op: Op
+    store: bool
+    width: int
+    address: Poly | None  # None: not affine (a gather, say)
+
+    @property
+    def where(self) -> str:
+        return f"+0x{self.op.offset:x}" if self.op.offset is not None else "?"
+
+    @property
+    def kind(self) -> str:
+        return "store" if self.store else "load"
+
+
+@dataclass
+class Reduction:
+    arg: Value  # the header argument
+    op: str  # add, mul, and, or, xor, min_s, min_u, max_s, max_u, fadd, fmul
+    update: Value  # its value on the back edge
+    local: int | None = None
+
+
+@dataclass
+class LiveOut:
+    """How a local's value after the loop is found: ``kind`` is "affine" (``value`` at the
+    exit iteration), "reduction" (``reduction``), or "dead" (not read after the loop)."""
+
+    local: int
+    kind: str
+    value: Poly | None = None
+    reduction: Reduction | None = None
+
+
+@dataclass
+class LoopPlan:
+    """What the outliner and the runtime need to run a loop as a kernel."""
+
+    func: Function
+    loop: LoopInfo
+    counter: Symbol
+    trip: TripCount
+    inner_trips: list[tuple[Symbol, TripCount]]
+    accesses: list[Access]
+    reductions: list[Reduction]
+    live_ins: list[tuple[Value, Symbol, str, int]]  # value, symbol, "local"/"global", index
+    live_outs: list[LiveOut]
+    blocks: set[Block]
+    ivs: dict[Value, tuple[Poly, Poly]]  # header argument -> (entry value, step) for every loop in the nest
+    invariant_args: dict[Value, Value]
+    static_dependence_free: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass
+class LoopReport:
+    func: Function
+    loop: LoopInfo
+    verdict: str  # "offload" or "reject"
+    reason: str
+    trip: TripCount | None = None
+    plan: LoopPlan | None = None
+
+    def as_json(self) -> dict:
+        return {
+            "func": self.func.name,
+            "offset": self.loop.offset,
+            "depth": self.loop.depth,
+            "trip_count": self.trip.describe() if self.trip else None,
+            "verdict": self.verdict,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    relaxed_float: bool = False  # allow float reductions (they reorder additions)
+
+
+class FunctionLoops:
+    """Loop structure and def-use facts of one function, shared by its loops' analyses."""
+
+    def __init__(self, module: Module, func: Function):
+        self.module = module
+        self.func = func
+        order = reverse_postorder(func)
+        self.idom = dominators(order)
+        self.preds: dict[Block, list[Block]] = {b: [] for b in func.blocks}
+        for b in func.blocks:
+            for s in b.successors:
+                self.preds[s].append(b)
+        self.def_block: dict[Value, Block] = {}
+        self.users: dict[Value, list[tuple[Op, Block]]] = {}
+        for block in func.blocks:
+            for arg in block.args:
+                self.def_block[arg] = block
+            for op in block.ops:
+                for r in op.results:
+                    self.def_block[r] = block
+                for v in op.operands:
+                    self.users.setdefault(v, []).append((op, block))
+                for succ in op.successors:
+                    for v in succ.args:
+                        self.users.setdefault(v, []).append((op, block))
+        self.bodies: dict[LoopInfo, set[Block]] = {info: self._body(info) for info in func.loops}
+        self.latches: dict[LoopInfo, list[Block]] = {
+            info: [p for p in self.preds[info.header] if p in self.bodies[info]] for info in func.loops
+        }
+
+    def dominates(self, a: Block, b: Block) -> bool:
+        while True:
+            if a is b:
+                return True
+            parent = self.idom.get(b)
+            if parent is None or parent is b:
+                return False
+            b = parent
+
+    def _body(self, info: LoopInfo) -> set[Block]:
+        header = info.header
+        latches = [p for p in self.preds[header] if self.dominates(header, p)]
+        body = {header}
+        work = list(latches)
+        while work:
+            b = work.pop()
+            if b in body:
+                continue
+            body.add(b)
+            work.extend(self.preds[b])
+        return body
+
+    def entry_edge_args(self, info: LoopInfo) -> list[Value]:
+        for pred in self.preds[info.header]:
+            if pred not in self.bodies[info]:
+                for succ in pred.terminator.successors:
+                    if succ.block is info.header:
+                        return succ.args
+        raise Reject("loop header has no entry edge")
+
+    def back_edge_args(self, info: LoopInfo) -> list[list[Value]]:
+        out = []
+        for latch in self.latches[info]:
+            for succ in latch.terminator.successors:
+                if succ.block is info.header:
+                    out.append(succ.args)
+        return out
+
+
+def analyze_module(module: Module, options: AnalysisOptions | None = None) -> list[LoopReport]:
+    reports = []
+    for func in module.functions:
+        if func.is_import or not func.loops:
+            continue
+        facts = FunctionLoops(module, func)
+        for info in func.loops:
+            reports.append(analyze_loop(facts, info, options or AnalysisOptions()))
+    return reports
+
+
+def analyze_loop(facts: FunctionLoops, info: LoopInfo, options: AnalysisOptions) -> LoopReport:
+    try:
+        plan = LoopAnalysis(facts, info, options).run()
+    except Reject as exc:
+        trip = getattr(exc, "trip", None)
+        return LoopReport(facts.func, info, "reject", str(exc), trip)
+    guarded = "guards: " + ", ".join(_guard_summary(plan))
+    return LoopReport(facts.func, info, "offload", guarded, plan.trip, plan)
+
+
+def _guard_summary(plan: LoopPlan) -> list[str]:
+    parts = ["trip count", "accesses in bounds"]
+    stores = sum(1 for a in plan.accesses if a.store)
+    if stores:
+        parts.append(f"{stores} store(s) disjoint from other accesses")
+    if plan.reductions:
+        parts.append("reductions: " + ", ".join(r.op for r in plan.reductions))
+    return parts
+
+
+class LoopAnalysis:
+    def __init__(self, facts: FunctionLoops, info: LoopInfo, options: AnalysisOptions):
+        self.facts = facts
+        self.info = info
+        self.options = options
+        self.body = facts.bodies[info]
+        self.counters: dict[LoopInfo, Symbol] = {}
+        self.symbols: dict[Value, Symbol] = {}
+        self.globals: dict[int, Symbol] = {}
+        self.memo: dict[Value, Poly | None] = {}
+        self.ivs: dict[Value, tuple[Poly, Poly]] = {}  # header arg -> (start, step)
+        self.invariant_args: dict[Value, Value] = {}
+        self.dead_args: set[Value] = set()
+        self.reductions: dict[Value, Reduction] = {}
+        self.nested = [m for m in facts.func.loops if facts.bodies[m] <= self.body]
+
+    def counter(self, loop: LoopInfo) -> Symbol:
+        sym = self.counters.get(loop)
+        if sym is None:
+            sym = self.counters[loop] = Symbol("counter", loop, f"k{loop.depth}")
+        return sym
+
+    def at(self, op: Op) -> str:
+        return f"+0x{op.offset:x}" if op.offset is not None else "?"
+
+    # -- the steps ---------------------------------------------------------------------------
+
+    def run(self) -> LoopPlan:
+        info = self.info
+        if info.returns:
+            raise Reject("returns from inside the loop")
+        if len(info.exits) != 1:
+            raise Reject(f"has {len(info.exits)} ways out (an early exit)" if info.exits else "never exits")
+        self.check_effects()
+        for loop in sorted(self.nested, key=lambda m: m.depth):
+            self.classify_header_args(loop)
+        trip = self.trip_count(info)
+        inner = []
+        for loop in self.nested:
+            if loop is info:
+                continue
+            inner_trip = self.trip_count(loop)
+            k = self.counter(info)
+            if (inner_trip.bound - inner_trip.start).uses(k) or (
+                inner_trip.pred not in ("ne", "eq") and (inner_trip.start.uses(k) or inner_trip.bound.uses(k))
+            ):
+                raise Reject(f"inner loop at +0x{loop.offset:x} runs a different number of times per iteration")
+            inner.append((self.counter(loop), inner_trip))
+        accesses = self.accesses()
+        static_free = self.static_dependences(accesses)
+        live_ins = self.live_ins()
+        live_outs = self.live_outs(trip)
+        return LoopPlan(
+            self.facts.func, info, self.counter(info), trip, inner, accesses,
+            list(self.reductions.values()), live_ins, live_outs, self.body,
+            self.ivs, self.invariant_args, static_free,
+        )  # fmt: skip
+
+    def check_effects(self) -> None:
+        module = self.facts.module
+        for block in self.body:
+            for op in block.ops:
+                name = op.name
+                if name == "func.call_indirect":
+                    raise Reject(f"makes an indirect call at {self.at(op)}")
+                if name == "func.call":
+                    self.check_callee(op)
+                elif name in MEMORY_EFFECTS - {"mem.store"}:
+                    raise Reject(f"{name.replace('mem.', 'memory.')} at {self.at(op)} changes memory in bulk or its size")
+                elif name in STATE_WRITES:
+                    raise Reject(f"{name} at {self.at(op)} writes module state")
+                elif name == "cf.return":
+                    raise Reject(f"returns from inside the loop at {self.at(op)}")
+        del module
+
+    def check_callee(self, op: Op) -> None:
+        module = self.facts.module
+        callee = op.attrs["callee"]
+        try:
+            closure = reachable(module, [callee])
+        except NotCompilable as exc:
+            mod, name = exc.import_name or ("?", "?")
+            raise Reject(f"calls import {mod}.{name}") from None
+        for index in closure:
+            for inner in module.functions[index].ops():
+                if inner.name.startswith(("mem.", "global.", "table.")) or inner.name == "func.call_indirect":
+                    raise Reject(
+                        f"calls {module.functions[callee].name}, which uses memory or module state"
+                    )
+
+    # -- induction variables and reductions ---------------------------------------------------
+
+    def classify_header_args(self, loop: LoopInfo) -> None:
+        facts = self.facts
+        header = loop.header
+        entry = facts.entry_edge_args(loop)
+        backs = facts.back_edge_args(loop)
+        loop_body = facts.bodies[loop]
+        for i, arg in enumerate(header.args):
+            incoming = [b[i] for b in backs]
+            reads = [u for u, b in facts.users.get(arg, []) if b in loop_body and not
+                     (u.block in facts.latches[loop] and u.opdef.terminator and arg in u.operands + [
+                      v for sc in u.successors if sc.block is not header for v in sc.args])]  # fmt: skip
+            if not any(u for u, b in facts.users.get(arg, []) if b in loop_body) or (
+                not reads and all(v is arg for v in incoming)
+            ):
+                # Never read inside the loop: overwritten before use in every iteration.
+                self.dead_args.add(arg)
+                continue
+            if all(v is arg or v is entry[i] for v in incoming):
+                self.invariant_args[arg] = entry[i]
+                continue
+            steps = [self.step_of(v, arg, loop_body) for v in incoming]
+            if all(s is not None for s in steps) and all(s == steps[0] for s in steps):
+                start = self.expr(entry[i])
+                if start is None:
+                    raise Reject(f"induction variable {self.local_name(loop, i)} starts from an unknown value")
+                self.ivs[arg] = (start, steps[0])
+                continue
+            if loop is self.info and len(incoming) == 1:
+                reduction = self.reduction_of(arg, incoming[0], loop_body)
+                if reduction is not None:
+                    reduction.local = loop.assigned[i] if i < len(loop.assigned) else None
+                    self.reductions[arg] = reduction
+                    continue
+            if loop is not self.info:
+                continue  # inner loops run sequentially inside one thread: anything goes
+            raise Reject(
+                f"{self.local_name(loop, i)} is carried from one iteration to the next and is neither "
+                f"an induction variable nor a recognised reduction"
+            )
+
+    def local_name(self, loop: LoopInfo, i: int) -> str:
+        arg = loop.header.args[i]
+        entry = self.facts.entry_edge_args(loop)[i]
+        local = next((n for n in loop.assigned if loop.entry_env[n] is entry), None)
+        return f"local {local}" if local is not None else f"loop value {i}"
+
+    def step_of(self, value: Value, arg: Value, body: set[Block]) -> Poly | None:
+        """The loop-invariant amount by which ``value`` exceeds ``arg`` (chains of add/sub)."""
+        total = Poly()
+        while value is not arg:
+            op = value.owner
+            if not isinstance(op, Op) or op.name not in ("arith.add", "arith.sub"):
+                return None
+            lhs, rhs = op.operands
+            if op.name == "arith.add" and self.invariant_in(lhs, body) and not self.invariant_in(rhs, body):
+                lhs, rhs = rhs, lhs
+            if not self.invariant_in(rhs, body):
+                return None
+            amount = self.expr(rhs)
+            if amount is None:
+                return None
+            total = total + (amount if op.name == "arith.add" else -amount)
+            value = lhs
+        return total
+
+    def invariant_in(self, value: Value, body: set[Block]) -> bool:
+        owner = value.owner
+        if isinstance(owner, Op) and owner.opdef is arith.constant:
+            return True
+        return self.facts.def_block[value] not in body
+
+    def reduction_of(self, arg: Value, update: Value, body: set[Block]) -> Reduction | None:
+        op = update.owner
+        if not isinstance(op, Op):
+            return None
+        uses = [u for u, b in self.facts.users.get(arg, []) if b in body]
+        if op.name in INT_REDUCTIONS or op.name in FLOAT_REDUCTIONS:
+            # A chain of the same associative op from the argument to the update (unrolled
+            # loops add twice per iteration), each link used once.
+            link = op
+            while arg not in link.operands:
+                inner = [v for v in link.operands if isinstance(v.owner, Op) and v.owner.name == op.name
+                         and self.facts.def_block[v] in body and len(self.facts.users.get(v, [])) == 1]  # fmt: skip
+                if len(inner) != 1:
+                    return None
+                link = inner[0].owner
+            if len(uses) != 1:
+                return None
+            kind = INT_REDUCTIONS.get(op.name) or FLOAT_REDUCTIONS[op.name]
+            if kind in ("fadd", "fmul") and not self.options.relaxed_float:
+                raise Reject(f"float reduction ({op.name} at {self.at(op)}) needs --relaxed-float")
+            return Reduction(arg, kind, update)
+        if op.name == "arith.select":
+            # min/max: select(cmp(prev, x), prev, x) links, unrolled loops chain several.
+            kinds = set()
+            value = update
+            while value is not arg:
+                link = self._minmax_link(value, arg, body)
+                if link is None:
+                    return None
+                kind, value = link
+                kinds.add(kind)
+            if len(kinds) != 1 or len(uses) != 2:
+                return None
+            return Reduction(arg, kinds.pop(), update)
+        return None
+
+    def _minmax_link(self, value: Value, arg: Value, body: set[Block]) -> tuple[str, Value] | None:
+        op = value.owner
+        if not isinstance(op, Op) or op.name != "arith.select":
+            return None
+        cond, a, b = op.operands
+        cmp = cond.owner
+        if not (isinstance(cmp, Op) and cmp.name == "arith.cmpi") or {id(v) for v in cmp.operands} != {id(a), id(b)}:
+            return None
+        for prev, other in ((a, b), (b, a)):
+            is_link = prev is arg or (
+                isinstance(prev.owner, Op) and prev.owner.name == "arith.select"
+                and self.facts.def_block[prev] in body and len(self.facts.users.get(prev, [])) == 2
+            )  # fmt: skip
+            if not is_link:
+                continue
+            pred = cmp.attrs["pred"] if cmp.operands[0] is prev else SWAP[cmp.attrs["pred"]]
+            if pred in ("eq", "ne"):
+                return None
+            less = pred in ("slt", "sle", "ult", "ule")
+            kind = "min" if less == (a is prev) else "max"
+            return f"{kind}_{'s' if pred.startswith('s') else 'u'}", prev
+        return None
+
+    # -- symbolic values ---------------------------------------------------------------------
+
+    def symbol_for(self, value: Value) -> Symbol:
+        sym = self.symbols.get(value)
+        if sym is None:
+            sym = self.symbols[value] = Symbol("value", value, f"v{len(self.symbols)}")
+        return sym
+
+    def expr(self, value: Value) -> Poly | None:
+        if value in self.memo:
+            return self.memo[value]
+        self.memo[value] = None  # cycles through header arguments resolve to unknown
+        result = self._expr(value)
+        self.memo[value] = result
+        return result
+
+    def _expr(self, value: Value) -> Poly | None:
+        owner = value.owner
+        if isinstance(owner, Op) and owner.opdef is arith.constant:
+            ty, bits = owner.attrs["type"], owner.attrs["value"]
+            if ty.is_float:
+                return None
+            return Poly.const(bits - (1 << ty.bits) if bits >> (ty.bits - 1) else bits)
+        block = self.facts.def_block[value]
+        if block not in self.body:
+            return Poly.symbol(self.symbol_for(value))
+        if isinstance(owner, Block):
+            loop = block.attrs.get("loop")
+            if loop is None:
+                return None
+            if value in self.invariant_args:
+                return self.expr(self.invariant_args[value])
+            if value in self.ivs:
+                start, step = self.ivs[value]
+                return start + step * Poly.symbol(self.counter(loop))
+            return None
+        op = owner
+        if op.name == "global.get":
+            sym = self.globals.get(op.attrs["index"])
+            if sym is None:
+                sym = self.globals[op.attrs["index"]] = Symbol("global", op.attrs["index"], f"g{op.attrs['index']}")
+            return Poly.symbol(sym)
+        if op.name in ("arith.add", "arith.sub", "arith.mul", "arith.shl"):
+            a, b = (self.expr(v) for v in op.operands)
+            if a is None or b is None:
+                return None
+            if op.name == "arith.add":
+                return a + b
+            if op.name == "arith.sub":
+                return a - b
+            if op.name == "arith.mul":
+                return a * b
+            if b.is_constant():
+                return a.scale(1 << (b.constant & (op.operands[0].type.bits - 1)))
+        return None
+
+    # -- trip counts ---------------------------------------------------------------------------
+
+    def trip_count(self, loop: LoopInfo) -> TripCount:
+        facts = self.facts
+        body = facts.bodies[loop]
+        exits = []
+        for block in body:
+            term = block.terminator
+            for succ in term.successors:
+                if succ.block not in body and not _only_traps(succ.block):
+                    exits.append((block, term))
+        if len(exits) != 1:
+            raise Reject(f"loop at +0x{loop.offset:x} has {len(exits)} exits (an early exit)")
+        block, term = exits[0]
+        if term.name != "cf.cond_br":
+            raise Reject(f"loop at +0x{loop.offset:x} leaves through a {term.name}")
+        cond = term.operands[0]
+        stays = term.successors[0].block in body
+        cmp = cond.owner
+        if not (isinstance(cmp, Op) and cmp.name == "arith.cmpi"):
+            raise Reject(f"loop at +0x{loop.offset:x} exits on a condition that is not an integer compare")
+        bottom = block in facts.latches[loop] and any(s.block is loop.header for s in term.successors)
+        top = not bottom and block is loop.header
+        if not top and not bottom:
+            raise Reject(f"loop at +0x{loop.offset:x} exits from the middle of its body")
+        if top:
+            for op in block.ops[:-1]:
+                if not op.opdef.pure:
+                    raise Reject(f"loop at +0x{loop.offset:x} does work before its exit test")
+        pred = cmp.attrs["pred"] if stays else NEGATE[cmp.attrs["pred"]]
+        x, y = (self.expr(v) for v in cmp.operands)
+        k = self.counter(loop)
+        if x is None or y is None:
+            raise Reject(f"loop at +0x{loop.offset:x} has a trip count that depends on memory or unknown values")
+        if not x.uses(k):
+            x, y, pred = y, x, SWAP[pred]
+        split = x.split(k)
+        if split is None or y.uses(k) or not split[1].is_constant() or split[1].constant == 0:
+            raise Reject(f"loop at +0x{loop.offset:x} has no counted exit test")
+        start, step = split
+        other_counters = {s for s in start.symbols() | y.symbols() if s.kind == "counter" and s is not k}
+        inner = {self.counters.get(m) for m in self.nested if m is not loop and m.depth > loop.depth}
+        if other_counters & inner:
+            raise Reject(f"loop at +0x{loop.offset:x} has an exit test that depends on an inner loop")
+        return TripCount(top, pred, start, step.constant, y, cmp.operands[0].type.bits)
+
+    # -- memory ----------------------------------------------------------------------------------
+
+    def accesses(self) -> list[Access]:
+        out = []
+        counters = set(self.counters.values())
+        for block in self.body:
+            for op in block.ops:
+                if op.name not in ("mem.load", "mem.store"):
+                    continue
+                address = self.expr(op.operands[0])
+                if address is not None:
+                    address = address + Poly.const(op.attrs["offset"])
+                    for c in address.symbols() & counters:
+                        split = address.split(c)
+                        if split is None or split[1].symbols() & counters:
+                            address = None
+                            break
+                out.append(Access(op, op.name == "mem.store", op.attrs["bits"] // 8, address))
+        stores = [a for a in out if a.store]
+        for a in out:
+            if a.address is None:
+                if a.store:
+                    raise Reject(f"store at {a.where} writes an address that is not affine in the loop counters")
+                if stores:
+                    raise Reject(
+                        f"load at {a.where} reads an address computed from memory, and the loop "
+                        f"writes memory (store at {stores[0].where})"
+                    )
+        return out
+
+    def static_dependences(self, accesses: list[Access]) -> list[tuple[int, int]]:
+        """Settle pairs whose addresses differ by a constant; raise on a proven conflict.
+        Returns the index pairs proven independent (the runtime need not test them)."""
+        k = self.counter(self.info)
+        counters = set(self.counters.values())
+        free = []
+        for i, s in enumerate(accesses):
+            if not s.store:
+                continue
+            for j, a in enumerate(accesses):
+                if a.address is None or s.address is None:
+                    continue
+                diff = s.address - a.address
+                if not diff.is_constant():
+                    continue
+                split = s.address.split(k)
+                if split is None or not split[1].is_constant():
+                    continue
+                if (s.address.symbols() & counters) - {k}:
+                    continue  # inner loops: the runtime compares per-iteration footprints
+                c = split[1].constant
+                if _overlaps_across_iterations(diff.constant, c, s.width, a.width):
+                    raise Reject(
+                        f"store at {s.where} may overlap {a.kind} at {a.where} across iterations"
+                    )
+                free.append((i, j))
+        return free
+
+    # -- values in and out -----------------------------------------------------------------------
+
+    def live_ins(self) -> list[tuple[Value, Symbol, str, int]]:
+        entry = self.info.entry_env
+        seen: dict[Value, tuple[Value, Symbol, str, int]] = {}
+        for block in self.body:
+            for op in block.ops:
+                values = list(op.operands) + [v for s in op.successors for v in s.args]
+                for v in values:
+                    if v in seen or self.facts.def_block.get(v) in self.body:
+                        continue
+                    owner = v.owner
+                    if isinstance(owner, Op) and owner.opdef is arith.constant:
+                        continue
+                    local = next((i for i, e in enumerate(entry) if e is v), None)
+                    if local is None:
+                        raise Reject("uses a value computed before the loop that no local holds")
+                    seen[v] = (v, self.symbol_for(v), "local", local)
+                if op.name == "global.get":
+                    index = op.attrs["index"]
+                    self.expr(op.results[0])
+                    key = op.results[0]
+                    seen[key] = (key, self.globals[index], "global", index)
+        # IV start values are live-ins too (they flow in on the entry edge).
+        for arg, (start, _) in self.ivs.items():
+            for sym in start.symbols():
+                if sym.kind == "value" and sym.ref not in seen:
+                    local = next((i for i, e in enumerate(entry) if e is sym.ref), None)
+                    if local is None:
+                        raise Reject("an induction variable starts from a value no local holds")
+                    seen[sym.ref] = (sym.ref, sym, "local", local)
+        for sym in self.symbols.values():
+            if sym.ref not in seen and sym.kind == "value":
+                local = next((i for i, e in enumerate(entry) if e is sym.ref), None)
+                if local is None:
+                    raise Reject("the trip count depends on a value no local holds")
+                seen[sym.ref] = (sym.ref, sym, "local", local)
+        return list(seen.values())
+
+    def used_outside(self, value: Value) -> bool:
+        for op, block in self.facts.users.get(value, []):
+            if block not in self.body:
+                return True
+            if any(value in s.args and s.block not in self.body for s in op.successors):
+                return True
+        return False
+
+    def live_outs(self, trip: TripCount) -> list[LiveOut]:
+        info = self.info
+        _, exit_env = info.exits[0]
+        k = self.counter(info)
+        outs = []
+        by_update = {r.update: r for r in self.reductions.values()}
+        exported = set()
+        for local in info.assigned:
+            value = exit_env[local]
+            exported.add(value)
+            if not self.used_outside(value):
+                outs.append(LiveOut(local, "dead"))
+                continue
+            reduction = by_update.get(value) or self.reductions.get(value)
+            if reduction is not None:
+                outs.append(LiveOut(local, "reduction", reduction=reduction))
+                continue
+            poly = self.expr(value)
+            counters = {c for c in self.counters.values() if c is not k}
+            if poly is None or poly.symbols() & counters:
+                raise Reject(f"local {local}'s value from the last iteration is used after the loop")
+            outs.append(LiveOut(local, "affine", value=poly))
+        for block in self.body:
+            for op in block.ops:
+                for r in op.results:
+                    if r not in exported and self.used_outside(r):
+                        raise Reject(f"a value computed in the loop at {self.at(op)} is used after it")
+            for arg in block.args:
+                if arg not in exported and self.used_outside(arg) and arg not in self.invariant_args:
+                    raise Reject("a loop value is used after the loop without a local to carry it")
+        return outs
+
+
+def _only_traps(block: Block) -> bool:
+    term = block.terminator
+    return term is not None and term.name == "cf.trap"
+
+
+def _overlaps_across_iterations(d: int, c: int, ws: int, wa: int) -> bool:
+    """Is there an integer delta != 0 with -ws < d + c*delta < wa (store at k, access at k - delta)?"""
+    if c == 0:
+        return -ws < d < wa
+    lo, hi = Fraction(-ws - d, c), Fraction(wa - d, c)
+    if lo > hi:
+        lo, hi = hi, lo
+    first = int(lo) + 1 if lo >= 0 or lo == int(lo) else int(lo)
+    if first <= lo:
+        first += 1
+    candidates = range(first, int(hi) + 2)
+    return any(lo < delta < hi and delta != 0 for delta in candidates)
+
+
+def float_types():
+    return (F32, F64)

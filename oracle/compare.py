@@ -1,0 +1,204 @@
+"""Run a case on wasmtime and on a backend under test, and compare what Wasm defines.
+
+Compared, call by call: the results (bit for bit; a NaN matches any NaN only where the
+case says the payload is open, see :class:`oracle.case.Call`), trap or not, and the trap
+message. After the last call: linear memory 0 and every exported global. A call that traps
+half-way may leave memory written: both sides must agree on that too.
+
+Some outcomes are not mismatches but *skips*: a call our backend refuses with an error
+(a function that reaches a host import is not compilable), a call that reaches an import
+stub on the reference, and a call that hits a documented resource limit on one side only
+(the GPU's call depth of 200 against wasmtime's stack). After such a call the two
+instances may have diverged, so the rest of the case is skipped too.
+
+A backend that raises anything other than a :class:`TensorWasmError` while decoding,
+translating or compiling a module crashes: that is a failure of its own kind.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from compiler.traps import TrapKind, trap_message
+from dialect.errors import TensorWasmError
+from dialect.types import F32, F64, Type
+from oracle.case import Call, Case
+from runtime.executor import Executor, GPUExecutor, HostExecutor
+from runtime.reference import ReferenceBackendError, ReferenceInstance
+from runtime.values import CallResult, WasmValue
+
+log = logging.getLogger(__name__)
+
+STACK_EXHAUSTED = trap_message(TrapKind.STACK_OVERFLOW)
+
+ExecutorFactory = Callable[[bytes], Executor]
+
+
+def is_nan(ty: Type, bits: int) -> bool:
+    """Whether ``bits`` is a NaN of float type ``ty`` (never for other types)."""
+    if ty is F32:
+        return bits & 0x7F800000 == 0x7F800000 and bits & 0x007FFFFF != 0
+    if ty is F64:
+        return bits & 0x7FF0000000000000 == 0x7FF0000000000000 and bits & 0x000FFFFFFFFFFFFF != 0
+    return False
+
+
+def same_value(expected: WasmValue, actual: WasmValue, exact: bool) -> bool:
+    """Equal bits; or, unless ``exact``, both NaNs (Wasm leaves an arithmetic NaN's payload open)."""
+    (ty, want), (ty2, got) = expected, actual
+    if ty is not ty2:
+        return False
+    return want == got or (not exact and is_nan(ty, want) and is_nan(ty, got))
+
+
+def describe(result: CallResult) -> str:
+    if result.error is not None:
+        return f"error: {result.error}"
+    if result.trap is not None:
+        return f"trap: {result.trap}"
+    return "(" + ", ".join(f"{ty}:0x{bits:x}" for ty, bits in result.values) + ")"
+
+
+def compare_call(call: Call, expected: CallResult, actual: CallResult) -> str | None:
+    """Why ``actual`` differs from ``expected``; None when they agree."""
+    if expected.trap != actual.trap or len(expected.values) != len(actual.values):
+        return f"expected {describe(expected)}, got {describe(actual)}"
+    for want, got in zip(expected.values, actual.values, strict=True):
+        if not same_value(want, got, call.exact):
+            return f"expected {describe(expected)}, got {describe(actual)}"
+    return None
+
+
+def is_resource_skip(expected: CallResult, actual: CallResult) -> bool:
+    """One side ran out of call stack and the other did not: their limits differ, by design."""
+    return (expected.trap == STACK_EXHAUSTED) != (actual.trap == STACK_EXHAUSTED)
+
+
+@dataclass
+class Outcome:
+    """What running a case found: calls that agreed, were skipped, and the first mismatch."""
+
+    passed: int = 0
+    skipped: int = 0
+    mismatch: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.mismatch is not None
+
+
+def make_factory(backend: str) -> ExecutorFactory:
+    """The executor constructor for ``backend`` ("cpu" or "gpu")."""
+    if backend == "cpu":
+        return HostExecutor
+    if backend == "gpu":
+        return GPUExecutor
+    raise ValueError(f"unknown backend {backend!r} (expected cpu or gpu)")
+
+
+def _memory_export(executor: Executor) -> str | None:
+    names = executor.wasm.export_names("memory", 0)
+    return names[0] if names else None
+
+
+def _global_exports(executor: Executor) -> list[tuple[str, int]]:
+    return [(e.name, e.index) for e in executor.wasm.exports if e.kind == "global"]
+
+
+def run_case(case: Case, backend: str | ExecutorFactory = "cpu") -> Outcome:
+    """Run every call of ``case`` on wasmtime and on ``backend``; compare; never raise."""
+    factory = make_factory(backend) if isinstance(backend, str) else backend
+    outcome = Outcome()
+    try:
+        wasm = case.wasm
+    except Exception as exc:  # the generator's own text does not assemble: a generator bug
+        outcome.mismatch = f"the case does not assemble: {exc}"
+        return outcome
+    try:
+        reference: ReferenceInstance | None = ReferenceInstance(wasm)
+        reference_error = None
+    except ReferenceBackendError as exc:
+        reference, reference_error = None, str(exc)
+    try:
+        executor = factory(wasm)
+    except TensorWasmError as exc:
+        if reference is None and "rejected the module" in str(reference_error):
+            outcome.mismatch = f"invalid module (a generator bug): {reference_error}"
+        elif reference is None:
+            outcome.notes.append(f"both refused the module: {reference_error} / {exc}")
+        elif "instantiation failed" in str(exc) or "start function failed" in str(exc):
+            outcome.mismatch = f"instantiation: wasmtime succeeded, backend failed: {exc}"
+        else:
+            outcome.skipped = len(case.calls)
+            outcome.notes.append(f"unsupported: {exc}")
+        return outcome
+    except Exception as exc:  # any other exception is the crash we look for
+        outcome.mismatch = f"crash: {type(exc).__name__}: {exc}"
+        return outcome
+    try:
+        if reference is None:
+            if reference_error and "import" in reference_error:
+                outcome.skipped = len(case.calls)
+            else:
+                outcome.mismatch = f"instantiation: backend succeeded, wasmtime failed: {reference_error}"
+            return outcome
+        _compare_calls(case, reference, executor, outcome)
+    finally:
+        close = getattr(executor, "close", None)
+        if close is not None:
+            close()
+    return outcome
+
+
+def _compare_calls(case: Case, reference: ReferenceInstance, executor: Executor, outcome: Outcome) -> None:
+    for index, call in enumerate(case.calls):
+        expected = reference.call(call.func, list(call.args))
+        try:
+            actual = executor.call(call.func, list(call.args))
+        except Exception as exc:  # a crash at run time is a failure too
+            outcome.mismatch = f"call {index} {call.func}: crash: {type(exc).__name__}: {exc}"
+            return
+        if expected.error is not None or actual.error is not None or is_resource_skip(expected, actual):
+            # The two instances may have diverged from here on: stop comparing.
+            outcome.skipped += len(case.calls) - index
+            outcome.notes.append(f"call {index} {call.func}: skipped: {describe(expected)} / {describe(actual)}")
+            return
+        why = compare_call(call, expected, actual)
+        if why is not None:
+            args = ", ".join(f"{ty}:0x{bits:x}" for ty, bits in call.args)
+            outcome.mismatch = f"call {index} {call.func}({args}): {why}"
+            return
+        outcome.passed += 1
+    _compare_state(reference, executor, outcome)
+
+
+def _compare_state(reference: ReferenceInstance, executor: Executor, outcome: Outcome) -> None:
+    name = _memory_export(executor)
+    if name is not None:
+        want, got = reference.memory(name), executor.memory()
+        if want != got:
+            outcome.mismatch = "final memory differs: " + _first_difference(want or b"", got or b"")
+            return
+    try:
+        ref_globals = reference.globals()
+    except ReferenceBackendError:  # a funcref global naming a function it cannot index
+        return
+    ours = executor.globals()
+    for name, index in _global_exports(executor):
+        if name not in ref_globals:
+            continue
+        ty, want = ref_globals[name]
+        got = ours[index]
+        if want != got:
+            outcome.mismatch = f"final global {name!r} (index {index}): expected {ty}:0x{want:x}, got 0x{got:x}"
+            return
+
+
+def _first_difference(want: bytes, got: bytes) -> str:
+    if len(want) != len(got):
+        return f"size {len(got)} bytes, expected {len(want)}"
+    at = next(i for i in range(len(want)) if want[i] != got[i])
+    return f"at byte {at}: expected {want[at : at + 8].hex()}, got {got[at : at + 8].hex()}"

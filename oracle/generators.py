@@ -1,0 +1,708 @@
+"""Hypothesis strategies that generate test cases (:class:`oracle.case.Case`).
+
+Four families, by name in :data:`GENERATORS`:
+
+``numeric``
+    Modules of several functions, each one random expression tree over every scalar op of
+    the opcode table (plain numeric signatures) and ``select``, called with argument
+    vectors biased to edge values: zeros, signs, INT_MIN/MAX, NaN payloads (signalling
+    ones too), infinities, subnormals and the limits of every float-to-int conversion.
+``control``
+    Functions of statements: locals, globals, nested block/loop/if (loops with bounded trip
+    counts), br_if and br_table out of blocks, calls between functions (to lower indices
+    only, so there is no recursion), call_indirect through a table with null, out of range
+    and wrongly typed slots, loads and stores of every width at addresses near the bounds,
+    memory.size/grow/fill/copy. A sequence of calls exercises state across calls.
+``loops``
+    Loop kernels from a small grammar: ``for i in [0, n)`` (and a nested ``j``) over
+    affine accesses ``a[s*i + o]`` of buffers of mixed element types, with an optional
+    conditional in the body and an optional reduction into a local. Buffers are laid out
+    one after another or against the end of memory, and trip counts are chosen to fit
+    exactly, to overrun by one, or at random. The case's ``meta`` holds the buffers' base
+    addresses and sizes and the trip counts, for a later offload mode.
+``smith``
+    Random valid modules from ``wasm-tools smith``, restricted to the features TensorWasm
+    compiles and made to terminate (fuel), for whole-function runs of every exported
+    function and for decoder/translator robustness.
+
+NaN payloads: Wasm leaves the payload of a NaN produced by arithmetic open, so a generated
+program must not let such bits reach anything compared bit for bit. Generators
+canonicalise a possibly-arithmetic NaN (``select(nan, x, x != x)``) before a reinterpret,
+the sign operand of copysign, a store, a global, a local, an argument or a result; a value
+built only from inputs by the bit operations (abs, neg, copysign, reinterpret, select,
+loads) keeps its exact bits and is compared exactly.
+"""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from compiler.frontend.opcodes import OPCODES, Opcode
+from dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
+from oracle.case import Call, Case
+
+NUMBER_TYPES = ("i32", "i64", "f32", "f64")
+TYPES: dict[str, Type] = {"i32": I32, "i64": I64, "f32": F32, "f64": F64}
+PAGE = 65536
+
+
+def _f32(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def _f64(x: float) -> int:
+    return struct.unpack("<Q", struct.pack("<d", x))[0]
+
+
+# Edge values by type, simplest first (Hypothesis shrinks towards the front).
+EDGES: dict[str, list[int]] = {
+    "i32": [0, 1, 2, 0xFFFFFFFF, 0x80000000, 0x7FFFFFFF, 0x80000001, 0xFFFFFFFE, 7, 8, 15, 16, 31, 32,
+            33, 63, 64, 0xFF, 0x80, 0xFFFF, 0x8000, 0x12345678, 0x00010000, 0xFFFF8000, 0xFFFFFF80],
+    "i64": [0, 1, 2, (1 << 64) - 1, 1 << 63, (1 << 63) - 1, (1 << 63) + 1, (1 << 64) - 2, 31, 32, 33,
+            63, 64, 65, 0x123456789ABCDEF0, 0xFFFFFFFF, 0x80000000, 0x7FFFFFFF, 1 << 32,
+            0xFFFFFFFF80000000, 0xFF, 0x80],
+    "f32": [_f32(0.0), _f32(-0.0), _f32(1.0), _f32(-1.0), _f32(0.5), _f32(-0.5), _f32(1.5), _f32(2.5),
+            _f32(-2.5), _f32(-0.9), 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, 0x7FA00000,
+            0xFFA00001, 0x7F800001, 0x7FC00001, 0x7FFFFFFF, 0x00000001, 0x80000001, 0x007FFFFF,
+            0x00800000, 0x80800000, 0x7F7FFFFF, 0xFF7FFFFF, _f32(2.0**31), _f32(-(2.0**31)), 0x4EFFFFFF,
+            0xCF000001, _f32(2.0**32), 0x4F7FFFFF, _f32(2.0**63), _f32(-(2.0**63)), 0x5EFFFFFF,
+            _f32(2.0**64), 0x5F7FFFFF, _f32(4294967040.0), _f32(16777217.0), _f32(0.49999997)],
+    "f64": [_f64(0.0), _f64(-0.0), _f64(1.0), _f64(-1.0), _f64(0.5), _f64(-0.5), _f64(1.5), _f64(2.5),
+            _f64(-2.5), _f64(-0.9), 0x7FF0000000000000, 0xFFF0000000000000, 0x7FF8000000000000,
+            0xFFF8000000000000, 0x7FF4000000000000, 0xFFF0000000000001, 0x7FF8000000000001,
+            0x7FFFFFFFFFFFFFFF, 1, 0x8000000000000001, 0x000FFFFFFFFFFFFF, 0x0010000000000000,
+            0x7FEFFFFFFFFFFFFF, 0xFFEFFFFFFFFFFFFF, _f64(2.0**31), _f64(-(2.0**31)), _f64(2147483647.9),
+            _f64(-2147483648.9), _f64(-2147483649.0), _f64(2.0**32), _f64(4294967295.5),
+            _f64(2.0**63), _f64(-(2.0**63)), 0x43DFFFFFFFFFFFFF, _f64(2.0**64), 0x43EFFFFFFFFFFFFF,
+            _f64(-1.5e300), _f64(3.4028235677973366e38), _f64(1.401298464324817e-45),
+            _f64(0.49999999999999994), _f64(4503599627370497.0)],
+}  # fmt: skip
+
+
+def values(ty: str) -> st.SearchStrategy[int]:
+    """Bit patterns of ``ty``, mostly edge values, sometimes any pattern."""
+    bits = TYPES[ty].bits
+    edges = st.sampled_from(EDGES[ty])
+    return st.one_of(edges, edges, st.integers(0, (1 << bits) - 1))
+
+
+# -- expressions ---------------------------------------------------------------------------
+
+Expr = tuple  # ("leaf", ty, text) | ("op", name, ty, children) | ("select", ty, children)
+
+FLOAT_BIT_OPS = ("abs", "neg", "copysign")
+
+
+def numeric_ops() -> list[Opcode]:
+    """Every supported row with a plain numeric signature and no immediate."""
+    return [
+        op
+        for op in OPCODES
+        if op.supported
+        and op.imm.value == "none"
+        and op.operand_types
+        and op.result_types
+        and set(op.operand_types) <= set(NUMBER_TYPES)
+        and set(op.result_types) <= set(NUMBER_TYPES)
+        and op.name != "select"
+    ]
+
+
+NUMERIC_OPS = numeric_ops()
+OPS_BY_RESULT: dict[str, list[Opcode]] = {
+    ty: [op for op in NUMERIC_OPS if op.result_types == (ty,)] for ty in NUMBER_TYPES
+}
+
+
+def const_text(ty: str, bits: int) -> str:
+    """A ``t.const`` instruction with exactly these bits (NaN payloads included)."""
+    if ty in ("i32", "i64"):
+        return f"{ty}.const {bits}"
+    width, mantissa = (32, 23) if ty == "f32" else (64, 52)
+    sign = "-" if bits >> (width - 1) else ""
+    exponent = (bits >> mantissa) & ((1 << (width - 1 - mantissa)) - 1)
+    fraction = bits & ((1 << mantissa) - 1)
+    if exponent == (1 << (width - 1 - mantissa)) - 1:
+        return f"{ty}.const {sign}inf" if fraction == 0 else f"{ty}.const {sign}nan:0x{fraction:x}"
+    value = struct.unpack("<f", struct.pack("<I", bits))[0] if ty == "f32" else _f64_value(bits)
+    return f"{ty}.const {value.hex()}"
+
+
+def _f64_value(bits: int) -> float:
+    return struct.unpack("<d", struct.pack("<Q", bits))[0]
+
+
+def is_exact(e: Expr) -> bool:
+    """Whether ``e``'s bits are fixed by Wasm: no NaN produced by arithmetic can reach them."""
+    if e[0] == "leaf":
+        return True
+    if e[0] == "select":
+        return is_exact(e[2][0]) and is_exact(e[2][1])
+    _, name, ty, children = e
+    if ty in ("i32", "i64"):
+        return True  # integer results never depend on a NaN's payload, reinterpret aside
+    op = name.split(".", 1)[1]
+    if op in ("abs", "neg", "copysign"):
+        return is_exact(children[0])
+    return op.startswith("reinterpret")
+
+
+def _needs_canonical(name: str, operand: int) -> bool:
+    return (name.startswith(("i32.reinterpret", "i64.reinterpret")) and operand == 0) or (
+        name.endswith("copysign") and operand == 1
+    )
+
+
+def canonicalize(ty: str, out: list[str]) -> None:
+    """Replace the float on top of the stack by the canonical NaN if it is a NaN."""
+    scratch = f"$c{ty}"
+    out += [f"local.set {scratch}", f"{ty}.const nan", f"local.get {scratch}", f"local.get {scratch}",
+            f"local.get {scratch}", f"{ty}.ne", "select"]  # fmt: skip
+
+
+def emit_expr(e: Expr, out: list[str]) -> None:
+    """Append ``e`` as flat instructions (operands first), canonicalising where bits leak."""
+    if e[0] == "leaf":
+        out.append(e[2])
+    elif e[0] == "select":
+        for child in e[2]:
+            emit_expr(child, out)
+        out.append("select")
+    else:
+        _, name, _, children = e
+        for k, child in enumerate(children):
+            emit_expr(child, out)
+            if _needs_canonical(name, k) and not is_exact(child):
+                canonicalize(expr_type(child), out)
+        out.append(name)
+
+
+def emit_value(e: Expr, out: list[str]) -> None:
+    """``e``, canonicalised if its bits may be an open NaN: for anything compared later."""
+    emit_expr(e, out)
+    if expr_type(e) in ("f32", "f64") and not is_exact(e):
+        canonicalize(expr_type(e), out)
+
+
+def expr_type(e: Expr) -> str:
+    return e[1] if e[0] in ("leaf", "select") else e[2]
+
+
+Leaves = dict[str, list[str]]  # type -> instructions that push a value of it
+
+
+@st.composite
+def expressions(draw: st.DrawFn, ty: str, depth: int, leaves: Leaves) -> Expr:
+    """A random expression tree of type ``ty``, at most ``depth`` deep."""
+    if depth <= 0 or draw(st.integers(0, 3)) == 0:
+        if leaves.get(ty) and draw(st.booleans()):
+            return ("leaf", ty, draw(st.sampled_from(leaves[ty])))
+        return ("leaf", ty, const_text(ty, draw(values(ty))))
+    choices = OPS_BY_RESULT[ty]
+    pick = draw(st.integers(0, len(choices)))
+    if pick == len(choices):
+        a = draw(expressions(ty, depth - 1, leaves))
+        b = draw(expressions(ty, depth - 1, leaves))
+        c = draw(expressions("i32", depth - 1, leaves))
+        return ("select", ty, (a, b, c))
+    op = choices[pick]
+    children = tuple(draw(expressions(t, depth - 1, leaves)) for t in op.operand_types)
+    return ("op", op.name, ty, children)
+
+
+# -- numeric -------------------------------------------------------------------------------
+
+NUMERIC_PARAMS = ("i32", "i32", "i64", "i64", "f32", "f32", "f64", "f64")
+SCRATCH_LOCALS = "(local $cf32 f32) (local $cf64 f64)"
+
+
+@st.composite
+def numeric_cases(draw: st.DrawFn, max_funcs: int = 8, max_depth: int = 4) -> Case:
+    """A module of expression-tree functions over every numeric op, with edge-biased calls."""
+    leaves: Leaves = {ty: [] for ty in NUMBER_TYPES}
+    for i, ty in enumerate(NUMERIC_PARAMS):
+        leaves[ty].append(f"local.get {i}")
+    params = " ".join(NUMERIC_PARAMS)
+    funcs, calls = [], []
+    for f in range(draw(st.integers(1, max_funcs))):
+        ty = draw(st.sampled_from(NUMBER_TYPES))
+        tree = draw(expressions(ty, draw(st.integers(1, max_depth)), leaves))
+        body: list[str] = []
+        emit_expr(tree, body)
+        funcs.append(
+            f'  (func (export "f{f}") (param {params}) (result {ty}) {SCRATCH_LOCALS}\n    '
+            + "\n    ".join(body)
+            + ")"
+        )
+        exact = is_exact(tree)
+        for _ in range(draw(st.integers(1, 4))):
+            args = tuple((TYPES[t], draw(values(t))) for t in NUMERIC_PARAMS)
+            calls.append(Call(f"f{f}", args, exact))
+    return Case("numeric", "(module\n" + "\n".join(funcs) + ")\n", calls)
+
+
+# -- control and memory ---------------------------------------------------------------------
+
+SIGNATURES = {  # type name -> (params, result)
+    "$t0": (("i32", "i32"), "i32"),
+    "$t1": (("i64",), "i64"),
+    "$t2": (("f64", "i32"), "f64"),
+    "$t3": (("f32", "i64"), "f32"),
+}
+LOCALS = {"i32": ("$a0", "$a1"), "i64": ("$b0", "$b1"), "f32": ("$c0", "$c1"), "f64": ("$d0", "$d1")}
+GLOBALS = {"i32": "$g0", "i64": "$g1", "f32": "$g2", "f64": "$g3"}
+LOADS = [
+    ("i32.load", "i32", 4), ("i64.load", "i64", 8), ("f32.load", "f32", 4), ("f64.load", "f64", 8),
+    ("i32.load8_s", "i32", 1), ("i32.load8_u", "i32", 1), ("i32.load16_s", "i32", 2),
+    ("i32.load16_u", "i32", 2), ("i64.load8_s", "i64", 1), ("i64.load8_u", "i64", 1),
+    ("i64.load16_s", "i64", 2), ("i64.load16_u", "i64", 2), ("i64.load32_s", "i64", 4),
+    ("i64.load32_u", "i64", 4),
+]  # fmt: skip
+STORES = [
+    ("i32.store", "i32", 4), ("i64.store", "i64", 8), ("f32.store", "f32", 4), ("f64.store", "f64", 8),
+    ("i32.store8", "i32", 1), ("i32.store16", "i32", 2), ("i64.store8", "i64", 1),
+    ("i64.store16", "i64", 2), ("i64.store32", "i64", 4),
+]  # fmt: skip
+ADDRESSES = [0, 8, 1, 3, 100, PAGE - 4, PAGE - 8, PAGE - 1, PAGE - 2, PAGE, PAGE + 1, PAGE - 16,
+             2 * PAGE - 4, 2 * PAGE - 8, 2 * PAGE, 3 * PAGE - 1, 0xFFFFFFFF, 0xFFFFFFF8, 0x80000000]  # fmt: skip
+OFFSETS = [0, 0, 1, 4, 16, PAGE - 8, PAGE, 0xFFFFFFFF]
+LENGTHS = [0, 1, 4, 8, 17, 100, PAGE, 0xFFFFFFFF]
+
+
+@dataclass
+class _Scope:
+    """What a statement may use: its function, the labels around it, the loop depth."""
+
+    func: int
+    result: str
+    leaves: Leaves
+    labels: tuple[str, ...] = ()
+    loops: int = 0
+    names: list[int] = field(default_factory=lambda: [0])
+
+    def label(self) -> str:
+        self.names[0] += 1
+        return f"$L{self.names[0]}"
+
+
+@st.composite
+def _address(draw: st.DrawFn, scope: _Scope) -> Expr:
+    if draw(st.integers(0, 3)) == 0:
+        mask = draw(st.sampled_from([0xFFFF, 0xFFF8, 0x1FFFF, 0xFFFFFFFF]))
+        inner = draw(expressions("i32", 1, scope.leaves))
+        return ("op", "i32.and", "i32", (inner, ("leaf", "i32", f"i32.const {mask}")))
+    return ("leaf", "i32", f"i32.const {draw(st.one_of(st.sampled_from(ADDRESSES), st.integers(0, 3 * PAGE)))}")
+
+
+def _small_expr(ty: str, scope: _Scope) -> st.SearchStrategy[Expr]:
+    return expressions(ty, 2, scope.leaves)
+
+
+@st.composite
+def _statement(draw: st.DrawFn, scope: _Scope, n_funcs_table: int, depth: int) -> list[str]:
+    kinds = ["set", "store", "load", "global", "if", "loop", "br_if", "br_table", "call",
+             "call_indirect", "size", "grow", "fill", "copy", "return"]  # fmt: skip
+    kind = draw(st.sampled_from(kinds))
+    out: list[str] = []
+    if kind == "set":
+        ty = draw(st.sampled_from(NUMBER_TYPES))
+        emit_value(draw(_small_expr(ty, scope)), out)
+        out.append(f"local.set {draw(st.sampled_from(LOCALS[ty]))}")
+    elif kind == "store":
+        name, ty, _ = draw(st.sampled_from(STORES))
+        emit_expr(draw(_address(scope)), out)
+        emit_value(draw(_small_expr(ty, scope)), out)
+        out.append(f"{name} offset={draw(st.sampled_from(OFFSETS))}")
+    elif kind == "load":
+        name, ty, _ = draw(st.sampled_from(LOADS))
+        emit_expr(draw(_address(scope)), out)
+        out += [f"{name} offset={draw(st.sampled_from(OFFSETS))}", f"local.set {LOCALS[ty][0]}"]
+    elif kind == "global":
+        ty = draw(st.sampled_from(NUMBER_TYPES))
+        emit_value(draw(_small_expr(ty, scope)), out)
+        out.append(f"global.set {GLOBALS[ty]}")
+    elif kind == "if" and depth > 0:
+        emit_expr(draw(_small_expr("i32", scope)), out)
+        label = scope.label()
+        inner = _Scope(scope.func, scope.result, scope.leaves, (*scope.labels, label), scope.loops, scope.names)
+        out.append(f"if {label}")
+        out += draw(_statements(inner, n_funcs_table, depth - 1))
+        out.append("else")
+        out += draw(_statements(inner, n_funcs_table, depth - 1))
+        out.append("end")
+    elif kind == "loop" and depth > 0 and scope.loops < 2:
+        counter = f"$k{scope.loops}"
+        bound = draw(st.integers(0, 6))
+        exit_label, loop_label = scope.label(), scope.label()
+        inner = _Scope(scope.func, scope.result, scope.leaves, (*scope.labels, exit_label), scope.loops + 1,
+                       scope.names)  # fmt: skip
+        out += ["i32.const 0", f"local.set {counter}", f"block {exit_label}", f"loop {loop_label}",
+                f"local.get {counter}", f"i32.const {bound}", "i32.ge_u", f"br_if {exit_label}"]  # fmt: skip
+        out += draw(_statements(inner, n_funcs_table, depth - 1))
+        out += [f"local.get {counter}", "i32.const 1", "i32.add", f"local.set {counter}", f"br {loop_label}",
+                "end", "end"]  # fmt: skip
+    elif kind == "br_if" and scope.labels:
+        emit_expr(draw(_small_expr("i32", scope)), out)
+        out.append(f"br_if {draw(st.sampled_from(scope.labels))}")
+    elif kind == "br_table" and depth > 0:
+        labels = [scope.label() for _ in range(3)]
+        targets = draw(st.lists(st.sampled_from(labels + list(scope.labels)), min_size=1, max_size=5))
+        out += [f"block {labels[0]}", f"block {labels[1]}", f"block {labels[2]}"]
+        emit_expr(draw(_small_expr("i32", scope)), out)
+        out += ["br_table " + " ".join(targets), "end"]
+        for k in (1, 0):
+            inner = _Scope(scope.func, scope.result, scope.leaves, (*scope.labels, *labels[: k + 1]), scope.loops,
+                           scope.names)  # fmt: skip
+            out += draw(_statements(inner, n_funcs_table, depth - 1))
+            out.append("end")
+    elif kind == "call" and scope.func > 0:
+        callee = draw(st.integers(0, scope.func - 1))
+        out += draw(_call_args(scope, _sig_of(callee), callee=callee))
+    elif kind == "call_indirect":
+        sig = draw(st.sampled_from(sorted(SIGNATURES)))
+        out += draw(_call_args(scope, sig, callee=None, table_size=n_funcs_table))
+    elif kind == "size":
+        out += ["memory.size", "local.set $a1"]
+    elif kind == "grow":
+        delta = draw(st.sampled_from([0, 1, 2, 0xFFFFFFFF, 70000]))
+        out += [f"i32.const {delta}", "memory.grow", "local.set $a0"]
+    elif kind in ("fill", "copy"):
+        emit_expr(draw(_address(scope)), out)
+        if kind == "fill":
+            emit_expr(draw(_small_expr("i32", scope)), out)
+        else:
+            emit_expr(draw(_address(scope)), out)
+        out += [f"i32.const {draw(st.sampled_from(LENGTHS))}", f"memory.{kind}"]
+    elif kind == "return":
+        emit_value(draw(_small_expr(scope.result, scope)), out)
+        out.append("return")
+    else:
+        out.append("nop")
+    return out
+
+
+@st.composite
+def _call_args(draw: st.DrawFn, scope: _Scope, sig: str, callee: int | None, table_size: int = 0) -> list[str]:
+    """A direct call of ``callee`` (of its own type), or a call_indirect of type ``sig``."""
+    if callee is not None:
+        sig = _sig_of(callee)
+    params, result = SIGNATURES[sig]
+    out: list[str] = []
+    for ty in params:
+        emit_value(draw(_small_expr(ty, scope)), out)
+    if callee is not None:
+        out.append(f"call $f{callee}")
+    else:
+        slot = draw(st.one_of(st.integers(0, table_size + 1), st.sampled_from([0xFFFFFFFF, 0x80000000])))
+        out += [f"i32.const {slot}", f"call_indirect (type {sig})"]
+    out.append(f"local.set {LOCALS[result][1]}" if draw(st.booleans()) else "drop")
+    return out
+
+
+def _sig_of(func: int) -> str:
+    return sorted(SIGNATURES)[func % len(SIGNATURES)]
+
+
+@st.composite
+def _statements(draw: st.DrawFn, scope: _Scope, n_funcs_table: int, depth: int) -> list[str]:
+    out: list[str] = []
+    for _ in range(draw(st.integers(0, 4))):
+        out += draw(_statement(scope, n_funcs_table, depth))
+    return out
+
+
+@st.composite
+def control_cases(draw: st.DrawFn, max_funcs: int = 4) -> Case:
+    """A module of statement-level functions over memory, globals and a table; a call sequence."""
+    n_funcs = draw(st.integers(1, max_funcs))
+    table_size = n_funcs + 2
+    lines = ["(module"]
+    for name, (params, result) in sorted(SIGNATURES.items()):
+        lines.append(f"  (type {name} (func (param {' '.join(params)}) (result {result})))")
+    max_pages = draw(st.sampled_from([1, 2, 4]))
+    lines.append(f'  (memory (export "memory") 1 {max_pages})')
+    for k, ty in enumerate(NUMBER_TYPES):
+        lines.append(f'  (global {GLOBALS[ty]} (export "g{k}") (mut {ty}) ({const_text(ty, draw(values(ty)))}))')
+    lines.append(f'  (table $tab (export "table") {table_size} funcref)')
+    slots = draw(st.lists(st.one_of(st.none(), st.integers(0, n_funcs - 1)), min_size=table_size,
+                          max_size=table_size))  # fmt: skip
+    items = " ".join("(ref.null func)" if s is None else f"(ref.func $f{s})" for s in slots)
+    lines.append(f"  (elem (table $tab) (i32.const 0) funcref {items})")
+    data = draw(st.binary(max_size=64))
+    lines.append(f'  (data (i32.const {draw(st.sampled_from([0, 16, PAGE - 64]))}) "{_wat_bytes(data)}")')
+    names = [0]
+    for f in range(n_funcs):
+        params, result = SIGNATURES[_sig_of(f)]
+        leaves: Leaves = {ty: list(f"local.get {n}" for n in LOCALS[ty]) for ty in NUMBER_TYPES}
+        for ty in NUMBER_TYPES:
+            leaves[ty].append(f"global.get {GLOBALS[ty]}")
+        for i, ty in enumerate(params):
+            leaves[ty].append(f"local.get $p{i}")
+        scope = _Scope(f, result, leaves, names=names)
+        body = draw(_statements(scope, table_size, depth=2))
+        emit_value(draw(_small_expr(result, scope)), body)
+        decl = " ".join(f"(param $p{i} {ty})" for i, ty in enumerate(params))
+        local_decls = " ".join(f"(local {n} {ty})" for ty in NUMBER_TYPES for n in LOCALS[ty])
+        lines.append(
+            f'  (func $f{f} (export "f{f}") (type {_sig_of(f)}) {decl} (result {result})\n'
+            f"    {local_decls} (local $k0 i32) (local $k1 i32) {SCRATCH_LOCALS}\n    " + "\n    ".join(body) + ")"
+        )
+    lines.append(")")
+    calls = []
+    for _ in range(draw(st.integers(1, 8))):
+        f = draw(st.integers(0, n_funcs - 1))
+        params, _ = SIGNATURES[_sig_of(f)]
+        calls.append(Call(f"f{f}", tuple((TYPES[t], draw(values(t))) for t in params)))
+    return Case("control", "\n".join(lines) + "\n", calls)
+
+
+def _wat_bytes(data: bytes) -> str:
+    return "".join(f"\\{b:02x}" for b in data)
+
+
+# -- loop kernels ---------------------------------------------------------------------------
+
+ELEMENTS = {  # element kind -> (value type, load, store, size)
+    "i32": ("i32", "i32.load", "i32.store", 4), "i64": ("i64", "i64.load", "i64.store", 8),
+    "f32": ("f32", "f32.load", "f32.store", 4), "f64": ("f64", "f64.load", "f64.store", 8),
+    "u8": ("i32", "i32.load8_u", "i32.store8", 1), "s16": ("i32", "i32.load16_s", "i32.store16", 2),
+}  # fmt: skip
+# (from, to) -> the conversion instruction; same type needs none.
+CONVERSIONS = {
+    ("i32", "i64"): "i64.extend_i32_s", ("i64", "i32"): "i32.wrap_i64",
+    ("i32", "f32"): "f32.convert_i32_s", ("i32", "f64"): "f64.convert_i32_u",
+    ("i64", "f32"): "f32.convert_i64_u", ("i64", "f64"): "f64.convert_i64_s",
+    ("f32", "i32"): "i32.trunc_sat_f32_s", ("f64", "i32"): "i32.trunc_sat_f64_u",
+    ("f32", "i64"): "i64.trunc_sat_f32_u", ("f64", "i64"): "i64.trunc_sat_f64_s",
+    ("f32", "f64"): "f64.promote_f32", ("f64", "f32"): "f32.demote_f64",
+}  # fmt: skip
+BINARY = {"i32": ["add", "sub", "mul", "xor", "and", "shl", "rotr", "shr_s"],
+          "i64": ["add", "sub", "mul", "or", "shr_u", "rotl"],
+          "f32": ["add", "sub", "mul", "div", "min", "max"],
+          "f64": ["add", "mul", "sub", "div", "min", "max", "copysign"]}  # fmt: skip
+REDUCTIONS = {"i32": ["add", "xor", "mul", "max_s"], "i64": ["add", "or", "min_u"], "f32": ["add"], "f64": ["add"]}
+
+
+@dataclass
+class Access:
+    """``buffer[stride_i * i + stride_j * j + offset]``: one affine access of a loop body."""
+
+    buffer: int
+    stride_i: int
+    stride_j: int
+    offset: int
+
+
+@st.composite
+def _access(draw: st.DrawFn, buffer: int, nested: bool) -> Access:
+    stride_i = draw(st.sampled_from([1, 2, 0, 3, -1, 4]))
+    stride_j = draw(st.sampled_from([1, 0, 2, 8])) if nested else 0
+    return Access(buffer, stride_i, stride_j, draw(st.sampled_from([0, 1, 3, -1, 7])))
+
+
+def _index_range(a: Access, n: int, m: int) -> tuple[int, int]:
+    """The smallest and largest element index ``a`` touches for i < n, j < m (n, m >= 1)."""
+    corners = [a.stride_i * i + a.stride_j * j + a.offset for i in (0, n - 1) for j in (0, m - 1)]
+    return min(corners), max(corners)
+
+
+def _fits(accesses: list[Access], lengths: list[int], n: int, m: int) -> bool:
+    if n == 0 or m == 0:
+        return True
+    for a in accesses:
+        low, high = _index_range(a, n, m)
+        if low < 0 or high >= lengths[a.buffer]:
+            return False
+    return True
+
+
+@st.composite
+def loop_cases(draw: st.DrawFn) -> Case:
+    """A counted loop (or a nest of two) over affine accesses; see the module docstring."""
+    nested = draw(st.booleans())
+    n_inputs = draw(st.integers(1, 3))
+    kinds = [draw(st.sampled_from(sorted(ELEMENTS))) for _ in range(n_inputs + 1)]  # the last one is written
+    lengths = [draw(st.integers(1, 40)) for _ in kinds]
+    layout = draw(st.sampled_from(["packed", "at_end", "overlap", "unaligned"]))
+    bases, cursor = [], 64
+    for kind, length in zip(kinds, lengths, strict=True):
+        if layout == "unaligned":
+            cursor += draw(st.integers(0, 7))
+        bases.append(cursor)
+        cursor += length * ELEMENTS[kind][3] + (0 if layout == "overlap" else 8)
+    if layout == "overlap":
+        bases[-1] = bases[0] + draw(st.integers(0, 8))
+    if layout == "at_end":
+        shift = PAGE - cursor
+        bases = [b + shift for b in bases]
+        bases[-1] = PAGE - lengths[-1] * ELEMENTS[kinds[-1]][3]
+    reads = [draw(_access(b, nested)) for b in range(n_inputs)]
+    write = draw(_access(n_inputs, nested))
+    out_type = ELEMENTS[kinds[-1]][0]
+    reduce_type = draw(st.sampled_from([None, "i32", "i64", "f32", "f64"]))
+    reduce_op = draw(st.sampled_from(REDUCTIONS[reduce_type])) if reduce_type else None
+    conditional = draw(st.booleans())
+
+    def address(a: Access) -> str:
+        size = ELEMENTS[kinds[a.buffer]][3]
+        index = f"(i32.mul (local.get $i) (i32.const {a.stride_i}))"
+        if nested:
+            index = f"(i32.add {index} (i32.mul (local.get $j) (i32.const {a.stride_j})))"
+        return f"(i32.add (i32.const {bases[a.buffer]}) (i32.mul (i32.add {index} (i32.const {a.offset})) (i32.const {size})))"
+
+    def load(a: Access, ty: str) -> str:
+        vt, op, _, _ = ELEMENTS[kinds[a.buffer]]
+        return convert(f"({op} {address(a)})", vt, ty)
+
+    value = load(reads[0], out_type)
+    for a in reads[1:]:
+        op = draw(st.sampled_from(BINARY[out_type]))
+        value = f"({out_type}.{op} {value} {load(a, out_type)})"
+    if out_type in ("f32", "f64"):  # a float stored to memory is compared bit for bit
+        value = f"(local.set $c{out_type} {value}) (select ({out_type}.const nan) (local.get $c{out_type}) ({out_type}.ne (local.get $c{out_type}) (local.get $c{out_type})))"
+    _, _, store_op, _ = ELEMENTS[kinds[-1]]
+    store = f"({store_op} {address(write)} {value})"
+    if conditional:
+        cond = f"(i32.and (local.get $i) (i32.const {draw(st.sampled_from([1, 3, 4]))}))"
+        if draw(st.booleans()):
+            cond = load(reads[0], "i32")
+        store = f"(if {cond} (then {store}))"
+    body = [store]
+    if reduce_type:
+        term = load(draw(st.sampled_from(reads)), reduce_type)
+        body.append(f"(local.set $acc {_reduce(reduce_type, reduce_op, '(local.get $acc)', term)})")
+    inner = "\n        ".join(body)
+    if nested:
+        inner = _counted("$j", "$m", inner, "          ")
+    func_body = _counted("$i", "$n", inner, "      ")
+    acc_type = reduce_type or "i32"
+    func = (
+        f'  (func (export "kernel") (param $n i32) (param $m i32) (result {acc_type})\n'
+        f"    (local $i i32) (local $j i32) (local $acc {acc_type}) {SCRATCH_LOCALS}\n"
+        f"    {func_body}\n    (local.get $acc))"
+    )
+    data = []
+    for b, (kind, length) in enumerate(zip(kinds, lengths, strict=True)):
+        vt = ELEMENTS[kind][0]
+        size = ELEMENTS[kind][3]
+        raw = b"".join(
+            (draw(values(vt)) & ((1 << (8 * size)) - 1)).to_bytes(size, "little") for _ in range(min(length, 6))
+        )
+        data.append(f'  (data (i32.const {bases[b]}) "{_wat_bytes(raw)}")')
+    wat = f'(module\n  (memory (export "memory") 1 1)\n{chr(10).join(data)}\n{func}\n)\n'
+    accesses = [*reads, write]
+    trips = []
+    fit_m = max(m for m in range(16) if _fits(accesses, lengths, 1, m)) if nested else 1
+    fit = max(n for n in range(64) if _fits(accesses, lengths, n, max(fit_m, 1)))
+    for _ in range(draw(st.integers(1, 3))):
+        n = draw(st.sampled_from([fit, fit + 1, 0, 1, max(fit - 1, 0)]) | st.integers(0, 48))
+        m = draw(st.sampled_from([fit_m, fit_m + 1, 1, 0]) | st.integers(0, 8)) if nested else 1
+        trips.append((n, m))
+    calls = [Call("kernel", ((I32, n), (I32, m)), exact=reduce_type not in ("f32", "f64")) for n, m in trips]
+    meta: dict[str, Any] = {
+        "buffers": [
+            {"base": base, "element": kind, "length": length, "bytes": length * ELEMENTS[kind][3]}
+            for base, kind, length in zip(bases, kinds, lengths, strict=True)
+        ],
+        "accesses": [vars(a) for a in accesses],
+        "written": n_inputs,
+        "layout": layout,
+        "nest_depth": 2 if nested else 1,
+        "trip_counts": trips,
+        "reduction": [reduce_type, reduce_op] if reduce_type else None,
+        "conditional": conditional,
+    }
+    return Case("loops", wat, calls, meta=meta)
+
+
+def convert(value: str, src: str, dst: str) -> str:
+    return value if src == dst else f"({CONVERSIONS[src, dst]} {value})"
+
+
+def _reduce(ty: str, op: str, acc: str, term: str) -> str:
+    if op in ("max_s", "min_u"):
+        cmp = "gt_s" if op == "max_s" else "lt_u"
+        return f"(select {acc} {term} ({ty}.{cmp} {acc} {term}))"
+    return f"({ty}.{op} {acc} {term})"
+
+
+def _counted(var: str, bound: str, body: str, indent: str) -> str:
+    return (
+        f"(local.set {var} (i32.const 0))\n{indent}(block $exit{var} (loop $loop{var}\n"
+        f"{indent}  (br_if $exit{var} (i32.ge_s (local.get {var}) (local.get {bound})))\n"
+        f"{indent}  {body}\n"
+        f"{indent}  (local.set {var} (i32.add (local.get {var}) (i32.const 1)))\n"
+        f"{indent}  (br $loop{var})))"
+    )
+
+
+# -- wasm-smith -----------------------------------------------------------------------------
+
+SMITH_FUEL = 100  # loop iterations and calls: keeps recursion under the GPU's call depth of 200
+SMITH_FLAGS = [
+    "--ensure-termination", f"--fuel={SMITH_FUEL}",
+    "--simd-enabled=false", "--relaxed-simd-enabled=false", "--threads-enabled=false",
+    "--shared-everything-threads-enabled=false", "--exceptions-enabled=false", "--gc-enabled=false",
+    "--tail-call-enabled=false", "--memory64-enabled=false", "--custom-page-sizes-enabled=false",
+    "--wide-arithmetic-enabled=false", "--custom-descriptors-enabled=false",
+    "--compact-imports-enabled=false", "--max-memories=1", "--max-tables=2", "--max-imports=0",
+    "--canonicalize-nans=true", "--export-everything=true", "--min-funcs=1", "--max-funcs=10",
+    "--max-instructions=80", "--max-memory32-bytes=1048576", "--max-table-elements=1000",
+    "--max-data-segments=8", "--max-element-segments=8",
+]  # fmt: skip
+
+
+def smith(seed: bytes) -> bytes | None:
+    """The module ``wasm-tools smith`` makes from ``seed``; None when it makes none."""
+    done = subprocess.run(["wasm-tools", "smith", *SMITH_FLAGS], input=seed, capture_output=True)
+    return done.stdout if done.returncode == 0 and done.stdout[:4] == b"\0asm" else None
+
+
+def _signatures(wasm: bytes) -> list[tuple[str, tuple[Type, ...]]]:
+    """Exported functions and their parameter types, by our decoder; empty if it refuses."""
+    from compiler.frontend import decode
+
+    try:
+        module = decode(wasm)
+        return [(e.name, module.func_sig(e.index).params) for e in module.exports if e.kind == "func"]
+    except Exception:  # the comparator reports any decoder crash on this module
+        return []
+
+
+def _argument(ty: Type) -> st.SearchStrategy[tuple[Type, int]]:
+    if ty in (FUNCREF, EXTERNREF):
+        return st.just((ty, 0))
+    return values(ty.name).map(lambda bits: (ty, bits))
+
+
+@st.composite
+def smith_cases(draw: st.DrawFn, max_calls: int = 12) -> Case:
+    """A ``wasm-tools smith`` module and calls of its exported functions."""
+    wasm = smith(draw(st.binary(min_size=8, max_size=1500)))
+    assume(wasm is not None)
+    assert wasm is not None
+    funcs = [(name, params) for name, params in _signatures(wasm) if all(p.name in TYPES or p.is_ref for p in params)]
+    calls = []
+    if funcs:
+        for _ in range(draw(st.integers(0, max_calls))):
+            name, params = draw(st.sampled_from(funcs))
+            calls.append(Call(name, tuple(draw(_argument(p)) for p in params)))
+    return Case("smith", None, calls, wasm_bytes=wasm)
+
+
+# -- the registry ---------------------------------------------------------------------------
+
+GENERATORS: dict[str, Callable[[], st.SearchStrategy[Case]]] = {
+    "numeric": numeric_cases,
+    "control": control_cases,
+    "loops": loop_cases,
+    "smith": smith_cases,
+}
+"""Generator name -> a function returning its strategy (``tensorwasm fuzz --generator NAME``)."""
