@@ -86,11 +86,21 @@ EDGES: dict[str, list[int]] = {
 }  # fmt: skip
 
 
-def values(ty: str) -> st.SearchStrategy[int]:
-    """Bit patterns of ``ty``, mostly edge values, sometimes any pattern."""
-    bits = TYPES[ty].bits
-    edges = st.sampled_from(EDGES[ty])
-    return st.one_of(edges, edges, st.integers(0, (1 << bits) - 1))
+_EDGE_INDEX = {ty: st.integers(0, len(EDGES[ty]) + 3) for ty in EDGES}
+_ANY = {ty: st.integers(0, (1 << TYPES[ty].bits) - 1) for ty in EDGES}
+
+
+def draw_value(draw: st.DrawFn, ty: str) -> int:
+    """A bit pattern of ``ty``: mostly an edge value, sometimes any pattern. (Two plain draws
+    instead of ``one_of``: argument vectors are most of the drawing, and this halves it.)"""
+    k = draw(_EDGE_INDEX[ty])
+    return EDGES[ty][k] if k < len(EDGES[ty]) else draw(_ANY[ty])
+
+
+@st.composite
+def values(draw: st.DrawFn, ty: str) -> int:
+    """Bit patterns of ``ty``, as :func:`draw_value` draws them."""
+    return draw_value(draw, ty)
 
 
 # -- expressions ---------------------------------------------------------------------------
@@ -204,7 +214,7 @@ def expressions(draw: st.DrawFn, ty: str, depth: int, leaves: Leaves) -> Expr:
     if depth <= 0 or draw(st.integers(0, 3)) == 0:
         if leaves.get(ty) and draw(st.booleans()):
             return ("leaf", ty, draw(st.sampled_from(leaves[ty])))
-        return ("leaf", ty, const_text(ty, draw(values(ty))))
+        return ("leaf", ty, const_text(ty, draw_value(draw, ty)))
     choices = OPS_BY_RESULT[ty]
     pick = draw(st.integers(0, len(choices)))
     if pick == len(choices):
@@ -243,7 +253,7 @@ def numeric_cases(draw: st.DrawFn, max_funcs: int = 8, max_depth: int = 4) -> Ca
         )
         exact = is_exact(tree)
         for _ in range(draw(st.integers(1, 4))):
-            args = tuple((TYPES[t], draw(values(t))) for t in NUMERIC_PARAMS)
+            args = tuple((TYPES[t], draw_value(draw, t)) for t in NUMERIC_PARAMS)
             calls.append(Call(f"f{f}", args, exact))
     return Case("numeric", "(module\n" + "\n".join(funcs) + ")\n", calls)
 
@@ -429,7 +439,7 @@ def control_cases(draw: st.DrawFn, max_funcs: int = 4) -> Case:
     max_pages = draw(st.sampled_from([1, 2, 4]))
     lines.append(f'  (memory (export "memory") 1 {max_pages})')
     for k, ty in enumerate(NUMBER_TYPES):
-        lines.append(f'  (global {GLOBALS[ty]} (export "g{k}") (mut {ty}) ({const_text(ty, draw(values(ty)))}))')
+        lines.append(f'  (global {GLOBALS[ty]} (export "g{k}") (mut {ty}) ({const_text(ty, draw_value(draw, ty))}))')
     lines.append(f'  (table $tab (export "table") {table_size} funcref)')
     slots = draw(st.lists(st.one_of(st.none(), st.integers(0, n_funcs - 1)), min_size=table_size,
                           max_size=table_size))  # fmt: skip
@@ -459,7 +469,7 @@ def control_cases(draw: st.DrawFn, max_funcs: int = 4) -> Case:
     for _ in range(draw(st.integers(1, 8))):
         f = draw(st.integers(0, n_funcs - 1))
         params, _ = SIGNATURES[_sig_of(f)]
-        calls.append(Call(f"f{f}", tuple((TYPES[t], draw(values(t))) for t in params)))
+        calls.append(Call(f"f{f}", tuple((TYPES[t], draw_value(draw, t)) for t in params)))
     return Case("control", "\n".join(lines) + "\n", calls)
 
 
@@ -524,8 +534,22 @@ def _fits(accesses: list[Access], lengths: list[int], n: int, m: int) -> bool:
 
 
 @st.composite
-def loop_cases(draw: st.DrawFn) -> Case:
-    """A counted loop (or a nest of two) over affine accesses; see the module docstring."""
+def loop_cases(draw: st.DrawFn, max_kernels: int = 4) -> Case:
+    """A module of loop kernels ``kernel0``..., each a counted loop (or a nest of two) over
+    affine accesses; see the module docstring. ``meta["kernels"]`` describes each one."""
+    funcs, data, calls, kernels = [], [], [], []
+    for k in range(draw(st.integers(1, max_kernels))):
+        func, segments, kernel_calls, meta = draw(_kernel(f"kernel{k}"))
+        funcs.append(func)
+        data += segments
+        calls += kernel_calls
+        kernels.append(meta)
+    wat = '(module\n  (memory (export "memory") 1 1)\n' + "\n".join(data + funcs) + "\n)\n"
+    return Case("loops", wat, calls, meta={"kernels": kernels})
+
+
+@st.composite
+def _kernel(draw: st.DrawFn, name: str) -> tuple[str, list[str], list[Call], dict[str, Any]]:
     nested = draw(st.booleans())
     n_inputs = draw(st.integers(1, 3))
     kinds = [draw(st.sampled_from(sorted(ELEMENTS))) for _ in range(n_inputs + 1)]  # the last one is written
@@ -584,7 +608,7 @@ def loop_cases(draw: st.DrawFn) -> Case:
     func_body = _counted("$i", "$n", inner, "      ")
     acc_type = reduce_type or "i32"
     func = (
-        f'  (func (export "kernel") (param $n i32) (param $m i32) (result {acc_type})\n'
+        f'  (func (export "{name}") (param $n i32) (param $m i32) (result {acc_type})\n'
         f"    (local $i i32) (local $j i32) (local $acc {acc_type}) {SCRATCH_LOCALS}\n"
         f"    {func_body}\n    (local.get $acc))"
     )
@@ -593,10 +617,9 @@ def loop_cases(draw: st.DrawFn) -> Case:
         vt = ELEMENTS[kind][0]
         size = ELEMENTS[kind][3]
         raw = b"".join(
-            (draw(values(vt)) & ((1 << (8 * size)) - 1)).to_bytes(size, "little") for _ in range(min(length, 6))
+            (draw_value(draw, vt) & ((1 << (8 * size)) - 1)).to_bytes(size, "little") for _ in range(min(length, 6))
         )
         data.append(f'  (data (i32.const {bases[b]}) "{_wat_bytes(raw)}")')
-    wat = f'(module\n  (memory (export "memory") 1 1)\n{chr(10).join(data)}\n{func}\n)\n'
     accesses = [*reads, write]
     trips = []
     fit_m = max(m for m in range(16) if _fits(accesses, lengths, 1, m)) if nested else 1
@@ -605,8 +628,9 @@ def loop_cases(draw: st.DrawFn) -> Case:
         n = draw(st.sampled_from([fit, fit + 1, 0, 1, max(fit - 1, 0)]) | st.integers(0, 48))
         m = draw(st.sampled_from([fit_m, fit_m + 1, 1, 0]) | st.integers(0, 8)) if nested else 1
         trips.append((n, m))
-    calls = [Call("kernel", ((I32, n), (I32, m)), exact=reduce_type not in ("f32", "f64")) for n, m in trips]
+    calls = [Call(name, ((I32, n), (I32, m)), exact=reduce_type not in ("f32", "f64")) for n, m in trips]
     meta: dict[str, Any] = {
+        "function": name,
         "buffers": [
             {"base": base, "element": kind, "length": length, "bytes": length * ELEMENTS[kind][3]}
             for base, kind, length in zip(bases, kinds, lengths, strict=True)
@@ -619,7 +643,7 @@ def loop_cases(draw: st.DrawFn) -> Case:
         "reduction": [reduce_type, reduce_op] if reduce_type else None,
         "conditional": conditional,
     }
-    return Case("loops", wat, calls, meta=meta)
+    return func, data, calls, meta
 
 
 def convert(value: str, src: str, dst: str) -> str:

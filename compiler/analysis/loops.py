@@ -415,7 +415,7 @@ class LoopAnalysis:
                 if len(inner) != 1:
                     return None
                 link = inner[0].owner
-            if len(uses) != 1:
+            if len(uses) != 1 or not self._only_carried(update, body):
                 return None
             kind = INT_REDUCTIONS.get(op.name) or FLOAT_REDUCTIONS[op.name]
             if kind in ("fadd", "fmul") and not self.options.relaxed_float:
@@ -431,10 +431,16 @@ class LoopAnalysis:
                     return None
                 kind, value = link
                 kinds.add(kind)
-            if len(kinds) != 1 or len(uses) != 2:
+            if len(kinds) != 1 or len(uses) != 2 or not self._only_carried(update, body):
                 return None
             return Reduction(arg, kinds.pop(), update)
         return None
+
+    def _only_carried(self, update: Value, body: set[Block]) -> bool:
+        """The running value is not read inside the loop except to carry it on: a prefix sum
+        stores it, which makes every iteration depend on the one before."""
+        inside = [op for op, b in self.facts.users.get(update, []) if b in body]
+        return all(op.opdef.terminator and update not in op.operands for op in inside)
 
     def _minmax_link(self, value: Value, arg: Value, body: set[Block]) -> tuple[str, Value] | None:
         op = value.owner
@@ -604,15 +610,27 @@ class LoopAnalysis:
                 if a.address is None or s.address is None:
                     continue
                 diff = s.address - a.address
-                if not diff.is_constant():
-                    continue
                 split = s.address.split(k)
-                if split is None or not split[1].is_constant():
+                other = a.address.split(k)
+                if split is None or other is None:
+                    continue
+                c = split[1]
+                distance = _multiple_of(diff, c)
+                if (
+                    distance is not None and distance != 0 and c == other[1]
+                    and _same_inner_terms(s.address, a.address, counters - {k})
+                ):  # fmt: skip
+                    # The access reads (or writes) what the store wrote |distance| iterations
+                    # earlier, whatever the values: a loop-carried dependence.
+                    raise Reject(
+                        f"store at {s.where} may overlap {a.kind} at {a.where} across iterations "
+                        f"(distance {abs(distance)})"
+                    )
+                if not diff.is_constant() or not c.is_constant():
                     continue
                 if (s.address.symbols() & counters) - {k}:
                     continue  # inner loops: the runtime compares per-iteration footprints
-                c = split[1].constant
-                if _overlaps_across_iterations(diff.constant, c, s.width, a.width):
+                if _overlaps_across_iterations(diff.constant, c.constant, s.width, a.width):
                     raise Reject(
                         f"store at {s.where} may overlap {a.kind} at {a.where} across iterations"
                     )
@@ -697,6 +715,29 @@ class LoopAnalysis:
                 if arg not in exported and self.used_outside(arg) and arg not in self.invariant_args:
                     raise Reject("a loop value is used after the loop without a local to carry it")
         return outs
+
+
+def _multiple_of(diff: Poly, c: Poly) -> int | None:
+    """m such that diff == m * c, if there is an integer one (c not zero)."""
+    if not c.terms:
+        return None
+    if not diff.terms:
+        return 0
+    monomial, coeff = next(iter(c.terms.items()))
+    have = diff.terms.get(monomial, 0)
+    if have % coeff:
+        return None
+    m = have // coeff
+    return m if diff == c.scale(m) else None
+
+
+def _same_inner_terms(a: Poly, b: Poly, counters: set) -> bool:
+    """The two addresses move the same way with every inner loop counter."""
+    for counter in counters:
+        sa, sb = a.split(counter), b.split(counter)
+        if sa is None or sb is None or sa[1] != sb[1]:
+            return False
+    return True
 
 
 def _only_traps(block: Block) -> bool:
