@@ -38,6 +38,7 @@ class Failure:
     generator: str
     case: Case
     outcome: Outcome
+    first: Case | None = None  # the failing case as generated, before shrinking
     saved: Path | None = None
 
     def summary(self) -> str:
@@ -118,7 +119,7 @@ def _run_chunk(
     seconds: float | None,
     progress: Callable[[Report, str], None] | None,
 ) -> Failure | None:
-    state: dict = {"best": None, "since": None}
+    state: dict = {"best": None, "since": None, "first": None}
 
     @settings(
         database=None,
@@ -151,6 +152,7 @@ def _run_chunk(
         if outcome.failed:
             if best is None:
                 state["since"] = time.perf_counter()
+                state["first"] = case
                 report.examples -= 1  # counted as failed, not passed
                 stats[0] -= 1
             state["best"] = (case, outcome)
@@ -166,7 +168,7 @@ def _run_chunk(
     if state["best"] is None:
         return None
     case, outcome = state["best"]
-    return Failure(name, case, outcome)
+    return Failure(name, case, outcome, first=state["first"])
 
 
 def fuzz(

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from compiler.analysis.poly import Poly, Symbol
-from compiler.lower.function import reachable
 from compiler.errors import NotCompilable
+from compiler.lower.function import reachable
 from dialect import arith
 from dialect.ir import Block, Function, LoopInfo, Module, Op, Value
 from dialect.types import F32, F64
@@ -283,7 +283,9 @@ class LoopAnalysis:
             if (inner_trip.bound - inner_trip.start).uses(k) or (
                 inner_trip.pred not in ("ne", "eq") and (inner_trip.start.uses(k) or inner_trip.bound.uses(k))
             ):
-                raise Reject(f"inner loop at +0x{loop.offset:x} runs a different number of times per iteration")
+                raise Reject(
+                    f"inner loop at +0x{loop.offset:x} runs a different number of times per iteration"
+                )
             inner.append((self.counter(loop), inner_trip))
         accesses = self.accesses()
         static_free = self.static_dependences(accesses)
@@ -305,7 +307,9 @@ class LoopAnalysis:
                 if name == "func.call":
                     self.check_callee(op)
                 elif name in MEMORY_EFFECTS - {"mem.store"}:
-                    raise Reject(f"{name.replace('mem.', 'memory.')} at {self.at(op)} changes memory in bulk or its size")
+                    raise Reject(
+                        f"{name.replace('mem.', 'memory.')} at {self.at(op)} changes memory in bulk or its size"
+                    )
                 elif name in STATE_WRITES:
                     raise Reject(f"{name} at {self.at(op)} writes module state")
                 elif name == "cf.return":
@@ -323,9 +327,7 @@ class LoopAnalysis:
         for index in closure:
             for inner in module.functions[index].ops():
                 if inner.name.startswith(("mem.", "global.", "table.")) or inner.name == "func.call_indirect":
-                    raise Reject(
-                        f"calls {module.functions[callee].name}, which uses memory or module state"
-                    )
+                    raise Reject(f"calls {module.functions[callee].name}, which uses memory or module state")
 
     # -- induction variables and reductions ---------------------------------------------------
 
@@ -353,7 +355,9 @@ class LoopAnalysis:
             if all(s is not None for s in steps) and all(s == steps[0] for s in steps):
                 start = self.expr(entry[i])
                 if start is None:
-                    raise Reject(f"induction variable {self.local_name(loop, i)} starts from an unknown value")
+                    raise Reject(
+                        f"induction variable {self.local_name(loop, i)} starts from an unknown value"
+                    )
                 self.ivs[arg] = (start, steps[0])
                 continue
             if loop is self.info and len(incoming) == 1:
@@ -448,7 +452,10 @@ class LoopAnalysis:
             return None
         cond, a, b = op.operands
         cmp = cond.owner
-        if not (isinstance(cmp, Op) and cmp.name == "arith.cmpi") or {id(v) for v in cmp.operands} != {id(a), id(b)}:
+        if not (isinstance(cmp, Op) and cmp.name == "arith.cmpi") or {id(v) for v in cmp.operands} != {
+            id(a),
+            id(b),
+        }:
             return None
         for prev, other in ((a, b), (b, a)):
             is_link = prev is arg or (
@@ -505,7 +512,9 @@ class LoopAnalysis:
         if op.name == "global.get":
             sym = self.globals.get(op.attrs["index"])
             if sym is None:
-                sym = self.globals[op.attrs["index"]] = Symbol("global", op.attrs["index"], f"g{op.attrs['index']}")
+                sym = self.globals[op.attrs["index"]] = Symbol(
+                    "global", op.attrs["index"], f"g{op.attrs['index']}"
+                )
             return Poly.symbol(sym)
         if op.name in ("arith.add", "arith.sub", "arith.mul", "arith.shl"):
             a, b = (self.expr(v) for v in op.operands)
@@ -554,7 +563,9 @@ class LoopAnalysis:
         x, y = (self.expr(v) for v in cmp.operands)
         k = self.counter(loop)
         if x is None or y is None:
-            raise Reject(f"loop at +0x{loop.offset:x} has a trip count that depends on memory or unknown values")
+            raise Reject(
+                f"loop at +0x{loop.offset:x} has a trip count that depends on memory or unknown values"
+            )
         if not x.uses(k):
             x, y, pred = y, x, SWAP[pred]
         split = x.split(k)
@@ -589,7 +600,9 @@ class LoopAnalysis:
         for a in out:
             if a.address is None:
                 if a.store:
-                    raise Reject(f"store at {a.where} writes an address that is not affine in the loop counters")
+                    raise Reject(
+                        f"store at {a.where} writes an address that is not affine in the loop counters"
+                    )
                 if stores:
                     raise Reject(
                         f"load at {a.where} reads an address computed from memory, and the loop "
@@ -631,9 +644,7 @@ class LoopAnalysis:
                 if (s.address.symbols() & counters) - {k}:
                     continue  # inner loops: the runtime compares per-iteration footprints
                 if _overlaps_across_iterations(diff.constant, c.constant, s.width, a.width):
-                    raise Reject(
-                        f"store at {s.where} may overlap {a.kind} at {a.where} across iterations"
-                    )
+                    raise Reject(f"store at {s.where} may overlap {a.kind} at {a.where} across iterations")
                 free.append((i, j))
         return free
 

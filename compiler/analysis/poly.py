@@ -19,7 +19,7 @@ _ids = itertools.count()
 class Symbol:
     """A named unknown: ``kind`` is "value" (a live-in SSA value), "global" or "counter"."""
 
-    __slots__ = ("kind", "ref", "name", "order")
+    __slots__ = ("kind", "name", "order", "ref")
 
     def __init__(self, kind: str, ref, name: str):
         self.kind = kind

@@ -222,7 +222,7 @@ def _decode(data: bytes) -> WasmModule:
         if data[6:8] == b"\x01\x00":
             raise UnsupportedFeature("this is a component (component model), not a core module", 4)
         raise DecodeError(f"unknown binary version {data[4:8].hex()}", 4)
-    module = WasmModule(size=len(data))
+    module = WasmModule(size=len(data), raw=data)
     r = Reader(data, 8)
     last_rank = 0
     func_count: int | None = None
@@ -247,6 +247,7 @@ def _decode(data: bytes) -> WasmModule:
                 raise DecodeError(f"{SECTION_NAMES[sid]} section out of order", section_start)
             last_rank = rank
         s = Reader(data, body_start, body_start + size)
+        module.sections.append((sid, body_start, body_start + size))
         if sid == 0:
             _custom(s, module)
         elif sid == 1:

@@ -124,6 +124,9 @@ class WasmModule:
     customs: list[CustomSection] = field(default_factory=list)
     func_names: dict[int, str] = field(default_factory=dict)
     size: int = 0
+    raw: bytes = b""
+    # (section id, payload start, payload end), in the order of the binary.
+    sections: list[tuple[int, int, int]] = field(default_factory=list)
 
     def imported(self, kind: str) -> list[Import]:
         return [imp for imp in self.imports if imp.kind == kind]

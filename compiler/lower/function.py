@@ -322,3 +322,113 @@ class FunctionLowering:
                 b.ret(agg)
         elif opdef is cf.trap:
             self.env.trap(TrapKind.UNREACHABLE)
+
+
+# -- loop kernels --------------------------------------------------------------------------
+
+REDUCE_RMW = {"add": "add", "and": "and", "or": "or", "xor": "xor", "min_s": "min", "max_s": "max",
+              "min_u": "umin", "max_u": "umax", "fadd": "fadd"}  # fmt: skip
+
+
+def combine(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    """x OP y for a reduction operator (integer ops wrap; float ops round as IEEE)."""
+    if op in ("add", "mul", "and", "or", "xor"):
+        return getattr(b, {"and": "and_", "or": "or_"}.get(op, op))(x, y)
+    if op in ("fadd", "fmul"):
+        return getattr(b, op)(x, y)
+    kind, sign = op.split("_")
+    cmp = b.icmp_signed if sign == "s" else b.icmp_unsigned
+    return b.select(cmp("<" if kind == "min" else ">", x, y), x, y)
+
+
+def _read_sreg(module: ir.Module, b: ir.IRBuilder, name: str) -> ir.Value:
+    full = f"llvm.nvvm.read.ptx.sreg.{name}"
+    fn = module.globals.get(full) or ir.Function(module, ir.FunctionType(ir.IntType(32), []), name=full)
+    return b.zext(b.call(fn, []), I64_T)
+
+
+def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]) -> str:
+    """The launch entry of an iteration kernel.
+
+    GPU: ``tw_kernel_<index>(ctx, params, trip, out)``, each thread taking iterations
+    ``k = thread, thread + threads, ...`` below ``trip``. Host: ``tw_loop_<index>(ctx, params,
+    begin, end, out)`` over ``[begin, end)``. Both read the live-ins from 64-bit slots at
+    ``params``, stop at the first trap (its code is in the context), and fold each thread's
+    reduction partials into ``out`` (atomically on the GPU). ``out`` holds the identities.
+    """
+    kernel = lowering.dialect.functions[index]
+    gpu = lowering.target.is_gpu
+    name = f"tw_kernel_{index}" if gpu else f"tw_loop_{index}"
+    params = [PTR_T, PTR_T, I64_T, PTR_T] if gpu else [PTR_T, PTR_T, I64_T, I64_T, PTR_T]
+    fn = ir.Function(lowering.llvm, ir.FunctionType(VOID_T, params), name=name)
+    lowering.target.mark_entry(fn)
+    if gpu:
+        ctx, slots, trip, out = fn.args
+    else:
+        ctx, slots, begin, trip, out = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def slot(base, i):
+        return b.gep(base, [ir.Constant(I64_T, i)], source_etype=I64_T)
+
+    args = [
+        from_slot(b, b.load(slot(slots, i), typ=I64_T), llvm_type(t)) for i, t in enumerate(kernel.params[1:])
+    ]
+    result_types = [llvm_type(t) for t in kernel.results]
+    identities = [b.load(slot(out, i), typ=t) for i, t in enumerate(result_types)]
+    if gpu:
+        first = b.add(b.mul(_read_sreg(lowering.llvm, b, "ctaid.x"), _read_sreg(lowering.llvm, b, "ntid.x")),
+                      _read_sreg(lowering.llvm, b, "tid.x"))  # fmt: skip
+        step = b.mul(_read_sreg(lowering.llvm, b, "nctaid.x"), _read_sreg(lowering.llvm, b, "ntid.x"))
+    else:
+        first, step = begin, i64_const(1)
+    start = b.block
+    head = fn.append_basic_block("head")
+    body = fn.append_basic_block("body")
+    done = fn.append_basic_block("done")
+    b.branch(head)
+    b.position_at_end(head)
+    k = b.phi(I64_T)
+    k.add_incoming(first, start)
+    accs = []
+    for value in identities:
+        acc = b.phi(value.type)
+        acc.add_incoming(value, start)
+        accs.append(acc)
+    b.cbranch(b.icmp_signed("<", k, trip), body, done)
+    b.position_at_end(body)
+    result = b.call(lowering.function_for(index), [ctx, b.trunc(k, ir.IntType(32)), *args])
+    trapped = b.icmp_unsigned("!=", b.load(slot(ctx, abi.CTX_TRAP), typ=I64_T), i64_const(0))
+    parts = (
+        [result] if len(result_types) == 1 else [b.extract_value(result, i) for i in range(len(result_types))]
+    )
+    new_accs = [combine(b, op, acc, part) for op, acc, part in zip(reductions, accs, parts, strict=True)]
+    cont = fn.append_basic_block("next")
+    b.cbranch(trapped, done, cont)
+    b.position_at_end(cont)
+    k.add_incoming(b.add(k, step), cont)
+    for acc, value in zip(accs, new_accs, strict=True):
+        acc.add_incoming(value, cont)
+    b.branch(head)
+    b.position_at_end(done)
+    for i, (op, acc) in enumerate(zip(reductions, accs, strict=True)):
+        ptr = slot(out, i)
+        if gpu and op in REDUCE_RMW:
+            b.atomic_rmw(REDUCE_RMW[op], ptr, acc, "monotonic")
+        elif gpu:  # no atomic multiply: compare-and-swap until it sticks
+            retry = fn.append_basic_block("cas")
+            after = fn.append_basic_block("cas.done")
+            before = b.block
+            old0 = b.load(ptr, typ=acc.type)
+            b.branch(retry)
+            b.position_at_end(retry)
+            old = b.phi(acc.type)
+            old.add_incoming(old0, before)
+            pair = b.cmpxchg(ptr, old, combine(b, op, old, acc), "monotonic", "monotonic")
+            old.add_incoming(b.extract_value(pair, 0), retry)
+            b.cbranch(b.extract_value(pair, 1), after, retry)
+            b.position_at_end(after)
+        else:
+            b.store(acc, ptr)
+    b.ret_void()
+    return name

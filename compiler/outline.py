@@ -1,0 +1,168 @@
+"""Outlining: a loop the analysis accepted becomes a kernel function of one iteration.
+
+The kernel ``loop_<func>_<offset>(k, live-ins...) -> (partials...)`` runs iteration ``k``:
+its entry block computes every induction variable of the loop as ``start + step * k``,
+binds loop-invariant header values to their entry values and reductions to their identity,
+then runs a copy of the loop body. Inner loops are copied whole and run sequentially in
+the thread. Branches back to the header, and the loop's exit, end the iteration and
+return each reduction's contribution; trap blocks the body can reach are copied too. The
+kernel goes through the ordinary lowering, so it runs on the GPU and on the host alike;
+the launch entry points around it live in :mod:`compiler.lower.function`.
+"""
+
+from __future__ import annotations
+
+from compiler.analysis.loops import LoopPlan, Reduction
+from compiler.analysis.poly import Poly
+from dialect import arith, cf
+from dialect.builder import Builder
+from dialect.ir import Block, Function, Module, Op, Successor, Value
+from dialect.types import F32, F64, I32, I64, Type
+from dialect.verifier import verify_function
+
+INT_MAX = {32: (1 << 31) - 1, 64: (1 << 63) - 1}
+
+
+def identity_bits(op: str, ty: Type) -> int:
+    """The identity element of a reduction, as a bit pattern of ``ty``."""
+    bits = ty.bits
+    if op in ("add", "or", "xor", "max_u"):
+        return 0
+    if op == "mul":
+        return 1
+    if op == "and" or op == "min_u":
+        return (1 << bits) - 1
+    if op == "min_s":
+        return INT_MAX[bits]
+    if op == "max_s":
+        return 1 << (bits - 1)
+    if op == "fadd":  # -0.0: x + -0.0 is x for every x, +0.0 included
+        return 1 << (bits - 1)
+    if op == "fmul":
+        return 0x3F800000 if ty is F32 else 0x3FF0000000000000
+    raise ValueError(op)
+
+
+def kernel_name(plan: LoopPlan) -> str:
+    return f"loop_{plan.func.name}_{plan.loop.offset:x}"
+
+
+def outline(module: Module, plan: LoopPlan) -> Function:
+    """Build the iteration kernel of ``plan`` and append it to ``module``."""
+    func = plan.func
+    header = plan.loop.header
+    params = (I32, *(v.type for v, *_ in plan.live_ins))
+    results = tuple(r.arg.type for r in plan.reductions)
+    kernel = Function(kernel_name(plan), len(module.functions), params, results)
+    kernel.attrs["loop_plan"] = plan
+    module.functions.append(kernel)
+    entry = kernel.add_block(params)
+    b = Builder(kernel, entry)
+    k = entry.args[0]
+    mapping: dict[Value, Value] = {}
+    by_symbol = {}
+    for (value, sym, _, _), param in zip(plan.live_ins, entry.args[1:], strict=True):
+        mapping[value] = param
+        by_symbol[sym] = param
+
+    def emit_poly(poly: Poly, ty: Type) -> Value:
+        total = None
+        for monomial, coeff in poly.terms.items():
+            term = b.constant(ty, coeff)
+            for sym in monomial:
+                factor = k if sym is plan.counter else by_symbol[sym]
+                if factor.type is not ty:
+                    factor = b.value(arith.sext, factor, to=ty)
+                term = b.value(arith.mul, term, factor)
+            total = term if total is None else b.value(arith.add, total, term)
+        return total if total is not None else b.constant(ty, 0)
+
+    def value_of(v: Value) -> Value:
+        mapped = mapping.get(v)
+        if mapped is not None:
+            return mapped
+        owner = v.owner
+        if isinstance(owner, Op) and owner.opdef is arith.constant:
+            with_entry = Builder(kernel, entry)
+            mapped = with_entry.constant(owner.attrs["type"], owner.attrs["value"])
+            entry.ops.insert(0, entry.ops.pop())  # keep constants ahead of their uses
+            mapping[v] = mapped
+            return mapped
+        raise KeyError(f"value {v} has no counterpart in the kernel")
+
+    reductions: dict[Value, Reduction] = {r.arg: r for r in plan.reductions}
+    for arg in header.args:
+        if arg in plan.ivs:
+            start, step = plan.ivs[arg]
+            mapping[arg] = emit_poly(start + step * Poly.symbol(plan.counter), arg.type)
+        elif arg in plan.invariant_args:
+            mapping[arg] = value_of(plan.invariant_args[arg])
+        elif arg in reductions:
+            mapping[arg] = b.constant(arg.type, identity_bits(reductions[arg].op, arg.type))
+        else:  # never read inside the loop
+            mapping[arg] = b.constant(arg.type, 0) if not arg.type.is_ref else b.constant(I64, 0)
+
+    body = [blk for blk in func.blocks if blk in plan.blocks]
+    traps = [
+        s.block for blk in body for s in blk.terminator.successors
+        if s.block not in plan.blocks and s.block.terminator.name == "cf.trap"
+    ]  # fmt: skip
+    clones: dict[Block, Block] = {}
+    for blk in body + [t for i, t in enumerate(traps) if t not in traps[:i]]:
+        clone = kernel.add_block([] if blk is header else [a.type for a in blk.args])
+        clones[blk] = clone
+        if blk is not header:
+            for old, new in zip(blk.args, clone.args, strict=True):
+                mapping[old] = new
+    done = kernel.add_block(results)
+    Builder(kernel, done).ret(done.args)
+    b.br(clones[header])
+
+    identity = [value_of_identity(b, r) for r in plan.reductions]
+    for blk, clone in clones.items():
+        for op in blk.ops:
+            if op.name == "global.get" and op.results[0] in mapping:
+                continue  # read once at loop entry and passed in
+            operands = [value_of(v) for v in op.operands]
+            succs = []
+            for succ in op.successors:
+                if succ.block is header:
+                    carried = [succ.args[header.args.index(r.arg)] for r in plan.reductions]
+                    succs.append(Successor(done, [value_of(v) for v in carried]))
+                elif succ.block in clones:
+                    succs.append(Successor(clones[succ.block], [value_of(v) for v in succ.args]))
+                else:  # the loop's exit: this iteration is over
+                    carried = _exit_values(op, header, plan)
+                    succs.append(Successor(done, [value_of(v) for v in carried] if carried else identity))
+            new = Op(op.opdef, operands, tuple(r.type for r in op.results), dict(op.attrs), succs, op.offset)
+            new.block = clone
+            clone.ops.append(new)
+            for old, result in zip(op.results, new.results, strict=True):
+                mapping[old] = result
+    _place_constants_first(entry)
+    verify_function(kernel)
+    return kernel
+
+
+def value_of_identity(b: Builder, r: Reduction) -> Value:
+    # Built in the entry block before its branch; moved ahead by _place_constants_first.
+    return b.constant(r.arg.type, identity_bits(r.op, r.arg.type))
+
+
+def _exit_values(op: Op, header: Block, plan: LoopPlan) -> list[Value] | None:
+    """At a latch that also exits (a do-while), the reductions' values are those it passes
+    back to the header; elsewhere the iteration contributes nothing past the exit."""
+    for succ in op.successors:
+        if succ.block is header:
+            return [succ.args[header.args.index(r.arg)] for r in plan.reductions]
+    return None
+
+
+def _place_constants_first(entry: Block) -> None:
+    """Keep the entry's terminator last after constants were added behind it."""
+    term = [op for op in entry.ops if op.opdef.terminator]
+    others = [op for op in entry.ops if not op.opdef.terminator]
+    entry.ops = others + term
+
+
+__all__ = ["F64", "cf", "identity_bits", "kernel_name", "outline"]

@@ -1,0 +1,301 @@
+"""Rewriting a Wasm module around its offloadable loops (the encoder of the offload path).
+
+Before each chosen loop the rewriter inserts a call to an imported host function,
+``tensorwasm.loop_<n>``, that takes the loop's live-in locals (and globals) plus the
+current values of the locals the loop assigns, and returns a flag and those locals' new
+values. The flag says whether the host ran the loop (then the inserted code skips it) or
+declined (then the original loop runs unchanged). A loop that is left by falling off its
+``end`` is wrapped in a block so the skip has a target; branches inside it that leave the
+loop are renumbered for the extra label. Adding imports shifts the index of every defined
+function, so calls, ``ref.func``, exports, element segments and the start function are
+renumbered; the "name" section, which would go stale, is dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler.frontend.module import Instr, WasmModule
+from dialect.ir import FuncSig
+from dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
+
+VALTYPE_BYTES = {I32: 0x7F, I64: 0x7E, F32: 0x7D, F64: 0x7C, FUNCREF: 0x70, EXTERNREF: 0x6F}
+HOST_MODULE = "tensorwasm"
+
+
+def uleb(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def vec(items: list[bytes]) -> bytes:
+    return uleb(len(items)) + b"".join(items)
+
+
+def section(sid: int, payload: bytes) -> bytes:
+    return bytes([sid]) + uleb(len(payload)) + payload
+
+
+def name(text: str) -> bytes:
+    raw = text.encode()
+    return uleb(len(raw)) + raw
+
+
+def functype(sig: FuncSig) -> bytes:
+    return (
+        b"\x60"
+        + vec([bytes([VALTYPE_BYTES[t]]) for t in sig.params])
+        + vec([bytes([VALTYPE_BYTES[t]]) for t in sig.results])
+    )
+
+
+@dataclass
+class Insertion:
+    """One loop to guard: where it is and what the inserted call passes and receives."""
+
+    func_index: int  # in the original module's function index space
+    start: int  # index of the loop instruction in the body
+    end: int  # index of its end
+    live_in_locals: list[int]
+    live_in_globals: list[int]
+    assigned: list[int]
+    local_types: list[Type]  # every local of the function, parameters first
+    import_name: str
+
+
+# Floats cross into the host as their bits: a trip through a host language's float would
+# quiet signalling NaNs.
+AS_BITS = {F32: I32, F64: I64}
+TO_BITS = {F32: b"\xbc", F64: b"\xbd"}  # i32.reinterpret_f32, i64.reinterpret_f64
+FROM_BITS = {F32: b"\xbe", F64: b"\xbf"}  # f32.reinterpret_i32, f64.reinterpret_i64
+
+
+def host_signature(ins: Insertion, global_types: list[Type]) -> FuncSig:
+    params = [ins.local_types[i] for i in ins.live_in_locals]
+    params += [global_types[g] for g in ins.live_in_globals]
+    params += [ins.local_types[i] for i in ins.assigned]
+    results = [I32, *(ins.local_types[i] for i in ins.assigned)]
+    return FuncSig(tuple(AS_BITS.get(t, t) for t in params), tuple(AS_BITS.get(t, t) for t in results))
+
+
+def rewrite(wasm: WasmModule, insertions: list[Insertion]) -> bytes:
+    """The module with a guarded host call before each loop of ``insertions``."""
+    data = wasm.raw
+    shift = len(insertions)
+    first_defined = wasm.num_imported_funcs
+    global_types = [g.type for g in wasm.global_types()]
+    sigs = [host_signature(ins, global_types) for ins in insertions]
+    new_types = list(wasm.types)
+    type_index = []
+    for sig in sigs:
+        if sig not in new_types:
+            new_types.append(sig)
+        type_index.append(new_types.index(sig))
+
+    def func_index(old: int) -> int:
+        return old if old < first_defined else old + shift
+
+    by_func: dict[int, list[tuple[int, Insertion]]] = {}
+    for n, ins in enumerate(insertions):
+        by_func.setdefault(ins.func_index, []).append((first_defined + n, ins, global_types))
+
+    out = bytearray(data[:8])
+    emitted_imports = False
+    for sid, start, end in wasm.sections:
+        payload = data[start:end]
+        if sid == 0:
+            if wasm.raw[start:end].startswith(name("name")):
+                continue  # function indices in it would be stale
+            out += section(0, payload)
+        elif sid == 1:
+            out += section(1, vec([functype(t) for t in new_types]))
+        elif sid == 2:
+            out += section(2, _imports(wasm, insertions, type_index))
+            emitted_imports = True
+        elif sid in (6, 7, 8, 9, 10):
+            if sid >= 6 and not emitted_imports and insertions:
+                out += section(2, _imports(wasm, insertions, type_index))
+                emitted_imports = True
+            if sid == 6:
+                out += section(6, _globals(wasm, func_index))
+            elif sid == 7:
+                out += section(7, _exports(wasm, func_index))
+            elif sid == 8:
+                out += section(8, uleb(func_index(wasm.start)))
+            elif sid == 9:
+                out += section(9, _elements(wasm, func_index))
+            else:
+                out += section(10, _code(wasm, func_index, by_func))
+        else:
+            if sid in (3, 4, 5) and not emitted_imports and insertions:
+                out += section(2, _imports(wasm, insertions, type_index))
+                emitted_imports = True
+            out += section(sid, payload)
+    return bytes(out)
+
+
+def _imports(wasm: WasmModule, insertions: list[Insertion], type_index: list[int]) -> bytes:
+    items = []
+    for sid, start, end in wasm.sections:
+        if sid == 2:
+            from compiler.frontend.decoder import Reader
+
+            r = Reader(wasm.raw, start, end)
+            count = r.u32()
+            body = wasm.raw[r.pos : end]
+            items_raw = body
+            items.append((count, items_raw))
+    count, raw = items[0] if items else (0, b"")
+    extra = b"".join(
+        name(HOST_MODULE) + name(ins.import_name) + b"\x00" + uleb(t)
+        for ins, t in zip(insertions, type_index, strict=True)
+    )
+    return uleb(count + len(insertions)) + raw + extra
+
+
+def _expr(instrs: list[Instr], data: bytes, end: int, func_index) -> bytes:
+    out = bytearray()
+    for i, instr in enumerate(instrs):
+        stop = instrs[i + 1].offset if i + 1 < len(instrs) else end
+        if instr.op.name in ("call", "ref.func"):
+            out += data[instr.offset : instr.offset + 1] + uleb(func_index(instr.imm))
+        else:
+            out += data[instr.offset : stop]
+    return bytes(out)
+
+
+def _expr_end(instrs: list[Instr], data: bytes) -> int:
+    """Byte after a constant expression's final end."""
+    return instrs[-1].offset + 1
+
+
+def _globals(wasm: WasmModule, func_index) -> bytes:
+    items = []
+    for g in wasm.globals:
+        header = bytes([VALTYPE_BYTES[g.type.type], 1 if g.type.mutable else 0])
+        items.append(header + _expr(g.init, wasm.raw, _expr_end(g.init, wasm.raw), func_index))
+    return vec(items)
+
+
+def _exports(wasm: WasmModule, func_index) -> bytes:
+    kinds = {"func": 0, "table": 1, "memory": 2, "global": 3}
+    return vec([
+        name(e.name) + bytes([kinds[e.kind]]) + uleb(func_index(e.index) if e.kind == "func" else e.index)
+        for e in wasm.exports
+    ])  # fmt: skip
+
+
+def _elements(wasm: WasmModule, func_index) -> bytes:
+    items = []
+    for seg in wasm.elements:
+        # Always written in the general form: flags 4/5/6/7 with expressions.
+        exprs = vec([_expr(e, wasm.raw, _expr_end(e, wasm.raw), func_index) if e[0].offset >= 0 and e[-1].op.name == "end"
+                     else _ref_func(e, func_index) for e in seg.items])  # fmt: skip
+        ref = bytes([VALTYPE_BYTES[seg.type]])
+        if seg.mode == "active":
+            offset = _expr(seg.offset_expr, wasm.raw, _expr_end(seg.offset_expr, wasm.raw), func_index)
+            items.append(uleb(6) + uleb(seg.table) + offset + ref + exprs)
+        elif seg.mode == "passive":
+            items.append(uleb(5) + ref + exprs)
+        else:
+            items.append(uleb(7) + ref + exprs)
+    return vec(items)
+
+
+def _ref_func(expr: list[Instr], func_index) -> bytes:
+    (instr,) = expr  # a bare function index in the binary: ref.func with it, then end
+    return b"\xd2" + uleb(func_index(instr.imm)) + b"\x0b"
+
+
+def _code(wasm: WasmModule, func_index, by_func) -> bytes:
+    data = wasm.raw
+    bodies = []
+    first = wasm.num_imported_funcs
+    for i, code in enumerate(wasm.codes):
+        index = first + i
+        locals_raw = data[code.offset : code.body[0].offset]
+        body_end = code.offset + code.size
+        body = _body(code.body, data, body_end, func_index, by_func.get(index, []))
+        content = locals_raw + body
+        bodies.append(uleb(len(content)) + content)
+    return vec(bodies)
+
+
+def _body(instrs: list[Instr], data: bytes, end: int, func_index, insertions) -> bytes:
+    starts = {ins.start: (host, ins, gtypes) for host, ins, gtypes in insertions}
+    out = bytearray()
+    wrapped: list[tuple[int, int]] = []  # (loop end index, nesting depth at the loop start)
+    depth = 0
+    for i, instr in enumerate(instrs):
+        stop = instrs[i + 1].offset if i + 1 < len(instrs) else end
+        if i in starts:
+            host, ins, gtypes = starts[i]
+            types = ins.local_types
+            exit_label = _exit_label(instrs, ins)
+            if exit_label is None:
+                out += b"\x02\x40"  # block: the skip lands after the loop
+            for n in ins.live_in_locals:
+                out += b"\x20" + uleb(n) + TO_BITS.get(types[n], b"")
+            for g in ins.live_in_globals:
+                out += b"\x23" + uleb(g) + TO_BITS.get(gtypes[g], b"")
+            for n in ins.assigned:
+                out += b"\x20" + uleb(n) + TO_BITS.get(types[n], b"")
+            out += b"\x10" + uleb(host)
+            for n in reversed(ins.assigned):
+                out += FROM_BITS.get(types[n], b"") + b"\x21" + uleb(n)
+            out += b"\x0d" + uleb(0 if exit_label is None else exit_label)
+            if exit_label is None:
+                wrapped.append((ins.end, depth))
+        name_ = instr.op.name
+        if name_ in ("call", "ref.func"):
+            out += data[instr.offset : instr.offset + 1] + uleb(func_index(instr.imm))
+        elif name_ in ("br", "br_if", "br_table") and wrapped:
+            out += _relabel(instr, depth, wrapped)
+        else:
+            out += data[instr.offset : stop]
+        if name_ in ("block", "loop", "if"):
+            depth += 1
+        elif name_ == "end":
+            depth -= 1
+            if wrapped and wrapped[-1][0] == i:
+                out += b"\x0b"
+                wrapped.pop()
+    return bytes(out)
+
+
+def _relabel(instr: Instr, depth: int, wrapped: list[tuple[int, int]]) -> bytes:
+    """Labels that leave a wrapped loop pass one more block."""
+
+    def fix(label: int) -> int:
+        extra = sum(1 for _, at in wrapped if label > depth - at - 1)
+        return label + extra
+
+    if instr.op.name == "br_table":
+        labels, default = instr.imm
+        return b"\x0e" + vec([uleb(fix(x)) for x in labels]) + uleb(fix(default))
+    return bytes([0x0C if instr.op.name == "br" else 0x0D]) + uleb(fix(instr.imm))
+
+
+def _exit_label(instrs: list[Instr], ins: Insertion) -> int | None:
+    """The label, counted from just before the loop, that the loop's exit branch targets;
+    None when the loop is left by falling off its end."""
+    depth = 0
+    for instr in instrs[ins.start + 1 : ins.end]:
+        name_ = instr.op.name
+        if name_ in ("block", "loop", "if"):
+            depth += 1
+        elif name_ == "end":
+            depth -= 1
+        elif name_ in ("br", "br_if", "br_table"):
+            labels = instr.imm[0] + (instr.imm[1],) if name_ == "br_table" else (instr.imm,)
+            for label in labels:
+                if label > depth:  # leaves the loop (label == depth is the loop itself)
+                    return label - depth - 1
+    return None

@@ -1,0 +1,150 @@
+"""Runtime guards: the checks the analysis left for concrete values, made before a launch.
+
+Given the live-in values of one arrival at a loop, :func:`check` computes the trip count
+(refusing loops whose counter would wrap or never reach its bound), the byte range every
+access touches over the whole iteration space (refusing any outside linear memory), and
+tests every store against every other access: same stride -> the exact cross-iteration
+overlap test on per-iteration footprints; otherwise the whole ranges must be disjoint.
+Anything refused runs as the original loop on the CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from compiler.analysis.loops import Access, LoopPlan, TripCount
+from compiler.analysis.poly import Symbol
+
+MAX_TRIP = (1 << 31) - 1
+
+
+class GuardFailed(Exception):
+    """A guard refused the launch; the message says which."""
+
+
+@dataclass
+class Range:
+    lo: int  # first byte
+    hi: int  # one past the last byte
+    base: int  # at counter 0 of the launched loop, with inner counters at their minimum
+    stride: int  # per iteration of the launched loop
+    width: int  # bytes touched per iteration of the launched loop
+
+
+@dataclass
+class Launch:
+    trip: int
+    env: dict[Symbol, int]
+    reads: list[Range]
+    writes: list[Range]
+
+
+def _signed(value: int, bits: int) -> int:
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+def trip_count(trip: TripCount, env: dict[Symbol, int]) -> int:
+    bits, step, pred = trip.bits, trip.step, trip.pred
+    mod = 1 << bits
+    start = trip.start.evaluate(env)
+    bound = trip.bound.evaluate(env)
+    if pred in ("ne", "eq"):
+        if pred == "eq":
+            exit_k = 0 if (start - bound) % mod else 1
+        else:
+            distance = (bound - start) % mod if step > 0 else (start - bound) % mod
+            if distance % abs(step):
+                raise GuardFailed("the counter steps over its bound")
+            exit_k = distance // abs(step)
+    else:
+        signed = pred.startswith("s")
+        s = _signed(start, bits) if signed else start % mod
+        b = _signed(bound, bits) if signed else bound % mod
+        lo, hi = (-(mod >> 1), (mod >> 1) - 1) if signed else (0, mod - 1)
+        kind = pred[1:]
+        if kind in ("lt", "le") and step > 0:
+            past = b if kind == "lt" else b + 1
+            exit_k = max(0, -((s - past) // step))
+        elif kind in ("gt", "ge") and step < 0:
+            past = b if kind == "gt" else b - 1
+            exit_k = max(0, -((past - s) // -step))
+        else:
+            raise GuardFailed("the counter moves away from its bound")
+        last = s + step * exit_k
+        if not (lo <= last <= hi):
+            raise GuardFailed("the counter would wrap around")
+    count = exit_k if trip.top else exit_k + 1
+    if count > MAX_TRIP:
+        raise GuardFailed(f"trip count {count} is too large")
+    return count
+
+
+def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int) -> Launch:
+    trip = trip_count(plan.trip, env)
+    inner = {}
+    for counter, inner_trip in plan.inner_trips:
+        # The analysis made sure the inner count does not change between iterations.
+        probe = dict(env)
+        probe[plan.counter] = 0
+        inner[counter] = trip_count(inner_trip, probe)
+    reads, writes = [], []
+    ranges: list[tuple[Access, Range]] = []
+    for access in plan.accesses:
+        rng = _range(access, plan, env, trip, inner)
+        if trip and (rng.lo < 0 or rng.hi > memory_size):
+            raise GuardFailed(f"{access.kind} at {access.where} reaches outside linear memory")
+        ranges.append((access, rng))
+        (writes if access.store else reads).append(rng)
+    if trip > 1:
+        free = set(plan.static_dependence_free)
+        for i, (s, rs) in enumerate(ranges):
+            if not s.store:
+                continue
+            for j, (a, ra) in enumerate(ranges):
+                if (i, j) in free:
+                    continue
+                if _conflict(rs, ra, trip):
+                    raise GuardFailed(f"store at {s.where} may overlap {a.kind} at {a.where}")
+    return Launch(trip, env, reads, writes)
+
+
+def _range(access: Access, plan: LoopPlan, env, trip: int, inner: dict[Symbol, int]) -> Range:
+    poly = access.address
+    values = dict(env)
+    counts = {plan.counter: trip, **inner}
+    coeffs = {}
+    rest = poly
+    for counter in counts:
+        split = rest.split(counter)
+        rest, coeff = split
+        coeffs[counter] = coeff.evaluate(values) if coeff.terms else 0
+    base = rest.evaluate(values)
+    lo = hi = base
+    for counter, coeff in coeffs.items():
+        span = coeff * max(counts[counter] - 1, 0)
+        lo += min(0, span)
+        hi += max(0, span)
+    inner_lo = base + sum(
+        min(0, c * max(counts[k] - 1, 0)) for k, c in coeffs.items() if k is not plan.counter
+    )
+    inner_hi = base + sum(
+        max(0, c * max(counts[k] - 1, 0)) for k, c in coeffs.items() if k is not plan.counter
+    )
+    return Range(lo, hi + access.width, inner_lo, coeffs[plan.counter], inner_hi + access.width - inner_lo)
+
+
+def _conflict(s: Range, a: Range, trip: int) -> bool:
+    """May the store's footprint in one iteration meet the access's in another?"""
+    if s.stride == a.stride:
+        d, c = s.base - a.base, s.stride
+        if c == 0:
+            return -s.width < d < a.width
+        lo, hi = Fraction(-s.width - d, c), Fraction(a.width - d, c)
+        if lo > hi:
+            lo, hi = hi, lo
+        limit = trip - 1
+        first, last = max(int(lo) - 1, -limit), min(int(hi) + 1, limit)
+        return any(lo < delta < hi and delta != 0 for delta in range(first, last + 1))
+    return s.lo < a.hi and a.lo < s.hi

@@ -1,0 +1,378 @@
+"""Auto-offload: a Wasm module runs on wasmtime while its parallel loops run as kernels.
+
+:class:`OffloadModule` analyses a module, outlines every outermost loop the analysis
+accepts into an iteration kernel, compiles the kernels for the chosen device (the GPU, or
+the host backend where there is none), and rewrites the module so that a host function
+runs before each such loop (:mod:`compiler.rewrite`). That function checks the guards on
+the live values (:mod:`runtime.guards`); if they hold it runs the loop as a kernel on
+wasmtime's linear memory (copied to and from the device for the GPU) and returns the
+loop's live-out locals; otherwise, or if the kernel traps, it declines and the original
+loop runs on wasmtime, so the program sees exactly Wasm's behaviour, trap included.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import struct
+import time
+from dataclasses import dataclass, field
+
+import wasmtime
+
+from compiler.analysis.loops import AnalysisOptions, LoopPlan, LoopReport, analyze_module
+from compiler.frontend import load, translate_module
+from compiler.lower import abi
+from compiler.lower.function import (
+    FunctionLowering,
+    ModuleLowering,
+    lower_loop_entry,
+    reachable,
+    recursive_functions,
+)
+from compiler.outline import identity_bits, outline
+from compiler.rewrite import HOST_MODULE, Insertion, rewrite
+from compiler.target import HostTarget, nvptx_for_device
+from dialect.types import F32, F64, Type
+from runtime.guards import GuardFailed, Launch, check
+
+log = logging.getLogger(__name__)
+U64 = ctypes.c_uint64
+MASKS = {32: 0xFFFFFFFF, 64: 0xFFFFFFFFFFFFFFFF}
+
+
+@dataclass
+class LoopStats:
+    """What happened at one loop, for the report."""
+
+    func: str
+    offset: int
+    device: str
+    arrivals: int = 0
+    offloaded: int = 0
+    declined: dict[str, int] = field(default_factory=dict)
+    iterations: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    kernel_seconds: float = 0.0
+    transfer_seconds: float = 0.0
+
+    def decline(self, reason: str) -> None:
+        self.declined[reason] = self.declined.get(reason, 0) + 1
+
+
+@dataclass
+class OffloadedLoop:
+    plan: LoopPlan
+    kernel_index: int
+    entry: str
+    insertion: Insertion
+    stats: LoopStats
+
+
+class OffloadModule:
+    """A module prepared for offload: the rewritten bytes and the compiled kernels.
+
+    ``device`` is "gpu" or "cpu"; ``mode`` "always" launches whenever the guards hold,
+    "off" never does (the rewritten module then behaves as the original).
+    """
+
+    def __init__(self, wasm: bytes, device: str = "cpu", mode: str = "always",
+                 options: AnalysisOptions | None = None):  # fmt: skip
+        self.device = device
+        self.mode = mode
+        self.wasm = load(wasm)
+        self.module = translate_module(self.wasm)
+        self.reports: list[LoopReport] = analyze_module(self.module, options)
+        chosen = _outermost([r.plan for r in self.reports if r.verdict == "offload"])
+        self.loops: list[OffloadedLoop] = []
+        for n, plan in enumerate(chosen):
+            kernel = outline(self.module, plan)
+            insertion = _insertion(self.wasm, plan, f"loop_{n}")
+            stats = LoopStats(plan.func.name, plan.loop.offset, device)
+            self.loops.append(OffloadedLoop(plan, kernel.index, "", insertion, stats))
+        self.rewritten = (
+            rewrite(self.wasm, [lp.insertion for lp in self.loops]) if self.loops else bytes(wasm)
+        )
+        self._compile()
+
+    def _compile(self) -> None:
+        if not self.loops:
+            return
+        if self.device == "gpu":
+            from runtime import driver
+
+            self.context = driver.Context.get()
+            info = self.context.info
+            target = nvptx_for_device(info.compute_capability, info.driver_version)
+        else:
+            target = HostTarget()
+        lowering = ModuleLowering(self.module, target)
+        indices = [lp.kernel_index for lp in self.loops]
+        closure = reachable(self.module, indices)
+        lowering.recursive = recursive_functions(self.module, closure)
+        for index in closure:
+            FunctionLowering(lowering, self.module.functions[index]).lower()
+        for lp in self.loops:
+            lp.entry = lower_loop_entry(lowering, lp.kernel_index, [r.op for r in lp.plan.reductions])
+        llvm_ir = str(lowering.llvm)
+        if self.device == "gpu":
+            self.cu_module = self.context.load_module(target.emit_ptx(llvm_ir))
+            self.kernels = {lp.entry: self.cu_module.function(lp.entry) for lp in self.loops}
+        else:
+            self.code = HostTarget().jit(llvm_ir)
+            entry_type = ctypes.CFUNCTYPE(
+                None, *(ctypes.c_void_p,) * 2, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p
+            )
+            self.kernels = {lp.entry: entry_type(self.code.address(lp.entry)) for lp in self.loops}
+
+    # -- instantiation --------------------------------------------------------------------------
+
+    def host_functions(self, store) -> dict[str, wasmtime.Func]:
+        """The ``tensorwasm`` imports of the rewritten module, bound to ``store``."""
+        funcs = {}
+        for lp in self.loops:
+            sig = _host_sig(self.wasm, lp.insertion)
+            params = [_valtype(t) for t in sig[0]]
+            results = [_valtype(t) for t in sig[1]]
+            funcs[lp.insertion.import_name] = wasmtime.Func(
+                store, wasmtime.FuncType(params, results), self._callback(lp), access_caller=True
+            )
+        return funcs
+
+    def define(self, linker: wasmtime.Linker, store) -> None:
+        for import_name, func in self.host_functions(store).items():
+            linker.define(store, HOST_MODULE, import_name, func)
+
+    def _callback(self, lp: OffloadedLoop):
+        def run(caller, *args):
+            return self.arrive(lp, caller, args)
+
+        return run
+
+    # -- one arrival at a loop ------------------------------------------------------------------
+
+    def arrive(self, lp: OffloadedLoop, caller, args) -> list[int]:
+        ins = lp.insertion
+        stats = lp.stats
+        stats.arrivals += 1
+        n_live = len(lp.plan.live_ins)
+        live_bits = [a & MASKS[64] for a in args[:n_live]]
+        current = list(args[n_live:])
+        declined = [0, *current]
+        if self.mode == "off":
+            stats.decline("offload is off")
+            return declined
+        memory = caller.get("memory")
+        if not isinstance(memory, wasmtime.Memory):
+            stats.decline("linear memory is not exported")
+            return declined
+        size = memory.data_len(caller)
+        env = {}
+        for (value, sym, _, _), bits in zip(lp.plan.live_ins, live_bits, strict=True):
+            env[sym] = bits & MASKS.get(value.type.bits, MASKS[64])
+        try:
+            launch = check(lp.plan, env, size)
+        except GuardFailed as exc:
+            stats.decline(str(exc))
+            return declined
+        if launch.trip == 0 and not lp.plan.reductions and not lp.plan.live_outs:
+            return declined
+        base = ctypes.cast(memory.data_ptr(caller), ctypes.c_void_p).value
+        partials = self._run(lp, launch, live_bits, base, size)
+        if partials is None:
+            return declined
+        stats.offloaded += 1
+        stats.iterations += launch.trip
+        return [1, *self._live_outs(lp, launch, current, partials)]
+
+    def _run(self, lp: OffloadedLoop, launch: Launch, live_bits, base: int, size: int) -> list[int] | None:
+        if self.device == "gpu":
+            return self._run_gpu(lp, launch, live_bits, base, size)
+        stats = lp.stats
+        ctx = (U64 * abi.CTX_SLOTS)()
+        ctx[abi.CTX_MEM_BASE] = base
+        ctx[abi.CTX_MEM_SIZE] = size
+        ctx[abi.CTX_MEM_CAPACITY] = size
+        ctx[abi.CTX_MEM_MAX_PAGES] = size // abi.PAGE_SIZE
+        params = (U64 * max(1, len(live_bits)))(*live_bits)
+        out = (U64 * max(1, len(lp.plan.reductions)))(*_identities(lp))
+        saved = [(r.lo, ctypes.string_at(base + r.lo, r.hi - r.lo)) for r in _merge(launch.writes)]
+        start = time.perf_counter()
+        self.kernels[lp.entry](
+            ctypes.addressof(ctx), ctypes.addressof(params), 0, launch.trip, ctypes.addressof(out)
+        )
+        stats.kernel_seconds += time.perf_counter() - start
+        if ctx[abi.CTX_TRAP]:
+            for lo, raw in saved:  # undo, and let wasmtime run the loop to its trap
+                ctypes.memmove(base + lo, raw, len(raw))
+            stats.decline("the kernel trapped; the loop re-ran on the CPU")
+            return None
+        return list(out)[: len(lp.plan.reductions)]
+
+    def _run_gpu(
+        self, lp: OffloadedLoop, launch: Launch, live_bits, base: int, size: int
+    ) -> list[int] | None:
+        ctxt = self.context
+        stats = lp.stats
+        dev = self._device_memory(size)
+        start = time.perf_counter()
+        moved_in = 0
+        for r in _merge(launch.reads + launch.writes):
+            ctxt.memcpy_htod(dev.ptr + r.lo, (ctypes.c_ubyte * (r.hi - r.lo)).from_address(base + r.lo))
+            moved_in += r.hi - r.lo
+        ctx = (U64 * abi.CTX_SLOTS)()
+        ctx[abi.CTX_MEM_BASE] = dev.ptr
+        ctx[abi.CTX_MEM_SIZE] = size
+        ctx[abi.CTX_MEM_CAPACITY] = size
+        ctx[abi.CTX_MEM_MAX_PAGES] = size // abi.PAGE_SIZE
+        params = (U64 * max(1, len(live_bits)))(*live_bits)
+        out = (U64 * max(1, len(lp.plan.reductions)))(*_identities(lp))
+        ctxt.memcpy_htod(self._ctx_buf.ptr, ctx)
+        ctxt.memcpy_htod(self._params_buf.ptr, params)
+        ctxt.memcpy_htod(self._out_buf.ptr, out)
+        stats.transfer_seconds += time.perf_counter() - start
+        threads = 256
+        blocks = max(1, min((launch.trip + threads - 1) // threads, 65535))
+        start = time.perf_counter()
+        self.kernels[lp.entry].launch(
+            (blocks, 1, 1), (threads, 1, 1),
+            [(U64, self._ctx_buf.ptr), (U64, self._params_buf.ptr), (ctypes.c_int64, launch.trip),
+             (U64, self._out_buf.ptr)],
+        )  # fmt: skip
+        ctxt.synchronize()
+        stats.kernel_seconds += time.perf_counter() - start
+        start = time.perf_counter()
+        ctxt.memcpy_dtoh(ctx, self._ctx_buf.ptr)
+        if ctx[abi.CTX_TRAP]:
+            stats.decline("the kernel trapped; the loop re-ran on the CPU")
+            return None
+        ctxt.memcpy_dtoh(out, self._out_buf.ptr)
+        moved_out = 0
+        for r in _merge(launch.writes):
+            ctxt.memcpy_dtoh((ctypes.c_ubyte * (r.hi - r.lo)).from_address(base + r.lo), dev.ptr + r.lo)
+            moved_out += r.hi - r.lo
+        stats.transfer_seconds += time.perf_counter() - start
+        stats.bytes_in += moved_in
+        stats.bytes_out += moved_out
+        return list(out)[: len(lp.plan.reductions)]
+
+    def _device_memory(self, size: int):
+        current = getattr(self, "_dev_mem", None)
+        if current is None or current.nbytes < size:
+            if current is not None:
+                current.free()
+            self._dev_mem = self.context.mem_alloc(max(size, abi.PAGE_SIZE))
+            self._ctx_buf = self.context.mem_alloc(8 * abi.CTX_SLOTS)
+            self._params_buf = self.context.mem_alloc(8 * 64)
+            self._out_buf = self.context.mem_alloc(8 * 16)
+        return self._dev_mem
+
+    def _live_outs(
+        self, lp: OffloadedLoop, launch: Launch, current: list[int], partials: list[int]
+    ) -> list[int]:
+        plan = lp.plan
+        k_exit = launch.trip if plan.trip.top else launch.trip - 1
+        env = dict(launch.env)
+        env[plan.counter] = k_exit
+        out = []
+        types = lp.insertion.local_types
+        reductions = {id(r): i for i, r in enumerate(plan.reductions)}
+        for value, live in zip(current, plan.live_outs, strict=True):
+            ty = types[live.local]
+            if live.kind == "dead":
+                out.append(value)
+            elif live.kind == "affine":
+                out.append(_to_host(live.value.evaluate(env), ty))
+            else:
+                partial = partials[reductions[id(live.reduction)]]
+                out.append(_to_host(_combine(live.reduction.op, value, partial, ty), ty))
+        return out
+
+
+def _outermost(plans: list[LoopPlan]) -> list[LoopPlan]:
+    chosen = []
+    for plan in plans:
+        if not any(o is not plan and o.func is plan.func and plan.blocks < o.blocks for o in plans):
+            chosen.append(plan)
+    return chosen
+
+
+def _insertion(wasm, plan: LoopPlan, import_name: str) -> Insertion:
+    index = plan.func.index
+    sig = wasm.func_sig(index)
+    local_types = list(sig.params) + wasm.codes[index - wasm.num_imported_funcs].locals
+    locals_ = [i for _, _, kind, i in plan.live_ins if kind == "local"]
+    globals_ = [i for _, _, kind, i in plan.live_ins if kind == "global"]
+    # The host receives the live-ins in plan order: locals first, then globals.
+    plan.live_ins.sort(key=lambda item: item[2] != "local")
+    return Insertion(index, plan.loop.start, plan.loop.end, locals_, globals_,
+                     [lo.local for lo in plan.live_outs], local_types, import_name)  # fmt: skip
+
+
+def _host_sig(wasm, ins: Insertion):
+    from compiler.rewrite import host_signature
+
+    sig = host_signature(ins, [g.type for g in wasm.global_types()])
+    return sig.params, sig.results
+
+
+def _valtype(ty: Type) -> wasmtime.ValType:
+    return {"i32": wasmtime.ValType.i32, "i64": wasmtime.ValType.i64}[ty.name]()
+
+
+def _identities(lp: OffloadedLoop) -> list[int]:
+    return [identity_bits(r.op, r.arg.type) for r in lp.plan.reductions]
+
+
+def _to_host(bits: int, ty: Type) -> int:
+    """A bit pattern as wasmtime-py wants an i32/i64 result: a signed Python int."""
+    width = 64 if ty.bits == 64 else 32
+    bits &= MASKS[width]
+    return bits - (1 << width) if bits >> (width - 1) else bits
+
+
+def _combine(op: str, a: int, b: int, ty: Type) -> int:
+    bits = ty.bits
+    mask = MASKS[bits]
+    a &= mask
+    b &= mask
+    if op in ("fadd", "fmul"):
+        fmt, ifmt = ("<f", "<I") if ty is F32 else ("<d", "<Q")
+        x, y = (struct.unpack(fmt, struct.pack(ifmt, v))[0] for v in (a, b))
+        import numpy as np
+
+        cast = np.float32 if ty is F32 else np.float64
+        result = cast(x) + cast(y) if op == "fadd" else cast(x) * cast(y)
+        return struct.unpack(ifmt, struct.pack(fmt, result))[0]
+    if op == "add":
+        return (a + b) & mask
+    if op == "mul":
+        return (a * b) & mask
+    if op == "and":
+        return a & b
+    if op == "or":
+        return a | b
+    if op == "xor":
+        return a ^ b
+    kind, sign = op.split("_")
+    key = (lambda v: v - (1 << bits) if v >> (bits - 1) else v) if sign == "s" else (lambda v: v)
+    pick = min if kind == "min" else max
+    return pick(a, b, key=key)
+
+
+def _merge(ranges) -> list:
+    """Sorted, coalesced byte ranges."""
+    from runtime.guards import Range
+
+    spans = sorted((r.lo, r.hi) for r in ranges if r.hi > r.lo)
+    merged: list[list[int]] = []
+    for lo, hi in spans:
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return [Range(lo, hi, 0, 0, 0) for lo, hi in merged]
+
+
+__all__ = ["F64", "OffloadModule"]
