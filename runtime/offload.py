@@ -153,7 +153,6 @@ class OffloadModule:
     # -- one arrival at a loop ------------------------------------------------------------------
 
     def arrive(self, lp: OffloadedLoop, caller, args) -> list[int]:
-        ins = lp.insertion
         stats = lp.stats
         stats.arrivals += 1
         n_live = len(lp.plan.live_ins)

@@ -22,7 +22,6 @@ from compiler.errors import NotCompilable
 from compiler.lower.function import reachable
 from dialect import arith
 from dialect.ir import Block, Function, LoopInfo, Module, Op, Value
-from dialect.types import F32, F64
 from dialect.verifier import dominators, reverse_postorder
 
 NEGATE = {"eq": "ne", "ne": "eq", "slt": "sge", "sge": "slt", "sgt": "sle", "sle": "sgt",
@@ -374,7 +373,6 @@ class LoopAnalysis:
             )
 
     def local_name(self, loop: LoopInfo, i: int) -> str:
-        arg = loop.header.args[i]
         entry = self.facts.entry_edge_args(loop)[i]
         local = next((n for n in loop.assigned if loop.entry_env[n] is entry), None)
         return f"local {local}" if local is not None else f"loop value {i}"
@@ -457,7 +455,7 @@ class LoopAnalysis:
             id(b),
         }:
             return None
-        for prev, other in ((a, b), (b, a)):
+        for prev in (a, b):
             is_link = prev is arg or (
                 isinstance(prev.owner, Op) and prev.owner.name == "arith.select"
                 and self.facts.def_block[prev] in body and len(self.facts.users.get(prev, [])) == 2
@@ -672,7 +670,7 @@ class LoopAnalysis:
                     key = op.results[0]
                     seen[key] = (key, self.globals[index], "global", index)
         # IV start values are live-ins too (they flow in on the entry edge).
-        for arg, (start, _) in self.ivs.items():
+        for start, _ in self.ivs.values():
             for sym in start.symbols():
                 if sym.kind == "value" and sym.ref not in seen:
                     local = next((i for i, e in enumerate(entry) if e is sym.ref), None)
@@ -770,5 +768,3 @@ def _overlaps_across_iterations(d: int, c: int, ws: int, wa: int) -> bool:
     return any(lo < delta < hi and delta != 0 for delta in candidates)
 
 
-def float_types():
-    return (F32, F64)
