@@ -47,6 +47,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return 0
     if args.stage in ("llvm", "ptx"):
         return _inspect_backend(module, only, args)
+    if args.stage == "loops":
+        return _inspect_loops(module, only, args)
     indices = sorted(only) if only is not None else range(module.num_imported_funcs, module.num_funcs)
     for index in indices:
         if index < module.num_imported_funcs:
@@ -78,6 +80,27 @@ def _inspect_backend(module, only: set[int] | None, args: argparse.Namespace) ->
         sys.stdout.write(compilation.ptx or "")
     for index, reason in sorted(skipped.items()):
         print(f"tensorwasm: left out function {index}: {reason}", file=sys.stderr)
+    return 0
+
+
+def _inspect_loops(module, only: set[int] | None, args: argparse.Namespace) -> int:
+    import json
+
+    from compiler.analysis.loops import AnalysisOptions, analyze_module
+    from compiler.frontend import translate_module
+
+    reports = analyze_module(translate_module(module), AnalysisOptions(relaxed_float=args.relaxed_float))
+    for report in reports:
+        if only is not None and report.func.index not in only:
+            continue
+        if args.format == "json":
+            print(json.dumps(report.as_json()))
+            continue
+        trip = report.trip.describe() if report.trip else "unknown"
+        print(
+            f"{report.func.name} +0x{report.loop.offset:x} depth {report.loop.depth}: "
+            f"{report.verdict}; trip count {trip}; {report.reason}"
+        )
     return 0
 
 
@@ -199,9 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     inspect = sub.add_parser("inspect", help="print a stage of the pipeline for a module")
     inspect.add_argument("module", help="a .wasm or .wat file")
-    inspect.add_argument("--stage", choices=["wasm", "dialect", "llvm", "ptx"], default="dialect")
+    inspect.add_argument("--stage", choices=["wasm", "dialect", "loops", "llvm", "ptx"], default="dialect")
     inspect.add_argument("--func", help="only this function (index, export or debug name)")
     inspect.add_argument("--target", help="sm_75, sm_80, sm_90 or host (llvm and ptx stages)")
+    inspect.add_argument("--format", choices=["text", "json"], default="text", help="loops stage: output format")
+    inspect.add_argument("--relaxed-float", action="store_true",
+                         help="loops stage: allow float reductions (they reorder operations)")  # fmt: skip
     inspect.set_defaults(run=cmd_inspect)
 
     invoke = sub.add_parser("invoke", help="call exported functions, one JSON line per call")

@@ -53,8 +53,15 @@ class TripCount:
     bits: int
 
     def describe(self) -> str:
-        test = f"{self.start} + {self.step}*k {self.pred} {self.bound}".replace("+ -", "- ")
-        return f"while {test} ({'tested first' if self.top else 'do-while'})"
+        """The trip count as a formula of the values at loop entry."""
+        step = abs(self.step)
+        diff = self.bound - self.start if self.step > 0 else self.start - self.bound
+        if self.pred in ("sle", "ule", "sge", "uge"):
+            diff = diff + Poly.const(1)
+        count = f"({diff})" if step == 1 else f"ceil(({diff}) / {step})"
+        if self.pred in ("ne", "eq"):
+            count = f"({diff})" if step == 1 else f"({diff}) / {step}"
+        return count if self.top else f"{count} + 1"
 
 
 @dataclass
@@ -220,10 +227,21 @@ def analyze_loop(facts: FunctionLoops, info: LoopInfo, options: AnalysisOptions)
     try:
         plan = LoopAnalysis(facts, info, options).run()
     except Reject as exc:
-        trip = getattr(exc, "trip", None)
-        return LoopReport(facts.func, info, "reject", str(exc), trip)
+        return LoopReport(facts.func, info, "reject", str(exc), _trip_if_known(facts, info))
     guarded = "guards: " + ", ".join(_guard_summary(plan))
     return LoopReport(facts.func, info, "offload", guarded, plan.trip, plan)
+
+
+def _trip_if_known(facts: FunctionLoops, info: LoopInfo) -> TripCount | None:
+    """The trip count of a rejected loop, for the report, when its counter is clear anyway."""
+    analysis = LoopAnalysis(facts, info, AnalysisOptions(relaxed_float=True))
+    analysis.lenient = True
+    try:
+        for loop in sorted(analysis.nested, key=lambda m: m.depth):
+            analysis.classify_header_args(loop)
+        return analysis.trip_count(info)
+    except Reject:
+        return None
 
 
 def _guard_summary(plan: LoopPlan) -> list[str]:
@@ -249,6 +267,7 @@ class LoopAnalysis:
         self.ivs: dict[Value, tuple[Poly, Poly]] = {}  # header arg -> (start, step)
         self.invariant_args: dict[Value, Value] = {}
         self.dead_args: set[Value] = set()
+        self.lenient = False  # classify what can be classified, reject nothing
         self.reductions: dict[Value, Reduction] = {}
         self.nested = [m for m in facts.func.loops if facts.bodies[m] <= self.body]
 
@@ -365,7 +384,7 @@ class LoopAnalysis:
                     reduction.local = loop.assigned[i] if i < len(loop.assigned) else None
                     self.reductions[arg] = reduction
                     continue
-            if loop is not self.info:
+            if loop is not self.info or self.lenient:
                 continue  # inner loops run sequentially inside one thread: anything goes
             raise Reject(
                 f"{self.local_name(loop, i)} is carried from one iteration to the next and is neither "
@@ -475,7 +494,9 @@ class LoopAnalysis:
     def symbol_for(self, value: Value) -> Symbol:
         sym = self.symbols.get(value)
         if sym is None:
-            sym = self.symbols[value] = Symbol("value", value, f"v{len(self.symbols)}")
+            local = next((i for i, e in enumerate(self.info.entry_env) if e is value), None)
+            label = f"local{local}" if local is not None else f"v{len(self.symbols)}"
+            sym = self.symbols[value] = Symbol("value", value, label)
         return sym
 
     def expr(self, value: Value) -> Poly | None:
