@@ -225,7 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--stage", choices=["wasm", "dialect", "loops", "llvm", "ptx"], default="dialect")
     inspect.add_argument("--func", help="only this function (index, export or debug name)")
     inspect.add_argument("--target", help="sm_75, sm_80, sm_90 or host (llvm and ptx stages)")
-    inspect.add_argument("--format", choices=["text", "json"], default="text", help="loops stage: output format")
+    inspect.add_argument(
+        "--format", choices=["text", "json"], default="text", help="loops stage: output format"
+    )
     inspect.add_argument("--relaxed-float", action="store_true",
                          help="loops stage: allow float reductions (they reorder operations)")  # fmt: skip
     inspect.set_defaults(run=cmd_inspect)

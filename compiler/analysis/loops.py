@@ -787,5 +787,3 @@ def _overlaps_across_iterations(d: int, c: int, ws: int, wa: int) -> bool:
         first += 1
     candidates = range(first, int(hi) + 2)
     return any(lo < delta < hi and delta != 0 for delta in candidates)
-
-
