@@ -218,7 +218,7 @@ class OffloadModule:
         start = time.perf_counter()
         moved_in = 0
         for r in _merge(launch.reads + launch.writes):
-            ctxt.memcpy_htod(dev.ptr + r.lo, (ctypes.c_ubyte * (r.hi - r.lo)).from_address(base + r.lo))
+            ctxt.memcpy_htod(dev.ptr + r.lo, base + r.lo, r.hi - r.lo)
             moved_in += r.hi - r.lo
         ctx = (U64 * abi.CTX_SLOTS)()
         ctx[abi.CTX_MEM_BASE] = dev.ptr
@@ -249,7 +249,7 @@ class OffloadModule:
         ctxt.memcpy_dtoh(out, self._out_buf.ptr)
         moved_out = 0
         for r in _merge(launch.writes):
-            ctxt.memcpy_dtoh((ctypes.c_ubyte * (r.hi - r.lo)).from_address(base + r.lo), dev.ptr + r.lo)
+            ctxt.memcpy_dtoh(base + r.lo, dev.ptr + r.lo, r.hi - r.lo)
             moved_out += r.hi - r.lo
         stats.transfer_seconds += time.perf_counter() - start
         stats.bytes_in += moved_in
