@@ -77,6 +77,16 @@ def _cast(method: str):
     return lower
 
 
+def lower_bitcast(fl: FunctionLowering, op: Op, args) -> ir.Value:
+    """Reinterpretation is free, but float-to-int goes through the target so an integer use
+    of a float result is never mistaken for a conversion (see NVPTXTarget.float_bits)."""
+    (x,) = args
+    to = fl.llvm_type(op.attrs["to"])
+    if isinstance(to, ir.IntType):
+        return fl.target.float_bits(fl.b, x, to)
+    return fl.b.bitcast(x, to)
+
+
 # int<->int, int->float (round to nearest even, as Wasm), f32<->f64 and bit casts agree.
 LOWERINGS = {
     "arith.trunc": _cast("trunc"),
@@ -86,7 +96,7 @@ LOWERINGS = {
     "arith.uitofp": _cast("uitofp"),
     "arith.fptrunc": _cast("fptrunc"),
     "arith.fpext": _cast("fpext"),
-    "arith.bitcast": _cast("bitcast"),
+    "arith.bitcast": lower_bitcast,
     "arith.fptosi": lower_trapping_truncation,
     "arith.fptoui": lower_trapping_truncation,
     "arith.fptosi_sat": lower_saturating_truncation,

@@ -53,6 +53,8 @@ def lower_store(fl: FunctionLowering, op: Op, args) -> None:
     ptr = checked_address(fl, addr, op.attrs["offset"], bits // 8)
     if isinstance(value.type, ir.IntType) and value.type.width != bits:
         value = fl.b.trunc(value, INT_OF_WIDTH[bits])
+    elif not isinstance(value.type, ir.IntType):
+        value = fl.target.float_bits(fl.b, value, INT_OF_WIDTH[bits])
     fl.b.store(value, ptr, align=1)
 
 

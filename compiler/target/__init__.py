@@ -79,6 +79,10 @@ class Target:
         """An integer and/or/xor that later passes must not fold into float operations."""
         return {"and": b.and_, "or": b.or_, "xor": b.xor}[op](x, y)
 
+    def float_bits(self, b: ir.IRBuilder, value: ir.Value, int_type: ir.IntType) -> ir.Value:
+        """The bits of a float as an integer that later passes keep an integer."""
+        return b.bitcast(value, int_type)
+
     def thread_index(self, fl, name: str, dim: str) -> ir.Value:
         raise CompileError(f"{name} needs a kernel launch on the {self.name} target")
 
@@ -140,6 +144,15 @@ class NVPTXTarget(Target):
         asm = ir.InlineAsm(ir.FunctionType(x.type, [x.type, x.type]), f"{op}.b{width} $0, $1, $2;",
                            f"={reg},{reg},{reg}")  # fmt: skip
         return b.call(asm, [x, y])
+
+    def float_bits(self, b: ir.IRBuilder, value: ir.Value, int_type: ir.IntType) -> ir.Value:
+        # A register written by a float instruction and stored with st.b8 is converted to an
+        # integer by the PTX JIT (140.02 is stored as the byte 140): move it through an
+        # integer register first, in inline PTX that LLVM cannot fold away.
+        width = int_type.width
+        asm = ir.InlineAsm(ir.FunctionType(int_type, [value.type]), f"mov.b{width} $0, $1;",
+                           "=r,f" if width == 32 else "=l,d")  # fmt: skip
+        return b.call(asm, [value])
 
     def thread_index(self, fl, name: str, dim: str) -> ir.Value:
         register = {"gpu.thread_id": "tid", "gpu.block_id": "ctaid", "gpu.block_dim": "ntid",
