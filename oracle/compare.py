@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from compiler.lower import abi
 from compiler.traps import TrapKind, trap_message
 from dialect.errors import TensorWasmError
 from dialect.types import F32, F64, Type
@@ -178,7 +179,12 @@ def _compare_calls(case: Case, reference: ReferenceInstance, executor: Executor,
 def _compare_state(reference: ReferenceInstance, executor: Executor, outcome: Outcome) -> None:
     name = _memory_export(executor)
     if name is not None:
-        want, got = reference.memory(name), executor.memory()
+        want = reference.memory(name)
+        size = _memory_size(executor)
+        if want is not None and size is not None and size != len(want):
+            outcome.mismatch = f"final memory size {size} bytes, expected {len(want)}"
+            return
+        got = executor.memory()
         if want != got:
             outcome.mismatch = "final memory differs: " + _first_difference(want or b"", got or b"")
             return
@@ -195,6 +201,17 @@ def _compare_state(reference: ReferenceInstance, executor: Executor, outcome: Ou
         if want != got:
             outcome.mismatch = f"final global {name!r} (index {index}): expected {ty}:0x{want:x}, got 0x{got:x}"
             return
+
+
+def _memory_size(executor: Executor) -> int | None:
+    """The memory size without copying the memory (which may be gigabytes)."""
+    if executor.state.memory is None:
+        return None
+    if isinstance(executor, HostExecutor):
+        return executor.ctx[abi.CTX_MEM_SIZE]
+    if isinstance(executor, GPUExecutor):
+        return executor._ctx_slot(abi.CTX_MEM_SIZE)
+    return None
 
 
 def _first_difference(want: bytes, got: bytes) -> str:

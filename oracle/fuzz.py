@@ -2,9 +2,8 @@
 
 One Hypothesis run per generator and chunk of examples, seeded explicitly (``--seed``),
 without an example database, so a run is reproduced by its seed alone. When a case fails,
-Hypothesis shrinks it; shrinking is cut off after ``shrink_seconds`` by treating every
-further candidate as passing, so the smallest failure found so far is the one replayed
-last. That case is saved under the regression directory (``.wat`` + ``.json``).
+Hypothesis shrinks it, for at most ``shrink_seconds``, and replays the smallest failure
+found last. That case is saved under the regression directory (``.wat`` + ``.json``).
 """
 
 from __future__ import annotations
@@ -13,13 +12,15 @@ import logging
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
+from hypothesis.internal.conjecture import engine as hypothesis_engine
 
 from oracle.case import Case
 from oracle.compare import ExecutorFactory, Outcome, make_factory, run_case
@@ -119,7 +120,7 @@ def _run_chunk(
     seconds: float | None,
     progress: Callable[[Report, str], None] | None,
 ) -> Failure | None:
-    state: dict = {"best": None, "since": None, "first": None}
+    state: dict = {"best": None, "first": None}
 
     @settings(
         database=None,
@@ -134,11 +135,7 @@ def _run_chunk(
     @given(strategy)
     def check(case: Case) -> None:
         best = state["best"]
-        if best is not None:
-            # Shrinking: past the budget every new candidate "passes", which ends it.
-            if time.perf_counter() - state["since"] > shrink_seconds and case.key() != best[0].key():
-                return
-        elif seconds is not None and time.perf_counter() - start >= seconds:
+        if best is None and seconds is not None and time.perf_counter() - start >= seconds:
             return
         outcome = run_case(case, factory)
         if best is None:
@@ -151,7 +148,6 @@ def _run_chunk(
                 progress(report, name)
         if outcome.failed:
             if best is None:
-                state["since"] = time.perf_counter()
                 state["first"] = case
                 report.examples -= 1  # counted as failed, not passed
                 stats[0] -= 1
@@ -160,7 +156,8 @@ def _run_chunk(
 
     hypothesis_seed(seed)(check)
     try:
-        check()
+        with _shrink_limit(shrink_seconds):
+            check()
     except _Failed:
         pass
     except Exception as exc:  # a Hypothesis error (e.g. every example rejected): report, go on
@@ -169,6 +166,18 @@ def _run_chunk(
         return None
     case, outcome = state["best"]
     return Failure(name, case, outcome, first=state["first"])
+
+
+@contextmanager
+def _shrink_limit(seconds: float) -> Iterator[None]:
+    """Bound Hypothesis's shrinking time (its engine's own limit, 300 s by default, is the
+    only knob it has; a shrink step here compiles a module, so minutes add up)."""
+    old = hypothesis_engine.MAX_SHRINKING_SECONDS
+    hypothesis_engine.MAX_SHRINKING_SECONDS = seconds
+    try:
+        yield
+    finally:
+        hypothesis_engine.MAX_SHRINKING_SECONDS = old
 
 
 def fuzz(

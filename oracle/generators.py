@@ -709,7 +709,7 @@ def _argument(ty: Type) -> st.SearchStrategy[tuple[Type, int]]:
 @st.composite
 def smith_cases(draw: st.DrawFn, max_calls: int = 12) -> Case:
     """A ``wasm-tools smith`` module and calls of its exported functions."""
-    wasm = smith(draw(st.binary(min_size=8, max_size=1500)))
+    wasm = smith(draw(st.binary(min_size=512, max_size=4096)))
     assume(wasm is not None)
     assert wasm is not None
     funcs = [(name, params) for name, params in _signatures(wasm) if all(p.name in TYPES or p.is_ref for p in params)]

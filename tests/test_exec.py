@@ -82,6 +82,12 @@ PROGRAM = r"""
   (func (export "table_set_and_call") (param i32) (result i32)
     i32.const 2 ref.func $square table.set $t local.get 0 i32.const 2 call_indirect (type $ii))
 
+  (func (export "axpy1") (param i32 i32)
+    local.get 1 f32.const 2 local.get 0 f32.load f32.mul local.get 1 f32.load f32.add f32.store)
+  (func (export "daxpy1") (param i32 i32)
+    local.get 1 f64.const 2 local.get 0 f64.load f64.mul local.get 1 f64.load f64.add f64.store)
+  (func (export "sum_byte") (param i32 f32 f32)
+    local.get 0 local.get 1 local.get 2 f32.add i32.reinterpret_f32 i32.store8)
   (func (export "trap_unreachable") unreachable)
   (func (export "nested_trap") (param i32) (result i32)
     local.get 0 i32.const 0 i32.div_s drop i32.const 1)
@@ -119,6 +125,11 @@ CALLS = [
     ("bump", []), ("bump", []), ("globals", []), ("globals", []),
     ("table_ops", [(I32, 0)]), ("table_ops", [(I32, 2)]), ("table_ops", [(I32, 9)]),
     ("table_grow", [(I32, 2)]), ("table_ops", [(I32, 5)]), ("table_set_and_call", [(I32, 6)]),
+    ("storef", [(I32, 600), (F32, 0x4289C4CC)]), ("storef", [(I32, 616), (F32, 0x40105102)]),
+    ("axpy1", [(I32, 600), (I32, 616)]), ("loadf", [(I32, 616)]),
+    ("store", [(I32, 629), (I64, 0x4051380000000000)]), ("daxpy1", [(I32, 632), (I32, 632)]),
+    ("load64", [(I32, 616)]), ("sum_byte", [(I32, 640), (F32, 0x430C0000), (F32, 0x3F000000)]),
+    ("load8", [(I32, 640)]),
     ("trap_unreachable", []), ("nested_trap", [(I32, 3)]), ("fib", [(I32, 10)]),
     ("select_f", [(F64, 0x7FF4000000000001), (F64, 0), (I32, 1)]),
     ("select_f", [(F64, 0x7FF4000000000001), (F64, 5), (I32, 0)]),
