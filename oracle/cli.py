@@ -23,7 +23,9 @@ def add_fuzz_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
         description="Differential fuzzing: generated Wasm programs run on wasmtime and on the backend; "
         "any difference in results, traps, memory or globals is a failure, shrunk and saved.",
     )
-    parser.add_argument("--backend", choices=["cpu", "gpu"], default="cpu", help="backend under test (default cpu)")
+    parser.add_argument(
+        "--backend", choices=["cpu", "gpu"], default="cpu", help="backend under test (default cpu)"
+    )
     parser.add_argument(
         "--generator", choices=[*GENERATORS, "all"], default="all", help="generator family (default all)"
     )

@@ -165,7 +165,9 @@ def _compare_calls(case: Case, reference: ReferenceInstance, executor: Executor,
         if expected.error is not None or actual.error is not None or is_resource_skip(expected, actual):
             # The two instances may have diverged from here on: stop comparing.
             outcome.skipped += len(case.calls) - index
-            outcome.notes.append(f"call {index} {call.func}: skipped: {describe(expected)} / {describe(actual)}")
+            outcome.notes.append(
+                f"call {index} {call.func}: skipped: {describe(expected)} / {describe(actual)}"
+            )
             return
         why = compare_call(call, expected, actual)
         if why is not None:
@@ -199,7 +201,9 @@ def _compare_state(reference: ReferenceInstance, executor: Executor, outcome: Ou
         ty, want = ref_globals[name]
         got = ours[index]
         if want != got:
-            outcome.mismatch = f"final global {name!r} (index {index}): expected {ty}:0x{want:x}, got 0x{got:x}"
+            outcome.mismatch = (
+                f"final global {name!r} (index {index}): expected {ty}:0x{want:x}, got 0x{got:x}"
+            )
             return
 
 

@@ -308,7 +308,11 @@ def _address(draw: st.DrawFn, scope: _Scope) -> Expr:
         mask = draw(st.sampled_from([0xFFFF, 0xFFF8, 0x1FFFF, 0xFFFFFFFF]))
         inner = draw(expressions("i32", 1, scope.leaves))
         return ("op", "i32.and", "i32", (inner, ("leaf", "i32", f"i32.const {mask}")))
-    return ("leaf", "i32", f"i32.const {draw(st.one_of(st.sampled_from(ADDRESSES), st.integers(0, 3 * PAGE)))}")
+    return (
+        "leaf",
+        "i32",
+        f"i32.const {draw(st.one_of(st.sampled_from(ADDRESSES), st.integers(0, 3 * PAGE)))}",
+    )
 
 
 def _small_expr(ty: str, scope: _Scope) -> st.SearchStrategy[Expr]:
@@ -341,7 +345,9 @@ def _statement(draw: st.DrawFn, scope: _Scope, n_funcs_table: int, depth: int) -
     elif kind == "if" and depth > 0:
         emit_expr(draw(_small_expr("i32", scope)), out)
         label = scope.label()
-        inner = _Scope(scope.func, scope.result, scope.leaves, (*scope.labels, label), scope.loops, scope.names)
+        inner = _Scope(
+            scope.func, scope.result, scope.leaves, (*scope.labels, label), scope.loops, scope.names
+        )
         out.append(f"if {label}")
         out += draw(_statements(inner, n_funcs_table, depth - 1))
         out.append("else")
@@ -399,7 +405,9 @@ def _statement(draw: st.DrawFn, scope: _Scope, n_funcs_table: int, depth: int) -
 
 
 @st.composite
-def _call_args(draw: st.DrawFn, scope: _Scope, sig: str, callee: int | None, table_size: int = 0) -> list[str]:
+def _call_args(
+    draw: st.DrawFn, scope: _Scope, sig: str, callee: int | None, table_size: int = 0
+) -> list[str]:
     """A direct call of ``callee`` (of its own type), or a call_indirect of type ``sig``."""
     if callee is not None:
         sig = _sig_of(callee)
@@ -439,7 +447,9 @@ def control_cases(draw: st.DrawFn, max_funcs: int = 4) -> Case:
     max_pages = draw(st.sampled_from([1, 2, 4]))
     lines.append(f'  (memory (export "memory") 1 {max_pages})')
     for k, ty in enumerate(NUMBER_TYPES):
-        lines.append(f'  (global {GLOBALS[ty]} (export "g{k}") (mut {ty}) ({const_text(ty, draw_value(draw, ty))}))')
+        lines.append(
+            f'  (global {GLOBALS[ty]} (export "g{k}") (mut {ty}) ({const_text(ty, draw_value(draw, ty))}))'
+        )
     lines.append(f'  (table $tab (export "table") {table_size} funcref)')
     slots = draw(st.lists(st.one_of(st.none(), st.integers(0, n_funcs - 1)), min_size=table_size,
                           max_size=table_size))  # fmt: skip
@@ -462,7 +472,9 @@ def control_cases(draw: st.DrawFn, max_funcs: int = 4) -> Case:
         local_decls = " ".join(f"(local {n} {ty})" for ty in NUMBER_TYPES for n in LOCALS[ty])
         lines.append(
             f'  (func $f{f} (export "f{f}") (type {_sig_of(f)}) {decl} (result {result})\n'
-            f"    {local_decls} (local $k0 i32) (local $k1 i32) {SCRATCH_LOCALS}\n    " + "\n    ".join(body) + ")"
+            f"    {local_decls} (local $k0 i32) (local $k1 i32) {SCRATCH_LOCALS}\n    "
+            + "\n    ".join(body)
+            + ")"
         )
     lines.append(")")
     calls = []
@@ -497,7 +509,12 @@ BINARY = {"i32": ["add", "sub", "mul", "xor", "and", "shl", "rotr", "shr_s"],
           "i64": ["add", "sub", "mul", "or", "shr_u", "rotl"],
           "f32": ["add", "sub", "mul", "div", "min", "max"],
           "f64": ["add", "mul", "sub", "div", "min", "max", "copysign"]}  # fmt: skip
-REDUCTIONS = {"i32": ["add", "xor", "mul", "max_s"], "i64": ["add", "or", "min_u"], "f32": ["add"], "f64": ["add"]}
+REDUCTIONS = {
+    "i32": ["add", "xor", "mul", "max_s"],
+    "i64": ["add", "or", "min_u"],
+    "f32": ["add"],
+    "f64": ["add"],
+}
 
 
 @dataclass
@@ -617,7 +634,8 @@ def _kernel(draw: st.DrawFn, name: str) -> tuple[str, list[str], list[Call], dic
         vt = ELEMENTS[kind][0]
         size = ELEMENTS[kind][3]
         raw = b"".join(
-            (draw_value(draw, vt) & ((1 << (8 * size)) - 1)).to_bytes(size, "little") for _ in range(min(length, 6))
+            (draw_value(draw, vt) & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
+            for _ in range(min(length, 6))
         )
         data.append(f'  (data (i32.const {bases[b]}) "{_wat_bytes(raw)}")')
     accesses = [*reads, write]
@@ -679,7 +697,7 @@ SMITH_FLAGS = [
     "--compact-imports-enabled=false", "--max-memories=1", "--max-tables=2", "--max-imports=0",
     "--canonicalize-nans=true", "--export-everything=true", "--min-funcs=1", "--max-funcs=10",
     "--max-instructions=80", "--max-memory32-bytes=1048576", "--max-table-elements=1000",
-    "--max-data-segments=8", "--max-element-segments=8",
+    "--max-data-segments=8", "--max-element-segments=8", "--memory-max-size-required=true",
 ]  # fmt: skip
 
 
@@ -712,7 +730,11 @@ def smith_cases(draw: st.DrawFn, max_calls: int = 12) -> Case:
     wasm = smith(draw(st.binary(min_size=512, max_size=4096)))
     assume(wasm is not None)
     assert wasm is not None
-    funcs = [(name, params) for name, params in _signatures(wasm) if all(p.name in TYPES or p.is_ref for p in params)]
+    funcs = [
+        (name, params)
+        for name, params in _signatures(wasm)
+        if all(p.name in TYPES or p.is_ref for p in params)
+    ]
     calls = []
     if funcs:
         for _ in range(draw(st.integers(0, max_calls))):

@@ -29,7 +29,10 @@ def mutant(module, name: str, old: str, new: str):
     source = textwrap.dedent(inspect.getsource(getattr(module, name)))
     assert old in source, f"{module.__name__}.{name} changed: update the planted bug"
     namespace = dict(vars(module))
-    exec(compile("from __future__ import annotations\n" + source.replace(old, new), module.__file__, "exec"), namespace)
+    exec(
+        compile("from __future__ import annotations\n" + source.replace(old, new), module.__file__, "exec"),
+        namespace,
+    )
     return namespace[name]
 
 
@@ -47,7 +50,10 @@ def plant_min_max_nan(mp: pytest.MonkeyPatch) -> None:
 def plant_trunc_sat_nan(mp: pytest.MonkeyPatch) -> None:
     """trunc_sat without its NaN -> 0 case."""
     wrong = mutant(
-        convert, "lower_saturating_truncation", "return b.select(is_nan, ir.Constant(to, 0), result)", "return result"
+        convert,
+        "lower_saturating_truncation",
+        "return b.select(is_nan, ir.Constant(to, 0), result)",
+        "return result",
     )
     mp.setitem(function.LOWERINGS, "arith.fptosi_sat", wrong)
     mp.setitem(function.LOWERINGS, "arith.fptoui_sat", wrong)
