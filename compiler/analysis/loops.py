@@ -577,7 +577,14 @@ class LoopAnalysis:
         if top:
             for op in block.ops[:-1]:
                 if not op.opdef.pure:
-                    raise Reject(f"loop at +0x{loop.offset:x} does work before its exit test")
+                    hint = (
+                        " (its counter lives in memory, as in unoptimised code)"
+                        if op.name == "mem.load"
+                        else ""
+                    )
+                    raise Reject(
+                        f"loop at +0x{loop.offset:x} runs {op.name} at {self.at(op)} before its exit test{hint}"
+                    )
         pred = cmp.attrs["pred"] if stays else NEGATE[cmp.attrs["pred"]]
         x, y = (self.expr(v) for v in cmp.operands)
         k = self.counter(loop)

@@ -1,0 +1,114 @@
+"""The loop detector: verdicts and reasons on the example corpus and on small loops."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from compiler.analysis.loops import AnalysisOptions, analyze_module
+from compiler.frontend import load, translate_module
+from runtime.cli import main
+from tests.conftest import ROOT, wat
+from tests.offload_cases import module_bytes
+
+
+def reports(data: bytes, relaxed: bool = False):
+    return analyze_module(translate_module(load(data)), AnalysisOptions(relaxed_float=relaxed))
+
+
+def by_func(data: bytes, relaxed: bool = False) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for r in reports(data, relaxed):
+        out.setdefault(r.func.name, []).append(r)
+    return out
+
+
+REJECTS = {
+    "prefix_sum": ("carried", "overlap"),
+    "gauss_seidel": ("carried", "overlap"),
+    "histogram": ("computed from memory",),
+    "find_first": ("returns", "early exit", "ways out"),
+    "log_each": ("calls import env.log_value",),
+}
+
+
+@pytest.mark.parametrize("level", ["O0", "O1", "O2"])
+def test_loops_that_must_stay_sequential_are_rejected_with_a_reason(level: str) -> None:
+    funcs = by_func(module_bytes("reject", level))
+    for name, keywords in REJECTS.items():
+        for report in funcs[name]:
+            assert report.verdict == "reject", (name, report.reason)
+            if level != "O0":
+                assert any(k in report.reason for k in keywords), (name, report.reason)
+
+
+@pytest.mark.parametrize("level", ["O1", "O2"])
+def test_parallel_loops_are_accepted(level: str) -> None:
+    must = ["saxpy", "daxpy", "sscal", "idot", "relu", "clamp", "abs_or_double", "isum", "imin",
+            "imax", "ixor", "jacobi1d", "jacobi2d", "jacobi3d"]  # fmt: skip
+    merged = {}
+    for mod in ("blas1", "maps", "reductions", "stencil"):
+        merged.update(by_func(module_bytes(mod, level)))
+    for name in must:
+        assert any(r.verdict == "offload" for r in merged[name]), (name, [r.reason for r in merged[name]])
+
+
+def test_float_reduction_needs_relaxed_float() -> None:
+    strict = by_func(module_bytes("reductions", "O2"))["fsum"]
+    assert all(r.verdict == "reject" and "needs --relaxed-float" in r.reason for r in strict)
+    relaxed = by_func(module_bytes("reductions", "O2"), relaxed=True)["fsum"]
+    assert any(r.verdict == "offload" and "fadd" in r.reason for r in relaxed)
+
+
+LOOP = """
+(module (memory (export "memory") 1)
+  (func (export "f") (param $n i32) (param $p i32) (local $i i32)
+    (block $done (loop $l
+      local.get $i local.get $n i32.ge_u br_if $done
+      {body}
+      local.get $i i32.const 1 i32.add local.set $i br $l))))
+"""
+
+
+def one_loop(body: str):
+    (report,) = reports(wat(LOOP.format(body=body)))
+    return report
+
+
+def test_shifted_store_is_a_dependence_with_offsets() -> None:
+    # a[i+1] = a[i]: the store of one iteration is the load of the next.
+    report = one_loop(
+        "local.get $p local.get $i i32.const 2 i32.shl i32.add "
+        "local.get $p local.get $i i32.const 2 i32.shl i32.add i32.load "
+        "i32.store offset=4"
+    )
+    assert report.verdict == "reject"
+    assert "store at +0x" in report.reason and "may overlap load at +0x" in report.reason
+
+
+def test_independent_map_is_accepted_with_trip_count() -> None:
+    report = one_loop(
+        "local.get $p local.get $i i32.const 2 i32.shl i32.add "
+        "local.get $p local.get $i i32.const 2 i32.shl i32.add i32.load i32.const 3 i32.mul "
+        "i32.store"
+    )
+    assert report.verdict == "offload"
+    assert report.trip.describe() == "(local0)"
+    assert report.as_json()["trip_count"] == "(local0)"
+
+
+def test_memory_grow_in_loop_is_rejected() -> None:
+    report = one_loop("i32.const 0 memory.grow drop")
+    assert report.verdict == "reject" and "memory.grow" in report.reason
+
+
+def test_loops_report_text_and_json(capsys) -> None:
+    path = ROOT / "examples/loops/build/reject.O2.wasm"
+    assert main(["inspect", str(path), "--stage", "loops"]) == 0
+    text = capsys.readouterr().out
+    assert "log_each +0x" in text and "reject" in text and "calls import env.log_value" in text
+    assert main(["inspect", str(path), "--stage", "loops", "--format", "json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {"func", "offset", "depth", "trip_count", "verdict", "reason"} <= set(rows[0])
+    assert {r["verdict"] for r in rows} == {"reject"}
