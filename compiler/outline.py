@@ -119,6 +119,7 @@ def outline(module: Module, plan: LoopPlan) -> Function:
     b.br(clones[header])
 
     identity = [value_of_identity(b, r) for r in plan.reductions]
+    checked = {id(a.op) for a in plan.gathers} if any(a.store for a in plan.accesses) else set()
     for blk, clone in clones.items():
         for op in blk.ops:
             if op.name == "global.get" and op.results[0] in mapping:
@@ -134,7 +135,10 @@ def outline(module: Module, plan: LoopPlan) -> Function:
                 else:  # the loop's exit: this iteration is over
                     carried = _exit_values(op, header, plan)
                     succs.append(Successor(done, [value_of(v) for v in carried] if carried else identity))
-            new = Op(op.opdef, operands, tuple(r.type for r in op.results), dict(op.attrs), succs, op.offset)
+            attrs = dict(op.attrs)
+            if id(op) in checked:
+                attrs["gather"] = True
+            new = Op(op.opdef, operands, tuple(r.type for r in op.results), attrs, succs, op.offset)
             new.block = clone
             clone.ops.append(new)
             for old, result in zip(op.results, new.results, strict=True):

@@ -21,6 +21,9 @@ class TrapKind(enum.IntEnum):
     BAD_SIGNATURE = 8
     STACK_OVERFLOW = 9
     NULL_REFERENCE = 10  # call_ref or ref.as_non_null on null (typed function references)
+    # Not a Wasm trap: a loop kernel read memory its loop writes; the runtime re-runs the
+    # loop on the CPU, so the program never sees it.
+    GATHER_CONFLICT = 100
 
 
 TRAP_MESSAGES: dict[TrapKind, str] = {
@@ -34,6 +37,7 @@ TRAP_MESSAGES: dict[TrapKind, str] = {
     TrapKind.BAD_SIGNATURE: "indirect call type mismatch",
     TrapKind.STACK_OVERFLOW: "call stack exhausted",
     TrapKind.NULL_REFERENCE: "null reference",
+    TrapKind.GATHER_CONFLICT: "a gathered load read memory the loop writes",
 }
 
 

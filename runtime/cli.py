@@ -213,6 +213,21 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from compiler.frontend import read_wasm
+    from runtime.run import report, run
+
+    wasm = read_wasm(args.module)
+    argv = [args.module, *args.args] if not args.invoke else [args.module]
+    status, prepared, timings = run(
+        wasm, argv, invoke=args.invoke, invoke_args=args.args, offload=args.offload,
+        device=args.device, dirs=args.dir, relaxed_float=args.relaxed_float,
+    )  # fmt: skip
+    if args.report:
+        print(report(prepared, timings, args.report), file=sys.stderr)
+    return status
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tensorwasm", description="Compile WebAssembly to NVIDIA PTX and run it on the GPU."
@@ -246,6 +261,18 @@ def build_parser() -> argparse.ArgumentParser:
     compile_.add_argument("-o", "--output", required=True, help="output directory")
     compile_.add_argument("--target", help="sm_75, sm_80, sm_90, or all (default: the GPU's, else all)")
     compile_.set_defaults(run=cmd_compile)
+
+    run = sub.add_parser("run", help="run a Wasm program on wasmtime with its parallel loops offloaded")
+    run.add_argument("module", help="a .wasm or .wat file")
+    run.add_argument("args", nargs="*", help="program arguments (or --invoke arguments)")
+    run.add_argument("--invoke", help="call this export instead of _start")
+    run.add_argument("--offload", choices=["auto", "off", "always"], default="auto")
+    run.add_argument("--device", choices=["auto", "gpu", "cpu"], default="auto",
+                     help="where offloaded loops run (auto: the GPU if there is one)")  # fmt: skip
+    run.add_argument("--dir", action="append", help="preopen HOST[::GUEST] for WASI")
+    run.add_argument("--report", choices=["text", "json"], help="print the offload report to stderr")
+    run.add_argument("--relaxed-float", action="store_true", help="allow float reductions to be reordered")
+    run.set_defaults(run=cmd_run)
 
     devices = sub.add_parser("devices", help="list GPUs, their targets and the driver's PTX ISA")
     devices.set_defaults(run=cmd_devices)

@@ -38,6 +38,7 @@ class Launch:
     env: dict[Symbol, int]
     reads: list[Range]
     writes: list[Range]
+    gathers: bool = False  # loads at unknown addresses: the device needs all of memory
 
 
 def _signed(value: int, bits: int) -> int:
@@ -92,6 +93,9 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int) -> Launch:
     reads, writes = [], []
     ranges: list[tuple[Access, Range]] = []
     for access in plan.accesses:
+        if access.address is None:
+            ranges.append((access, None))  # a gather: checked by the kernel itself
+            continue
         rng = _range(access, plan, env, trip, inner)
         if trip and (rng.lo < 0 or rng.hi > memory_size):
             raise GuardFailed(f"{access.kind} at {access.where} reaches outside linear memory")
@@ -103,11 +107,11 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int) -> Launch:
             if not s.store:
                 continue
             for j, (a, ra) in enumerate(ranges):
-                if (i, j) in free:
+                if (i, j) in free or ra is None:
                     continue
                 if _conflict(rs, ra, trip):
                     raise GuardFailed(f"store at {s.where} may overlap {a.kind} at {a.where}")
-    return Launch(trip, env, reads, writes)
+    return Launch(trip, env, reads, writes, bool(plan.gathers))
 
 
 def _range(access: Access, plan: LoopPlan, env, trip: int, inner: dict[Symbol, int]) -> Range:

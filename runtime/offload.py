@@ -33,6 +33,7 @@ from compiler.lower.function import (
 from compiler.outline import identity_bits, outline
 from compiler.rewrite import HOST_MODULE, Insertion, rewrite
 from compiler.target import HostTarget, nvptx_for_device
+from compiler.traps import TrapKind, trap_message
 from dialect.types import F32, F64, Type
 from runtime.guards import GuardFailed, Launch, check
 
@@ -196,16 +197,20 @@ class OffloadModule:
         ctx[abi.CTX_MEM_MAX_PAGES] = size // abi.PAGE_SIZE
         params = (U64 * max(1, len(live_bits)))(*live_bits)
         out = (U64 * max(1, len(lp.plan.reductions)))(*_identities(lp))
-        saved = [(r.lo, ctypes.string_at(base + r.lo, r.hi - r.lo)) for r in _merge(launch.writes)]
+        written = _merge(launch.writes)
+        spans = (U64 * max(2, 2 * len(written)))(*[v for r in written for v in (r.lo, r.hi)])
+        ctx[abi.CTX_WRITTEN] = ctypes.addressof(spans)
+        ctx[abi.CTX_WRITTEN_COUNT] = len(written)
+        saved = [(r.lo, ctypes.string_at(base + r.lo, r.hi - r.lo)) for r in written]
         start = time.perf_counter()
         self.kernels[lp.entry](
             ctypes.addressof(ctx), ctypes.addressof(params), 0, launch.trip, ctypes.addressof(out)
         )
         stats.kernel_seconds += time.perf_counter() - start
         if ctx[abi.CTX_TRAP]:
-            for lo, raw in saved:  # undo, and let wasmtime run the loop to its trap
+            for lo, raw in saved:  # undo, and let wasmtime run the loop (to its trap, if any)
                 ctypes.memmove(base + lo, raw, len(raw))
-            stats.decline("the kernel trapped; the loop re-ran on the CPU")
+            stats.decline(_trap_reason(ctx[abi.CTX_TRAP]))
             return None
         return list(out)[: len(lp.plan.reductions)]
 
@@ -217,14 +222,21 @@ class OffloadModule:
         dev = self._device_memory(size)
         start = time.perf_counter()
         moved_in = 0
-        for r in _merge(launch.reads + launch.writes):
+        # Gathered loads may read anywhere: then the device gets all of memory.
+        spans = [_Span(0, size)] if launch.gathers else _merge(launch.reads + launch.writes)
+        for r in spans:
             ctxt.memcpy_htod(dev.ptr + r.lo, base + r.lo, r.hi - r.lo)
             moved_in += r.hi - r.lo
+        written = _merge(launch.writes)
+        ranges = (U64 * max(2, 2 * len(written)))(*[v for r in written for v in (r.lo, r.hi)])
+        ctxt.memcpy_htod(self._ranges_buf.ptr, ranges)
         ctx = (U64 * abi.CTX_SLOTS)()
         ctx[abi.CTX_MEM_BASE] = dev.ptr
         ctx[abi.CTX_MEM_SIZE] = size
         ctx[abi.CTX_MEM_CAPACITY] = size
         ctx[abi.CTX_MEM_MAX_PAGES] = size // abi.PAGE_SIZE
+        ctx[abi.CTX_WRITTEN] = self._ranges_buf.ptr
+        ctx[abi.CTX_WRITTEN_COUNT] = len(written)
         params = (U64 * max(1, len(live_bits)))(*live_bits)
         out = (U64 * max(1, len(lp.plan.reductions)))(*_identities(lp))
         ctxt.memcpy_htod(self._ctx_buf.ptr, ctx)
@@ -244,7 +256,7 @@ class OffloadModule:
         start = time.perf_counter()
         ctxt.memcpy_dtoh(ctx, self._ctx_buf.ptr)
         if ctx[abi.CTX_TRAP]:
-            stats.decline("the kernel trapped; the loop re-ran on the CPU")
+            stats.decline(_trap_reason(ctx[abi.CTX_TRAP]))
             return None
         ctxt.memcpy_dtoh(out, self._out_buf.ptr)
         moved_out = 0
@@ -265,6 +277,7 @@ class OffloadModule:
             self._ctx_buf = self.context.mem_alloc(8 * abi.CTX_SLOTS)
             self._params_buf = self.context.mem_alloc(8 * 64)
             self._out_buf = self.context.mem_alloc(8 * 16)
+            self._ranges_buf = self.context.mem_alloc(8 * 256)
         return self._dev_mem
 
     def _live_outs(
@@ -360,10 +373,20 @@ def _combine(op: str, a: int, b: int, ty: Type) -> int:
     return pick(a, b, key=key)
 
 
-def _merge(ranges) -> list:
-    """Sorted, coalesced byte ranges."""
-    from runtime.guards import Range
+def _trap_reason(code: int) -> str:
+    if code == TrapKind.GATHER_CONFLICT:
+        return "a gathered load read memory the loop writes; the loop re-ran on the CPU"
+    return f"the kernel trapped ({trap_message(code)}); the loop re-ran on the CPU"
 
+
+@dataclass
+class _Span:
+    lo: int
+    hi: int
+
+
+def _merge(ranges) -> list:
+    """Sorted, coalesced byte ranges (one covering span past 128 of them)."""
     spans = sorted((r.lo, r.hi) for r in ranges if r.hi > r.lo)
     merged: list[list[int]] = []
     for lo, hi in spans:
@@ -371,7 +394,7 @@ def _merge(ranges) -> list:
             merged[-1][1] = max(merged[-1][1], hi)
         else:
             merged.append([lo, hi])
-    return [Range(lo, hi, 0, 0, 0) for lo, hi in merged]
+    return [_Span(lo, hi) for lo, hi in merged[:128]] if len(merged) <= 128 else [_Span(merged[0][0], merged[-1][1])]
 
 
 __all__ = ["F64", "OffloadModule"]

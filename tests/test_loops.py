@@ -27,7 +27,7 @@ def by_func(data: bytes, relaxed: bool = False) -> dict[str, list]:
 REJECTS = {
     "prefix_sum": ("carried", "overlap"),
     "gauss_seidel": ("carried", "overlap"),
-    "histogram": ("computed from memory",),
+    "histogram": ("computed from memory", "not affine"),
     "find_first": ("returns", "early exit", "ways out"),
     "log_each": ("calls import env.log_value",),
 }

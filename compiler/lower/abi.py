@@ -23,7 +23,11 @@ CTX_TRAP = 6
 CTX_DEPTH = 7  # call depth, for the stack-exhaustion trap
 CTX_DATA = 8
 CTX_ELEMS = 9
-CTX_SLOTS = 10
+# Loop kernels with gathered loads: byte ranges [lo, hi) the loop writes, as pairs of slots;
+# a gathered load inside one of them stops the kernel with GATHER_CONFLICT.
+CTX_WRITTEN = 10
+CTX_WRITTEN_COUNT = 11
+CTX_SLOTS = 12
 
 TABLE_PTR, TABLE_SIZE, TABLE_CAPACITY, TABLE_MAX = 0, 1, 2, 3
 TABLE_SLOTS = 4

@@ -35,9 +35,39 @@ def checked_address(fl: FunctionLowering, addr: ir.Value, offset: int, nbytes: i
     return b.gep(fl.env.mem_base(), [ea], source_etype=I8_T)
 
 
+def gather_check(fl: FunctionLowering, addr: ir.Value, offset: int, nbytes: int) -> None:
+    """A gathered load in a loop kernel may not read bytes the loop writes: compare its range
+    with each written range in the context and stop the kernel with GATHER_CONFLICT if it
+    meets one (the runtime then runs the loop on the CPU)."""
+    b, env = fl.b, fl.env
+    lo = b.add(b.zext(addr, I64_T), i64_const(offset))
+    hi = b.add(lo, i64_const(nbytes))
+    count = env.load_ctx(abi.CTX_WRITTEN_COUNT)
+    ranges = env.load_ctx(abi.CTX_WRITTEN, PTR_T)
+    head = fl.fn.append_basic_block("gather.head")
+    body = fl.fn.append_basic_block("gather.body")
+    done = fl.fn.append_basic_block("gather.done")
+    before = b.block
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64_T)
+    i.add_incoming(i64_const(0), before)
+    b.cbranch(b.icmp_unsigned("<", i, count), body, done)
+    b.position_at_end(body)
+    w_lo = b.load(env.slot_in(ranges, b.shl(i, i64_const(1))), typ=I64_T)
+    w_hi = b.load(env.slot_in(ranges, b.add(b.shl(i, i64_const(1)), i64_const(1))), typ=I64_T)
+    overlap = b.and_(b.icmp_unsigned("<", lo, w_hi), b.icmp_unsigned("<", w_lo, hi))
+    env.trap_if(overlap, TrapKind.GATHER_CONFLICT, "gather.ok")
+    i.add_incoming(b.add(i, i64_const(1)), b.block)
+    b.branch(head)
+    b.position_at_end(done)
+
+
 def lower_load(fl: FunctionLowering, op: Op, args) -> ir.Value:
     bits = op.attrs["bits"]
     result_type = fl.llvm_type(op.results[0].type)
+    if op.attrs.get("gather"):
+        gather_check(fl, args[0], op.attrs["offset"], bits // 8)
     ptr = checked_address(fl, args[0], op.attrs["offset"], bits // 8)
     if bits == getattr(result_type, "width", bits) and not isinstance(result_type, ir.IntType):
         return fl.b.load(ptr, typ=result_type, align=1)

@@ -1,0 +1,147 @@
+"""``tensorwasm run``: a Wasm program on wasmtime, its parallel loops offloaded.
+
+Command modules (``_start``) get WASI: arguments, standard streams and preopened
+directories, so C programs built against wasi-libc run unchanged. ``--invoke`` calls one
+export instead. The offload decisions and their costs are reported per loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from dataclasses import asdict
+
+import wasmtime
+
+from compiler.analysis.loops import AnalysisOptions
+from dialect.errors import TensorWasmError
+from runtime.offload import OffloadModule
+
+log = logging.getLogger(__name__)
+
+
+class RunError(TensorWasmError):
+    """The program could not be run (not the program's own failure)."""
+
+
+def pick_device(device: str) -> str:
+    """``auto`` is the GPU when one is usable, else the host backend, said on stderr."""
+    if device != "auto":
+        return device
+    from runtime import driver
+
+    try:
+        driver.Context.get()
+    except driver.NoGPU as exc:
+        print(f"tensorwasm: {exc}; loops run on the host backend (cpu)", file=sys.stderr)
+        return "cpu"
+    return "gpu"
+
+
+def run(
+    wasm: bytes,
+    argv: list[str],
+    *,
+    invoke: str | None = None,
+    invoke_args: list[str] | None = None,
+    offload: str = "auto",
+    device: str = "auto",
+    dirs: list[str] | None = None,
+    relaxed_float: bool = False,
+) -> tuple[int, OffloadModule, dict]:
+    """Run the program; returns (exit status, the offload module, timings)."""
+    started = time.perf_counter()
+    device = pick_device(device)
+    prepared = OffloadModule(
+        wasm, device=device, mode="off" if offload == "off" else offload,
+        options=AnalysisOptions(relaxed_float=relaxed_float),
+    )  # fmt: skip
+    compiled = time.perf_counter()
+    engine = wasmtime.Engine()
+    store = wasmtime.Store(engine)
+    linker = wasmtime.Linker(engine)
+    linker.define_wasi()
+    wasi = wasmtime.WasiConfig()
+    wasi.argv = argv
+    wasi.inherit_stdout()
+    wasi.inherit_stderr()
+    wasi.inherit_stdin()
+    for spec in dirs or []:
+        host, _, guest = spec.partition("::")
+        wasi.preopen_dir(host, guest or host)
+    store.set_wasi(wasi)
+    prepared.define(linker, store)
+    try:
+        module = wasmtime.Module(engine, prepared.rewritten)
+        linker.define_unknown_imports_as_traps(module)
+        instance = linker.instantiate(store, module)
+    except wasmtime.WasmtimeError as exc:
+        raise RunError(f"cannot instantiate: {str(exc).strip().splitlines()[0]}") from None
+    status = 0
+    try:
+        if invoke is not None:
+            func = instance.exports(store).get(invoke)
+            if not isinstance(func, wasmtime.Func):
+                raise RunError(f"no exported function {invoke!r}")
+            params = func.type(store).params
+            values = [_parse_arg(text, ty) for text, ty in zip(invoke_args or [], params, strict=False)]
+            if len(values) != len(params):
+                raise RunError(f"{invoke} takes {len(params)} argument(s), got {len(invoke_args or [])}")
+            result = func(store, *values)
+            if result is not None:
+                print(" ".join(map(str, result if isinstance(result, (list, tuple)) else [result])))
+        else:
+            start = instance.exports(store).get("_start")
+            if not isinstance(start, wasmtime.Func):
+                raise RunError("the module has no _start: name a function with --invoke")
+            start(store)
+    except wasmtime.ExitTrap as exc:
+        status = exc.code
+    except wasmtime.Trap as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        print(f"tensorwasm: the program trapped: {lines[-1]}", file=sys.stderr)
+        status = 134
+    finished = time.perf_counter()
+    timings = {"compile_seconds": compiled - started, "run_seconds": finished - compiled}
+    return status, prepared, timings
+
+
+def _parse_arg(text: str, ty: wasmtime.ValType) -> int | float:
+    kind = str(ty)
+    try:
+        return float(text) if kind in ("f32", "f64") else int(text, 0)
+    except ValueError:
+        raise RunError(f"cannot read {text!r} as {kind}") from None
+
+
+def report(prepared: OffloadModule, timings: dict, fmt: str) -> str:
+    rows = []
+    for r in prepared.reports:
+        chosen = next((lp for lp in prepared.loops if lp.plan is r.plan), None)
+        row = {"func": r.func.name, "offset": r.loop.offset, "depth": r.loop.depth, "verdict": r.verdict,
+               "reason": r.reason}  # fmt: skip
+        if chosen is not None:
+            row.update(asdict(chosen.stats))
+        rows.append(row)
+    if fmt == "json":
+        return json.dumps({"device": prepared.device, **timings, "loops": rows})
+    lines = [f"tensorwasm: offload report (device {prepared.device}; compile {timings['compile_seconds'] * 1e3:.0f} ms, "
+             f"run {timings['run_seconds'] * 1e3:.0f} ms)"]  # fmt: skip
+    for row in rows:
+        where = f"{row['func']} +0x{row['offset']:x}"
+        if "arrivals" not in row:
+            if row["verdict"] == "offload":
+                lines.append(f"  {where}: parallel, runs inside an offloaded outer loop")
+            else:
+                lines.append(f"  {where}: stays on the CPU: {row['reason']}")
+            continue
+        declined = ", ".join(f"{n}x {why}" for why, n in row["declined"].items()) or "none"
+        lines.append(
+            f"  {where}: ran {row['offloaded']}/{row['arrivals']} times on {row['device']}, "
+            f"{row['iterations']} iterations, {row['bytes_in'] + row['bytes_out']} bytes moved, "
+            f"kernel {row['kernel_seconds'] * 1e3:.2f} ms, transfers {row['transfer_seconds'] * 1e3:.2f} ms; "
+            f"declined: {declined}"
+        )
+    return "\n".join(lines)
