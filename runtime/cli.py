@@ -218,9 +218,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from runtime.run import report, run
 
     wasm = read_wasm(args.module)
-    argv = [args.module, *args.args] if not args.invoke else [args.module]
+    argv = [args.module, *args.args]
+    name, *values = args.invoke or [None]
     status, prepared, timings = run(
-        wasm, argv, invoke=args.invoke, invoke_args=args.args, offload=args.offload,
+        wasm, argv, invoke=name, invoke_args=values, offload=args.offload,
         device=args.device, dirs=args.dir, relaxed_float=args.relaxed_float,
     )  # fmt: skip
     if args.report:
@@ -265,7 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a Wasm program on wasmtime with its parallel loops offloaded")
     run.add_argument("module", help="a .wasm or .wat file")
     run.add_argument("args", nargs="*", help="program arguments (or --invoke arguments)")
-    run.add_argument("--invoke", help="call this export instead of _start")
+    run.add_argument("--invoke", nargs="+", metavar=("NAME", "ARG"),
+                     help="call this export with these arguments instead of _start")  # fmt: skip
     run.add_argument("--offload", choices=["auto", "off", "always"], default="auto")
     run.add_argument("--device", choices=["auto", "gpu", "cpu"], default="auto",
                      help="where offloaded loops run (auto: the GPU if there is one)")  # fmt: skip

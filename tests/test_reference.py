@@ -229,7 +229,9 @@ def test_trap_messages_are_wasmtimes(export, args, kind):
 
 
 def test_every_trap_kind_is_covered():
-    assert {kind for _, _, kind in TRAP_CASES} == set(TrapKind) == set(TRAP_MESSAGES)
+    wasm_kinds = set(TrapKind) - {TrapKind.GATHER_CONFLICT}  # internal to loop kernels
+    assert {kind for _, _, kind in TRAP_CASES} == wasm_kinds
+    assert set(TRAP_MESSAGES) == set(TrapKind)
 
 
 def test_trap_codes_are_stable():

@@ -1,0 +1,82 @@
+"""tensorwasm run: WASI programs print exactly what they print on plain wasmtime, with their
+loops offloaded (host backend in CI, the GPU with marker gpu); the report says where."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import wasmtime
+
+from tests.conftest import ROOT
+
+PROGRAMS = {
+    "matmul": ["48"],
+    "stencil": ["40", "6"],
+    "reduce": ["5000"],
+    "blur": ["64", "48", "2"],
+    "histogram": ["3000"],  # its loop must stay on the CPU
+}
+
+
+def plain_wasmtime(path, args, tmp_path) -> tuple[int, str]:
+    engine = wasmtime.Engine()
+    store = wasmtime.Store(engine)
+    linker = wasmtime.Linker(engine)
+    linker.define_wasi()
+    wasi = wasmtime.WasiConfig()
+    wasi.argv = [str(path), *args]
+    out = tmp_path / "stdout"
+    wasi.stdout_file = str(out)
+    store.set_wasi(wasi)
+    instance = linker.instantiate(store, wasmtime.Module.from_file(engine, str(path)))
+    status = 0
+    try:
+        instance.exports(store)["_start"](store)
+    except wasmtime.ExitTrap as exc:
+        status = exc.code
+    return status, out.read_text()
+
+
+def tensorwasm_run(path, args, device: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "run", str(path), *args, "--device", device,
+         "--offload", "always", "--report", "json"],
+        capture_output=True, text=True, cwd=ROOT, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_program_output_is_identical_to_wasmtime(name: str, device: str, tmp_path) -> None:
+    path = ROOT / f"examples/wasi/build/{name}.O2.wasm"
+    status, expected = plain_wasmtime(path, PROGRAMS[name], tmp_path)
+    proc = tensorwasm_run(path, PROGRAMS[name], device)
+    assert proc.returncode == status, proc.stderr
+    assert proc.stdout == expected
+    report = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert report["device"] == device
+    mains = [row for row in report["loops"] if row["func"] == "main"]
+    offloaded = sum(row.get("offloaded", 0) for row in mains)
+    if name == "histogram":
+        assert offloaded == 0
+    elif name != "reduce":  # its sums are float reductions: they need --relaxed-float
+        assert offloaded > 0, report
+
+
+def test_run_invoke_and_bad_input(tmp_path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "run", str(ROOT / "examples/invoke/demo.wat"),
+         "--invoke", "fib", "20", "--device", "cpu"],
+        capture_output=True, text=True, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip() == "6765"
+    bad = tmp_path / "x.wasm"
+    bad.write_bytes(b"\0asm\x01\0\0\0\x01")
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "run", str(bad), "--device", "cpu"],
+        capture_output=True, text=True, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
