@@ -698,6 +698,7 @@ SMITH_FLAGS = [
     "--canonicalize-nans=true", "--export-everything=true", "--min-funcs=1", "--max-funcs=10",
     "--max-instructions=80", "--max-memory32-bytes=1048576", "--max-table-elements=1000",
     "--max-data-segments=8", "--max-element-segments=8", "--memory-max-size-required=true",
+    "--table-max-size-required=true",
 ]  # fmt: skip
 
 

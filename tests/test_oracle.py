@@ -70,6 +70,15 @@ def plant_call_indirect_bounds(mp: pytest.MonkeyPatch) -> None:
     mp.setitem(function.LOWERINGS, "func.call_indirect", wrong)
 
 
+def plant_load_crash(mp: pytest.MonkeyPatch) -> None:
+    """A lowering that crashes (not a TensorWasmError) on loads: the robustness check."""
+
+    def crash(fl, op, args):
+        raise IndexError("planted")
+
+    mp.setitem(function.LOWERINGS, "mem.load", crash)
+
+
 TEETH = [
     ("numeric", plant_shift_mask, r"i(32|64)\.sh[lr]", 200),
     ("numeric", plant_min_max_nan, r"f(32|64)\.(min|max)", 300),
@@ -77,7 +86,7 @@ TEETH = [
     ("control", plant_bounds_off_by_one, r"load|store|memory\.(fill|copy)", 300),
     ("control", plant_call_indirect_bounds, r"call_indirect", 300),
     ("loops", plant_bounds_off_by_one, r"load|store", 300),
-    ("smith", plant_shift_mask, r"i(32|64)\.sh[lr]", 300),
+    ("smith", plant_load_crash, r"\.load", 100),
 ]
 
 

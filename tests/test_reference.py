@@ -247,6 +247,7 @@ def test_trap_codes_are_stable():
         "BAD_SIGNATURE": 8,
         "STACK_OVERFLOW": 9,
         "NULL_REFERENCE": 10,
+        "GATHER_CONFLICT": 100,
     }
     assert trap_message(2) == "out of bounds memory access"
     assert trap_message(99) == "unknown trap code 99"
