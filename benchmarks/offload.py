@@ -61,7 +61,7 @@ def offloaded(path: Path, args: list[str], device: str) -> tuple[dict, str]:
         os.dup2(sink.fileno(), fd)  # WASI writes to the process's stdout directly
         try:
             with redirect_stdout(captured):
-                status, prepared, timings = run(
+                _, prepared, timings = run(
                     path.read_bytes(), [str(path), *args], device=device, offload="always"
                 )
         finally:
