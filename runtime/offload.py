@@ -176,7 +176,8 @@ class OffloadModule:
         except GuardFailed as exc:
             stats.decline(str(exc))
             return declined
-        if launch.trip == 0 and not lp.plan.reductions and not lp.plan.live_outs:
+        if self.mode == "auto" and not self._pays(lp, launch):
+            stats.decline("too little work to pay for a launch")
             return declined
         base = ctypes.cast(memory.data_ptr(caller), ctypes.c_void_p).value
         partials = self._run(lp, launch, live_bits, base, size)
@@ -185,6 +186,18 @@ class OffloadModule:
         stats.offloaded += 1
         stats.iterations += launch.trip
         return [1, *self._live_outs(lp, launch, current, partials)]
+
+    # Operations a launch must carry to pay for itself: a GPU launch with its copies costs
+    # tens of microseconds, a host-backend call a few (wasmtime runs ~1e9 simple ops/s).
+    MIN_WORK = {"gpu": 200_000, "cpu": 20_000}
+
+    def _pays(self, lp: OffloadedLoop, launch: Launch) -> bool:
+        ops = sum(len(block.ops) for block in lp.plan.blocks)
+        inner = 1
+        for counter, trip in lp.plan.inner_trips:
+            del counter, trip
+            inner *= 16  # inner loops: assume a modest count rather than evaluate each
+        return launch.trip * ops * inner >= self.MIN_WORK[self.device]
 
     def _run(self, lp: OffloadedLoop, launch: Launch, live_bits, base: int, size: int) -> list[int] | None:
         if self.device == "gpu":
@@ -298,7 +311,8 @@ class OffloadModule:
                 out.append(_to_host(live.value.evaluate(env), ty))
             else:
                 partial = partials[reductions[id(live.reduction)]]
-                out.append(_to_host(_combine(live.reduction.op, value, partial, ty), ty))
+                init = live.reduction.init.evaluate(launch.env)
+                out.append(_to_host(_combine(live.reduction.op, init, partial, ty), ty))
         return out
 
 

@@ -86,6 +86,7 @@ class Reduction:
     op: str  # add, mul, and, or, xor, min_s, min_u, max_s, max_u, fadd, fmul
     update: Value  # its value on the back edge
     local: int | None = None
+    init: Poly | None = None  # its value on entry (a constant or a live-in)
 
 
 @dataclass
@@ -389,6 +390,9 @@ class LoopAnalysis:
             if loop is self.info and len(incoming) == 1:
                 reduction = self.reduction_of(arg, incoming[0], loop_body)
                 if reduction is not None:
+                    reduction.init = self.expr(entry[i]) if not arg.type.is_float else None
+                    if reduction.init is None:
+                        reduction.init = self._init_bits(entry[i])
                     reduction.local = loop.assigned[i] if i < len(loop.assigned) else None
                     self.reductions[arg] = reduction
                     continue
@@ -398,6 +402,13 @@ class LoopAnalysis:
                 f"{self.local_name(loop, i)} is carried from one iteration to the next and is neither "
                 f"an induction variable nor a recognised reduction"
             )
+
+    def _init_bits(self, value: Value) -> Poly:
+        """A float reduction's entry value, as its bits: a constant, or a live-in symbol."""
+        owner = value.owner
+        if isinstance(owner, Op) and owner.opdef is arith.constant:
+            return Poly.const(owner.attrs["value"])
+        return Poly.symbol(self.symbol_for(value))
 
     def local_name(self, loop: LoopInfo, i: int) -> str:
         entry = self.facts.entry_edge_args(loop)[i]
