@@ -276,6 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--relaxed-float", action="store_true", help="allow float reductions to be reordered")
     run.set_defaults(run=cmd_run)
 
+    # The oracle sits above the runtime; its CLI is imported here, at parse time only.
+    from oracle.cli import add_fuzz_parser
+
+    add_fuzz_parser(sub)
+
     devices = sub.add_parser("devices", help="list GPUs, their targets and the driver's PTX ISA")
     devices.set_defaults(run=cmd_devices)
     return parser
@@ -287,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="tensorwasm: %(message)s"
     )
-    run: Callable[[argparse.Namespace], int] = args.run
+    run: Callable[[argparse.Namespace], int] = getattr(args, "run", None) or args.func
     try:
         return run(args)
     except TensorWasmError as exc:

@@ -408,7 +408,11 @@ def _merge(ranges) -> list:
             merged[-1][1] = max(merged[-1][1], hi)
         else:
             merged.append([lo, hi])
-    return [_Span(lo, hi) for lo, hi in merged[:128]] if len(merged) <= 128 else [_Span(merged[0][0], merged[-1][1])]
+    return (
+        [_Span(lo, hi) for lo, hi in merged[:128]]
+        if len(merged) <= 128
+        else [_Span(merged[0][0], merged[-1][1])]
+    )
 
 
 __all__ = ["F64", "OffloadModule"]

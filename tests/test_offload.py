@@ -46,7 +46,11 @@ def check(mod: str, func: str, level: str, device: str, case: Case) -> None:
 
 
 @pytest.mark.parametrize(("mod", "func", "level"), CASES, ids=[f"{f}.{lv}" for _, f, lv in CASES])
-@settings(max_examples=int(__import__("os").environ.get("OFFLOAD_EXAMPLES", 25)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(__import__("os").environ.get("OFFLOAD_EXAMPLES", 25)),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(data=st.data())
 def test_offload_matches_wasmtime_on_host(mod: str, func: str, level: str, data) -> None:
     check(mod, func, level, "cpu", data.draw(cases(SPECS[mod][func])))

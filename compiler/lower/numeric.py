@@ -161,7 +161,17 @@ def lower_cmpf(fl: FunctionLowering, op: Op, args) -> ir.Value:
 
 
 def lower_select(fl: FunctionLowering, op: Op, args) -> ir.Value:
-    return fl.b.select(*args)
+    """Wasm's select returns one operand bit for bit; LLVM may replace a float select whose
+    arms it deems equal up to NaN payload (``select(x != x, NaN, x)`` becomes ``x``). Floats
+    are therefore selected as integers hidden from that reasoning."""
+    cond, a, c = args
+    if not isinstance(a.type, (ir.FloatType, ir.DoubleType)):
+        return fl.b.select(cond, a, c)
+    b = fl.b
+    ity = int_of(a.type)
+    bits_a = fl.target.opaque(b, b.bitcast(a, ity))
+    bits_c = fl.target.opaque(b, b.bitcast(c, ity))
+    return b.bitcast(b.select(cond, bits_a, bits_c), a.type)
 
 
 def lower_sext_inreg(fl: FunctionLowering, op: Op, args) -> ir.Value:

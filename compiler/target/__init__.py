@@ -83,6 +83,11 @@ class Target:
         """The bits of a float as an integer that later passes keep an integer."""
         return b.bitcast(value, int_type)
 
+    def opaque(self, b: ir.IRBuilder, value: ir.Value) -> ir.Value:
+        """``value`` itself, through an empty inline asm the optimiser cannot see through."""
+        asm = ir.InlineAsm(ir.FunctionType(value.type, [value.type]), "", "=r,0")
+        return b.call(asm, [value])
+
     def thread_index(self, fl, name: str, dim: str) -> ir.Value:
         raise CompileError(f"{name} needs a kernel launch on the {self.name} target")
 
@@ -152,6 +157,14 @@ class NVPTXTarget(Target):
         width = int_type.width
         asm = ir.InlineAsm(ir.FunctionType(int_type, [value.type]), f"mov.b{width} $0, $1;",
                            "=r,f" if width == 32 else "=l,d")  # fmt: skip
+        return b.call(asm, [value])
+
+    def opaque(self, b: ir.IRBuilder, value: ir.Value) -> ir.Value:
+        width = value.type.width
+        reg = "l" if width == 64 else "r"
+        asm = ir.InlineAsm(
+            ir.FunctionType(value.type, [value.type]), f"mov.b{width} $0, $1;", f"={reg},{reg}"
+        )
         return b.call(asm, [value])
 
     def thread_index(self, fl, name: str, dim: str) -> ir.Value:

@@ -1,0 +1,31 @@
+"""Replay every failure the oracle ever saved (``tests/regressions/*.wat`` + ``.json``).
+
+Each file pair is a shrunk case from ``tensorwasm fuzz`` (or a test run); it must pass on
+the host backend and, where a GPU is present, on the GPU, forever after its bug is fixed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from oracle.case import Case
+from oracle.compare import run_case
+
+REGRESSIONS = Path(__file__).resolve().parent / "regressions"
+CASES = sorted(REGRESSIONS.glob("*.json"))
+
+
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+def test_regression(path: Path, backend: str) -> None:
+    case = Case.load(path)
+    outcome = run_case(case, backend)
+    assert not outcome.failed, f"{path.name}: {outcome.mismatch}"
+    assert outcome.passed + outcome.skipped == len(case.calls)
+
+
+def test_every_regression_has_its_module() -> None:
+    for path in CASES:
+        assert path.with_suffix(".wat").exists(), f"{path.name} has no .wat next to it"
