@@ -2,25 +2,9 @@
 
 from __future__ import annotations
 
+from compiler.rewrite import section, uleb, vec
 
-def uleb(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def section(sid: int, payload: bytes) -> bytes:
-    return bytes([sid]) + uleb(len(payload)) + payload
-
-
-def vec(items: list[bytes]) -> bytes:
-    return uleb(len(items)) + b"".join(items)
+__all__ = ["section", "uleb", "vec"]
 
 
 HEADER = b"\0asm\x01\0\0\0"

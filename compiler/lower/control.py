@@ -136,22 +136,9 @@ def lower_table_grow(fl: FunctionLowering, op: Op, args) -> ir.Value:
 
 
 def fill_entries(fl: FunctionLowering, start: ir.Value, value: ir.Value, count: ir.Value) -> None:
-    """Store ``value`` into ``count`` consecutive 64-bit entries (a small counted loop)."""
-    b = fl.b
-    head = fl.fn.append_basic_block("fill.head")
-    body = fl.fn.append_basic_block("fill.body")
-    done = fl.fn.append_basic_block("fill.done")
-    before = b.block
-    b.branch(head)
-    b.position_at_end(head)
-    i = b.phi(I64_T)
-    i.add_incoming(i64_const(0), before)
-    b.cbranch(b.icmp_unsigned("<", i, count), body, done)
-    b.position_at_end(body)
-    b.store(value, fl.env.slot_in(start, i))
-    i.add_incoming(b.add(i, i64_const(1)), body)
-    b.branch(head)
-    b.position_at_end(done)
+    """Store ``value`` into ``count`` consecutive 64-bit entries."""
+    with fl.env.counted_loop(count) as i:
+        fl.b.store(value, fl.env.slot_in(start, i))
 
 
 def lower_table_fill(fl: FunctionLowering, op: Op, args) -> None:

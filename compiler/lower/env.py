@@ -9,6 +9,8 @@ both the GPU and the host.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from llvmlite import ir
 
 from compiler.lower import abi
@@ -102,6 +104,25 @@ class Environment:
         br = self.b.cbranch(cond, self.trap_block(kind), cont)
         br.set_weights([1, 1 << 20])  # traps are cold
         self.b.position_at_end(cont)
+
+    @contextmanager
+    def counted_loop(self, count: ir.Value):
+        """``for i in range(count)``: yields i with the builder inside the body."""
+        b, fn = self.b, self.fn
+        head = fn.append_basic_block("loop.head")
+        body = fn.append_basic_block("loop.body")
+        done = fn.append_basic_block("loop.done")
+        before = b.block
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64_T)
+        i.add_incoming(ir.Constant(I64_T, 0), before)
+        b.cbranch(b.icmp_unsigned("<", i, count), body, done)
+        b.position_at_end(body)
+        yield i
+        i.add_incoming(b.add(i, ir.Constant(I64_T, 1)), b.block)
+        b.branch(head)
+        b.position_at_end(done)
 
     def check_trap(self) -> None:
         """After a call: leave at once if the callee trapped."""

@@ -44,23 +44,11 @@ def gather_check(fl: FunctionLowering, addr: ir.Value, offset: int, nbytes: int)
     hi = b.add(lo, i64_const(nbytes))
     count = env.load_ctx(abi.CTX_WRITTEN_COUNT)
     ranges = env.load_ctx(abi.CTX_WRITTEN, PTR_T)
-    head = fl.fn.append_basic_block("gather.head")
-    body = fl.fn.append_basic_block("gather.body")
-    done = fl.fn.append_basic_block("gather.done")
-    before = b.block
-    b.branch(head)
-    b.position_at_end(head)
-    i = b.phi(I64_T)
-    i.add_incoming(i64_const(0), before)
-    b.cbranch(b.icmp_unsigned("<", i, count), body, done)
-    b.position_at_end(body)
-    w_lo = b.load(env.slot_in(ranges, b.shl(i, i64_const(1))), typ=I64_T)
-    w_hi = b.load(env.slot_in(ranges, b.add(b.shl(i, i64_const(1)), i64_const(1))), typ=I64_T)
-    overlap = b.and_(b.icmp_unsigned("<", lo, w_hi), b.icmp_unsigned("<", w_lo, hi))
-    env.trap_if(overlap, TrapKind.GATHER_CONFLICT, "gather.ok")
-    i.add_incoming(b.add(i, i64_const(1)), b.block)
-    b.branch(head)
-    b.position_at_end(done)
+    with env.counted_loop(count) as i:
+        w_lo = b.load(env.slot_in(ranges, b.shl(i, i64_const(1))), typ=I64_T)
+        w_hi = b.load(env.slot_in(ranges, b.add(b.shl(i, i64_const(1)), i64_const(1))), typ=I64_T)
+        overlap = b.and_(b.icmp_unsigned("<", lo, w_hi), b.icmp_unsigned("<", w_lo, hi))
+        env.trap_if(overlap, TrapKind.GATHER_CONFLICT, "gather.ok")
 
 
 def lower_load(fl: FunctionLowering, op: Op, args) -> ir.Value:
