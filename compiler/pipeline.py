@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from compiler.errors import NotCompilable
 from compiler.frontend.module import WasmModule
+from compiler.lower.abi import entry_name
 from compiler.lower.function import LowerOptions, ModuleLowering, reachable
 from compiler.target import NVPTXTarget, Target
 from dialect.ir import Module
@@ -35,6 +36,8 @@ class Compilation:
     skipped: dict[int, str] = field(default_factory=dict)  # function index -> reason
     ptx: str | None = None
     seconds: float = 0.0
+    obj: bytes | None = None  # host object code, when it came from a cache
+    cached: bool = False
 
     @property
     def ptx_sha256(self) -> str | None:
@@ -68,12 +71,29 @@ def lower(
 
 
 def compile_entries(
-    module: Module, target: Target, indices, options: LowerOptions | None = None
+    module: Module,
+    target: Target,
+    indices,
+    options: LowerOptions | None = None,
+    cache=None,
+    key: str | None = None,
 ) -> Compilation:
-    """Lower the given functions' entry points and, for NVPTX, generate the PTX."""
+    """Lower the given functions' entry points and, for NVPTX, generate the PTX. With a
+    ``cache`` and ``key``, a cached PTX (or host object code) skips lowering altogether."""
     start = time.perf_counter()
+    if cache is not None and key is not None:
+        kind = "ptx" if isinstance(target, NVPTXTarget) else "obj"
+        hit = cache.get(kind, key)
+        if hit is not None:
+            ok, skipped = compilable(module, indices)
+            entries = {i: entry_name(i) for i in ok}
+            ptx = hit.decode("ascii") if kind == "ptx" else None
+            return Compilation(target, "", entries, skipped, ptx, time.perf_counter() - start,
+                               None if ptx else hit, cached=True)  # fmt: skip
     llvm_ir, entries, skipped = lower(module, target, indices, options)
     ptx = target.emit_ptx(llvm_ir) if isinstance(target, NVPTXTarget) and entries else None
+    if ptx is not None and cache is not None and key is not None:
+        cache.put("ptx", key, ptx.encode("ascii"))
     seconds = time.perf_counter() - start
     log.info("compiled %d functions for %s in %.1f ms", len(entries), target.name, seconds * 1e3)
     return Compilation(target, llvm_ir, entries, skipped, ptx, seconds)

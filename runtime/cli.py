@@ -229,6 +229,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     return status
 
 
+def cmd_cache(args: argparse.Namespace) -> int:
+    from runtime.cache import default_cache
+
+    cache = default_cache()
+    if args.action == "clear":
+        cache.clear()
+        print(f"cleared {cache.directory}")
+        return 0
+    info = cache.info()
+    print(f"cache {info['directory']}: {info['bytes']} bytes; {info['hits']} hits, {info['misses']} misses")
+    for kind, row in info["kinds"].items():
+        print(f"  {kind}: {row['entries']} entries, {row['bytes']} bytes")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tensorwasm", description="Compile WebAssembly to NVIDIA PTX and run it on the GPU."
@@ -280,6 +295,10 @@ def build_parser() -> argparse.ArgumentParser:
     from oracle.cli import add_fuzz_parser
 
     add_fuzz_parser(sub)
+
+    cache = sub.add_parser("cache", help="show or clear the compiled-code cache")
+    cache.add_argument("action", choices=["info", "clear"])
+    cache.set_defaults(run=cmd_cache)
 
     devices = sub.add_parser("devices", help="list GPUs, their targets and the driver's PTX ISA")
     devices.set_defaults(run=cmd_devices)

@@ -12,6 +12,7 @@ and a trap comes back as Wasm's trap message with the instance still usable.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import logging
 import mmap
 from abc import ABC, abstractmethod
@@ -48,7 +49,14 @@ class Executor(ABC):
         roots = exported_functions(self.wasm)
         if self.wasm.start is not None and self.wasm.start not in roots:
             roots.append(self.wasm.start)
-        self.compilation: Compilation = compile_entries(self.module, self.target(), roots, options)
+        from runtime.cache import default_cache, make_key
+
+        target = self.target()
+        self.cache = default_cache()
+        self.cache_key = make_key("whole", hashlib.sha256(wasm).hexdigest(), _describe(target), options or "")
+        self.compilation: Compilation = compile_entries(
+            self.module, target, roots, options, self.cache, self.cache_key
+        )
         self._io_slots = 1 + max([max(len(f.params), len(f.results)) for f in self.module.functions] + [0])
         self._setup()
         if self.wasm.start is not None:
@@ -106,6 +114,15 @@ class Executor(ABC):
         return limit if headroom is None else min(limit, current + headroom)
 
 
+def _describe(target) -> str:
+    """Everything about a target that changes the code made for it."""
+    if target.is_gpu:
+        return f"{target.arch} ptx{target.ptx_isa}"
+    import llvmlite.binding as llvm
+
+    return f"host {llvm.get_process_triple()} {llvm.get_host_cpu_name()} {llvm.get_host_cpu_features().flatten()}"
+
+
 def _from_slot(ty: Type, bits: int) -> WasmValue:
     return (ty, bits & ((1 << ty.bits) - 1) if ty.bits < 64 else bits)
 
@@ -120,7 +137,12 @@ class HostExecutor(Executor):
 
     def _setup(self) -> None:
         state = self.state
-        self.code = HostTarget().jit(self.compilation.llvm_ir)
+        if self.compilation.obj is not None:
+            self.code = HostTarget().jit(None, self.compilation.obj)
+        else:
+            self.code = HostTarget().jit(self.compilation.llvm_ir)
+            if self.compilation.entries:
+                self.cache.put("obj", self.cache_key, self.code.object)
         self._entries = {
             index: ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(self.code.address(name))
             for index, name in self.compilation.entries.items()

@@ -13,6 +13,7 @@ loop runs on wasmtime, so the program sees exactly Wasm's behaviour, trap includ
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import logging
 import struct
 import time
@@ -26,6 +27,7 @@ from compiler.lower import abi
 from compiler.lower.function import (
     FunctionLowering,
     ModuleLowering,
+    loop_entry_name,
     lower_loop_entry,
     reachable,
     recursive_functions,
@@ -82,6 +84,7 @@ class OffloadModule:
                  options: AnalysisOptions | None = None):  # fmt: skip
         self.device = device
         self.mode = mode
+        self.options = options or AnalysisOptions()
         self.wasm = load(wasm)
         self.module = translate_module(self.wasm)
         self.reports: list[LoopReport] = analyze_module(self.module, options)
@@ -108,20 +111,37 @@ class OffloadModule:
             target = nvptx_for_device(info.compute_capability, info.driver_version)
         else:
             target = HostTarget()
-        lowering = ModuleLowering(self.module, target)
-        indices = [lp.kernel_index for lp in self.loops]
-        closure = reachable(self.module, indices)
-        lowering.recursive = recursive_functions(self.module, closure)
-        for index in closure:
-            FunctionLowering(lowering, self.module.functions[index]).lower()
+        from runtime.cache import default_cache, make_key
+        from runtime.executor import _describe
+
+        cache = default_cache()
+        key = make_key("offload", hashlib.sha256(self.wasm.raw).hexdigest(), _describe(target),
+                       self.options, [lp.kernel_index for lp in self.loops])  # fmt: skip
+        gpu = self.device == "gpu"
         for lp in self.loops:
-            lp.entry = lower_loop_entry(lowering, lp.kernel_index, [r.op for r in lp.plan.reductions])
-        llvm_ir = str(lowering.llvm)
-        if self.device == "gpu":
-            self.cu_module = self.context.load_module(target.emit_ptx(llvm_ir))
+            lp.entry = loop_entry_name(lp.kernel_index, gpu)
+        cached = cache.get("ptx" if gpu else "obj", key)
+        self.cached = cached is not None
+        if cached is None:
+            lowering = ModuleLowering(self.module, target)
+            indices = [lp.kernel_index for lp in self.loops]
+            closure = reachable(self.module, indices)
+            lowering.recursive = recursive_functions(self.module, closure)
+            for index in closure:
+                FunctionLowering(lowering, self.module.functions[index]).lower()
+            for lp in self.loops:
+                lower_loop_entry(lowering, lp.kernel_index, [r.op for r in lp.plan.reductions])
+            llvm_ir = str(lowering.llvm)
+        if gpu:
+            if cached is None:
+                cached = target.emit_ptx(llvm_ir).encode("ascii")
+                cache.put("ptx", key, cached)
+            self.cu_module = self.context.load_module(cached.decode("ascii"))
             self.kernels = {lp.entry: self.cu_module.function(lp.entry) for lp in self.loops}
         else:
-            self.code = HostTarget().jit(llvm_ir)
+            self.code = HostTarget().jit(None, cached) if cached is not None else HostTarget().jit(llvm_ir)
+            if cached is None:
+                cache.put("obj", key, self.code.object)
             entry_type = ctypes.CFUNCTYPE(
                 None, *(ctypes.c_void_p,) * 2, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p
             )

@@ -269,6 +269,9 @@ class LoopAnalysis:
         self.info = info
         self.options = options
         self.body = facts.bodies[info]
+        # Blocks in function order: everything derived from the body (live-in order, access
+        # indices) must not depend on set iteration, which differs between processes.
+        self.body_order = [b for b in facts.func.blocks if b in self.body]
         self.counters: dict[LoopInfo, Symbol] = {}
         self.symbols: dict[Value, Symbol] = {}
         self.globals: dict[int, Symbol] = {}
@@ -326,7 +329,7 @@ class LoopAnalysis:
 
     def check_effects(self) -> None:
         module = self.facts.module
-        for block in self.body:
+        for block in self.body_order:
             for op in block.ops:
                 name = op.name
                 if name == "func.call_indirect":
@@ -628,7 +631,7 @@ class LoopAnalysis:
     def accesses(self) -> list[Access]:
         out = []
         counters = set(self.counters.values())
-        for block in self.body:
+        for block in self.body_order:
             for op in block.ops:
                 if op.name not in ("mem.load", "mem.store"):
                     continue
@@ -694,7 +697,7 @@ class LoopAnalysis:
     def live_ins(self) -> list[tuple[Value, Symbol, str, int]]:
         entry = self.info.entry_env
         seen: dict[Value, tuple[Value, Symbol, str, int]] = {}
-        for block in self.body:
+        for block in self.body_order:
             for op in block.ops:
                 values = list(op.operands) + [v for s in op.successors for v in s.args]
                 for v in values:
@@ -758,7 +761,7 @@ class LoopAnalysis:
             if poly is None or poly.symbols() & counters:
                 raise Reject(f"local {local}'s value from the last iteration is used after the loop")
             outs.append(LiveOut(local, "affine", value=poly))
-        for block in self.body:
+        for block in self.body_order:
             for op in block.ops:
                 for r in op.results:
                     if r not in exported and self.used_outside(r):

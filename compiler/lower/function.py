@@ -347,6 +347,10 @@ def _read_sreg(module: ir.Module, b: ir.IRBuilder, name: str) -> ir.Value:
     return b.zext(b.call(fn, []), I64_T)
 
 
+def loop_entry_name(index: int, gpu: bool) -> str:
+    return f"tw_kernel_{index}" if gpu else f"tw_loop_{index}"
+
+
 def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]) -> str:
     """The launch entry of an iteration kernel.
 
@@ -358,7 +362,7 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
     """
     kernel = lowering.dialect.functions[index]
     gpu = lowering.target.is_gpu
-    name = f"tw_kernel_{index}" if gpu else f"tw_loop_{index}"
+    name = loop_entry_name(index, gpu)
     params = [PTR_T, PTR_T, I64_T, PTR_T] if gpu else [PTR_T, PTR_T, I64_T, I64_T, PTR_T]
     fn = ir.Function(lowering.llvm, ir.FunctionType(VOID_T, params), name=name)
     lowering.target.mark_entry(fn)

@@ -244,21 +244,33 @@ class HostTarget(Target):
         features = llvm.get_host_cpu_features().flatten()
         return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=features, opt=2, jit=True)
 
-    def jit(self, llvm_ir: str) -> HostCode:
+    def jit(self, llvm_ir: str | None, obj: bytes | None = None) -> HostCode:
+        """Native code from LLVM IR, or from the object code of an earlier compilation."""
+        if obj is not None:
+            module = llvm.parse_assembly("")
+            module.triple = self.triple
+            engine = llvm.create_mcjit_compiler(module, self._new_target_machine())
+            engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+            engine.finalize_object()
+            return HostCode(engine, module, obj)
         module = self.parse(llvm_ir)
         self.optimize(module)
+        # Object code for the cache: the same machine settings the engine uses.
+        obj = self._new_target_machine().emit_object(module)
         # The engine takes ownership of its target machine: give it one of its own.
-        engine = llvm.create_mcjit_compiler(module, self._new_target_machine())
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._new_target_machine())
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
-        return HostCode(engine, module)
+        return HostCode(engine, module, obj)
 
 
 class HostCode:
     """Native code of one module, kept alive as long as its functions may be called."""
 
-    def __init__(self, engine: llvm.ExecutionEngine, module: llvm.ModuleRef):
+    def __init__(self, engine: llvm.ExecutionEngine, module: llvm.ModuleRef, obj: bytes):
         self.engine = engine
         self.module = module
+        self.object = obj
 
     def address(self, name: str) -> int:
         address = self.engine.get_function_address(name)

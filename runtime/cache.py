@@ -1,0 +1,136 @@
+"""The compiled-code cache: PTX and native object code, in memory and on disk.
+
+One entry maps a key (a hash of the Wasm module, the compiler version, the target and its
+PTX ISA, the LLVM version and the compile options) to the bytes of one compilation. On
+disk each entry is a file holding a magic word, the sha256 of its payload and the payload;
+it is written to a temporary file and renamed into place, so concurrent processes never
+see half an entry, and an entry whose hash does not match (truncated, corrupted) is
+dropped and rebuilt. The directory is ``$TENSORWASM_CACHE_DIR``, else the user cache
+directory (``$XDG_CACHE_HOME/tensorwasm`` or ``~/.cache/tensorwasm``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import llvmlite
+
+from compiler.pipeline import COMPILER_VERSION
+
+log = logging.getLogger(__name__)
+MAGIC = b"TWC1"
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("TENSORWASM_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tensorwasm"
+
+
+def make_key(*parts: object) -> str:
+    """The key of a compilation: every input that can change its output, hashed."""
+    text = json.dumps([COMPILER_VERSION, llvmlite.__version__, *map(str, parts)])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Cache:
+    """Compiled code by key; ``kind`` ("ptx", "obj") names the subdirectory."""
+
+    def __init__(self, directory: Path | None = None):
+        self.directory = directory or cache_dir()
+        self.memory: dict[tuple[str, str], bytes] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def _path(self, kind: str, key: str) -> Path:
+        return self.directory / kind / f"{key}.bin"
+
+    def get(self, kind: str, key: str) -> bytes | None:
+        data = self.memory.get((kind, key))
+        if data is None:
+            data = self._read(self._path(kind, key))
+            if data is not None:
+                self.memory[(kind, key)] = data
+        if data is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        self._count("hits" if data is not None else "misses")
+        return data
+
+    def put(self, kind: str, key: str, data: bytes) -> None:
+        self.memory[(kind, key)] = data
+        path = self._path(kind, key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            blob = MAGIC + hashlib.sha256(data).digest() + data
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as out:
+                out.write(blob)
+            os.replace(tmp, path)
+        except OSError as exc:  # a read-only or full disk costs speed, never correctness
+            log.warning("cannot write the cache entry %s: %s", path, exc)
+
+    def _read(self, path: Path) -> bytes | None:
+        try:
+            blob = path.read_bytes()
+        except OSError:
+            return None
+        data = blob[36:]
+        if blob[:4] != MAGIC or hashlib.sha256(data).digest() != blob[4:36]:
+            log.warning("dropping the corrupted cache entry %s", path)
+            path.unlink(missing_ok=True)
+            return None
+        return data
+
+    def _count(self, field: str) -> None:
+        """Hit and miss counts across processes, for ``tensorwasm cache info`` (best effort)."""
+        path = self.directory / "stats.json"
+        try:
+            counts = json.loads(path.read_text()) if path.exists() else {}
+            counts[field] = counts.get(field, 0) + 1
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
+            with os.fdopen(fd, "w") as out:
+                json.dump(counts, out)
+            os.replace(tmp, path)
+        except (OSError, ValueError):
+            pass
+
+    def info(self) -> dict:
+        entries = {}
+        total = 0
+        for kind_dir in sorted(p for p in self.directory.glob("*") if p.is_dir()):
+            files = list(kind_dir.glob("*.bin"))
+            size = sum(f.stat().st_size for f in files)
+            entries[kind_dir.name] = {"entries": len(files), "bytes": size}
+            total += size
+        stats_path = self.directory / "stats.json"
+        try:
+            counts = json.loads(stats_path.read_text())
+        except (OSError, ValueError):
+            counts = {}
+        return {"directory": str(self.directory), "kinds": entries, "bytes": total,
+                "hits": counts.get("hits", 0), "misses": counts.get("misses", 0)}  # fmt: skip
+
+    def clear(self) -> None:
+        self.memory.clear()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+_DEFAULT: Cache | None = None
+
+
+def default_cache() -> Cache:
+    global _DEFAULT
+    if _DEFAULT is None or _DEFAULT.directory != cache_dir():
+        _DEFAULT = Cache()
+    return _DEFAULT
