@@ -24,7 +24,10 @@ def add_fuzz_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
         "any difference in results, traps, memory or globals is a failure, shrunk and saved.",
     )
     parser.add_argument(
-        "--backend", choices=["cpu", "gpu"], default="cpu", help="backend under test (default cpu)"
+        "--backend",
+        choices=["cpu", "gpu", "offload-cpu", "offload-gpu"],
+        default="cpu",
+        help="backend under test (default cpu); offload-*: loops offloaded from wasmtime",
     )
     parser.add_argument(
         "--generator", choices=[*GENERATORS, "all"], default="all", help="generator family (default all)"

@@ -100,7 +100,12 @@ def make_factory(backend: str) -> ExecutorFactory:
         return HostExecutor
     if backend == "gpu":
         return GPUExecutor
-    raise ValueError(f"unknown backend {backend!r} (expected cpu or gpu)")
+    if backend in ("offload-cpu", "offload-gpu"):
+        from runtime.offload import OffloadInstance
+
+        device = backend.split("-")[1]
+        return lambda wasm: OffloadInstance(wasm, device)
+    raise ValueError(f"unknown backend {backend!r} (expected cpu, gpu, offload-cpu or offload-gpu)")
 
 
 def _memory_export(executor: Executor) -> str | None:

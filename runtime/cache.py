@@ -1,16 +1,18 @@
 """The compiled-code cache: PTX and native object code, in memory and on disk.
 
-One entry maps a key (a hash of the Wasm module, the compiler version, the target and its
-PTX ISA, the LLVM version and the compile options) to the bytes of one compilation. On
+One entry maps a key (a hash of the Wasm module, the compiler version and a hash of its
+source, the target and its PTX ISA, the LLVM version and the compile options) to the bytes of one compilation. On
 disk each entry is a file holding a magic word, the sha256 of its payload and the payload;
 it is written to a temporary file and renamed into place, so concurrent processes never
 see half an entry, and an entry whose hash does not match (truncated, corrupted) is
 dropped and rebuilt. The directory is ``$TENSORWASM_CACHE_DIR``, else the user cache
-directory (``$XDG_CACHE_HOME/tensorwasm`` or ``~/.cache/tensorwasm``).
+directory (``$XDG_CACHE_HOME/tensorwasm`` or ``~/.cache/tensorwasm``); ``$TENSORWASM_CACHE=off``
+turns caching off.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -35,17 +37,30 @@ def cache_dir() -> Path:
     return Path(base) / "tensorwasm"
 
 
+@functools.cache
+def compiler_fingerprint() -> str:
+    """A hash of the compiler's own source: code from another build is never reused."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for package in ("dialect", "compiler"):
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def make_key(*parts: object) -> str:
     """The key of a compilation: every input that can change its output, hashed."""
-    text = json.dumps([COMPILER_VERSION, llvmlite.__version__, *map(str, parts)])
+    text = json.dumps([COMPILER_VERSION, compiler_fingerprint(), llvmlite.__version__, *map(str, parts)])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 class Cache:
     """Compiled code by key; ``kind`` ("ptx", "obj") names the subdirectory."""
 
-    def __init__(self, directory: Path | None = None):
+    def __init__(self, directory: Path | None = None, enabled: bool = True):
         self.directory = directory or cache_dir()
+        self.enabled = enabled
         self.memory: dict[tuple[str, str], bytes] = {}
         self.hits = 0
         self.misses = 0
@@ -54,6 +69,9 @@ class Cache:
         return self.directory / kind / f"{key}.bin"
 
     def get(self, kind: str, key: str) -> bytes | None:
+        if not self.enabled:
+            self.misses += 1
+            return None
         data = self.memory.get((kind, key))
         if data is None:
             data = self._read(self._path(kind, key))
@@ -67,6 +85,8 @@ class Cache:
         return data
 
     def put(self, kind: str, key: str, data: bytes) -> None:
+        if not self.enabled:
+            return
         self.memory[(kind, key)] = data
         path = self._path(kind, key)
         try:
@@ -130,7 +150,9 @@ _DEFAULT: Cache | None = None
 
 
 def default_cache() -> Cache:
+    """The process's cache; ``TENSORWASM_CACHE=off`` turns it off (compile everything)."""
     global _DEFAULT
-    if _DEFAULT is None or _DEFAULT.directory != cache_dir():
-        _DEFAULT = Cache()
+    enabled = os.environ.get("TENSORWASM_CACHE", "on") != "off"
+    if _DEFAULT is None or _DEFAULT.directory != cache_dir() or _DEFAULT.enabled != enabled:
+        _DEFAULT = Cache(enabled=enabled)
     return _DEFAULT

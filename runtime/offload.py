@@ -436,3 +436,41 @@ def _merge(ranges) -> list:
 
 
 __all__ = ["F64", "OffloadModule"]
+
+
+class OffloadInstance:
+    """An instance of the rewritten module on wasmtime, called with exact bit patterns, whose
+    loops are offloaded: the differential oracle's "offload" backend. It answers the same
+    calls as the executors (``call``, ``memory``, ``globals``)."""
+
+    def __init__(self, wasm: bytes, device: str = "cpu"):
+        from runtime.instance import initial_state
+        from runtime.reference import ReferenceInstance
+
+        self.offload = OffloadModule(wasm, device=device, mode="always")
+        self.wasm = self.offload.wasm
+        self.state = initial_state(self.wasm)
+
+        def host_funcs(store):
+            return {(HOST_MODULE, name): f for name, f in self.offload.host_functions(store).items()}
+
+        self._instance = ReferenceInstance(self.offload.rewritten, host_funcs)
+
+    def call(self, export: str, args):
+        return self._instance.call(export, args)
+
+    def memory(self) -> bytes | None:
+        names = self.wasm.export_names("memory", 0)
+        return self._instance.memory(names[0]) if names else None
+
+    def globals(self) -> list[int]:
+        values = [0] * len(self.wasm.global_types())
+        exported = self._instance.globals()
+        for export in self.wasm.exports:
+            if export.kind == "global" and export.name in exported:
+                values[export.index] = exported[export.name][1]
+        return values
+
+    @property
+    def offloaded(self) -> int:
+        return sum(lp.stats.offloaded for lp in self.offload.loops)

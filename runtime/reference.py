@@ -209,7 +209,9 @@ def _read_rec_group(r: _Reader) -> list[Signature]:
 class ReferenceInstance:
     """One instance of a module on wasmtime (its own Engine and Store), called by export name."""
 
-    def __init__(self, wasm: bytes) -> None:
+    def __init__(self, wasm: bytes, host_funcs=None) -> None:
+        """``host_funcs(store)``, if given, returns functions for some imports by
+        (module, name): the offload runtime's, for a rewritten module."""
         wasm = bytes(wasm)
         self._engine = wasmtime.Engine()
         self._store = wasmtime.Store(self._engine)
@@ -218,7 +220,11 @@ class ReferenceInstance:
             self._shape = _read_shape(wasm)
             globals_ = iter(self._shape.global_imports)
             tables = iter(self._shape.table_imports)
-            imports = [self._stub(imp, globals_, tables) for imp in module.imports]
+            provided = host_funcs(self._store) if host_funcs is not None else {}
+            imports = [
+                provided.get((imp.module, imp.name)) or self._stub(imp, globals_, tables)
+                for imp in module.imports
+            ]
             instance = wasmtime.Instance(self._store, module, imports)
         except MissingImport as exc:
             raise ReferenceBackendError(f"the start function called an import: {exc}") from None

@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
 import wasmtime
 
 ROOT = Path(__file__).resolve().parents[1]
+# Tests compile into a cache of their own, never the user's (nor one left by another run).
+os.environ["TENSORWASM_CACHE_DIR"] = tempfile.mkdtemp(prefix="tensorwasm-test-cache-")
 CORPUS = sorted((ROOT / "examples").glob("**/build/*.wasm"))
 
 

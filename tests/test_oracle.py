@@ -96,6 +96,8 @@ TEETH = [
 def test_planted_miscompile_is_found_and_shrunk(
     generator: str, plant, culprit: str, budget: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    # A planted bug changes the compiler without changing its source: compile everything.
+    monkeypatch.setenv("TENSORWASM_CACHE", "off")
     with monkeypatch.context() as mp:
         plant(mp)
         report = fuzz_generator(
@@ -154,3 +156,29 @@ def test_skips_are_not_mismatches() -> None:
     )
     outcome = run_case(Case("test", wat, [Call("ok", ()), Call("uses", ()), Call("ok", ())]))
     assert not outcome.failed and outcome.passed == 1 and outcome.skipped == 2
+
+
+def test_offloaded_loops_match_wasmtime_and_really_offload() -> None:
+    """The loops family through the offload runtime (host backend): every generated kernel
+    that the detector accepts runs as a kernel and must leave wasmtime's results."""
+    from hypothesis import HealthCheck, given, settings
+
+    from oracle.compare import run_case
+    from oracle.generators import GENERATORS
+    from runtime.offload import OffloadInstance
+
+    instances: list[OffloadInstance] = []
+
+    def factory(wasm: bytes) -> OffloadInstance:
+        instance = OffloadInstance(wasm, "cpu")
+        instances.append(instance)
+        return instance
+
+    @settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(GENERATORS["loops"]())
+    def check(case) -> None:
+        outcome = run_case(case, factory)
+        assert not outcome.failed, outcome.mismatch
+
+    check()
+    assert sum(i.offloaded for i in instances) > 0, "no generated loop was offloaded"
