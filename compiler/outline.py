@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from compiler.analysis.loops import LoopPlan, Reduction
 from compiler.analysis.poly import Poly
-from dialect import arith, cf
+from dialect import arith
 from dialect.builder import Builder
 from dialect.ir import Block, Function, Module, Op, Successor, Value
-from dialect.types import F32, F64, I32, I64, Type
+from dialect.types import F32, I32, I64, Type
 from dialect.verifier import verify_function
 
 INT_MAX = {32: (1 << 31) - 1, 64: (1 << 63) - 1}
@@ -167,6 +167,3 @@ def _place_constants_first(entry: Block) -> None:
     term = [op for op in entry.ops if op.opdef.terminator]
     others = [op for op in entry.ops if not op.opdef.terminator]
     entry.ops = others + term
-
-
-__all__ = ["F64", "cf", "identity_bits", "kernel_name", "outline"]

@@ -22,7 +22,7 @@ from dialect.opdef import (
     IntUnary,
     TrappingIntBinary,
 )
-from dialect.types import F32, F64, I1, I32, I64, Type
+from dialect.types import F32, F64, I1, Type
 
 
 def _constant(op, operands, attrs):
@@ -174,5 +174,3 @@ ARITH = Dialect(
         fpext, bitcast,
     ],
 )  # fmt: skip
-
-__all__ = ["ARITH", "I32", "I64"]

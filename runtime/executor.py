@@ -307,11 +307,3 @@ class GPUExecutor(Executor):
         for buf in self._buffers:
             buf.free()
         self._buffers.clear()
-
-
-def make_executor(backend: str, wasm: bytes) -> Executor:
-    if backend == "cpu":
-        return HostExecutor(wasm)
-    if backend == "gpu":
-        return GPUExecutor(wasm)
-    raise ValueError(backend)

@@ -36,7 +36,7 @@ from compiler.outline import identity_bits, outline
 from compiler.rewrite import HOST_MODULE, Insertion, rewrite
 from compiler.target import HostTarget, nvptx_for_device
 from compiler.traps import TrapKind, trap_message
-from dialect.types import F32, F64, Type
+from dialect.types import F32, Type
 from runtime.guards import GuardFailed, Launch, check
 
 log = logging.getLogger(__name__)
@@ -433,9 +433,6 @@ def _merge(ranges) -> list:
         if len(merged) <= 128
         else [_Span(merged[0][0], merged[-1][1])]
     )
-
-
-__all__ = ["F64", "OffloadModule"]
 
 
 class OffloadInstance:

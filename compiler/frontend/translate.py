@@ -149,7 +149,7 @@ class FunctionTranslator:
         self.b.block.ops.append(op)
         self.reachable = False
 
-    def branch_to(self, depth: int, values_from_stack: bool = True) -> Successor:
+    def branch_to(self, depth: int) -> Successor:
         """A successor for a branch to the frame ``depth`` levels out, with the values it carries."""
         frame = self.ctrl[-1 - depth]
         succ = self._branch_to(frame)
