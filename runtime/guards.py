@@ -84,6 +84,8 @@ def trip_count(trip: TripCount, env: dict[Symbol, int]) -> int:
 
 def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int) -> Launch:
     trip = trip_count(plan.trip, env)
+    if trip == 0:
+        return Launch(0, env, [], [])  # the body never runs: nothing is touched
     inner = {}
     for counter, inner_trip in plan.inner_trips:
         # The analysis made sure the inner count does not change between iterations.
@@ -97,7 +99,7 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int) -> Launch:
             ranges.append((access, None))  # a gather: checked by the kernel itself
             continue
         rng = _range(access, plan, env, trip, inner)
-        if trip and (rng.lo < 0 or rng.hi > memory_size):
+        if rng.lo < 0 or rng.hi > memory_size:
             raise GuardFailed(f"{access.kind} at {access.where} reaches outside linear memory")
         ranges.append((access, rng))
         (writes if access.store else reads).append(rng)

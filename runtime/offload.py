@@ -200,7 +200,10 @@ class OffloadModule:
             stats.decline("too little work to pay for a launch")
             return declined
         base = ctypes.cast(memory.data_ptr(caller), ctypes.c_void_p).value
-        partials = self._run(lp, launch, live_bits, base, size)
+        if launch.trip == 0:  # a loop tested first that runs no iteration
+            partials = _identities(lp)
+        else:
+            partials = self._run(lp, launch, live_bits, base, size)
         if partials is None:
             return declined
         stats.offloaded += 1
