@@ -6,8 +6,9 @@ from __future__ import annotations
 import itertools
 import struct
 
-from compiler.frontend.opcodes import OPCODES, Opcode
+from compiler.frontend.opcodes import Opcode
 from dialect.types import F32, F64, I32, I64, by_name
+from oracle.generators import numeric_ops
 
 
 def f32(x: float) -> int:
@@ -36,22 +37,6 @@ EDGES = {
 
 # Ops whose NaN results Wasm fixes to the bit (no NaN canonicalisation allowed).
 BIT_EXACT = ("abs", "neg", "copysign", "reinterpret")
-
-
-def numeric_ops() -> list[Opcode]:
-    """Every row whose signature is plain numbers and that takes no immediate."""
-    names = {"i32", "i64", "f32", "f64"}
-    return [
-        op
-        for op in OPCODES
-        if op.supported
-        and op.imm.value == "none"
-        and op.operand_types
-        and op.result_types
-        and set(op.operand_types) <= names
-        and set(op.result_types) <= names
-        and op.name not in ("select",)
-    ]
 
 
 def export_name(op: Opcode) -> str:
