@@ -15,8 +15,10 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
+import os
 import struct
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import wasmtime
@@ -59,6 +61,7 @@ class LoopStats:
     bytes_out: int = 0
     kernel_seconds: float = 0.0
     transfer_seconds: float = 0.0
+    threads: int = 1  # the most host threads one launch used
 
     def decline(self, reason: str) -> None:
         self.declined[reason] = self.declined.get(reason, 0) + 1
@@ -90,6 +93,7 @@ class OffloadModule:
         self.reports: list[LoopReport] = analyze_module(self.module, options)
         chosen = _outermost([r.plan for r in self.reports if r.verdict == "offload"])
         self.loops: list[OffloadedLoop] = []
+        self._pool: ThreadPoolExecutor | None = None  # host threads, made on first need
         for n, plan in enumerate(chosen):
             kernel = outline(self.module, plan)
             insertion = _insertion(self.wasm, plan, f"loop_{n}")
@@ -239,9 +243,14 @@ class OffloadModule:
         ctx[abi.CTX_WRITTEN_COUNT] = len(written)
         saved = [(r.lo, ctypes.string_at(base + r.lo, r.hi - r.lo)) for r in written]
         start = time.perf_counter()
-        self.kernels[lp.entry](
-            ctypes.addressof(ctx), ctypes.addressof(params), 0, launch.trip, ctypes.addressof(out)
-        )
+        chunks = self._chunks(launch.trip)
+        if len(chunks) == 1:
+            self.kernels[lp.entry](
+                ctypes.addressof(ctx), ctypes.addressof(params), 0, launch.trip, ctypes.addressof(out)
+            )
+        else:
+            out = self._run_threads(lp, ctx, params, chunks)
+            stats.threads = max(stats.threads, len(chunks))
         stats.kernel_seconds += time.perf_counter() - start
         if ctx[abi.CTX_TRAP]:
             for lo, raw in saved:  # undo, and let wasmtime run the loop (to its trap, if any)
@@ -249,6 +258,36 @@ class OffloadModule:
             stats.decline(_trap_reason(ctx[abi.CTX_TRAP]))
             return None
         return list(out)[: len(lp.plan.reductions)]
+
+    # Iterations below which one host thread does the whole loop (a thread costs ~50 us).
+    THREAD_MIN_ITERATIONS = 8_192
+
+    def _chunks(self, trip: int) -> list[tuple[int, int]]:
+        threads = min(os.cpu_count() or 1, max(1, trip // self.THREAD_MIN_ITERATIONS))
+        step = -(-trip // threads)
+        return [(lo, min(lo + step, trip)) for lo in range(0, trip, step)]
+
+    def _run_threads(self, lp: OffloadedLoop, ctx, params, chunks) -> ctypes.Array:
+        """Run iteration ranges on host threads (the native code releases the GIL), each
+        folding its reductions into its own slots; then fold the slots together."""
+        count = max(1, len(lp.plan.reductions))
+        outs = [(U64 * count)(*_identities(lp)) for _ in chunks]
+        entry = self.kernels[lp.entry]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
+        futures = [
+            self._pool.submit(
+                entry, ctypes.addressof(ctx), ctypes.addressof(params), lo, hi, ctypes.addressof(o)
+            )
+            for (lo, hi), o in zip(chunks, outs, strict=True)
+        ]
+        for future in futures:
+            future.result()
+        total = (U64 * count)(*_identities(lp))
+        for i, r in enumerate(lp.plan.reductions):
+            for o in outs:
+                total[i] = _combine(r.op, total[i], o[i], r.arg.type)
+        return total
 
     def _run_gpu(
         self, lp: OffloadedLoop, launch: Launch, live_bits, base: int, size: int

@@ -4,6 +4,8 @@ and on the GPU (marker gpu)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -47,7 +49,7 @@ def check(mod: str, func: str, level: str, device: str, case: Case) -> None:
 
 @pytest.mark.parametrize(("mod", "func", "level"), CASES, ids=[f"{f}.{lv}" for _, f, lv in CASES])
 @settings(
-    max_examples=int(__import__("os").environ.get("OFFLOAD_EXAMPLES", 25)),
+    max_examples=int(os.environ.get("OFFLOAD_EXAMPLES", 25)),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
@@ -97,3 +99,17 @@ def test_aliased_arrays_fall_back_to_the_cpu() -> None:
     assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
     assert sum(saxpy.stats.declined.values()) == declined + 1
     assert any("overlap" in reason for reason in saxpy.stats.declined)
+
+
+@pytest.mark.parametrize(
+    ("mod", "func"), [("blas1", "saxpy"), ("reductions", "isum"), ("reductions", "imin")]
+)
+def test_large_loops_use_host_threads(mod: str, func: str) -> None:
+    offload = OffloadModule(module_bytes(mod, "O2"), device="cpu")
+    spec = SPECS[mod][func]
+    case = Case({"n": 100_000}, [0.5] * len(spec), [0] * len(spec), seed=11)
+    assert run_case(offload.rewritten, func, spec, case, offload) == run_case(
+        module_bytes(mod, "O2"), func, spec, case
+    )
+    loop = next(lp for lp in offload.loops if lp.plan.func.name == func and lp.stats.offloaded)
+    assert loop.stats.threads == min(2, os.cpu_count() or 1)
