@@ -17,6 +17,7 @@ from llvmlite import ir
 from compiler.errors import CompileError
 from compiler.lower import abi
 from compiler.lower.env import i64_const
+from compiler.lower.memory import memmove
 from compiler.lower.types import I64_T, PTR_T, from_slot, to_slot
 from compiler.traps import TrapKind
 from dialect.ir import Op
@@ -148,8 +149,6 @@ def lower_table_fill(fl: FunctionLowering, op: Op, args) -> None:
 
 
 def lower_table_copy(fl: FunctionLowering, op: Op, args) -> None:
-    from compiler.lower.memory import memmove
-
     dst, src, n = args
     n64 = fl.b.zext(n, I64_T)
     dst_ptr = _table_entry(fl, op.attrs["dst"], dst, n64)
@@ -158,16 +157,11 @@ def lower_table_copy(fl: FunctionLowering, op: Op, args) -> None:
 
 
 def lower_table_init(fl: FunctionLowering, op: Op, args) -> None:
-    from compiler.lower.memory import memmove
-
     b, env = fl.b, fl.env
     dst, src, n = args
-    elem = op.attrs["elem"]
-    seg_len = b.load(env.segment_field(abi.CTX_ELEMS, elem, abi.SEGMENT_LEN), typ=I64_T)
-    seg_ptr = b.load(env.segment_field(abi.CTX_ELEMS, elem, abi.SEGMENT_PTR), typ=PTR_T)
+    seg_ptr = env.checked_segment(abi.CTX_ELEMS, op.attrs["elem"], src, n, TrapKind.TABLE_OUT_OF_BOUNDS)
     n64 = b.zext(n, I64_T)
     src64 = b.zext(src, I64_T)
-    env.trap_if(b.icmp_unsigned(">", b.add(src64, n64), seg_len), TrapKind.TABLE_OUT_OF_BOUNDS)
     dst_ptr = _table_entry(fl, op.attrs["table"], dst, n64)
     memmove(fl, dst_ptr, env.slot_in(seg_ptr, src64), b.shl(n64, i64_const(3)))
 

@@ -71,6 +71,17 @@ class Environment:
         base = self.load_ctx(ctx_index, PTR_T)
         return self.slot_in(base, segment * abi.SEGMENT_SLOTS + field)
 
+    def checked_segment(
+        self, ctx_index: int, segment: int, src: ir.Value, count: ir.Value, kind: TrapKind
+    ) -> ir.Value:
+        """The segment's items pointer, trapping unless ``count`` items from ``src`` (both i32)
+        lie inside it; a dropped segment has length 0."""
+        b = self.b
+        length = b.load(self.segment_field(ctx_index, segment, abi.SEGMENT_LEN), typ=I64_T)
+        end = b.add(b.zext(src, I64_T), b.zext(count, I64_T))
+        self.trap_if(b.icmp_unsigned(">", end, length), kind)
+        return b.load(self.segment_field(ctx_index, segment, abi.SEGMENT_PTR), typ=PTR_T)
+
     # -- traps -------------------------------------------------------------------------------
 
     def exit_block(self) -> ir.Block:

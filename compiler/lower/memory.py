@@ -127,14 +127,10 @@ def lower_fill(fl: FunctionLowering, op: Op, args) -> None:
 
 def lower_init(fl: FunctionLowering, op: Op, args) -> None:
     """Copy from a passive data segment; a dropped segment has length 0."""
-    b, env = fl.b, fl.env
+    b = fl.b
     dst, src, n = args
-    segment = op.attrs["data"]
-    seg_len = b.load(env.segment_field(abi.CTX_DATA, segment, abi.SEGMENT_LEN), typ=I64_T)
-    seg_ptr = b.load(env.segment_field(abi.CTX_DATA, segment, abi.SEGMENT_PTR), typ=PTR_T)
+    seg_ptr = fl.env.checked_segment(abi.CTX_DATA, op.attrs["data"], src, n, TrapKind.MEMORY_OUT_OF_BOUNDS)
     n64 = b.zext(n, I64_T)
-    src_end = b.add(b.zext(src, I64_T), n64)
-    env.trap_if(b.icmp_unsigned(">", src_end, seg_len), TrapKind.MEMORY_OUT_OF_BOUNDS)
     dst_ptr = checked_address(fl, dst, 0, n64)
     memmove(fl, dst_ptr, b.gep(seg_ptr, [b.zext(src, I64_T)], source_etype=I8_T), n64)
 
