@@ -1,7 +1,9 @@
-"""The compiled-code cache: PTX and native object code, in memory and on disk.
+"""The compiled-code cache: PTX, cubins and native object code, in memory and on disk.
 
 One entry maps a key (a hash of the Wasm module, the compiler version and a hash of its
-source, the target and its PTX ISA, the LLVM version and the compile options) to the bytes of one compilation. On
+source, the target and its PTX ISA, the LLVM version and the compile options) to the bytes of one
+compilation; a cubin (the driver JIT's output for one PTX module) is keyed by the PTX's hash,
+the device's capability and the driver version. On
 disk each entry is a file holding a magic word, the sha256 of its payload and the payload;
 it is written to a temporary file and renamed into place, so concurrent processes never
 see half an entry, and an entry whose hash does not match (truncated, corrupted) is
@@ -56,7 +58,7 @@ def make_key(*parts: object) -> str:
 
 
 class Cache:
-    """Compiled code by key; ``kind`` ("ptx", "obj") names the subdirectory."""
+    """Compiled code by key; ``kind`` ("ptx", "cubin", "obj") names the subdirectory."""
 
     def __init__(self, directory: Path | None = None, enabled: bool = True):
         self.directory = directory or cache_dir()
@@ -98,6 +100,11 @@ class Cache:
             os.replace(tmp, path)
         except OSError as exc:  # a read-only or full disk costs speed, never correctness
             log.warning("cannot write the cache entry %s: %s", path, exc)
+
+    def drop(self, kind: str, key: str) -> None:
+        """Forget one entry (e.g. a cubin the driver no longer accepts)."""
+        self.memory.pop((kind, key), None)
+        self._path(kind, key).unlink(missing_ok=True)
 
     def _read(self, path: Path) -> bytes | None:
         try:
@@ -144,6 +151,40 @@ class Cache:
     def clear(self) -> None:
         self.memory.clear()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def cubin_key(ptx: bytes, arch: str, driver_version: int) -> str:
+    """Cubins are keyed by what the driver's JIT reads: the PTX, the device, the driver."""
+    return hashlib.sha256(
+        b"|".join([hashlib.sha256(ptx).digest(), arch.encode(), b"%d" % driver_version])
+    ).hexdigest()
+
+
+def load_kernels(context, ptx: bytes, cache: Cache | None = None):
+    """Load PTX on ``context`` through the cubin cache: a hit skips the driver's JIT.
+
+    A cached cubin the driver refuses (another driver build wrote it) is dropped and
+    rebuilt; with the cache off this is :meth:`runtime.driver.Context.load_module`.
+    """
+    from runtime.driver import CudaError, ptx_entries
+
+    cache = cache or default_cache()
+    if not cache.enabled:
+        return context.load_module(ptx)
+    key = cubin_key(ptx, context.info.arch, context.info.driver_version)
+    entries = ptx_entries(ptx)
+    cubin = cache.get("cubin", key)
+    if cubin is not None:
+        try:
+            return context.load_cubin(cubin, entries)
+        except CudaError as exc:
+            if exc.sticky:
+                raise
+            log.warning("dropping a cached cubin the driver refuses: %s", exc)
+            cache.drop("cubin", key)
+    cubin = context.link_cubin(ptx)
+    cache.put("cubin", key, cubin)
+    return context.load_cubin(cubin, entries)
 
 
 _DEFAULT: Cache | None = None

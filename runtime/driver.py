@@ -376,11 +376,61 @@ class Context:
 
     def load_module(self, ptx: bytes | str) -> Module:
         """JIT-compile and load a PTX module; raises :class:`ModuleLoadError` with the log."""
-        image = ptx.encode() if isinstance(ptx, str) else bytes(ptx)
-        if not image.endswith(b"\0"):
-            image += b"\0"  # the driver reads PTX as a C string
-        error_log = bytearray(JIT_LOG_BYTES)
-        info_log = bytearray(JIT_LOG_BYTES)
+        image = _ptx_image(ptx)
+        logs = _JitLogs()
+        self.bind()
+        err, handle = cu.cuModuleLoadDataEx(image, *logs.options())
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise ModuleLoadError("cuModuleLoadDataEx", err, logs.error(), self.info.arch)
+        logs.debug()
+        return Module(self, handle, ptx_entries(image))
+
+    def link_cubin(self, ptx: bytes | str) -> bytes:
+        """Compile PTX to this device's cubin with the driver's JIT linker (what
+        :meth:`load_module` does internally), returning the image for :meth:`load_cubin`."""
+        image = _ptx_image(ptx)
+        logs = _JitLogs()
+        self.bind()
+        state = check("cuLinkCreate", cu.cuLinkCreate(*logs.options()))
+        try:
+            (err,) = cu.cuLinkAddData(
+                state, cu.CUjitInputType.CU_JIT_INPUT_PTX, image, len(image), b"kernels.ptx", 0, None, None
+            )
+            if err == cu.CUresult.CUDA_SUCCESS:
+                err, cubin, size = cu.cuLinkComplete(state)
+            if err != cu.CUresult.CUDA_SUCCESS:
+                raise ModuleLoadError("cuLinkAddData", err, logs.error(), self.info.arch)
+            logs.debug()
+            return ctypes.string_at(int(cubin), size)
+        finally:
+            cu.cuLinkDestroy(state)
+
+    def load_cubin(self, cubin: bytes, entries: tuple[str, ...]) -> Module:
+        """Load a cubin made by :meth:`link_cubin` on a device of the same capability."""
+        self.bind()
+        handle = check("cuModuleLoadData", cu.cuModuleLoadData(cubin))
+        return Module(self, handle, entries)
+
+
+def _ptx_image(ptx: bytes | str) -> bytes:
+    image = ptx.encode() if isinstance(ptx, str) else bytes(ptx)
+    return image if image.endswith(b"\0") else image + b"\0"  # the driver reads a C string
+
+
+def ptx_entries(ptx: bytes | str) -> tuple[str, ...]:
+    """The kernel (``.entry``) names a PTX module defines."""
+    image = ptx.encode() if isinstance(ptx, str) else ptx
+    return tuple(name.decode() for name in re.findall(rb"\.entry\s+([A-Za-z_$%][\w$]*)", image))
+
+
+class _JitLogs:
+    """The error and info log buffers the driver's JIT fills, as option lists."""
+
+    def __init__(self) -> None:
+        self.error_log = bytearray(JIT_LOG_BYTES)
+        self.info_log = bytearray(JIT_LOG_BYTES)
+
+    def options(self) -> tuple[int, list, list]:
         jit = cu.CUjit_option
         options = [
             jit.CU_JIT_ERROR_LOG_BUFFER,
@@ -388,15 +438,14 @@ class Context:
             jit.CU_JIT_INFO_LOG_BUFFER,
             jit.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
         ]
-        values = [error_log, JIT_LOG_BYTES, info_log, JIT_LOG_BYTES]
-        self.bind()
-        err, handle = cu.cuModuleLoadDataEx(image, len(options), options, values)
-        if err != cu.CUresult.CUDA_SUCCESS:
-            raise ModuleLoadError("cuModuleLoadDataEx", err, _c_string(error_log), self.info.arch)
-        if info := _c_string(info_log):
+        return len(options), options, [self.error_log, JIT_LOG_BYTES, self.info_log, JIT_LOG_BYTES]
+
+    def error(self) -> str:
+        return _c_string(self.error_log)
+
+    def debug(self) -> None:
+        if info := _c_string(self.info_log):
             logger.debug("PTX JIT info log:\n%s", info)
-        entries = tuple(re.findall(rb"\.entry\s+([A-Za-z_$%][\w$]*)", image))
-        return Module(self, handle, tuple(name.decode() for name in entries))
 
 
 def _c_string(buffer: bytearray) -> str:

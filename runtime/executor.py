@@ -233,7 +233,9 @@ class GPUExecutor(Executor):
         if self.compilation.ptx is None:
             self.kernels = {}
         else:
-            self.cu_module = ctxt.load_module(self.compilation.ptx)
+            from runtime.cache import load_kernels
+
+            self.cu_module = load_kernels(ctxt, self.compilation.ptx.encode("ascii"), self.cache)
             self.kernels = {i: self.cu_module.function(n) for i, n in self.compilation.entries.items()}
         if any(f.index in self.compilation.entries for f in self.module.functions):
             ctxt.set_stack_size(max(GPU_STACK_BYTES, ctxt.stack_size()))

@@ -39,7 +39,10 @@ from compiler.rewrite import HOST_MODULE, Insertion, rewrite
 from compiler.target import HostTarget, nvptx_for_device
 from compiler.traps import TrapKind, trap_message
 from dialect.types import F32, Type
+from runtime.driver import CudaError
 from runtime.guards import GuardFailed, Launch, check
+from runtime.limits import DeviceMemoryLimitError, DeviceOutOfMemory
+from runtime.mirror import DeviceMirror
 
 log = logging.getLogger(__name__)
 U64 = ctypes.c_uint64
@@ -62,6 +65,8 @@ class LoopStats:
     kernel_seconds: float = 0.0
     transfer_seconds: float = 0.0
     threads: int = 1  # the most host threads one launch used
+    pinned: bool = False  # GPU copies from page-locked linear memory
+    warned: set[str] = field(default_factory=set)  # fallback reasons already logged
 
     def decline(self, reason: str) -> None:
         self.declined[reason] = self.declined.get(reason, 0) + 1
@@ -84,8 +89,10 @@ class OffloadModule:
     """
 
     def __init__(self, wasm: bytes, device: str = "cpu", mode: str = "always",
-                 options: AnalysisOptions | None = None):  # fmt: skip
+                 options: AnalysisOptions | None = None, device_memory_limit: int | None = None):  # fmt: skip
         self.device = device
+        self.device_memory_limit = device_memory_limit
+        self.gpu_lost: str | None = None  # why the GPU cannot be used any more
         self.mode = mode
         self.options = options or AnalysisOptions()
         self.wasm = load(wasm)
@@ -140,8 +147,9 @@ class OffloadModule:
             if cached is None:
                 cached = target.emit_ptx(llvm_ir).encode("ascii")
                 cache.put("ptx", key, cached)
-            self.cu_module = self.context.load_module(cached.decode("ascii"))
-            self.kernels = {lp.entry: self.cu_module.function(lp.entry) for lp in self.loops}
+            self.ptx = cached
+            self.mirror = DeviceMirror(self.context, self.device_memory_limit)
+            self._load_kernels()
         else:
             self.code = HostTarget().jit(None, cached) if cached is not None else HostTarget().jit(llvm_ir)
             if cached is None:
@@ -150,6 +158,17 @@ class OffloadModule:
                 None, *(ctypes.c_void_p,) * 2, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p
             )
             self.kernels = {lp.entry: entry_type(self.code.address(lp.entry)) for lp in self.loops}
+
+    def _load_kernels(self) -> None:
+        from runtime.cache import load_kernels
+
+        self.cu_module = load_kernels(self.context, self.ptx)
+        self.kernels = {lp.entry: self.cu_module.function(lp.entry) for lp in self.loops}
+
+    def close(self) -> None:
+        """Give back device memory and unpin linear memory (call before the store dies)."""
+        if getattr(self, "mirror", None) is not None:
+            self.mirror.release()
 
     # -- instantiation --------------------------------------------------------------------------
 
@@ -292,68 +311,88 @@ class OffloadModule:
     def _run_gpu(
         self, lp: OffloadedLoop, launch: Launch, live_bits, base: int, size: int
     ) -> list[int] | None:
-        ctxt = self.context
+        """Run on the GPU; on any device failure decline (wasmtime runs the loop) and say why."""
+        if self.gpu_lost is not None:
+            lp.stats.decline(self.gpu_lost)
+            return None
+        try:
+            return self._launch_gpu(lp, launch, live_bits, base, size)
+        except (DeviceMemoryLimitError, DeviceOutOfMemory) as exc:
+            self._fall_back(lp, f"device memory: {exc}")
+        except CudaError as exc:
+            if exc.sticky:
+                self._recover(exc)
+            self._fall_back(lp, f"GPU error: {exc}")
+        return None
+
+    def _launch_gpu(
+        self, lp: OffloadedLoop, launch: Launch, live_bits, base: int, size: int
+    ) -> list[int] | None:
         stats = lp.stats
-        dev = self._device_memory(size)
-        start = time.perf_counter()
-        moved_in = 0
-        # Gathered loads may read anywhere: then the device gets all of memory.
-        spans = [_Span(0, size)] if launch.gathers else _merge(launch.reads + launch.writes)
-        for r in spans:
-            ctxt.memcpy_htod(dev.ptr + r.lo, base + r.lo, r.hi - r.lo)
-            moved_in += r.hi - r.lo
+        mirror = self.mirror
         written = _merge(launch.writes)
-        ranges = (U64 * max(2, 2 * len(written)))(*[v for r in written for v in (r.lo, r.hi)])
-        ctxt.memcpy_htod(self._ranges_buf.ptr, ranges)
         ctx = (U64 * abi.CTX_SLOTS)()
-        ctx[abi.CTX_MEM_BASE] = dev.ptr
+        params = (U64 * max(1, len(live_bits)))(*live_bits)
+        out = (U64 * max(1, len(lp.plan.reductions)))(*_identities(lp))
+        ranges = (U64 * max(2, 2 * len(written)))(*[v for r in written for v in (r.lo, r.hi)])
+        start = time.perf_counter()
+        mirror.ensure(size, len(ctx) + len(params) + len(out) + len(ranges))
+        mirror.pin(base, size)
+        # Gathered loads may read anywhere: then the device gets all of memory.
+        moved_in = mirror.copy_in(
+            base, [_Span(0, size)] if launch.gathers else _merge(launch.reads + launch.writes)
+        )
+        ctx[abi.CTX_MEM_BASE] = mirror.memory.ptr
         ctx[abi.CTX_MEM_SIZE] = size
         ctx[abi.CTX_MEM_CAPACITY] = size
         ctx[abi.CTX_MEM_MAX_PAGES] = size // abi.PAGE_SIZE
-        ctx[abi.CTX_WRITTEN] = self._ranges_buf.ptr
+        ctx[abi.CTX_WRITTEN] = mirror.scratch.ptr + 8 * (len(ctx) + len(params) + len(out))
         ctx[abi.CTX_WRITTEN_COUNT] = len(written)
-        params = (U64 * max(1, len(live_bits)))(*live_bits)
-        out = (U64 * max(1, len(lp.plan.reductions)))(*_identities(lp))
-        ctxt.memcpy_htod(self._ctx_buf.ptr, ctx)
-        ctxt.memcpy_htod(self._params_buf.ptr, params)
-        ctxt.memcpy_htod(self._out_buf.ptr, out)
+        ctx_ptr, params_ptr, out_ptr, _ = mirror.upload_scratch([ctx, params, out, ranges])
         stats.transfer_seconds += time.perf_counter() - start
         threads = 256
         blocks = max(1, min((launch.trip + threads - 1) // threads, 65535))
         start = time.perf_counter()
         self.kernels[lp.entry].launch(
             (blocks, 1, 1), (threads, 1, 1),
-            [(U64, self._ctx_buf.ptr), (U64, self._params_buf.ptr), (ctypes.c_int64, launch.trip),
-             (U64, self._out_buf.ptr)],
+            [(U64, ctx_ptr), (U64, params_ptr), (ctypes.c_int64, launch.trip), (U64, out_ptr)],
         )  # fmt: skip
-        ctxt.synchronize()
+        self.context.synchronize()
         stats.kernel_seconds += time.perf_counter() - start
         start = time.perf_counter()
-        ctxt.memcpy_dtoh(ctx, self._ctx_buf.ptr)
+        mirror.download(ctx, ctx_ptr)
         if ctx[abi.CTX_TRAP]:
             stats.decline(_trap_reason(ctx[abi.CTX_TRAP]))
             return None
-        ctxt.memcpy_dtoh(out, self._out_buf.ptr)
-        moved_out = 0
-        for r in _merge(launch.writes):
-            ctxt.memcpy_dtoh(base + r.lo, dev.ptr + r.lo, r.hi - r.lo)
-            moved_out += r.hi - r.lo
+        mirror.download(out, out_ptr)
+        moved_out = mirror.copy_out(base, written)
         stats.transfer_seconds += time.perf_counter() - start
         stats.bytes_in += moved_in
         stats.bytes_out += moved_out
+        stats.pinned = mirror.pinned is not None
         return list(out)[: len(lp.plan.reductions)]
 
-    def _device_memory(self, size: int):
-        current = getattr(self, "_dev_mem", None)
-        if current is None or current.nbytes < size:
-            if current is not None:
-                current.free()
-            self._dev_mem = self.context.mem_alloc(max(size, abi.PAGE_SIZE))
-            self._ctx_buf = self.context.mem_alloc(8 * abi.CTX_SLOTS)
-            self._params_buf = self.context.mem_alloc(8 * 64)
-            self._out_buf = self.context.mem_alloc(8 * 16)
-            self._ranges_buf = self.context.mem_alloc(8 * 256)
-        return self._dev_mem
+    def _fall_back(self, lp: OffloadedLoop, reason: str) -> None:
+        """Decline this arrival; warn once per loop and reason (the loop runs on wasmtime)."""
+        if reason not in lp.stats.warned:
+            lp.stats.warned.add(reason)
+            log.warning("loop at %s+0x%x runs on the CPU: %s", lp.stats.func, lp.stats.offset, reason)
+        lp.stats.decline(reason)
+
+    def _recover(self, fault: CudaError) -> None:
+        """After a sticky fault: reset the context and reload the kernels, or, where the
+        driver refuses the process any further GPU work, send every later loop to the CPU."""
+        try:
+            self.context.reset()
+            self.mirror.allocator.free_all()
+            self.mirror = DeviceMirror(self.context)
+            self._load_kernels()
+        except CudaError as exc:
+            self.gpu_lost = (
+                f"the GPU faulted ({fault.call}: {fault.error_name}) and the driver refuses this "
+                f"process further GPU work ({exc.error_name}); loops run on the CPU"
+            )
+            log.warning("%s", self.gpu_lost)
 
     def _live_outs(
         self, lp: OffloadedLoop, launch: Launch, current: list[int], partials: list[int]

@@ -103,6 +103,8 @@ def run(
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         print(f"tensorwasm: the program trapped: {lines[-1]}", file=sys.stderr)
         status = 134
+    finally:
+        prepared.close()
     finished = time.perf_counter()
     timings = {"compile_seconds": compiled - started, "run_seconds": finished - compiled}
     return status, prepared, timings
@@ -123,7 +125,7 @@ def report(prepared: OffloadModule, timings: dict, fmt: str) -> str:
         row = {"func": r.func.name, "offset": r.loop.offset, "depth": r.loop.depth, "verdict": r.verdict,
                "reason": r.reason}  # fmt: skip
         if chosen is not None:
-            row.update(asdict(chosen.stats))
+            row.update({k: v for k, v in asdict(chosen.stats).items() if k != "warned"})
         rows.append(row)
     if fmt == "json":
         return json.dumps({"device": prepared.device, **timings, "loops": rows})

@@ -413,3 +413,59 @@ def test_trap_is_sticky_and_reset_recovers() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "recovered" in proc.stdout or "poisoned" in proc.stdout
+
+
+@pytest.mark.gpu
+def test_cubin_from_the_jit_linker_loads_and_runs(ctx: Context) -> None:
+    cubin = ctx.link_cubin(ADD_ONE_PTX)
+    assert cubin[:4] == b"\x7fELF"  # a device ELF image, not PTX
+    kernel = ctx.load_cubin(cubin, ("add_one",)).function("add_one")
+    values = np.arange(64, dtype=np.uint32)
+    with ctx.mem_alloc(values.nbytes) as buffer:
+        ctx.memcpy_htod(buffer.ptr, values)
+        kernel.launch(grid=(1,), block=(64,), args=[ctypes.c_uint64(buffer.ptr), (ctypes.c_uint32, 64)])
+        ctx.synchronize()
+        ctx.memcpy_dtoh(values, buffer.ptr)
+    np.testing.assert_array_equal(values, np.arange(1, 65, dtype=np.uint32))
+
+
+@pytest.mark.gpu
+def test_cubin_cache_hit_skips_the_jit_and_a_refused_cubin_is_rebuilt(
+    ctx: Context, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runtime.cache import Cache, cubin_key, load_kernels
+
+    cache = Cache(tmp_path)
+    load_kernels(ctx, ADD_ONE_PTX.encode(), cache)
+    assert (cache.hits, cache.misses) == (0, 1)
+    monkeypatch.setattr(Context, "link_cubin", lambda *a: pytest.fail("cubin cache missed"))
+    assert "add_one" in load_kernels(ctx, ADD_ONE_PTX.encode(), Cache(tmp_path)).entries
+    monkeypatch.undo()
+    key = cubin_key(ADD_ONE_PTX.encode(), ctx.info.arch, ctx.info.driver_version)
+    Cache(tmp_path).put("cubin", key, b"\x7fELF not a cubin")  # hash-valid, driver-invalid
+    fresh = Cache(tmp_path)
+    module = load_kernels(ctx, ADD_ONE_PTX.encode(), fresh)
+    assert module.function("add_one") is not None and fresh.misses == 1
+    assert (
+        Cache(tmp_path).get("cubin", key)[:4] == b"\x7fELF" and len(Cache(tmp_path).get("cubin", key)) > 100
+    )
+
+
+@pytest.mark.gpu
+def test_allocation_over_the_instance_cap_is_refused_before_the_driver(ctx: Context) -> None:
+    from runtime.limits import DeviceAllocator, DeviceMemoryLimitError, DeviceOutOfMemory
+
+    allocator = DeviceAllocator(ctx, limit=3 << 20)
+    first = allocator.alloc(2 << 20)
+    free_before, _ = ctx.mem_get_info()
+    with pytest.raises(DeviceMemoryLimitError, match="cap"):
+        allocator.alloc(2 << 20)
+    assert ctx.mem_get_info()[0] == free_before  # nothing was allocated
+    allocator.free(first)
+    second = allocator.alloc(3 << 20)  # within the cap again
+    assert allocator.used == 3 << 20
+    allocator.free(second)
+    with pytest.raises(DeviceOutOfMemory, match="free"):
+        DeviceAllocator(ctx).alloc(ctx.info.total_memory * 2)
+    with ctx.mem_alloc(1 << 20):  # the context is healthy
+        pass

@@ -113,3 +113,86 @@ def test_large_loops_use_host_threads(mod: str, func: str) -> None:
     )
     loop = next(lp for lp in offload.loops if lp.plan.func.name == func and lp.stats.offloaded)
     assert loop.stats.threads == min(2, os.cpu_count() or 1)
+
+
+def _saxpy_case(n: int = 4096) -> tuple[list, Case]:
+    spec = SPECS["blas1"]["saxpy"]
+    return spec, Case({"n": n}, [1.5, 0.0], [0, 0], seed=5)
+
+
+@pytest.mark.gpu
+def test_gpu_copies_are_page_locked() -> None:
+    offload = OffloadModule(module_bytes("blas1", "O2"), device="gpu")
+    spec, case = _saxpy_case()
+    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == run_case(
+        module_bytes("blas1", "O2"), "saxpy", spec, case
+    )
+    loop = next(lp for lp in offload.loops if lp.stats.offloaded)
+    assert loop.stats.pinned, "linear memory was not page-locked for the copies"
+    offload.close()
+    assert offload.mirror.pinned is None and offload.mirror.allocator.used == 0
+
+
+@pytest.mark.gpu
+def test_over_the_device_memory_cap_the_loop_runs_on_the_cpu(caplog) -> None:
+    capped = OffloadModule(module_bytes("blas1", "O2"), device="gpu", device_memory_limit=64 << 10)
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    for _ in range(2):  # warned once, declined each time, results exact
+        assert run_case(capped.rewritten, "saxpy", spec, case, capped) == expected
+    loop = next(lp for lp in capped.loops if lp.plan.func.name == "saxpy")
+    assert loop.stats.offloaded == 0
+    ((reason, count),) = loop.stats.declined.items()
+    assert "device memory cap" in reason and count == 2
+    assert sum("runs on the CPU" in r.message for r in caplog.records) == 1
+    assert capped.mirror.allocator.used == 0  # nothing reached the driver
+    roomy = OffloadModule(module_bytes("blas1", "O2"), device="gpu")
+    assert run_case(roomy.rewritten, "saxpy", spec, case, roomy) == expected
+    assert sum(lp.stats.offloaded for lp in roomy.loops) == 1
+
+
+FAULTING_KERNEL = """
+.version 7.0
+.target sm_75
+.address_size 64
+.visible .entry fault(.param .u64 ctx, .param .u64 params, .param .u64 trip, .param .u64 out)
+{
+    .reg .b64 %rd<2>;
+    mov.u64 %rd1, 0;
+    st.global.u32 [%rd1], 1;
+    ret;
+}
+"""
+
+_FAULT_SCRIPT = f"""
+import logging
+from runtime.offload import OffloadModule
+from tests.offload_cases import SPECS, Case, module_bytes, run_case
+logging.basicConfig(level=logging.WARNING)
+offload = OffloadModule(module_bytes("blas1", "O2"), device="gpu")
+bad = offload.context.load_module('''{FAULTING_KERNEL}''').function("fault")
+loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
+offload.kernels[loop.entry] = bad
+spec = SPECS["blas1"]["saxpy"]
+for n in (4096, 5000):  # the faulting launch, then a later arrival
+    case = Case({{"n": n}}, [1.5, 0.0], [0, 0], seed=n)
+    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == run_case(
+        module_bytes("blas1", "O2"), "saxpy", spec, case)
+print("declined:", loop.stats.declined)
+print("gpu_lost:", offload.gpu_lost)
+"""
+
+
+@pytest.mark.gpu
+def test_a_sticky_fault_falls_back_to_the_cpu_with_exact_results() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _FAULT_SCRIPT], capture_output=True, text=True, timeout=300,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "ILLEGAL_ADDRESS" in done.stdout or "ILLEGAL_ADDRESS" in done.stderr
+    assert "runs on the CPU" in done.stderr  # the warning
+    assert "GPU error" in done.stdout
