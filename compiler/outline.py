@@ -18,7 +18,7 @@ from dialect import arith
 from dialect.builder import Builder
 from dialect.ir import Block, Function, Module, Op, Successor, Value
 from dialect.types import F32, I32, I64, Type
-from dialect.verifier import verify_function
+from dialect.verifier import reverse_postorder, verify_function
 
 INT_MAX = {32: (1 << 31) - 1, 64: (1 << 63) - 1}
 
@@ -51,7 +51,9 @@ def outline(module: Module, plan: LoopPlan) -> Function:
     """Build the iteration kernel of ``plan`` and append it to ``module``."""
     func = plan.func
     header = plan.loop.header
-    params = (I32, *(v.type for v, *_ in plan.live_ins))
+    nest = plan.collapse
+    counters = (I32, I32) if nest else (I32,)
+    params = (*counters, *(v.type for v, *_ in plan.live_ins))
     results = tuple(r.arg.type for r in plan.reductions)
     kernel = Function(kernel_name(plan), len(module.functions), params, results)
     kernel.attrs["loop_plan"] = plan
@@ -61,11 +63,11 @@ def outline(module: Module, plan: LoopPlan) -> Function:
     k = entry.args[0]
     mapping: dict[Value, Value] = {}
     by_symbol = {}
-    for (value, sym, _, _), param in zip(plan.live_ins, entry.args[1:], strict=True):
+    for (value, sym, _, _), param in zip(plan.live_ins, entry.args[len(counters) :], strict=True):
         mapping[value] = param
         by_symbol[sym] = param
 
-    def emit_poly(poly: Poly, ty: Type) -> Value:
+    def emit_poly(poly: Poly, ty: Type, b: Builder = b) -> Value:
         total = None
         for monomial, coeff in poly.terms.items():
             term = b.constant(ty, coeff)
@@ -117,6 +119,9 @@ def outline(module: Module, plan: LoopPlan) -> Function:
     done = kernel.add_block(results)
     Builder(kernel, done).ret(done.args)
     b.br(clones[header])
+    if nest:
+        inner_body = nest.blocks
+        inner_start = _inner_start(kernel, nest, plan, entry.args[1], clones, emit_poly)
 
     identity = [value_of_identity(b, r) for r in plan.reductions]
     checked = {id(a.op) for a in plan.gathers} if any(a.store for a in plan.accesses) else set()
@@ -127,7 +132,15 @@ def outline(module: Module, plan: LoopPlan) -> Function:
             operands = [value_of(v) for v in op.operands]
             succs = []
             for succ in op.successors:
-                if succ.block is header:
+                if (
+                    nest
+                    and blk in inner_body
+                    and (succ.block is nest.loop.header or succ.block not in inner_body)
+                ):
+                    succs.append(Successor(done, []))  # one inner iteration per thread
+                elif nest and succ.block is nest.loop.header:
+                    succs.append(Successor(inner_start, [value_of(v) for v in succ.args]))
+                elif succ.block is header:
                     carried = [succ.args[header.args.index(r.arg)] for r in plan.reductions]
                     succs.append(Successor(done, [value_of(v) for v in carried]))
                 elif succ.block in clones:
@@ -144,8 +157,27 @@ def outline(module: Module, plan: LoopPlan) -> Function:
             for old, result in zip(op.results, new.results, strict=True):
                 mapping[old] = result
     _place_constants_first(entry)
+    if nest:  # the code after the inner loop is skipped: drop what nothing reaches now
+        live = set(reverse_postorder(kernel))
+        kernel.blocks = [blk for blk in kernel.blocks if blk in live]
     verify_function(kernel)
     return kernel
+
+
+def _inner_start(kernel: Function, nest, plan: LoopPlan, k2: Value, clones, emit_poly) -> Block:
+    """The entry into a collapsed inner loop: its induction variables jump to iteration ``k2``."""
+    header = nest.loop.header
+    start = kernel.add_block([a.type for a in header.args])
+    b = Builder(kernel, start)
+    values = []
+    for arg, entering in zip(header.args, start.args, strict=True):
+        if arg in plan.ivs:
+            step = emit_poly(plan.ivs[arg][1], arg.type, b)
+            count = k2 if arg.type is I32 else b.value(arith.sext, k2, to=arg.type)
+            entering = b.value(arith.add, entering, b.value(arith.mul, step, count))
+        values.append(entering)
+    b.br(clones[header], values)
+    return start
 
 
 def value_of_identity(b: Builder, r: Reduction) -> Value:

@@ -10,6 +10,7 @@ Anything refused runs as the original loop on the CPU.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -29,7 +30,8 @@ class Range:
     hi: int  # one past the last byte
     base: int  # at counter 0 of the launched loop, with inner counters at their minimum
     stride: int  # per iteration of the launched loop
-    width: int  # bytes touched per iteration of the launched loop
+    width: int  # bytes touched per iteration of the launched loop (per grid cell of a nest)
+    stride2: int = 0  # per iteration of a collapsed inner loop
 
 
 @dataclass
@@ -39,6 +41,7 @@ class Launch:
     reads: list[Range]
     writes: list[Range]
     gathers: bool = False  # loads at unknown addresses: the device needs all of memory
+    trip2: int | None = None  # a collapsed nest's inner trip count (the grid's 2nd dimension)
 
 
 def _signed(value: int, bits: int) -> int:
@@ -92,31 +95,40 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int) -> Launch:
         probe = dict(env)
         probe[plan.counter] = 0
         inner[counter] = trip_count(inner_trip, probe)
+    nest = plan.collapse
+    trip2 = inner[nest.counter] if nest else None
+    if trip2 == 0:
+        raise GuardFailed("the collapsed inner loop runs no iteration")
+    launched = {plan.counter, nest.counter} if nest else {plan.counter}
     reads, writes = [], []
     ranges: list[tuple[Access, Range]] = []
     for access in plan.accesses:
         if access.address is None:
             ranges.append((access, None))  # a gather: checked by the kernel itself
             continue
-        rng = _range(access, plan, env, trip, inner)
+        rng = _range(access, plan, env, trip, inner, launched)
         if rng.lo < 0 or rng.hi > memory_size:
             raise GuardFailed(f"{access.kind} at {access.where} reaches outside linear memory")
         ranges.append((access, rng))
         (writes if access.store else reads).append(rng)
-    if trip > 1:
-        free = set(plan.static_dependence_free)
+    if trip * (trip2 or 1) > 1:
+        # Pairs the analysis settled are independent across outer iterations only: a
+        # collapsed nest tests every pair across grid cells.
+        free = set(plan.static_dependence_free) if not nest else set()
         for i, (s, rs) in enumerate(ranges):
             if not s.store:
                 continue
             for j, (a, ra) in enumerate(ranges):
                 if (i, j) in free or ra is None:
                     continue
-                if _conflict(rs, ra, trip):
+                if _conflict2(rs, ra, trip, trip2) if nest else _conflict(rs, ra, trip):
                     raise GuardFailed(f"store at {s.where} may overlap {a.kind} at {a.where}")
-    return Launch(trip, env, reads, writes, bool(plan.gathers))
+    return Launch(trip, env, reads, writes, bool(plan.gathers), trip2)
 
 
-def _range(access: Access, plan: LoopPlan, env, trip: int, inner: dict[Symbol, int]) -> Range:
+def _range(
+    access: Access, plan: LoopPlan, env, trip: int, inner: dict[Symbol, int], launched: set[Symbol]
+) -> Range:
     poly = access.address
     values = dict(env)
     counts = {plan.counter: trip, **inner}
@@ -132,13 +144,40 @@ def _range(access: Access, plan: LoopPlan, env, trip: int, inner: dict[Symbol, i
         span = coeff * max(counts[counter] - 1, 0)
         lo += min(0, span)
         hi += max(0, span)
-    inner_lo = base + sum(
-        min(0, c * max(counts[k] - 1, 0)) for k, c in coeffs.items() if k is not plan.counter
+    inner_lo = base + sum(min(0, c * max(counts[k] - 1, 0)) for k, c in coeffs.items() if k not in launched)
+    inner_hi = base + sum(max(0, c * max(counts[k] - 1, 0)) for k, c in coeffs.items() if k not in launched)
+    stride2 = sum(c for k, c in coeffs.items() if k in launched and k is not plan.counter)
+    return Range(
+        lo, hi + access.width, inner_lo, coeffs[plan.counter], inner_hi + access.width - inner_lo, stride2
     )
-    inner_hi = base + sum(
-        max(0, c * max(counts[k] - 1, 0)) for k, c in coeffs.items() if k is not plan.counter
-    )
-    return Range(lo, hi + access.width, inner_lo, coeffs[plan.counter], inner_hi + access.width - inner_lo)
+
+
+# Grid rows (or columns) the exact 2-D test walks before settling for the whole ranges.
+MAX_EXACT_ROWS = 1 << 15
+
+
+def _conflict2(s: Range, a: Range, trip: int, trip2: int) -> bool:
+    """May the store's footprint in one grid cell meet the access's in another cell?
+
+    With equal strides the footprints of cells ``(o, i)`` and ``(o', i')`` overlap iff
+    ``-ws < d + so*(o-o') + si*(i-i') < wa``; the test walks the shorter dimension's
+    differences and solves the other one exactly. Otherwise the whole ranges must be apart.
+    """
+    if (s.stride, s.stride2) != (a.stride, a.stride2) or min(trip, trip2) > MAX_EXACT_ROWS:
+        return s.lo < a.hi and a.lo < s.hi
+    d = s.base - a.base
+    (walk, n_walk), (solve, n_solve) = sorted(((s.stride, trip), (s.stride2, trip2)), key=lambda p: p[1])
+    for delta in range(-(n_walk - 1), n_walk):
+        x = d + walk * delta
+        if solve == 0:
+            if -s.width < x < a.width and (delta != 0 or n_solve > 1):
+                return True
+            continue
+        lo, hi = sorted((Fraction(-s.width - x, solve), Fraction(a.width - x, solve)))
+        first, last = max(math.floor(lo) + 1, -(n_solve - 1)), min(math.ceil(hi) - 1, n_solve - 1)
+        if first <= last and not (delta == 0 and first == last == 0):
+            return True
+    return False
 
 
 def _conflict(s: Range, a: Range, trip: int) -> bool:

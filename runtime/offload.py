@@ -154,10 +154,7 @@ class OffloadModule:
             self.code = HostTarget().jit(None, cached) if cached is not None else HostTarget().jit(llvm_ir)
             if cached is None:
                 cache.put("obj", key, self.code.object)
-            entry_type = ctypes.CFUNCTYPE(
-                None, *(ctypes.c_void_p,) * 2, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p
-            )
-            self.kernels = {lp.entry: entry_type(self.code.address(lp.entry)) for lp in self.loops}
+            self.kernels = {lp.entry: _host_entry_type(lp)(self.code.address(lp.entry)) for lp in self.loops}
 
     def _load_kernels(self) -> None:
         from runtime.cache import load_kernels
@@ -262,13 +259,14 @@ class OffloadModule:
         ctx[abi.CTX_WRITTEN_COUNT] = len(written)
         saved = [(r.lo, ctypes.string_at(base + r.lo, r.hi - r.lo)) for r in written]
         start = time.perf_counter()
-        chunks = self._chunks(launch.trip)
+        chunks = self._chunks(launch.trip, launch.trip2 or 1)
         if len(chunks) == 1:
             self.kernels[lp.entry](
-                ctypes.addressof(ctx), ctypes.addressof(params), 0, launch.trip, ctypes.addressof(out)
-            )
+                ctypes.addressof(ctx), ctypes.addressof(params), 0, launch.trip, *_nest(launch),
+                ctypes.addressof(out),
+            )  # fmt: skip
         else:
-            out = self._run_threads(lp, ctx, params, chunks)
+            out = self._run_threads(lp, launch, ctx, params, chunks)
             stats.threads = max(stats.threads, len(chunks))
         stats.kernel_seconds += time.perf_counter() - start
         if ctx[abi.CTX_TRAP]:
@@ -281,12 +279,12 @@ class OffloadModule:
     # Iterations below which one host thread does the whole loop (a thread costs ~50 us).
     THREAD_MIN_ITERATIONS = 8_192
 
-    def _chunks(self, trip: int) -> list[tuple[int, int]]:
-        threads = min(os.cpu_count() or 1, max(1, trip // self.THREAD_MIN_ITERATIONS))
+    def _chunks(self, trip: int, per_iteration: int = 1) -> list[tuple[int, int]]:
+        threads = min(os.cpu_count() or 1, trip, max(1, trip * per_iteration // self.THREAD_MIN_ITERATIONS))
         step = -(-trip // threads)
         return [(lo, min(lo + step, trip)) for lo in range(0, trip, step)]
 
-    def _run_threads(self, lp: OffloadedLoop, ctx, params, chunks) -> ctypes.Array:
+    def _run_threads(self, lp: OffloadedLoop, launch: Launch, ctx, params, chunks) -> ctypes.Array:
         """Run iteration ranges on host threads (the native code releases the GIL), each
         folding its reductions into its own slots; then fold the slots together."""
         count = max(1, len(lp.plan.reductions))
@@ -296,7 +294,13 @@ class OffloadModule:
             self._pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
         futures = [
             self._pool.submit(
-                entry, ctypes.addressof(ctx), ctypes.addressof(params), lo, hi, ctypes.addressof(o)
+                entry,
+                ctypes.addressof(ctx),
+                ctypes.addressof(params),
+                lo,
+                hi,
+                *_nest(launch),
+                ctypes.addressof(o),
             )
             for (lo, hi), o in zip(chunks, outs, strict=True)
         ]
@@ -350,13 +354,12 @@ class OffloadModule:
         ctx[abi.CTX_WRITTEN_COUNT] = len(written)
         ctx_ptr, params_ptr, out_ptr, _ = mirror.upload_scratch([ctx, params, out, ranges])
         stats.transfer_seconds += time.perf_counter() - start
-        threads = 256
-        blocks = max(1, min((launch.trip + threads - 1) // threads, 65535))
+        grid, block = _grid(launch)
+        counts = [(ctypes.c_int64, launch.trip), *((ctypes.c_int64, n) for n in _nest(launch))]
         start = time.perf_counter()
         self.kernels[lp.entry].launch(
-            (blocks, 1, 1), (threads, 1, 1),
-            [(U64, ctx_ptr), (U64, params_ptr), (ctypes.c_int64, launch.trip), (U64, out_ptr)],
-        )  # fmt: skip
+            grid, block, [(U64, ctx_ptr), (U64, params_ptr), *counts, (U64, out_ptr)]
+        )
         self.context.synchronize()
         stats.kernel_seconds += time.perf_counter() - start
         start = time.perf_counter()
@@ -415,6 +418,32 @@ class OffloadModule:
                 init = live.reduction.init.evaluate(launch.env)
                 out.append(_to_host(_combine(live.reduction.op, init, partial, ty), ty))
         return out
+
+
+def _nest(launch: Launch) -> tuple[int, ...]:
+    """The inner trip count argument of a collapsed nest's entry (none otherwise)."""
+    return () if launch.trip2 is None else (launch.trip2,)
+
+
+# Threads per block, and the grid's limit in y (x allows 2**31 - 1 blocks; the kernels
+# stride over whatever the grid does not cover).
+BLOCK_THREADS = 256
+MAX_GRID_Y = 65535
+
+
+def _grid(launch: Launch) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """Grid and block: 1-D over the iterations, or x over a nest's inner counter (rounded to
+    whole warps) and y over its outer one."""
+    if launch.trip2 is None:
+        return (max(1, min(-(-launch.trip // BLOCK_THREADS), 65535)), 1, 1), (BLOCK_THREADS, 1, 1)
+    width = min(BLOCK_THREADS, 32 * -(-launch.trip2 // 32))
+    return (min(-(-launch.trip2 // width), 65535), min(launch.trip, MAX_GRID_Y), 1), (width, 1, 1)
+
+
+def _host_entry_type(lp: OffloadedLoop):
+    """``(ctx, params, begin, end, [trip2,] out)``: see ``lower_loop_entry``."""
+    counts = (ctypes.c_int64,) * (3 if lp.plan.collapse else 2)
+    return ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, *counts, ctypes.c_void_p)
 
 
 def _outermost(plans: list[LoopPlan]) -> list[LoopPlan]:

@@ -88,6 +88,22 @@ def test_parallel_loop_is_offloaded(mod: str, func: str, device: str) -> None:
     assert sum(lp.stats.offloaded for lp in offload.loops) > before, "no loop ran as a kernel"
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_a_collapsed_nest_runs_as_a_2d_launch(device: str, monkeypatch) -> None:
+    import runtime.offload as offload_module
+
+    offload = prepared("blas3", "O2", device)
+    spec = SPECS["blas3"]["sgemm"]
+    case = Case({"m": 33, "n": 70, "k": 9}, [0.0] * len(spec), [0, 8, 16], seed=9)
+    launches = []
+    real_check = offload_module.check
+    monkeypatch.setattr(offload_module, "check", lambda *a: launches.append(real_check(*a)) or launches[-1])
+    assert run_case(offload.rewritten, "sgemm", spec, case, offload) == run_case(
+        module_bytes("blas3", "O2"), "sgemm", spec, case
+    )
+    assert [(lc.trip, lc.trip2) for lc in launches] == [(33, 70)]
+
+
 def test_aliased_arrays_fall_back_to_the_cpu() -> None:
     offload = prepared("blas1", "O2", "cpu")
     spec = SPECS["blas1"]["saxpy"]

@@ -101,6 +101,17 @@ class LiveOut:
 
 
 @dataclass
+class Collapse:
+    """A perfectly nested parallel inner loop, launched as the grid's second dimension: each
+    thread runs the outer iteration's code up to the inner loop, then one inner iteration."""
+
+    loop: LoopInfo
+    counter: Symbol
+    trip: TripCount
+    blocks: set[Block]  # the inner loop's body
+
+
+@dataclass
 class LoopPlan:
     """What the outliner and the runtime need to run a loop as a kernel."""
 
@@ -117,6 +128,7 @@ class LoopPlan:
     ivs: dict[Value, tuple[Poly, Poly]]  # header argument -> (entry value, step) for every loop in the nest
     invariant_args: dict[Value, Value]
     static_dependence_free: list[tuple[int, int]] = field(default_factory=list)
+    collapse: Collapse | None = None  # set when the nest runs as a 2-D grid
 
     @property
     def gathers(self) -> list[Access]:
@@ -225,9 +237,68 @@ def analyze_module(module: Module, options: AnalysisOptions | None = None) -> li
         if func.is_import or not func.loops:
             continue
         facts = FunctionLoops(module, func)
-        for info in func.loops:
-            reports.append(analyze_loop(facts, info, options or AnalysisOptions()))
+        mine = [analyze_loop(facts, info, options or AnalysisOptions()) for info in func.loops]
+        _collapse_nests(facts, mine)
+        reports.extend(mine)
     return reports
+
+
+def _collapse_nests(facts: FunctionLoops, reports: list[LoopReport]) -> None:
+    """Give a parallel loop a second grid dimension when its body is one parallel loop.
+
+    The outer loop must have no reductions and exactly one child loop, itself accepted
+    with no reductions; outside that child the outer body must store nothing (every thread
+    of a row runs it), and the code after the child must not be able to trap (a collapsed
+    thread skips it). The inner trip count is already known not to vary per iteration.
+    """
+    by_loop = {r.loop: r for r in reports}
+    for report in reports:
+        plan = report.plan
+        if plan is None or plan.reductions:
+            continue
+        children = [m for m in facts.func.loops if m.parent is plan.loop]
+        if len(children) != 1:
+            continue
+        (child,) = children
+        inner = by_loop[child]
+        if inner.plan is None or inner.plan.reductions:
+            continue
+        inner_body = facts.bodies[child]
+        outside = [b for b in plan.blocks if b not in inner_body]
+        if any(op.name == "mem.store" for b in outside for op in b.ops):
+            continue
+        if not all(a in plan.ivs or a in plan.invariant_args or not _read_in(facts, a, inner_body)
+                   for a in child.header.args):  # fmt: skip
+            continue
+        if not all(_cannot_trap(op) for b in _after(facts, child, plan) for op in b.ops):
+            continue
+        counter = next((c for c, _ in plan.inner_trips if c.ref is child), None)
+        trip = next(t for c, t in plan.inner_trips if c is counter) if counter else None
+        if trip is not None:
+            plan.collapse = Collapse(child, counter, trip, inner_body)
+            report.reason += f"; 2-D grid with the loop at +0x{child.offset:x}"
+
+
+def _cannot_trap(op: Op) -> bool:
+    return op.opdef.pure or (op.opdef.terminator and op.name != "cf.trap")
+
+
+def _read_in(facts: FunctionLoops, arg: Value, body: set[Block]) -> bool:
+    return any(b in body for _, b in facts.users.get(arg, []))
+
+
+def _after(facts: FunctionLoops, child: LoopInfo, plan: LoopPlan) -> set[Block]:
+    """The outer body's blocks reachable from the child loop's exits (not via the header)."""
+    inner = facts.bodies[child]
+    seen: set[Block] = set()
+    work = [s for b in inner for s in b.successors if s not in inner]
+    while work:
+        b = work.pop()
+        if b in seen or b is plan.loop.header or b not in plan.blocks:
+            continue
+        seen.add(b)
+        work.extend(b.successors)
+    return seen
 
 
 def analyze_loop(facts: FunctionLoops, info: LoopInfo, options: AnalysisOptions) -> LoopReport:
@@ -423,6 +494,9 @@ class LoopAnalysis:
         total = Poly()
         while value is not arg:
             op = value.owner
+            if isinstance(op, Block):
+                merged = self._merged_step(value, arg, body)
+                return None if merged is None else total + merged
             if not isinstance(op, Op) or op.name not in ("arith.add", "arith.sub"):
                 return None
             lhs, rhs = op.operands
@@ -436,6 +510,21 @@ class LoopAnalysis:
             total = total + (amount if op.name == "arith.add" else -amount)
             value = lhs
         return total
+
+    def _merged_step(self, value: Value, arg: Value, body: set[Block]) -> Poly | None:
+        """A merge argument (not a loop header's) whose every incoming value has the same
+        step from ``arg``: clang -O2 joins a guarded inner loop's paths this way."""
+        block = value.owner
+        if block.attrs.get("loop") or block not in body:
+            return None
+        steps = []
+        for pred in self.facts.preds[block]:
+            for succ in pred.terminator.successors:
+                if succ.block is block:
+                    steps.append(self.step_of(succ.args[value.index], arg, body))
+        if not steps or any(step is None or step != steps[0] for step in steps):
+            return None
+        return steps[0]
 
     def invariant_in(self, value: Value, body: set[Block]) -> bool:
         owner = value.owner
@@ -541,7 +630,15 @@ class LoopAnalysis:
             return Poly.symbol(self.symbol_for(value))
         if isinstance(owner, Block):
             loop = block.attrs.get("loop")
-            if loop is None:
+            if loop is None:  # a merge: known when every incoming value is the same polynomial
+                incoming = [
+                    self.expr(succ.args[value.index])
+                    for pred in self.facts.preds[block]
+                    for succ in pred.terminator.successors
+                    if succ.block is block
+                ]
+                if incoming and incoming[0] is not None and all(p == incoming[0] for p in incoming):
+                    return incoming[0]
                 return None
             if value in self.invariant_args:
                 return self.expr(self.invariant_args[value])

@@ -11,6 +11,7 @@ the Wasm byte offset it came from.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -180,9 +181,7 @@ class ModuleLowering:
         ctx, io = entry.args
         b = ir.IRBuilder(entry.append_basic_block("entry"))
 
-        def slot(base, i):
-            return b.gep(base, [ir.Constant(I64_T, i)], source_etype=I64_T)
-
+        slot = functools.partial(_slot, b)
         b.store(i64_const(0), slot(ctx, abi.CTX_TRAP))
         b.store(i64_const(0), slot(ctx, abi.CTX_DEPTH))
         args = [
@@ -359,8 +358,15 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
     begin, end, out)`` over ``[begin, end)``. Both read the live-ins from 64-bit slots at
     ``params``, stop at the first trap (its code is in the context), and fold each thread's
     reduction partials into ``out`` (atomically on the GPU). ``out`` holds the identities.
+
+    A collapsed nest (a kernel of two counters, see :class:`compiler.analysis.loops.Collapse`)
+    takes the inner trip count after ``trip`` / ``end``: on the GPU the grid's x dimension
+    covers the inner counter (neighbouring threads touch neighbouring elements) and its y
+    dimension the outer one; the host runs the inner counter in full for each outer one.
     """
     kernel = lowering.dialect.functions[index]
+    if getattr(kernel.attrs.get("loop_plan"), "collapse", None):
+        return _lower_nest_entry(lowering, index)
     gpu = lowering.target.is_gpu
     name = loop_entry_name(index, gpu)
     params = [PTR_T, PTR_T, I64_T, PTR_T] if gpu else [PTR_T, PTR_T, I64_T, I64_T, PTR_T]
@@ -371,15 +377,9 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
     else:
         ctx, slots, begin, trip, out = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-
-    def slot(base, i):
-        return b.gep(base, [ir.Constant(I64_T, i)], source_etype=I64_T)
-
-    args = [
-        from_slot(b, b.load(slot(slots, i), typ=I64_T), llvm_type(t)) for i, t in enumerate(kernel.params[1:])
-    ]
+    args = _live_in_args(b, kernel, slots, 1)
     result_types = [llvm_type(t) for t in kernel.results]
-    identities = [b.load(slot(out, i), typ=t) for i, t in enumerate(result_types)]
+    identities = [b.load(_slot(b, out, i), typ=t) for i, t in enumerate(result_types)]
     if gpu:
         first = b.add(b.mul(_read_sreg(lowering.llvm, b, "ctaid.x"), _read_sreg(lowering.llvm, b, "ntid.x")),
                       _read_sreg(lowering.llvm, b, "tid.x"))  # fmt: skip
@@ -402,7 +402,7 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
     b.cbranch(b.icmp_signed("<", k, trip), body, done)
     b.position_at_end(body)
     result = b.call(lowering.function_for(index), [ctx, b.trunc(k, ir.IntType(32)), *args])
-    trapped = b.icmp_unsigned("!=", b.load(slot(ctx, abi.CTX_TRAP), typ=I64_T), i64_const(0))
+    trapped = b.icmp_unsigned("!=", b.load(_slot(b, ctx, abi.CTX_TRAP), typ=I64_T), i64_const(0))
     parts = (
         [result] if len(result_types) == 1 else [b.extract_value(result, i) for i in range(len(result_types))]
     )
@@ -416,7 +416,7 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
     b.branch(head)
     b.position_at_end(done)
     for i, (op, acc) in enumerate(zip(reductions, accs, strict=True)):
-        ptr = slot(out, i)
+        ptr = _slot(b, out, i)
         if gpu and op in REDUCE_RMW:
             b.atomic_rmw(REDUCE_RMW[op], ptr, acc, "monotonic")
         elif gpu:  # no atomic multiply: compare-and-swap until it sticks
@@ -434,5 +434,79 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
             b.position_at_end(after)
         else:
             b.store(acc, ptr)
+    b.ret_void()
+    return name
+
+
+def _slot(b: ir.IRBuilder, base, i: int):
+    return b.gep(base, [ir.Constant(I64_T, i)], source_etype=I64_T)
+
+
+def _live_in_args(b: ir.IRBuilder, kernel, slots, counters: int) -> list:
+    return [
+        from_slot(b, b.load(_slot(b, slots, i), typ=I64_T), llvm_type(t))
+        for i, t in enumerate(kernel.params[counters:])
+    ]
+
+
+def _lower_nest_entry(lowering: ModuleLowering, index: int) -> str:
+    """The launch entry of a collapsed nest (no reductions): ``(ctx, params, trip, trip2,
+    out)`` on the GPU, ``(ctx, params, begin, end, trip2, out)`` on the host."""
+    kernel = lowering.dialect.functions[index]
+    gpu = lowering.target.is_gpu
+    name = loop_entry_name(index, gpu)
+    params = [PTR_T, PTR_T, *[I64_T] * (2 if gpu else 3), PTR_T]
+    fn = ir.Function(lowering.llvm, ir.FunctionType(VOID_T, params), name=name)
+    lowering.target.mark_entry(fn)
+    if gpu:
+        ctx, slots, trip, trip2, _ = fn.args
+    else:
+        ctx, slots, begin, trip, trip2, _ = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    args = _live_in_args(b, kernel, slots, 2)
+    if gpu:
+        sreg = functools.partial(_read_sreg, lowering.llvm, b)
+        outer = (sreg("ctaid.y"), sreg("nctaid.y"))
+        inner = (
+            b.add(b.mul(sreg("ctaid.x"), sreg("ntid.x")), sreg("tid.x")),
+            b.mul(sreg("nctaid.x"), sreg("ntid.x")),
+        )
+    else:
+        outer, inner = (begin, i64_const(1)), (i64_const(0), i64_const(1))
+    done = fn.append_basic_block("done")
+
+    def counted(first, step, bound, exit_block, body) -> None:
+        """``for (k = first; k < bound; k += step) body(k)``, leaving to ``exit_block``."""
+        start = b.block
+        head = fn.append_basic_block("head")
+        loop = fn.append_basic_block("body")
+        b.branch(head)
+        b.position_at_end(head)
+        k = b.phi(I64_T)
+        k.add_incoming(first, start)
+        b.cbranch(b.icmp_signed("<", k, bound), loop, exit_block)
+        b.position_at_end(loop)
+        body(k)
+        k.add_incoming(b.add(k, step), b.block)
+        b.branch(head)
+
+    def row(ko) -> None:
+        after = fn.append_basic_block("row.done")
+
+        def cell(k2) -> None:
+            b.call(
+                lowering.function_for(index),
+                [ctx, b.trunc(ko, ir.IntType(32)), b.trunc(k2, ir.IntType(32)), *args],
+            )
+            trapped = b.icmp_unsigned("!=", b.load(_slot(b, ctx, abi.CTX_TRAP), typ=I64_T), i64_const(0))
+            cont = fn.append_basic_block("next")
+            b.cbranch(trapped, done, cont)
+            b.position_at_end(cont)
+
+        counted(*inner, trip2, after, cell)
+        b.position_at_end(after)
+
+    counted(*outer, trip, done, row)
+    b.position_at_end(done)
     b.ret_void()
     return name
