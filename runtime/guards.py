@@ -102,11 +102,12 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int) -> Launch:
     launched = {plan.counter, nest.counter} if nest else {plan.counter}
     reads, writes = [], []
     ranges: list[tuple[Access, Range]] = []
-    for access in plan.accesses:
-        if access.address is None:
+    counts = {plan.counter: trip, **inner}
+    for access, split in zip(plan.accesses, _split_addresses(plan), strict=True):
+        if split is None:
             ranges.append((access, None))  # a gather: checked by the kernel itself
             continue
-        rng = _range(access, plan, env, trip, inner, launched)
+        rng = _range(split, plan, env, counts, launched, access.width)
         if rng.lo < 0 or rng.hi > memory_size:
             raise GuardFailed(f"{access.kind} at {access.where} reaches outside linear memory")
         ranges.append((access, rng))
@@ -126,30 +127,45 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int) -> Launch:
     return Launch(trip, env, reads, writes, bool(plan.gathers), trip2)
 
 
-def _range(
-    access: Access, plan: LoopPlan, env, trip: int, inner: dict[Symbol, int], launched: set[Symbol]
-) -> Range:
-    poly = access.address
-    values = dict(env)
-    counts = {plan.counter: trip, **inner}
-    coeffs = {}
-    rest = poly
-    for counter in counts:
-        split = rest.split(counter)
-        rest, coeff = split
-        coeffs[counter] = coeff.evaluate(values) if coeff.terms else 0
-    base = rest.evaluate(values)
+def _split_addresses(plan: LoopPlan) -> list:
+    """Per access: its address as (the part without counters, [(counter, coefficient)]),
+    split once per plan rather than on every arrival."""
+    cached = plan.__dict__.get("_guard_splits")
+    if cached is None:
+        counters = [plan.counter, *(c for c, _ in plan.inner_trips)]
+        cached = []
+        for access in plan.accesses:
+            if access.address is None:
+                cached.append(None)
+                continue
+            rest, coeffs = access.address, []
+            for counter in counters:
+                rest, coeff = rest.split(counter)
+                coeffs.append((counter, coeff))
+            cached.append((rest, coeffs))
+        plan.__dict__["_guard_splits"] = cached
+    return cached
+
+
+def _range(split, plan: LoopPlan, env, counts: dict[Symbol, int], launched: set[Symbol], width: int) -> Range:
+    rest, coeff_polys = split
+    base = rest.evaluate(env)
     lo = hi = base
-    for counter, coeff in coeffs.items():
+    inner_lo = inner_hi = base
+    stride = stride2 = 0
+    for counter, poly in coeff_polys:
+        coeff = poly.evaluate(env) if poly.terms else 0
         span = coeff * max(counts[counter] - 1, 0)
         lo += min(0, span)
         hi += max(0, span)
-    inner_lo = base + sum(min(0, c * max(counts[k] - 1, 0)) for k, c in coeffs.items() if k not in launched)
-    inner_hi = base + sum(max(0, c * max(counts[k] - 1, 0)) for k, c in coeffs.items() if k not in launched)
-    stride2 = sum(c for k, c in coeffs.items() if k in launched and k is not plan.counter)
-    return Range(
-        lo, hi + access.width, inner_lo, coeffs[plan.counter], inner_hi + access.width - inner_lo, stride2
-    )
+        if counter is plan.counter:
+            stride = coeff
+        elif counter in launched:
+            stride2 = coeff
+        else:
+            inner_lo += min(0, span)
+            inner_hi += max(0, span)
+    return Range(lo, hi + width, inner_lo, stride, inner_hi + width - inner_lo, stride2)
 
 
 # Grid rows (or columns) the exact 2-D test walks before settling for the whole ranges.

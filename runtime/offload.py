@@ -46,6 +46,7 @@ from runtime.mirror import DeviceMirror
 
 log = logging.getLogger(__name__)
 U64 = ctypes.c_uint64
+CPUS = os.cpu_count() or 1
 MASKS = {32: 0xFFFFFFFF, 64: 0xFFFFFFFFFFFFFFFF}
 
 
@@ -280,7 +281,7 @@ class OffloadModule:
     THREAD_MIN_ITERATIONS = 8_192
 
     def _chunks(self, trip: int, per_iteration: int = 1) -> list[tuple[int, int]]:
-        threads = min(os.cpu_count() or 1, trip, max(1, trip * per_iteration // self.THREAD_MIN_ITERATIONS))
+        threads = min(CPUS, trip, max(1, trip * per_iteration // self.THREAD_MIN_ITERATIONS))
         step = -(-trip // threads)
         return [(lo, min(lo + step, trip)) for lo in range(0, trip, step)]
 
@@ -291,7 +292,7 @@ class OffloadModule:
         outs = [(U64 * count)(*_identities(lp)) for _ in chunks]
         entry = self.kernels[lp.entry]
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
+            self._pool = ThreadPoolExecutor(max_workers=CPUS)
         futures = [
             self._pool.submit(
                 entry,
