@@ -76,7 +76,7 @@ def launch_overhead(device: str, calls: int = 2000) -> dict:
     wasm = module_bytes("blas1", "O2")
 
     def per_call(mode: str) -> tuple[float, OffloadModule]:
-        prepared = OffloadModule(wasm, device=device, mode=mode)
+        prepared = OffloadModule(wasm, device=device, mode=mode, pin=True)
         store, inst = instantiate(prepared.rewritten, prepared)
         saxpy = inst.exports(store)["saxpy"]
         base = inst.exports(store)["scratch_base"](store)

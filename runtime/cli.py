@@ -307,7 +307,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # Some argparse releases leave a run's program arguments unmatched when options come
+    # first; whatever a run does not recognise belongs to the program.
+    args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "run", None) is cmd_run:
+        args.args = [*args.args, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="tensorwasm: %(message)s"
     )

@@ -87,11 +87,18 @@ class OffloadModule:
 
     ``device`` is "gpu" or "cpu"; ``mode`` "always" launches whenever the guards hold,
     "off" never does (the rewritten module then behaves as the original).
+    ``device_memory_limit`` caps the device memory its launches may hold (default:
+    ``TENSORWASM_DEVICE_MEMORY_LIMIT``). ``pin`` page-locks the instance's linear memory
+    for the copies: only for a module instantiated once, with :meth:`close` called before
+    its store goes (the driver would otherwise keep pinning pages the store unmapped, and
+    a new store mapped at the same address would be copied from the stale pages).
     """
 
     def __init__(self, wasm: bytes, device: str = "cpu", mode: str = "always",
-                 options: AnalysisOptions | None = None, device_memory_limit: int | None = None):  # fmt: skip
+                 options: AnalysisOptions | None = None, device_memory_limit: int | None = None,
+                 pin: bool = False):  # fmt: skip
         self.device = device
+        self.pin = pin
         self.device_memory_limit = device_memory_limit
         self.gpu_lost: str | None = None  # why the GPU cannot be used any more
         self.mode = mode
@@ -342,7 +349,8 @@ class OffloadModule:
         ranges = (U64 * max(2, 2 * len(written)))(*[v for r in written for v in (r.lo, r.hi)])
         start = time.perf_counter()
         mirror.ensure(size, len(ctx) + len(params) + len(out) + len(ranges))
-        mirror.pin(base, size)
+        if self.pin:
+            mirror.pin(base, size)
         # Gathered loads may read anywhere: then the device gets all of memory.
         moved_in = mirror.copy_in(
             base, [_Span(0, size)] if launch.gathers else _merge(launch.reads + launch.writes)
@@ -364,11 +372,13 @@ class OffloadModule:
         self.context.synchronize()
         stats.kernel_seconds += time.perf_counter() - start
         start = time.perf_counter()
-        mirror.download(ctx, ctx_ptr)
-        if ctx[abi.CTX_TRAP]:
-            stats.decline(_trap_reason(ctx[abi.CTX_TRAP]))
+        # One copy back for the context (its trap slot) and the reduction slots behind it.
+        back = (U64 * (len(ctx) + len(params) + len(out)))()
+        mirror.download(back, ctx_ptr)
+        if back[abi.CTX_TRAP]:
+            stats.decline(_trap_reason(back[abi.CTX_TRAP]))
             return None
-        mirror.download(out, out_ptr)
+        out = back[len(ctx) + len(params) :]
         moved_out = mirror.copy_out(base, written)
         stats.transfer_seconds += time.perf_counter() - start
         stats.bytes_in += moved_in
@@ -461,8 +471,8 @@ def _insertion(wasm, plan: LoopPlan, import_name: str) -> Insertion:
     local_types = list(sig.params) + wasm.codes[index - wasm.num_imported_funcs].locals
     locals_ = [i for _, _, kind, i in plan.live_ins if kind == "local"]
     globals_ = [i for _, _, kind, i in plan.live_ins if kind == "global"]
-    # The host receives the live-ins in plan order: locals first, then globals.
-    plan.live_ins.sort(key=lambda item: item[2] != "local")
+    # The host receives the live-ins in plan order: locals first, then globals (the
+    # analysis orders them so, and the kernel's parameters follow the same order).
     return Insertion(index, plan.loop.start, plan.loop.end, locals_, globals_,
                      [lo.local for lo in plan.live_outs], local_types, import_name)  # fmt: skip
 

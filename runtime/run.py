@@ -18,6 +18,7 @@ import wasmtime
 from compiler.analysis.loops import AnalysisOptions
 from dialect.errors import TensorWasmError
 from runtime.offload import OffloadModule
+from runtime.wasi_cuda import define_if_imported
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def run(
     device = pick_device(device)
     prepared = OffloadModule(
         wasm, device=device, mode="off" if offload == "off" else offload,
-        options=AnalysisOptions(relaxed_float=relaxed_float),
+        options=AnalysisOptions(relaxed_float=relaxed_float), pin=True,
     )  # fmt: skip
     compiled = time.perf_counter()
     engine = wasmtime.Engine()
@@ -75,6 +76,7 @@ def run(
     prepared.define(linker, store)
     try:
         module = wasmtime.Module(engine, prepared.rewritten)
+        define_if_imported(linker, store, module)  # a guest that ships its own PTX
         linker.define_unknown_imports_as_traps(module)
         instance = linker.instantiate(store, module)
     except wasmtime.WasmtimeError as exc:

@@ -445,7 +445,7 @@ def test_cubin_cache_hit_skips_the_jit_and_a_refused_cubin_is_rebuilt(
     Cache(tmp_path).put("cubin", key, b"\x7fELF not a cubin")  # hash-valid, driver-invalid
     fresh = Cache(tmp_path)
     module = load_kernels(ctx, ADD_ONE_PTX.encode(), fresh)
-    assert module.function("add_one") is not None and fresh.misses == 1
+    assert module.function("add_one") is not None and fresh.hits == 1
     assert (
         Cache(tmp_path).get("cubin", key)[:4] == b"\x7fELF" and len(Cache(tmp_path).get("cubin", key)) > 100
     )

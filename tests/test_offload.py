@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.offload import OffloadModule
+from dialect.types import I32
+from runtime.offload import OffloadInstance, OffloadModule
 from tests.offload_cases import SPECS, Case, module_bytes, run_case
 
 LEVELS = ["O1", "O2"]
@@ -138,7 +139,7 @@ def _saxpy_case(n: int = 4096) -> tuple[list, Case]:
 
 @pytest.mark.gpu
 def test_gpu_copies_are_page_locked() -> None:
-    offload = OffloadModule(module_bytes("blas1", "O2"), device="gpu")
+    offload = OffloadModule(module_bytes("blas1", "O2"), device="gpu", pin=True)
     spec, case = _saxpy_case()
     assert run_case(offload.rewritten, "saxpy", spec, case, offload) == run_case(
         module_bytes("blas1", "O2"), "saxpy", spec, case
@@ -212,3 +213,28 @@ def test_a_sticky_fault_falls_back_to_the_cpu_with_exact_results() -> None:
     assert "ILLEGAL_ADDRESS" in done.stdout or "ILLEGAL_ADDRESS" in done.stderr
     assert "runs on the CPU" in done.stderr  # the warning
     assert "GPU error" in done.stdout
+
+
+GLOBAL_BASE_LOOP = """(module (memory (export "memory") 4) (global $A i32 (i32.const 0x10000))
+  (global $B (mut i32) (i32.const 0x20000))
+  (func (export "fill") (param $n i32) (result i32) (local $i i32)
+    (loop $l
+      (i32.store (i32.add (global.get $A) (i32.shl (local.get $i) (i32.const 2))) (local.get $i))
+      (i32.store (i32.add (global.get $B) (i32.shl (local.get $i) (i32.const 2))) (local.get $n))
+      (local.set $i (i32.add (local.get $i) (i32.const 1))) (br_if $l (i32.lt_u (local.get $i) (local.get $n))))
+    (i32.add (i32.load (i32.const 0x10ffc)) (i32.load (i32.const 0x20000)))))"""
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_loop_reading_globals_gets_them_in_the_right_parameters(device: str) -> None:
+    from runtime.reference import ReferenceInstance
+    from tests.conftest import wat
+
+    wasm = wat(GLOBAL_BASE_LOOP)
+    offload = OffloadModule(wasm, device=device)
+    (loop,) = offload.loops
+    assert [kind for _, _, kind, _ in loop.plan.live_ins] == ["local", "global", "global"]
+    expected = ReferenceInstance(wasm).call("fill", [(I32, 1024)])
+    actual = OffloadInstance(wasm, device=device)
+    assert actual.call("fill", [(I32, 1024)]) == expected
+    assert actual.offloaded == 1

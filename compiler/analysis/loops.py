@@ -826,7 +826,9 @@ class LoopAnalysis:
                 if local is None:
                     raise Reject("the trip count depends on a value no local holds")
                 seen[sym.ref] = (sym.ref, sym, "local", local)
-        return list(seen.values())
+        # Locals first, then globals: the order of the kernel's parameters and of the
+        # values the rewritten module passes to the host.
+        return sorted(seen.values(), key=lambda item: item[2] != "local")
 
     def used_outside(self, value: Value) -> bool:
         for op, block in self.facts.users.get(value, []):
