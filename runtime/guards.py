@@ -10,7 +10,6 @@ Anything refused runs as the original loop on the CPU.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -168,32 +167,42 @@ def _range(split, plan: LoopPlan, env, counts: dict[Symbol, int], launched: set[
     return Range(lo, hi + width, inner_lo, stride, inner_hi + width - inner_lo, stride2)
 
 
-# Grid rows (or columns) the exact 2-D test walks before settling for the whole ranges.
-MAX_EXACT_ROWS = 1 << 15
-
-
 def _conflict2(s: Range, a: Range, trip: int, trip2: int) -> bool:
     """May the store's footprint in one grid cell meet the access's in another cell?
 
     With equal strides the footprints of cells ``(o, i)`` and ``(o', i')`` overlap iff
-    ``-ws < d + so*(o-o') + si*(i-i') < wa``; the test walks the shorter dimension's
-    differences and solves the other one exactly. Otherwise the whole ranges must be apart.
+    ``-ws < d + so*(o-o') + si*(i-i') < wa``: for each difference along one dimension that
+    can come close enough, the other difference is solved exactly, in integers. Otherwise
+    the whole ranges must be apart.
     """
-    if (s.stride, s.stride2) != (a.stride, a.stride2) or min(trip, trip2) > MAX_EXACT_ROWS:
-        return s.lo < a.hi and a.lo < s.hi
+    if s.lo >= a.hi or a.lo >= s.hi:
+        return False  # never near each other
+    if (s.stride, s.stride2) != (a.stride, a.stride2):
+        return True
     d = s.base - a.base
-    (walk, n_walk), (solve, n_solve) = sorted(((s.stride, trip), (s.stride2, trip2)), key=lambda p: p[1])
-    for delta in range(-(n_walk - 1), n_walk):
-        x = d + walk * delta
-        if solve == 0:
-            if -s.width < x < a.width and (delta != 0 or n_solve > 1):
-                return True
-            continue
-        lo, hi = sorted((Fraction(-s.width - x, solve), Fraction(a.width - x, solve)))
-        first, last = max(math.floor(lo) + 1, -(n_solve - 1)), min(math.ceil(hi) - 1, n_solve - 1)
-        if first <= last and not (delta == 0 and first == last == 0):
+    (walk, n_walk), (solve, n_solve) = (s.stride, trip), (s.stride2, trip2)
+    if walk == 0:
+        (walk, n_walk), (solve, n_solve) = (solve, n_solve), (walk, n_walk)
+    if walk == 0:  # every cell touches the same bytes
+        return -s.width < d < a.width and trip * trip2 > 1
+    reach = max(s.width, a.width) + abs(solve) * (n_solve - 1)
+    lo, hi = sorted(((-reach - d) // walk, (reach - d) // walk))
+    for delta in range(max(lo - 1, -(n_walk - 1)), min(hi + 1, n_walk - 1) + 1):
+        if _solvable(d + walk * delta, solve, n_solve, s.width, a.width, delta != 0):
             return True
     return False
+
+
+def _solvable(x: int, solve: int, n: int, ws: int, wa: int, zero_ok: bool) -> bool:
+    """Is there an integer ``t``, ``|t| < n`` (and ``t != 0`` unless ``zero_ok``), with
+    ``-ws < x + solve*t < wa``?"""
+    if solve == 0:
+        return -ws < x < wa and (zero_ok or n > 1)
+    if solve < 0:
+        x, solve, ws, wa = -x, -solve, wa, ws
+    first = max((-ws - x) // solve + 1, -(n - 1))  # smallest t with x + solve*t > -ws
+    last = min(-((x - wa) // solve) - 1, n - 1)  # largest t with x + solve*t < wa
+    return first <= last and (zero_ok or not first == last == 0)
 
 
 def _conflict(s: Range, a: Range, trip: int) -> bool:
