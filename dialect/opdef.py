@@ -36,6 +36,10 @@ class OpDef:
     def infer(self, operands: Sequence[Type], attrs: dict[str, Any]) -> tuple[Type, ...]:
         raise NotImplementedError
 
+    def __reduce__(self) -> tuple:
+        """Pickled by name: the definitions are module-level singletons."""
+        return (op_by_name, (self.name,))
+
     def fail(self, message: str) -> IRTypeError:
         return IRTypeError(f"{self.name}: {message}")
 
@@ -170,6 +174,13 @@ class Custom(OpDef):
 
     def infer(self, operands, attrs):
         return self.rule(self, operands, attrs)
+
+
+def op_by_name(name: str) -> OpDef:
+    """The definition of the op ``name`` (e.g. ``"arith.add"``)."""
+    from dialect import OPS
+
+    return OPS[name]
 
 
 class Dialect:

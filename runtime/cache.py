@@ -58,7 +58,8 @@ def make_key(*parts: object) -> str:
 
 
 class Cache:
-    """Compiled code by key; ``kind`` ("ptx", "cubin", "obj") names the subdirectory."""
+    """Compiled code by key; ``kind`` ("ptx", "cubin", "obj", "prepared": see
+    :mod:`runtime.prepared`) names the subdirectory."""
 
     def __init__(self, directory: Path | None = None, enabled: bool = True):
         self.directory = directory or cache_dir()

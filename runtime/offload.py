@@ -16,6 +16,7 @@ import ctypes
 import hashlib
 import logging
 import os
+import pickle
 import struct
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +40,7 @@ from compiler.rewrite import HOST_MODULE, Insertion, rewrite
 from compiler.target import HostTarget, nvptx_for_device
 from compiler.traps import TrapKind, trap_message
 from dialect.types import F32, Type
+from runtime import prepared
 from runtime.driver import CudaError
 from runtime.guards import GuardFailed, Launch, check
 from runtime.limits import DeviceMemoryLimitError, DeviceOutOfMemory
@@ -103,43 +105,80 @@ class OffloadModule:
         self.gpu_lost: str | None = None  # why the GPU cannot be used any more
         self.mode = mode
         self.options = options or AnalysisOptions()
-        self.wasm = load(wasm)
-        self.module = translate_module(self.wasm)
-        self.reports: list[LoopReport] = analyze_module(self.module, options)
-        chosen = _outermost([r.plan for r in self.reports if r.verdict == "offload"])
-        self.loops: list[OffloadedLoop] = []
         self._pool: ThreadPoolExecutor | None = None  # host threads, made on first need
-        for n, plan in enumerate(chosen):
-            kernel = outline(self.module, plan)
-            insertion = _insertion(self.wasm, plan, f"loop_{n}")
-            stats = LoopStats(plan.func.name, plan.loop.offset, device)
-            self.loops.append(OffloadedLoop(plan, kernel.index, "", insertion, stats))
-        self.rewritten = (
-            rewrite(self.wasm, [lp.insertion for lp in self.loops]) if self.loops else bytes(wasm)
-        )
-        self._compile()
-
-    def _compile(self) -> None:
-        if not self.loops:
-            return
-        if self.device == "gpu":
-            from runtime import driver
-
-            self.context = driver.Context.get()
-            info = self.context.info
-            target = nvptx_for_device(info.compute_capability, info.driver_version)
-        else:
-            target = HostTarget()
+        self._wasm_bytes = bytes(wasm)
+        self._wasm = None
+        self.target = self._target()
         from runtime.cache import default_cache, make_key
         from runtime.executor import _describe
 
         cache = default_cache()
-        key = make_key("offload", hashlib.sha256(self.wasm.raw).hexdigest(), _describe(target),
-                       self.options, [lp.kernel_index for lp in self.loops])  # fmt: skip
+        digest = hashlib.sha256(self._wasm_bytes).hexdigest()
+        self._key = make_key("offload", digest, _describe(self.target), self.options)
+        state = None
+        blob = cache.get("prepared", self._key)
+        if blob is not None:
+            state = prepared.load(blob)
+        if state is not None:
+            self.reports, self.loops = state["reports"], state["loops"]
+            self.rewritten, self._host_sigs = state["rewritten"], state["host_sigs"]
+            if self._compile(cache):
+                return
+        self._prepare()
+        self._compile(cache, must=True)
+        state = {"reports": self.reports, "loops": self.loops, "rewritten": self.rewritten,
+                 "host_sigs": self._host_sigs}  # fmt: skip
+        try:
+            cache.put("prepared", self._key, prepared.dump(state))
+        except (pickle.PicklingError, RecursionError) as exc:  # costs warm starts, nothing else
+            log.info("prepared module not cached: %s", exc)
+
+    @property
+    def wasm(self):
+        """The decoded module (decoded on first use: a warm start does not need it)."""
+        if self._wasm is None:
+            self._wasm = load(self._wasm_bytes)
+        return self._wasm
+
+    def _target(self):
+        if self.device != "gpu":
+            return HostTarget()
+        from runtime import driver
+
+        self.context = driver.Context.get()
+        info = self.context.info
+        return nvptx_for_device(info.compute_capability, info.driver_version)
+
+    def _prepare(self) -> None:
+        """Translate, analyse, outline every outermost accepted loop, rewrite the module."""
+        self.module = translate_module(self.wasm)
+        self.reports: list[LoopReport] = analyze_module(self.module, self.options)
+        chosen = _outermost([r.plan for r in self.reports if r.verdict == "offload"])
+        self.loops: list[OffloadedLoop] = []
+        for n, plan in enumerate(chosen):
+            kernel = outline(self.module, plan)
+            insertion = _insertion(self.wasm, plan, f"loop_{n}")
+            stats = LoopStats(plan.func.name, plan.loop.offset, self.device)
+            self.loops.append(OffloadedLoop(plan, kernel.index, "", insertion, stats))
+        self.rewritten = (
+            rewrite(self.wasm, [lp.insertion for lp in self.loops]) if self.loops else self._wasm_bytes
+        )
+        self._host_sigs = {lp.insertion.import_name: _host_sig(self.wasm, lp.insertion) for lp in self.loops}
+
+    def _compile(self, cache, must: bool = False) -> bool:
+        """Load the kernels' code from the cache, or (``must``) compile it; False on a miss."""
+        if not self.loops:
+            return True
+        from runtime.cache import make_key
+
+        target = self.target
+        key = make_key("kernels", self._key, [lp.kernel_index for lp in self.loops])
         gpu = self.device == "gpu"
         for lp in self.loops:
             lp.entry = loop_entry_name(lp.kernel_index, gpu)
         cached = cache.get("ptx" if gpu else "obj", key)
+        if cached is None and not must:
+            return False
         self.cached = cached is not None
         if cached is None:
             lowering = ModuleLowering(self.module, target)
@@ -163,6 +202,7 @@ class OffloadModule:
             if cached is None:
                 cache.put("obj", key, self.code.object)
             self.kernels = {lp.entry: _host_entry_type(lp)(self.code.address(lp.entry)) for lp in self.loops}
+        return True
 
     def _load_kernels(self) -> None:
         from runtime.cache import load_kernels
@@ -181,7 +221,7 @@ class OffloadModule:
         """The ``tensorwasm`` imports of the rewritten module, bound to ``store``."""
         funcs = {}
         for lp in self.loops:
-            sig = _host_sig(self.wasm, lp.insertion)
+            sig = self._host_sigs[lp.insertion.import_name]
             params = [_valtype(t) for t in sig[0]]
             results = [_valtype(t) for t in sig[1]]
             funcs[lp.insertion.import_name] = wasmtime.Func(

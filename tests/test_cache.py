@@ -56,3 +56,41 @@ def test_cache_info_and_clear(cache_dir: Path, capsys) -> None:
     assert "1 hits, 1 misses" in out and "obj: 1 entries" in out
     assert main(["cache", "clear"]) == 0
     assert not cache_dir.exists()
+
+
+def test_warm_offload_start_skips_the_compiler_and_runs_the_same(cache_dir: Path, monkeypatch) -> None:
+    import runtime.offload as offload_module
+    from runtime.offload import OffloadModule
+    from tests.offload_cases import SPECS, Case, module_bytes, run_case
+
+    wasm = module_bytes("stencil", "O2")
+    cold = OffloadModule(wasm, device="cpu")
+    default_cache().memory.clear()  # as a new process would start
+
+    def refuse(*args):
+        raise AssertionError("a warm start must not translate the module")
+
+    monkeypatch.setattr(offload_module, "translate_module", refuse)
+    warm = OffloadModule(wasm, device="cpu")
+    assert warm._wasm is None  # not even decoded
+    assert [lp.stats.offset for lp in warm.loops] == [lp.stats.offset for lp in cold.loops]
+    assert [(r.func.name, r.loop.offset, r.verdict, r.reason) for r in warm.reports] == [
+        (r.func.name, r.loop.offset, r.verdict, r.reason) for r in cold.reports
+    ]
+    spec = SPECS["stencil"]["jacobi2d"]
+    case = Case({"m": 19, "n": 23, "k": 1}, [0.0] * len(spec), [0, 4], seed=2)
+    assert run_case(warm.rewritten, "jacobi2d", spec, case, warm) == run_case(wasm, "jacobi2d", spec, case)
+    assert sum(lp.stats.offloaded for lp in warm.loops) == 1
+
+
+def test_unreadable_prepared_entry_is_prepared_again(cache_dir: Path) -> None:
+    from runtime.offload import OffloadModule
+    from tests.offload_cases import module_bytes
+
+    wasm = module_bytes("blas1", "O2")
+    OffloadModule(wasm, device="cpu")
+    for entry in (cache_dir / "prepared").iterdir():
+        Cache(cache_dir).put("prepared", entry.stem, b"not a pickle")
+    default_cache().memory.clear()
+    again = OffloadModule(wasm, device="cpu")
+    assert again.loops and again._wasm is not None  # prepared from scratch

@@ -1,0 +1,114 @@
+"""The prepared-module cache: what offload needs at run time, without the compiler's IR.
+
+Preparing a module for offload (decode, translate, analyse, outline, rewrite) costs far
+more than loading its kernels from the code cache, so the result is cached too, keyed like
+the kernels (module hash, compiler fingerprint, target, options). An entry holds the
+rewritten module, the loop reports, and for each offloaded loop its plan, insertion and
+host signature. Plans point into the IR (values, ops, blocks, functions, loops); here each
+such reference is pickled as a small stand-in carrying only what the runtime reads (a
+value's type, an op's offset, a function's name, a loop's offset and depth), and the plan
+fields only the outliner uses are dropped. A stand-in that a later runtime change would
+need is an error at load, and then the module is simply prepared again.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import logging
+import pickle
+import sys
+from dataclasses import dataclass
+
+from compiler.analysis.loops import LoopPlan
+from dialect.ir import Block, Function, LoopInfo, Op, Value
+from dialect.types import Type
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ValueRef:
+    type: Type
+
+
+@dataclass(frozen=True)
+class OpRef:
+    name: str
+    offset: int | None
+
+
+@dataclass(frozen=True)
+class FunctionRef:
+    name: str
+    index: int
+
+
+@dataclass(frozen=True)
+class LoopRef:
+    offset: int
+    depth: int
+    start: int
+    end: int
+
+
+def _slim(plan: LoopPlan) -> LoopPlan:
+    """A shallow copy without the fields only the outliner reads."""
+    out = copy.copy(plan)
+    out.blocks, out.ivs, out.invariant_args = set(), {}, {}
+    if plan.collapse is not None:
+        out.collapse = copy.copy(plan.collapse)
+        out.collapse.blocks = set()
+    return out
+
+
+class _Pickler(pickle.Pickler):
+    def persistent_id(self, obj: object):
+        if isinstance(obj, Value):
+            return ("value", obj.type)
+        if isinstance(obj, Op):
+            return ("op", obj.name, obj.offset)
+        if isinstance(obj, Function):
+            return ("func", obj.name, obj.index)
+        if isinstance(obj, LoopInfo):
+            return ("loop", obj.offset, obj.depth, obj.start, obj.end)
+        if isinstance(obj, Block):
+            raise pickle.PicklingError("a plan still refers to a block")
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    _REFS = {"value": ValueRef, "op": OpRef, "func": FunctionRef, "loop": LoopRef}
+
+    def persistent_load(self, pid):
+        kind, *fields = pid
+        return self._REFS[kind](*fields)
+
+
+def dump(state: dict) -> bytes:
+    """Pickle the prepared state (``reports``, ``loops``, ...) with IR references slimmed."""
+    plans = {id(r.plan): _slim(r.plan) for r in state["reports"] if r.plan is not None}
+    reports = [copy.copy(r) for r in state["reports"]]
+    for r in reports:
+        if r.plan is not None:
+            r.plan = plans[id(r.plan)]
+    loops = [copy.copy(lp) for lp in state["loops"]]
+    for lp in loops:
+        lp.plan = plans[id(lp.plan)]
+    buffer = io.BytesIO()
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20_000))  # polynomials nest a little
+    try:
+        _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump({**state, "reports": reports, "loops": loops})
+    finally:
+        sys.setrecursionlimit(limit)
+    return buffer.getvalue()
+
+
+def load(blob: bytes) -> dict | None:
+    """The state :func:`dump` wrote, or None (logged) if it cannot be read back."""
+    try:
+        return _Unpickler(io.BytesIO(blob)).load()
+    except Exception as exc:  # an entry from another build: prepare afresh
+        log.info("prepared-module cache entry unusable (%s); preparing again", exc)
+        return None
