@@ -11,7 +11,6 @@ Anything refused runs as the original loop on the CPU.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 
 from compiler.analysis.loops import Access, LoopPlan, TripCount
 from compiler.analysis.poly import Symbol
@@ -208,13 +207,5 @@ def _solvable(x: int, solve: int, n: int, ws: int, wa: int, zero_ok: bool) -> bo
 def _conflict(s: Range, a: Range, trip: int) -> bool:
     """May the store's footprint in one iteration meet the access's in another?"""
     if s.stride == a.stride:
-        d, c = s.base - a.base, s.stride
-        if c == 0:
-            return -s.width < d < a.width
-        lo, hi = Fraction(-s.width - d, c), Fraction(a.width - d, c)
-        if lo > hi:
-            lo, hi = hi, lo
-        limit = trip - 1
-        first, last = max(int(lo) - 1, -limit), min(int(hi) + 1, limit)
-        return any(lo < delta < hi and delta != 0 for delta in range(first, last + 1))
+        return _solvable(s.base - a.base, s.stride, trip, s.width, a.width, zero_ok=False)
     return s.lo < a.hi and a.lo < s.hi

@@ -235,7 +235,8 @@ class OffloadModule:
 
     def _callback(self, lp: OffloadedLoop):
         def run(caller, *args):
-            return self.arrive(lp, caller, args)
+            results = self.arrive(lp, caller, args)
+            return results[0] if len(results) == 1 else results  # wasmtime-py: one is a scalar
 
         return run
 
@@ -276,7 +277,7 @@ class OffloadModule:
             return declined
         stats.offloaded += 1
         stats.iterations += launch.trip
-        return [1, *self._live_outs(lp, launch, current, partials)]
+        return [1, *self._live_outs(lp, launch, partials)]
 
     # Operations a launch must carry to pay for itself: a GPU launch with its copies costs
     # tens of microseconds, a host-backend call a few (wasmtime runs ~1e9 simple ops/s).
@@ -448,9 +449,7 @@ class OffloadModule:
             )
             log.warning("%s", self.gpu_lost)
 
-    def _live_outs(
-        self, lp: OffloadedLoop, launch: Launch, current: list[int], partials: list[int]
-    ) -> list[int]:
+    def _live_outs(self, lp: OffloadedLoop, launch: Launch, partials: list[int]) -> list[int]:
         plan = lp.plan
         k_exit = launch.trip if plan.trip.top else launch.trip - 1
         env = dict(launch.env)
@@ -458,11 +457,9 @@ class OffloadModule:
         out = []
         types = lp.insertion.local_types
         reductions = {id(r): i for i, r in enumerate(plan.reductions)}
-        for value, live in zip(current, plan.live_outs, strict=True):
+        for live in _returned(plan):
             ty = types[live.local]
-            if live.kind == "dead":
-                out.append(value)
-            elif live.kind == "affine":
+            if live.kind == "affine":
                 out.append(_to_host(live.value.evaluate(env), ty))
             else:
                 partial = partials[reductions[id(live.reduction)]]
@@ -514,7 +511,13 @@ def _insertion(wasm, plan: LoopPlan, import_name: str) -> Insertion:
     # The host receives the live-ins in plan order: locals first, then globals (the
     # analysis orders them so, and the kernel's parameters follow the same order).
     return Insertion(index, plan.loop.start, plan.loop.end, locals_, globals_,
-                     [lo.local for lo in plan.live_outs], local_types, import_name)  # fmt: skip
+                     [lo.local for lo in _returned(plan)], local_types, import_name)  # fmt: skip
+
+
+def _returned(plan: LoopPlan) -> list:
+    """The live-outs the host hands back: a local not read after the loop keeps its value
+    (wasmtime-py converts every value crossing the boundary, at a cost per value)."""
+    return [live for live in plan.live_outs if live.kind != "dead"]
 
 
 def _host_sig(wasm, ins: Insertion):

@@ -39,10 +39,26 @@ strides = st.sampled_from([0, 4, 8, -4, 12, 16, 36, 40])
 )  # fmt: skip
 def test_2d_conflict_test_is_exact_for_equal_strides(trip, trip2, so, si, d, ws, wa, same) -> None:
     s = grid_range(1000, so, si, ws, trip, trip2)
-    a = grid_range(1000 - d, so, si, wa, trip, trip2) if same else grid_range(1000 - d, si, so, wa, trip, trip2)
+    a = (
+        grid_range(1000 - d, so, si, wa, trip, trip2)
+        if same
+        else grid_range(1000 - d, si, so, wa, trip, trip2)
+    )
     found = _conflict2(s, a, trip, trip2)
     truth = brute_force(s, a, trip, trip2)
     if (s.stride, s.stride2) == (a.stride, a.stride2):
         assert found == truth
     else:
         assert found or not truth  # conservative: never misses a conflict
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.integers(1, 9), strides, st.integers(-48, 48), st.sampled_from([1, 4, 8]), st.sampled_from([1, 4, 16])
+)
+def test_1d_conflict_test_is_exact_for_equal_strides(trip, stride, d, ws, wa) -> None:
+    from runtime.guards import _conflict
+
+    s = grid_range(1000, stride, 0, ws, trip, 1)
+    a = grid_range(1000 - d, stride, 0, wa, trip, 1)
+    assert _conflict(s, a, trip) == brute_force(s, a, trip, 1)
