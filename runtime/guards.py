@@ -40,6 +40,7 @@ class Launch:
     writes: list[Range]
     gathers: bool = False  # loads at unknown addresses: the device needs all of memory
     trip2: int | None = None  # a collapsed nest's inner trip count (the grid's 2nd dimension)
+    inner: dict[Symbol, int] | None = None  # every inner loop's trip count
 
 
 def _signed(value: int, bits: int) -> int:
@@ -122,7 +123,7 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int) -> Launch:
                     continue
                 if _conflict2(rs, ra, trip, trip2) if nest else _conflict(rs, ra, trip):
                     raise GuardFailed(f"store at {s.where} may overlap {a.kind} at {a.where}")
-    return Launch(trip, env, reads, writes, bool(plan.gathers), trip2)
+    return Launch(trip, env, reads, writes, bool(plan.gathers), trip2, inner)
 
 
 def _split_addresses(plan: LoopPlan) -> list:

@@ -45,6 +45,7 @@ from runtime.driver import CudaError
 from runtime.guards import GuardFailed, Launch, check
 from runtime.limits import DeviceMemoryLimitError, DeviceOutOfMemory
 from runtime.mirror import DeviceMirror
+from runtime.profit import Estimate
 
 log = logging.getLogger(__name__)
 U64 = ctypes.c_uint64
@@ -82,6 +83,7 @@ class OffloadedLoop:
     entry: str
     insertion: Insertion
     stats: LoopStats
+    estimate: Estimate = field(default_factory=Estimate)  # auto mode: does a launch pay?
 
 
 class OffloadModule:
@@ -265,31 +267,27 @@ class OffloadModule:
         except GuardFailed as exc:
             stats.decline(str(exc))
             return declined
-        if self.mode == "auto" and not self._pays(lp, launch):
-            stats.decline("too little work to pay for a launch")
-            return declined
+        estimate = None
+        if self.mode == "auto" and launch.trip:
+            nbytes = sum(r.hi - r.lo for r in launch.reads + launch.writes) if self.device == "gpu" else 0
+            go, why, model, cpu = lp.estimate.decide(self.device, lp.plan, launch, nbytes)
+            if not go:
+                stats.decline(why)
+                return declined
+            estimate = (model, cpu)
         base = ctypes.cast(memory.data_ptr(caller), ctypes.c_void_p).value
+        started = time.perf_counter()
         if launch.trip == 0:  # a loop tested first that runs no iteration
             partials = _identities(lp)
         else:
             partials = self._run(lp, launch, live_bits, base, size)
         if partials is None:
             return declined
+        if estimate is not None:
+            lp.estimate.record(time.perf_counter() - started, *estimate)
         stats.offloaded += 1
         stats.iterations += launch.trip
         return [1, *self._live_outs(lp, launch, partials)]
-
-    # Operations a launch must carry to pay for itself: a GPU launch with its copies costs
-    # tens of microseconds, a host-backend call a few (wasmtime runs ~1e9 simple ops/s).
-    MIN_WORK = {"gpu": 200_000, "cpu": 20_000}
-
-    def _pays(self, lp: OffloadedLoop, launch: Launch) -> bool:
-        ops = sum(len(block.ops) for block in lp.plan.blocks)
-        inner = 1
-        for counter, trip in lp.plan.inner_trips:
-            del counter, trip
-            inner *= 16  # inner loops: assume a modest count rather than evaluate each
-        return launch.trip * ops * inner >= self.MIN_WORK[self.device]
 
     def _run(self, lp: OffloadedLoop, launch: Launch, live_bits, base: int, size: int) -> list[int] | None:
         if self.device == "gpu":

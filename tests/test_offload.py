@@ -238,3 +238,37 @@ def test_loop_reading_globals_gets_them_in_the_right_parameters(device: str) -> 
     actual = OffloadInstance(wasm, device=device)
     assert actual.call("fill", [(I32, 1024)]) == expected
     assert actual.offloaded == 1
+
+
+def test_a_loop_the_device_makes_slower_goes_back_to_the_cpu(monkeypatch) -> None:
+    import time
+
+    import runtime.profit as profit
+
+    monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: 1e-7)  # ~5 ms for this loop
+    offload = OffloadModule(module_bytes("blas1", "O2"), device="cpu", mode="auto")
+    real_run = offload._run
+
+    def slow_run(*args):
+        time.sleep(0.02)  # every launch takes longer than the CPU estimate
+        return real_run(*args)
+
+    monkeypatch.setattr(offload, "_run", slow_run)
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
+    for _ in range(6):
+        assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    # The first launch warms up, the next is measured slower; from then on, the CPU.
+    assert loop.stats.offloaded == 2
+    assert loop.stats.declined == {"its launches ran slower than the CPU would": 4}
+    for _ in range(profit.RETRY_EVERY):
+        run_case(offload.rewritten, "saxpy", spec, case, offload)
+    assert loop.stats.offloaded == 3  # tried on the device again once
+
+
+def test_profitability_is_calibrated_against_wasmtime() -> None:
+    import runtime.profit as profit
+
+    seconds = profit.cpu_seconds_per_op()
+    assert 1e-12 < seconds < 1e-7  # wasmtime runs somewhere between 10 M and 1 T ops/s

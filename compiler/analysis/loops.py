@@ -129,6 +129,9 @@ class LoopPlan:
     invariant_args: dict[Value, Value]
     static_dependence_free: list[tuple[int, int]] = field(default_factory=list)
     collapse: Collapse | None = None  # set when the nest runs as a 2-D grid
+    # Ops per iteration, grouped by the inner loops that repeat them: the runtime's estimate
+    # of the work is the sum of each group times those loops' trip counts.
+    work: list[tuple[int, tuple[Symbol, ...]]] = field(default_factory=list)
 
     @property
     def gathers(self) -> list[Access]:
@@ -392,10 +395,16 @@ class LoopAnalysis:
         static_free = self.static_dependences(accesses)
         live_ins = self.live_ins()
         live_outs = self.live_outs(trip)
+        work: dict[tuple[Symbol, ...], int] = {}
+        for block in self.body_order:
+            around = tuple(
+                self.counter(m) for m in self.nested if m is not info and block in self.facts.bodies[m]
+            )
+            work[around] = work.get(around, 0) + len(block.ops)
         return LoopPlan(
             self.facts.func, info, self.counter(info), trip, inner, accesses,
             list(self.reductions.values()), live_ins, live_outs, self.body,
-            self.ivs, self.invariant_args, static_free,
+            self.ivs, self.invariant_args, static_free, work=[(ops, around) for around, ops in work.items()],
         )  # fmt: skip
 
     def check_effects(self) -> None:

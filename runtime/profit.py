@@ -1,0 +1,114 @@
+"""Whether a launch pays: estimated CPU time against estimated (then measured) device time.
+
+The CPU side is calibrated once per process: wasmtime runs a small loop whose ops the
+loop analysis counts, giving seconds per dialect op. A loop's work at an arrival is its
+ops per iteration times the iteration counts (inner loops' included), known from the
+guards. The device side starts from a model (a fixed cost per launch, the bytes copied at
+bus speed, the work at a fraction of the CPU's cost per op) and is corrected per loop by
+what its launches really took; a loop whose launches ran slower than the CPU estimate
+twice in a row goes back to the CPU, and is tried on the device again now and then.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass
+
+from compiler.analysis.loops import LoopPlan
+from runtime.guards import Launch
+
+# Device model before any measurement: fixed seconds per launch (driver launch, copies of
+# the launch arguments, synchronisation, Python) and the share of a CPU op's time one op
+# takes there (many threads in parallel).
+FIXED_SECONDS = {"gpu": 150e-6, "cpu": 40e-6}
+OP_SHARE = {"gpu": 0.002, "cpu": 0.5}
+COPY_BYTES_PER_SECOND = {"gpu": 20e9, "cpu": float("inf")}
+SLOWER_LIMIT = 2  # launches slower than the CPU estimate, in a row, before going back
+RETRY_EVERY = 64  # arrivals on the CPU between retries on the device
+
+CALIBRATION_WAT = """(module (memory (export "memory") 48)
+  (func (export "run") (param $n i32) (result i32) (local $i i32) (local $acc i32)
+    (loop $l
+      (i32.store (i32.shl (local.get $i) (i32.const 2))
+        (i32.add (i32.mul (local.get $i) (i32.const 3)) (local.get $n)))
+      (local.set $acc (i32.xor (local.get $acc)
+        (i32.load offset=0x100000 (i32.shl (local.get $i) (i32.const 3)))))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (local.get $n))))
+    (local.get $acc)))"""
+
+
+@functools.cache
+def cpu_seconds_per_op() -> float:
+    """wasmtime's seconds per dialect op, measured on the calibration loop (once)."""
+    import wasmtime
+
+    from compiler.analysis.loops import analyze_module
+    from compiler.frontend import load, translate_module
+
+    wasm = wasmtime.wat2wasm(CALIBRATION_WAT)
+    (report,) = analyze_module(translate_module(load(bytes(wasm))))
+    ops = sum(n for n, _ in report.plan.work)
+    store = wasmtime.Store()
+    run = wasmtime.Instance(store, wasmtime.Module(store.engine, wasm), []).exports(store)["run"]
+    iterations = 200_000
+    run(store, 1000)
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        run(store, iterations)
+        best = min(best, time.perf_counter() - start)
+    return best / (iterations * ops)
+
+
+def work(plan: LoopPlan, launch: Launch) -> int:
+    """Dialect ops the arrival runs: per-iteration ops times the loops' trip counts."""
+    inner = launch.inner or {}
+    per_iteration = 0
+    for ops, around in plan.work:
+        for counter in around:
+            ops *= inner.get(counter, 1)
+        per_iteration += ops
+    return per_iteration * launch.trip
+
+
+@dataclass
+class Estimate:
+    """The adaptive part of one loop's decision."""
+
+    correction: float = 1.0  # measured device time / modelled, smoothed
+    slower: int = 0  # launches in a row slower than the CPU estimate
+    parked: int = 0  # arrivals since it went back to the CPU
+    launches: int = 0
+
+    def decide(
+        self, device: str, plan: LoopPlan, launch: Launch, nbytes: int
+    ) -> tuple[bool, str, float, float]:
+        """(offload?, reason if not, modelled device seconds, estimated CPU seconds)."""
+        ops = work(plan, launch)
+        cpu = ops * cpu_seconds_per_op()
+        model = (
+            FIXED_SECONDS[device] + nbytes / COPY_BYTES_PER_SECOND[device]
+            + ops * cpu_seconds_per_op() * OP_SHARE[device]
+        )  # fmt: skip
+        pays = model * self.correction < cpu
+        if self.launches >= 2 and (not pays or self.slower >= SLOWER_LIMIT):
+            # Measured: the device is slower for this loop. Stay on the CPU, retrying now and then.
+            self.parked += 1
+            if self.parked % RETRY_EVERY:
+                return False, "its launches ran slower than the CPU would", model, cpu
+            return True, "", model, cpu
+        if not pays:
+            return False, "too little work to pay for a launch", model, cpu
+        self.parked = 0
+        return True, "", model, cpu
+
+    def record(self, measured: float, model: float, cpu: float) -> None:
+        """Fold in what a launch really took (not the first: it pays for warming up, e.g. the
+        first touch of device memory or of the host threads)."""
+        self.launches += 1
+        if self.launches == 1:
+            return
+        self.correction = 0.5 * self.correction + 0.5 * (measured / model)
+        self.slower = self.slower + 1 if measured > cpu else 0
