@@ -90,6 +90,23 @@ def outline(module: Module, plan: LoopPlan) -> Function:
             entry.ops.insert(0, entry.ops.pop())  # keep constants ahead of their uses
             mapping[v] = mapped
             return mapped
+        if isinstance(owner, Op) and owner.name.startswith("arith.") and owner.opdef.pure:
+            # Pure arithmetic before the loop that no local holds: recomputed from its
+            # operands (the analysis made sure they reach the kernel).
+            operands = [value_of(x) for x in owner.operands]
+            clone = Op(
+                owner.opdef,
+                operands,
+                tuple(r.type for r in owner.results),
+                dict(owner.attrs),
+                [],
+                owner.offset,
+            )
+            clone.block = entry
+            entry.ops.append(clone)
+            for old, new in zip(owner.results, clone.results, strict=True):
+                mapping[old] = new
+            return mapping[v]
         raise KeyError(f"value {v} has no counterpart in the kernel")
 
     reductions: dict[Value, Reduction] = {r.arg: r for r in plan.reductions}

@@ -800,6 +800,25 @@ class LoopAnalysis:
 
     # -- values in and out -----------------------------------------------------------------------
 
+    def _live_in(self, v: Value, entry: list, seen: dict) -> None:
+        """Record what the kernel needs for ``v``, a value the body reads: nothing for a
+        constant or a body value, the local holding it, or (a value no local holds, such
+        as a comparison clang hoisted) the same for the operands it is recomputed from."""
+        if v in seen or self.facts.def_block.get(v) in self.body:
+            return
+        owner = v.owner
+        if isinstance(owner, Op) and owner.opdef is arith.constant:
+            return
+        local = next((i for i, e in enumerate(entry) if e is v), None)
+        if local is not None:
+            seen[v] = (v, self.symbol_for(v), "local", local)
+            return
+        if isinstance(owner, Op) and owner.name.startswith("arith.") and owner.opdef.pure:
+            for operand in owner.operands:
+                self._live_in(operand, entry, seen)
+            return
+        raise Reject("uses a value computed before the loop that no local holds")
+
     def live_ins(self) -> list[tuple[Value, Symbol, str, int]]:
         entry = self.info.entry_env
         seen: dict[Value, tuple[Value, Symbol, str, int]] = {}
@@ -807,15 +826,7 @@ class LoopAnalysis:
             for op in block.ops:
                 values = list(op.operands) + [v for s in op.successors for v in s.args]
                 for v in values:
-                    if v in seen or self.facts.def_block.get(v) in self.body:
-                        continue
-                    owner = v.owner
-                    if isinstance(owner, Op) and owner.opdef is arith.constant:
-                        continue
-                    local = next((i for i, e in enumerate(entry) if e is v), None)
-                    if local is None:
-                        raise Reject("uses a value computed before the loop that no local holds")
-                    seen[v] = (v, self.symbol_for(v), "local", local)
+                    self._live_in(v, entry, seen)
                 if op.name == "global.get":
                     index = op.attrs["index"]
                     self.expr(op.results[0])
