@@ -163,3 +163,10 @@ def test_a_store_outside_the_inner_loop_keeps_the_nest_1d() -> None:
     (outer, inner) = sorted(reports(data), key=lambda r: r.loop.depth)
     assert outer.verdict == "offload" and inner.verdict == "offload", (outer.reason, inner.reason)
     assert outer.plan.collapse is None
+
+
+def test_a_comparison_hoisted_before_the_loop_is_recomputed_in_the_kernel() -> None:
+    # clang hoists blur's bounds test out of the row loop; no local holds its result.
+    rows = reports((ROOT / "examples/wasi/build/blur.O2.wasm").read_bytes())
+    outer = next(r for r in rows if r.func.name == "main" and r.loop.offset == 0x3F8)
+    assert outer.verdict == "offload" and outer.plan.collapse is not None, outer.reason
