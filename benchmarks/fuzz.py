@@ -1,43 +1,48 @@
 """Oracle throughput on the host backend: generated cases and compared calls per second.
 
-    python -m benchmarks.fuzz [--seconds S] [--backend cpu|gpu]
+    python -m benchmarks.fuzz [--seconds S] [--backend cpu|offload-cpu|gpu] [--seed N] [--jobs N]
 
-A *case* is one generated module with its calls; a *call* is one exported-function call
-compared with wasmtime (results, trap). Generation, both compilations and the comparison
-of final memory and globals are all inside the timing.
+A *case* is one generated program (a numeric or control function, a loop kernel with its
+buffers, a wasm-smith module) with every call made to it; a *call* is one call compared
+with wasmtime (results, trap); a *module* batches one or more cases into one compilation.
+Generation, both compilations, the calls and the comparison of final memory and globals
+are all inside the timing, and so is the start of the processes with ``--jobs``. Rates
+are per second of wall-clock time (``docs/oracle.md``).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from oracle.fuzz import fuzz_generator
+from oracle.fuzz import Stats, fuzz
 from oracle.generators import GENERATORS
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="per generator (default 10)")
-    parser.add_argument("--backend", choices=["cpu", "gpu"], default="cpu")
+    parser.add_argument("--backend", choices=["cpu", "offload-cpu", "gpu"], default="cpu")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=1, help="processes side by side (default 1)")
     args = parser.parse_args()
-    total_cases = total_calls = total_seconds = 0.0
-    print(f"{'generator':<10} {'cases':>7} {'calls':>7} {'seconds':>8} {'cases/s':>8} {'calls/s':>8}")
-    for name in GENERATORS:
-        report = fuzz_generator(name, args.backend, seconds=args.seconds, seed=args.seed, save_dir=None)
-        cases, calls, seconds = report.by_generator[name]
-        total_cases, total_calls, total_seconds = (
-            total_cases + cases,
-            total_calls + calls,
-            total_seconds + seconds,
-        )
-        failed = f"  FAILED: {report.failures[0].summary()}" if report.failures else ""
-        print(
-            f"{name:<10} {cases:>7.0f} {calls:>7.0f} {seconds:>8.1f} {cases / seconds:>8.1f} {calls / seconds:>8.1f}{failed}"
-        )
-    print(
-        f"{'all':<10} {total_cases:>7.0f} {total_calls:>7.0f} {total_seconds:>8.1f} "
-        f"{total_cases / total_seconds:>8.1f} {total_calls / total_seconds:>8.1f}"
+    names = list(GENERATORS)
+    report, _ = fuzz(names, args.backend, seconds=args.seconds * len(names), seed=args.seed, save_dir=None,
+                     stream=None, jobs=args.jobs)  # fmt: skip
+    header = ("generator", "cases", "modules", "calls", "seconds", "cases/s", "calls/s")
+    print(f"{args.backend} backend, {args.jobs} {'process' if args.jobs == 1 else 'processes'}")
+    print("{:<10} {:>7} {:>7} {:>7} {:>8} {:>8} {:>8}".format(*header))
+    for name in names:
+        print(_row(name, report.by_generator[name]))
+    print(_row("all", report))
+    for failure in report.failures:
+        print(f"FAILED {failure.summary()}")
+
+
+def _row(name: str, stats: Stats) -> str:
+    seconds = max(stats.seconds, 1e-9)
+    return (
+        f"{name:<10} {stats.cases:>7} {stats.modules:>7} {stats.calls:>7} {stats.seconds:>8.1f} "
+        f"{stats.cases / seconds:>8.1f} {stats.calls / seconds:>8.1f}"
     )
 
 

@@ -7,11 +7,12 @@ set as ``func`` on its namespace and returns the exit status (1 on any mismatch)
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 from pathlib import Path
 
-from oracle.fuzz import REGRESSIONS, fuzz
+from oracle.fuzz import REGRESSIONS, Stats, fuzz
 from oracle.generators import GENERATORS
 
 
@@ -34,8 +35,18 @@ def add_fuzz_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     )
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--seconds", type=float, help="time budget, shared by the generators")
-    budget.add_argument("--max-examples", type=int, help="generated cases per generator")
+    budget.add_argument(
+        "--max-examples",
+        type=int,
+        help="generated cases per generator (at least: the last modules may hold a few more)",
+    )
     parser.add_argument("--seed", type=int, help="random seed (default: a fresh one, printed)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        help="processes fuzzing side by side, each with seeds of its own (default: one per CPU core "
+        "for the cpu and offload-cpu backends, 1 for the GPU ones)",
+    )
     parser.add_argument(
         "--save-dir",
         type=Path,
@@ -46,8 +57,21 @@ def add_fuzz_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     return parser
 
 
+def default_jobs(backend: str) -> int:
+    """One process per CPU core this process may run on, for the host backends; one for the
+    GPU backends (the processes would share one device)."""
+    if backend.endswith("gpu"):
+        return 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def run_fuzz(args: argparse.Namespace) -> int:
-    """Run ``tensorwasm fuzz``; the last stdout line is ``N passed, M failed``."""
+    """Run ``tensorwasm fuzz``; the last stdout line is ``N passed, M failed`` (cases).
+
+    A case is one generated program with the calls made to it (``docs/oracle.md``); one
+    module batches several, so a line per generator, and one for all, gives cases, modules
+    and calls.
+    """
     generators = list(GENERATORS) if args.generator == "all" else [args.generator]
     max_examples = args.max_examples
     if args.seconds is None and max_examples is None:
@@ -61,15 +85,32 @@ def run_fuzz(args: argparse.Namespace) -> int:
             print(f"error: the gpu backend is not available: {exc}", file=sys.stderr)
             return 2
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
-    print(f"fuzzing {', '.join(generators)} on the {args.backend} backend, seed {seed}", file=sys.stderr)
+    jobs = args.jobs if args.jobs is not None else default_jobs(args.backend)
+    if jobs < 1:
+        print(f"error: --jobs must be at least 1, not {jobs}", file=sys.stderr)
+        return 2
+    where = f"{jobs} processes" if jobs > 1 else "1 process"
+    print(
+        f"fuzzing {', '.join(generators)} on the {args.backend} backend, seed {seed}, {where}",
+        file=sys.stderr,
+    )
     report, seed = fuzz(
         generators, args.backend, max_examples=max_examples, seconds=args.seconds, seed=seed,
-        save_dir=args.save_dir,
+        save_dir=args.save_dir, jobs=jobs,
     )  # fmt: skip
     print(f"seed: {seed}")
-    for name, (examples, calls, seconds) in report.by_generator.items():
-        print(f"{name}: {int(examples)} cases, {int(calls)} calls compared in {seconds:.1f} s")
+    for name, stats in report.by_generator.items():
+        print(f"{name}: {_rates(stats)}")
+    print(f"all: {_rates(report)}")  # in wall-clock time, the start of --jobs processes included
     for failure in report.failures:
         print(f"FAILED {failure.summary()}")
     print(f"{report.passed} passed, {len(report.failures)} failed")
     return 1 if report.failures else 0
+
+
+def _rates(stats: Stats) -> str:
+    seconds = max(stats.seconds, 1e-9)
+    return (
+        f"{stats.cases} cases ({stats.modules} modules), {stats.calls} calls compared in {stats.seconds:.1f} s: "
+        f"{stats.cases / seconds:.1f} cases/s, {stats.calls / seconds:.1f} calls/s"
+    )

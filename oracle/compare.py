@@ -5,6 +5,10 @@ case says the payload is open, see :class:`oracle.case.Call`), trap or not, and 
 message. After the last call: linear memory 0 and every exported global. A call that traps
 half-way may leave memory written: both sides must agree on that too.
 
+A module may hold several generated programs (:class:`oracle.case.Case`); each is judged
+by its own calls, and passes when every one of them was compared and agreed, and so did
+the final state of the module wherever it was compared (not after a skip, see below).
+
 Some outcomes are not mismatches but *skips*: a call our backend refuses with an error
 (a function that reaches a host import is not compilable), a call that reaches an import
 stub on the reference, and a call that hits a documented resource limit on one side only
@@ -82,12 +86,17 @@ def is_resource_skip(expected: CallResult, actual: CallResult) -> bool:
 
 @dataclass
 class Outcome:
-    """What running a case found: calls that agreed, were skipped, and the first mismatch."""
+    """What running a case found: calls that agreed, were skipped, and the first mismatch;
+    and, of its programs, how many passed (every call compared and agreed) and how many
+    were skipped (some call not compared)."""
 
     passed: int = 0
     skipped: int = 0
     mismatch: str | None = None
     notes: list[str] = field(default_factory=list)
+    programs_passed: int = 0
+    programs_skipped: int = 0
+    failed_call: int | None = None  # the index of the call that did not agree, if one did
 
     @property
     def failed(self) -> bool:
@@ -119,13 +128,22 @@ def _global_exports(executor: Executor) -> list[tuple[str, int]]:
 
 def run_case(case: Case, backend: str | ExecutorFactory = "cpu") -> Outcome:
     """Run every call of ``case`` on wasmtime and on ``backend``; compare; never raise."""
-    factory = make_factory(backend) if isinstance(backend, str) else backend
     outcome = Outcome()
+    skipped = _run_case(case, make_factory(backend) if isinstance(backend, str) else backend, outcome)
+    if not outcome.failed:
+        outcome.programs_skipped = len(skipped)
+        outcome.programs_passed = case.programs - len(skipped)
+    return outcome
+
+
+def _run_case(case: Case, factory: ExecutorFactory, outcome: Outcome) -> set[int]:
+    """Compare into ``outcome``; the programs some of whose calls were not compared."""
+    everything = set(range(case.programs))
     try:
         wasm = case.wasm
     except Exception as exc:  # the generator's own text does not assemble: a generator bug
         outcome.mismatch = f"the case does not assemble: {exc}"
-        return outcome
+        return everything
     try:
         reference: ReferenceInstance | None = ReferenceInstance(wasm)
         reference_error = None
@@ -146,47 +164,51 @@ def run_case(case: Case, backend: str | ExecutorFactory = "cpu") -> Outcome:
         else:
             outcome.skipped = len(case.calls)
             outcome.notes.append(f"unsupported: {exc}")
-        return outcome
+        return everything
     except Exception as exc:  # any other exception is the crash we look for
         outcome.mismatch = f"crash: {type(exc).__name__}: {exc}"
-        return outcome
+        return everything
     try:
         if reference is None:
             if reference_error and "import" in reference_error:
                 outcome.skipped = len(case.calls)
             else:
                 outcome.mismatch = f"instantiation: backend succeeded, wasmtime failed: {reference_error}"
-            return outcome
-        _compare_calls(case, reference, executor, outcome)
+            return everything
+        return _compare_calls(case, reference, executor, outcome)
     finally:
         close = getattr(executor, "close", None)
         if close is not None:
             close()
-    return outcome
 
 
-def _compare_calls(case: Case, reference: ReferenceInstance, executor: Executor, outcome: Outcome) -> None:
+def _compare_calls(
+    case: Case, reference: ReferenceInstance, executor: Executor, outcome: Outcome
+) -> set[int]:
     for index, call in enumerate(case.calls):
         expected = reference.call(call.func, list(call.args))
         try:
             actual = executor.call(call.func, list(call.args))
         except Exception as exc:  # a crash at run time is a failure too
             outcome.mismatch = f"call {index} {call.func}: crash: {type(exc).__name__}: {exc}"
-            return
+            outcome.failed_call = index
+            return set()
         if expected.error is not None or actual.error is not None or is_resource_skip(expected, actual):
             # The two instances may have diverged from here on: stop comparing.
             outcome.skipped += len(case.calls) - index
             outcome.notes.append(
                 f"call {index} {call.func}: skipped: {describe(expected)} / {describe(actual)}"
             )
-            return
+            return {c.program for c in case.calls[index:]}
         why = compare_call(call, expected, actual)
         if why is not None:
             args = ", ".join(f"{ty}:0x{bits:x}" for ty, bits in call.args)
             outcome.mismatch = f"call {index} {call.func}({args}): {why}"
-            return
+            outcome.failed_call = index
+            return set()
         outcome.passed += 1
     _compare_state(reference, executor, outcome)
+    return set()
 
 
 def _compare_state(reference: ReferenceInstance, executor: Executor, outcome: Outcome) -> None:

@@ -1,29 +1,39 @@
 """Hypothesis strategies that generate test cases (:class:`oracle.case.Case`).
 
-Four families, by name in :data:`GENERATORS`:
+A generated module batches *programs*, each generated on its own and exercised by calls
+of its own (:func:`batch`): one compilation, ours and wasmtime's, serves them all, and a
+failure shrinks to a module of the one program that fails. Four families, by name in
+:data:`GENERATORS`:
 
 ``numeric``
-    Modules of several functions, each one random expression tree over every scalar op of
-    the opcode table (plain numeric signatures) and ``select``, called with argument
-    vectors biased to edge values: zeros, signs, INT_MIN/MAX, NaN payloads (signalling
-    ones too), infinities, subnormals and the limits of every float-to-int conversion.
+    Modules of several functions (a program each), each one random expression tree over
+    every scalar op of the opcode table (plain numeric signatures) and ``select``, called
+    with argument vectors biased to edge values: zeros, signs, INT_MIN/MAX, NaN payloads
+    (signalling ones too), infinities, subnormals and the limits of every float-to-int
+    conversion.
 ``control``
-    Functions of statements: locals, globals, nested block/loop/if (loops with bounded trip
-    counts), br_if and br_table out of blocks, calls between functions (to lower indices
-    only, so there is no recursion), call_indirect through a table with null, out of range
-    and wrongly typed slots, loads and stores of every width at addresses near the bounds,
-    memory.size/grow/fill/copy. A sequence of calls exercises state across calls.
+    Functions (a program each) of statements: locals, globals, nested block/loop/if (loops
+    with bounded trip counts), br_if and br_table out of blocks, calls between functions
+    (to lower indices only, so there is no recursion), call_indirect through a table with
+    null, out of range and wrongly typed slots, loads and stores of every width at
+    addresses near the bounds, memory.size/grow/fill/copy. Each function is called in
+    turn, and memory, globals and table carry state from call to call.
 ``loops``
-    Loop kernels from a small grammar: ``for i in [0, n)`` (and a nested ``j``) over
-    affine accesses ``a[s*i + o]`` of buffers of mixed element types, with an optional
-    conditional in the body and an optional reduction into a local. Buffers are laid out
-    one after another or against the end of memory, and trip counts are chosen to fit
-    exactly, to overrun by one, or at random. The case's ``meta`` holds the buffers' base
-    addresses and sizes and the trip counts, for a later offload mode.
+    Loop kernels (a program each) from a small grammar: ``for i in [0, n)`` (and a nested
+    ``j``) over affine accesses ``a[s*i + o]`` of buffers of mixed element types, with an
+    optional conditional in the body and an optional reduction into a local. Buffers are
+    laid out one after another or against the end of memory, and trip counts are chosen
+    to fit exactly, to overrun by one, or at random. The case's ``meta`` holds the
+    buffers' base addresses and sizes and the trip counts, for a later offload mode.
 ``smith``
-    Random valid modules from ``wasm-tools smith``, restricted to the features TensorWasm
-    compiles and made to terminate (fuel), for whole-function runs of every exported
-    function and for decoder/translator robustness.
+    Random valid modules (a program each, alone in its module) from ``wasm-tools smith``,
+    restricted to the features TensorWasm compiles and made to terminate (fuel), for
+    whole-function runs of every exported function and for decoder/translator robustness.
+
+A Hypothesis draw costs tens of microseconds, and drawing a numeric function takes about
+half as long as compiling it: strategies here are built once and reused where their
+arguments allow, and the edge values of a whole argument vector are one draw
+(:func:`draw_values`).
 
 NaN payloads: Wasm leaves the payload of a NaN produced by arithmetic open, so a generated
 program must not let such bits reach anything compared bit for bit. Generators
@@ -35,18 +45,21 @@ loads) keeps its exact bits and is compared exactly.
 
 from __future__ import annotations
 
+import functools
 import struct
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 from hypothesis import assume
 from hypothesis import strategies as st
 
 from compiler.frontend.opcodes import OPCODES, Opcode
 from dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
-from oracle.case import Call, Case
+from oracle.case import Call, Case, wasm_tools
+
+T = TypeVar("T")
 
 NUMBER_TYPES = ("i32", "i64", "f32", "f64")
 TYPES: dict[str, Type] = {"i32": I32, "i64": I64, "f32": F32, "f64": F64}
@@ -86,7 +99,8 @@ EDGES: dict[str, list[int]] = {
 }  # fmt: skip
 
 
-_EDGE_INDEX = {ty: st.integers(0, len(EDGES[ty]) + 3) for ty in EDGES}
+ANY_SHARE = 4  # of len(EDGES[ty]) + ANY_SHARE picks, this many draw any bit pattern
+_EDGE_INDEX = {ty: st.integers(0, len(EDGES[ty]) + ANY_SHARE - 1) for ty in EDGES}
 _ANY = {ty: st.integers(0, (1 << TYPES[ty].bits) - 1) for ty in EDGES}
 
 
@@ -101,6 +115,25 @@ def draw_value(draw: st.DrawFn, ty: str) -> int:
 def values(draw: st.DrawFn, ty: str) -> int:
     """Bit patterns of ``ty``, as :func:`draw_value` draws them."""
     return draw_value(draw, ty)
+
+
+def draw_values(draw: st.DrawFn, types: tuple[str, ...]) -> list[int]:
+    """Bit patterns for ``types``, distributed as :func:`draw_value` draws them, with the
+    picks of all of them in one draw of a byte each (an argument vector is most of the
+    drawing of a call, and each Hypothesis draw costs tens of microseconds). A byte that
+    shrinks to 0 picks the simplest edge value."""
+    picks = draw(_picks(len(types)))
+    out = []
+    for ty, byte in zip(types, picks, strict=True):
+        edges = EDGES[ty]
+        k = byte * (len(edges) + ANY_SHARE) >> 8
+        out.append(edges[k] if k < len(edges) else draw(_ANY[ty]))
+    return out
+
+
+@functools.cache
+def _picks(n: int) -> st.SearchStrategy[bytes]:
+    return st.binary(min_size=n, max_size=n)
 
 
 # -- expressions ---------------------------------------------------------------------------
@@ -205,18 +238,42 @@ def expr_type(e: Expr) -> str:
     return e[1] if e[0] in ("leaf", "select") else e[2]
 
 
-Leaves = dict[str, list[str]]  # type -> instructions that push a value of it
+class Leaves(dict[str, tuple[str, ...]]):
+    """Instructions that push a value, by type. Hashed by identity: the strategies that draw
+    expressions over one set of leaves are built once and reused, so build each set once."""
+
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+
+_QUARTER = st.integers(0, 3)
+_BOOL = st.booleans()
+_OP_PICK = {ty: st.integers(0, len(OPS_BY_RESULT[ty])) for ty in NUMBER_TYPES}
+
+
+@functools.cache
+def _leaf(leaves: Leaves, ty: str) -> st.SearchStrategy[str]:
+    return st.sampled_from(leaves[ty])
+
+
+@functools.cache
+def expressions(ty: str, depth: int, leaves: Leaves) -> st.SearchStrategy[Expr]:
+    """Random expression trees of type ``ty``, at most ``depth`` deep. (One strategy object
+    per argument triple: Hypothesis validates a new strategy on its first draw, and
+    expression trees are most of the drawing.)"""
+    return _expressions(ty, depth, leaves)
 
 
 @st.composite
-def expressions(draw: st.DrawFn, ty: str, depth: int, leaves: Leaves) -> Expr:
-    """A random expression tree of type ``ty``, at most ``depth`` deep."""
-    if depth <= 0 or draw(st.integers(0, 3)) == 0:
-        if leaves.get(ty) and draw(st.booleans()):
-            return ("leaf", ty, draw(st.sampled_from(leaves[ty])))
+def _expressions(draw: st.DrawFn, ty: str, depth: int, leaves: Leaves) -> Expr:
+    if depth <= 0 or draw(_QUARTER) == 0:
+        if leaves.get(ty) and draw(_BOOL):
+            return ("leaf", ty, draw(_leaf(leaves, ty)))
         return ("leaf", ty, const_text(ty, draw_value(draw, ty)))
     choices = OPS_BY_RESULT[ty]
-    pick = draw(st.integers(0, len(choices)))
+    pick = draw(_OP_PICK[ty])
     if pick == len(choices):
         a = draw(expressions(ty, depth - 1, leaves))
         b = draw(expressions(ty, depth - 1, leaves))
@@ -227,35 +284,108 @@ def expressions(draw: st.DrawFn, ty: str, depth: int, leaves: Leaves) -> Expr:
     return ("op", op.name, ty, children)
 
 
+# -- batches ---------------------------------------------------------------------------------
+
+BATCH = 16
+"""The most programs one module holds."""
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """How many programs a module holds: a flag before each one ends the module (0),
+    leaves its slot empty (1) or fills it (2 up to ``top``); the first slot never ends it.
+    Large ``top``: long modules, ``top - 1`` programs on average, fewer where ``limit``
+    cuts them."""
+
+    top: int
+    limit: int = BATCH
+
+    @functools.cached_property
+    def flags(self) -> tuple[st.SearchStrategy[int], st.SearchStrategy[int]]:
+        return st.integers(1, self.top), st.integers(0, self.top)
+
+
+# About 5 functions or 3 loop kernels a module: longer modules make hardly more cases a
+# second (a loop kernel costs more to compile than the module around it), and each step
+# of shrinking compiles the module again.
+NUMERIC_BATCH = CONTROL_BATCH = BatchShape(7)
+LOOP_BATCH = BatchShape(5, limit=8)
+_END, _EMPTY = object(), object()
+
+
+def batch(draw: st.DrawFn, program: Callable[[int], st.SearchStrategy[T]], shape: BatchShape) -> list[T]:
+    """Programs ``program(0)``, ``program(1)``, ... for one module, each drawn in a slot of
+    its own after a flag (see :class:`BatchShape`). Lowering a filled slot's flag by one
+    empties it, and the shrinker then tries deleting the span that follows: so any program
+    of a module can go, and a failure shrinks to a module of the one program that fails."""
+    programs: list[T] = []
+    for slot in range(shape.limit):
+        got = draw(_program_slot(program, len(programs), shape.flags[slot > 0]))
+        if got is _END:
+            break
+        if got is not _EMPTY:
+            programs.append(got)
+    assume(programs)
+    return programs
+
+
+@st.composite
+def _program_slot(
+    draw: st.DrawFn, program: Callable[[int], st.SearchStrategy[T]], index: int, flags: st.SearchStrategy[int]
+) -> object:
+    flag = draw(flags)
+    if flag == 0:
+        return _END
+    return _EMPTY if flag == 1 else draw(program(index))
+
+
 # -- numeric -------------------------------------------------------------------------------
 
 NUMERIC_PARAMS = ("i32", "i32", "i64", "i64", "f32", "f32", "f64", "f64")
 SCRATCH_LOCALS = "(local $cf32 f32) (local $cf64 f64)"
 
 
+NUMERIC_LEAVES = Leaves(
+    {ty: tuple(f"local.get {i}" for i, t in enumerate(NUMERIC_PARAMS) if t == ty) for ty in NUMBER_TYPES}
+)
+_NUMBER_TYPE = st.sampled_from(NUMBER_TYPES)
+_NUMERIC_DEPTH = {depth: st.integers(1, depth) for depth in range(1, 9)}
+_CALLS = st.integers(1, 4)
+
+
 @st.composite
-def numeric_cases(draw: st.DrawFn, max_funcs: int = 8, max_depth: int = 4) -> Case:
-    """A module of expression-tree functions over every numeric op, with edge-biased calls."""
-    leaves: Leaves = {ty: [] for ty in NUMBER_TYPES}
-    for i, ty in enumerate(NUMERIC_PARAMS):
-        leaves[ty].append(f"local.get {i}")
+def numeric_cases(draw: st.DrawFn, shape: BatchShape = NUMERIC_BATCH, max_depth: int = 4) -> Case:
+    """A module of expression-tree functions over every numeric op, with edge-biased calls;
+    each function is a program of its own."""
+    return _numeric_module(batch(draw, lambda f: numeric_function(f, max_depth), shape))
+
+
+def _numeric_module(funcs: list[tuple[str, list[Call]]]) -> Case:
+    wat = "(module\n" + "\n".join(text for text, _ in funcs) + ")\n"
+    calls = [replace(call, program=k) for k, (_, calls) in enumerate(funcs) for call in calls]
+    return Case("numeric", wat, calls, programs=len(funcs),
+                subset=lambda keep: _numeric_module([funcs[k] for k in keep]))  # fmt: skip
+
+
+@st.composite
+def numeric_function(draw: st.DrawFn, index: int, max_depth: int = 4) -> tuple[str, list[Call]]:
+    """Function ``f<index>``: one expression tree over the parameters, and 1 to 4 calls."""
+    ty = draw(_NUMBER_TYPE)
+    tree = draw(expressions(ty, draw(_NUMERIC_DEPTH[max_depth]), NUMERIC_LEAVES))
+    body: list[str] = []
+    emit_expr(tree, body)
     params = " ".join(NUMERIC_PARAMS)
-    funcs, calls = [], []
-    for f in range(draw(st.integers(1, max_funcs))):
-        ty = draw(st.sampled_from(NUMBER_TYPES))
-        tree = draw(expressions(ty, draw(st.integers(1, max_depth)), leaves))
-        body: list[str] = []
-        emit_expr(tree, body)
-        funcs.append(
-            f'  (func (export "f{f}") (param {params}) (result {ty}) {SCRATCH_LOCALS}\n    '
-            + "\n    ".join(body)
-            + ")"
-        )
-        exact = is_exact(tree)
-        for _ in range(draw(st.integers(1, 4))):
-            args = tuple((TYPES[t], draw_value(draw, t)) for t in NUMERIC_PARAMS)
-            calls.append(Call(f"f{f}", args, exact))
-    return Case("numeric", "(module\n" + "\n".join(funcs) + ")\n", calls)
+    text = (
+        f'  (func (export "f{index}") (param {params}) (result {ty}) {SCRATCH_LOCALS}\n    '
+        + "\n    ".join(body)
+        + ")"
+    )
+    exact = is_exact(tree)
+    calls = []
+    for _ in range(draw(_CALLS)):
+        args = tuple((TYPES[t], bits) for t, bits in zip(NUMERIC_PARAMS, draw_values(draw, NUMERIC_PARAMS)))
+        calls.append(Call(f"f{index}", args, exact, index))
+    return text, calls
 
 
 # -- control and memory ---------------------------------------------------------------------
@@ -286,13 +416,47 @@ OFFSETS = [0, 0, 1, 4, 16, PAGE - 8, PAGE, 0xFFFFFFFF]
 LENGTHS = [0, 1, 4, 8, 17, 100, PAGE, 0xFFFFFFFF]
 
 
+CONTROL_LEAVES = {  # signature -> what its functions' expressions read: locals, globals, params
+    sig: Leaves(
+        {
+            ty: (
+                *(f"local.get {n}" for n in LOCALS[ty]),
+                f"global.get {GLOBALS[ty]}",
+                *(f"local.get $p{i}" for i, t in enumerate(params) if t == ty),
+            )
+            for ty in NUMBER_TYPES
+        }
+    )
+    for sig, (params, _) in SIGNATURES.items()
+}
+STATEMENTS = ("set", "store", "load", "global", "if", "loop", "br_if", "br_table", "call",
+              "call_indirect", "size", "grow", "fill", "copy", "return")  # fmt: skip
+_SIGNATURE = st.sampled_from(sorted(SIGNATURES))
+_STATEMENT = st.sampled_from(STATEMENTS)
+_STORE = st.sampled_from(STORES)
+_LOAD = st.sampled_from(LOADS)
+_OFFSET = st.sampled_from(OFFSETS)
+_LENGTH = st.sampled_from(LENGTHS)
+_MASK = st.sampled_from([0xFFFF, 0xFFF8, 0x1FFFF, 0xFFFFFFFF])
+_ADDRESS = st.one_of(st.sampled_from(ADDRESSES), st.integers(0, 3 * PAGE))
+_LOCAL = {ty: st.sampled_from(LOCALS[ty]) for ty in NUMBER_TYPES}
+_STATEMENT_COUNT = st.integers(0, 4)
+_LOOP_BOUND = st.integers(0, 6)
+_GROW = st.sampled_from([0, 1, 2, 0xFFFFFFFF, 70000])
+_SLOT = st.sampled_from([0xFFFFFFFF, 0x80000000])
+_CONTROL_CALLS = st.integers(1, 3)
+
+
 @dataclass
 class _Scope:
-    """What a statement may use: its function, the labels around it, the loop depth."""
+    """What a statement may use: its function, the labels around it, the loop depth, and the
+    signatures of the functions before it (which it may call directly)."""
 
     func: int
     result: str
     leaves: Leaves
+    sigs: list[str]
+    callees: set[int]  # of the function, filled in as its direct calls are drawn
     labels: tuple[str, ...] = ()
     loops: int = 0
     names: list[int] = field(default_factory=lambda: [0])
@@ -301,18 +465,30 @@ class _Scope:
         self.names[0] += 1
         return f"$L{self.names[0]}"
 
+    def inner(self, labels: tuple[str, ...], loops: int | None = None) -> _Scope:
+        """The scope of a nested block: more labels, maybe one more loop."""
+        loops = self.loops if loops is None else loops
+        return _Scope(self.func, self.result, self.leaves, self.sigs, self.callees, labels, loops, self.names)
+
+
+@functools.cache
+def _below(n: int) -> st.SearchStrategy[int]:
+    """0 to ``n - 1``: one strategy per bound (each new strategy is validated on its first draw)."""
+    return st.integers(0, n - 1)
+
+
+@functools.cache
+def _one_of(items: tuple[str, ...]) -> st.SearchStrategy[str]:
+    return st.sampled_from(items)
+
 
 @st.composite
 def _address(draw: st.DrawFn, scope: _Scope) -> Expr:
-    if draw(st.integers(0, 3)) == 0:
-        mask = draw(st.sampled_from([0xFFFF, 0xFFF8, 0x1FFFF, 0xFFFFFFFF]))
+    if draw(_QUARTER) == 0:
+        mask = draw(_MASK)
         inner = draw(expressions("i32", 1, scope.leaves))
         return ("op", "i32.and", "i32", (inner, ("leaf", "i32", f"i32.const {mask}")))
-    return (
-        "leaf",
-        "i32",
-        f"i32.const {draw(st.one_of(st.sampled_from(ADDRESSES), st.integers(0, 3 * PAGE)))}",
-    )
+    return ("leaf", "i32", f"i32.const {draw(_ADDRESS)}")
 
 
 def _small_expr(ty: str, scope: _Scope) -> st.SearchStrategy[Expr]:
@@ -320,82 +496,76 @@ def _small_expr(ty: str, scope: _Scope) -> st.SearchStrategy[Expr]:
 
 
 @st.composite
-def _statement(draw: st.DrawFn, scope: _Scope, n_funcs_table: int, depth: int) -> list[str]:
-    kinds = ["set", "store", "load", "global", "if", "loop", "br_if", "br_table", "call",
-             "call_indirect", "size", "grow", "fill", "copy", "return"]  # fmt: skip
-    kind = draw(st.sampled_from(kinds))
+def _statement(draw: st.DrawFn, scope: _Scope, table_size: int, depth: int) -> list[str]:
+    kind = draw(_STATEMENT)
     out: list[str] = []
     if kind == "set":
-        ty = draw(st.sampled_from(NUMBER_TYPES))
+        ty = draw(_NUMBER_TYPE)
         emit_value(draw(_small_expr(ty, scope)), out)
-        out.append(f"local.set {draw(st.sampled_from(LOCALS[ty]))}")
+        out.append(f"local.set {draw(_LOCAL[ty])}")
     elif kind == "store":
-        name, ty, _ = draw(st.sampled_from(STORES))
+        name, ty, _ = draw(_STORE)
         emit_expr(draw(_address(scope)), out)
         emit_value(draw(_small_expr(ty, scope)), out)
-        out.append(f"{name} offset={draw(st.sampled_from(OFFSETS))}")
+        out.append(f"{name} offset={draw(_OFFSET)}")
     elif kind == "load":
-        name, ty, _ = draw(st.sampled_from(LOADS))
+        name, ty, _ = draw(_LOAD)
         emit_expr(draw(_address(scope)), out)
-        out += [f"{name} offset={draw(st.sampled_from(OFFSETS))}", f"local.set {LOCALS[ty][0]}"]
+        out += [f"{name} offset={draw(_OFFSET)}", f"local.set {LOCALS[ty][0]}"]
     elif kind == "global":
-        ty = draw(st.sampled_from(NUMBER_TYPES))
+        ty = draw(_NUMBER_TYPE)
         emit_value(draw(_small_expr(ty, scope)), out)
         out.append(f"global.set {GLOBALS[ty]}")
     elif kind == "if" and depth > 0:
         emit_expr(draw(_small_expr("i32", scope)), out)
         label = scope.label()
-        inner = _Scope(
-            scope.func, scope.result, scope.leaves, (*scope.labels, label), scope.loops, scope.names
-        )
+        inner = scope.inner((*scope.labels, label))
         out.append(f"if {label}")
-        out += draw(_statements(inner, n_funcs_table, depth - 1))
+        out += draw(_statements(inner, table_size, depth - 1))
         out.append("else")
-        out += draw(_statements(inner, n_funcs_table, depth - 1))
+        out += draw(_statements(inner, table_size, depth - 1))
         out.append("end")
     elif kind == "loop" and depth > 0 and scope.loops < 2:
         counter = f"$k{scope.loops}"
-        bound = draw(st.integers(0, 6))
+        bound = draw(_LOOP_BOUND)
         exit_label, loop_label = scope.label(), scope.label()
-        inner = _Scope(scope.func, scope.result, scope.leaves, (*scope.labels, exit_label), scope.loops + 1,
-                       scope.names)  # fmt: skip
+        inner = scope.inner((*scope.labels, exit_label), scope.loops + 1)
         out += ["i32.const 0", f"local.set {counter}", f"block {exit_label}", f"loop {loop_label}",
                 f"local.get {counter}", f"i32.const {bound}", "i32.ge_u", f"br_if {exit_label}"]  # fmt: skip
-        out += draw(_statements(inner, n_funcs_table, depth - 1))
+        out += draw(_statements(inner, table_size, depth - 1))
         out += [f"local.get {counter}", "i32.const 1", "i32.add", f"local.set {counter}", f"br {loop_label}",
                 "end", "end"]  # fmt: skip
     elif kind == "br_if" and scope.labels:
         emit_expr(draw(_small_expr("i32", scope)), out)
-        out.append(f"br_if {draw(st.sampled_from(scope.labels))}")
+        out.append(f"br_if {draw(_one_of(scope.labels))}")
     elif kind == "br_table" and depth > 0:
         labels = [scope.label() for _ in range(3)]
-        targets = draw(st.lists(st.sampled_from(labels + list(scope.labels)), min_size=1, max_size=5))
+        targets = draw(st.lists(_one_of((*labels, *scope.labels)), min_size=1, max_size=5))
         out += [f"block {labels[0]}", f"block {labels[1]}", f"block {labels[2]}"]
         emit_expr(draw(_small_expr("i32", scope)), out)
         out += ["br_table " + " ".join(targets), "end"]
         for k in (1, 0):
-            inner = _Scope(scope.func, scope.result, scope.leaves, (*scope.labels, *labels[: k + 1]), scope.loops,
-                           scope.names)  # fmt: skip
-            out += draw(_statements(inner, n_funcs_table, depth - 1))
+            inner = scope.inner((*scope.labels, *labels[: k + 1]))
+            out += draw(_statements(inner, table_size, depth - 1))
             out.append("end")
     elif kind == "call" and scope.func > 0:
-        callee = draw(st.integers(0, scope.func - 1))
-        out += draw(_call_args(scope, _sig_of(callee), callee=callee))
+        callee = draw(_below(scope.func))
+        scope.callees.add(callee)
+        out += draw(_call_args(scope, scope.sigs[callee], callee=callee))
     elif kind == "call_indirect":
-        sig = draw(st.sampled_from(sorted(SIGNATURES)))
-        out += draw(_call_args(scope, sig, callee=None, table_size=n_funcs_table))
+        sig = draw(_SIGNATURE)
+        out += draw(_call_args(scope, sig, callee=None, table_size=table_size))
     elif kind == "size":
         out += ["memory.size", "local.set $a1"]
     elif kind == "grow":
-        delta = draw(st.sampled_from([0, 1, 2, 0xFFFFFFFF, 70000]))
-        out += [f"i32.const {delta}", "memory.grow", "local.set $a0"]
+        out += [f"i32.const {draw(_GROW)}", "memory.grow", "local.set $a0"]
     elif kind in ("fill", "copy"):
         emit_expr(draw(_address(scope)), out)
         if kind == "fill":
             emit_expr(draw(_small_expr("i32", scope)), out)
         else:
             emit_expr(draw(_address(scope)), out)
-        out += [f"i32.const {draw(st.sampled_from(LENGTHS))}", f"memory.{kind}"]
+        out += [f"i32.const {draw(_LENGTH)}", f"memory.{kind}"]
     elif kind == "return":
         emit_value(draw(_small_expr(scope.result, scope)), out)
         out.append("return")
@@ -404,13 +574,17 @@ def _statement(draw: st.DrawFn, scope: _Scope, n_funcs_table: int, depth: int) -
     return out
 
 
+@functools.cache
+def _slot(table_size: int) -> st.SearchStrategy[int]:
+    """A call_indirect's table slot: in the table, just past it, or far beyond."""
+    return st.one_of(st.integers(0, table_size + 1), _SLOT)
+
+
 @st.composite
 def _call_args(
     draw: st.DrawFn, scope: _Scope, sig: str, callee: int | None, table_size: int = 0
 ) -> list[str]:
-    """A direct call of ``callee`` (of its own type), or a call_indirect of type ``sig``."""
-    if callee is not None:
-        sig = _sig_of(callee)
+    """A direct call of ``callee`` (of type ``sig``, its own), or a call_indirect of type ``sig``."""
     params, result = SIGNATURES[sig]
     out: list[str] = []
     for ty in params:
@@ -418,71 +592,91 @@ def _call_args(
     if callee is not None:
         out.append(f"call $f{callee}")
     else:
-        slot = draw(st.one_of(st.integers(0, table_size + 1), st.sampled_from([0xFFFFFFFF, 0x80000000])))
+        slot = draw(_slot(table_size))
         out += [f"i32.const {slot}", f"call_indirect (type {sig})"]
-    out.append(f"local.set {LOCALS[result][1]}" if draw(st.booleans()) else "drop")
+    out.append(f"local.set {LOCALS[result][1]}" if draw(_BOOL) else "drop")
     return out
 
 
-def _sig_of(func: int) -> str:
-    return sorted(SIGNATURES)[func % len(SIGNATURES)]
-
-
 @st.composite
-def _statements(draw: st.DrawFn, scope: _Scope, n_funcs_table: int, depth: int) -> list[str]:
+def _statements(draw: st.DrawFn, scope: _Scope, table_size: int, depth: int) -> list[str]:
     out: list[str] = []
-    for _ in range(draw(st.integers(0, 4))):
-        out += draw(_statement(scope, n_funcs_table, depth))
+    for _ in range(draw(_STATEMENT_COUNT)):
+        out += draw(_statement(scope, table_size, depth))
     return out
 
 
 @st.composite
-def control_cases(draw: st.DrawFn, max_funcs: int = 4) -> Case:
-    """A module of statement-level functions over memory, globals and a table; a call sequence."""
-    n_funcs = draw(st.integers(1, max_funcs))
-    table_size = n_funcs + 2
+def control_cases(draw: st.DrawFn, shape: BatchShape = CONTROL_BATCH) -> Case:
+    """A module of statement-level functions over one memory, globals and a table; each
+    function is a program of its own, called 1 to 3 times in turn (state carries over)."""
     lines = ["(module"]
     for name, (params, result) in sorted(SIGNATURES.items()):
         lines.append(f"  (type {name} (func (param {' '.join(params)}) (result {result})))")
     max_pages = draw(st.sampled_from([1, 2, 4]))
     lines.append(f'  (memory (export "memory") 1 {max_pages})')
-    for k, ty in enumerate(NUMBER_TYPES):
-        lines.append(
-            f'  (global {GLOBALS[ty]} (export "g{k}") (mut {ty}) ({const_text(ty, draw_value(draw, ty))}))'
-        )
-    lines.append(f'  (table $tab (export "table") {table_size} funcref)')
-    slots = draw(st.lists(st.one_of(st.none(), st.integers(0, n_funcs - 1)), min_size=table_size,
-                          max_size=table_size))  # fmt: skip
-    items = " ".join("(ref.null func)" if s is None else f"(ref.func $f{s})" for s in slots)
-    lines.append(f"  (elem (table $tab) (i32.const 0) funcref {items})")
+    for k, (ty, bits) in enumerate(zip(NUMBER_TYPES, draw_values(draw, NUMBER_TYPES))):
+        lines.append(f'  (global {GLOBALS[ty]} (export "g{k}") (mut {ty}) ({const_text(ty, bits)}))')
+    table_size = draw(st.integers(1, 8))
     data = draw(st.binary(max_size=64))
     lines.append(f'  (data (i32.const {draw(st.sampled_from([0, 16, PAGE - 64]))}) "{_wat_bytes(data)}")')
+    sigs: list[str] = []
     names = [0]
-    for f in range(n_funcs):
-        params, result = SIGNATURES[_sig_of(f)]
-        leaves: Leaves = {ty: list(f"local.get {n}" for n in LOCALS[ty]) for ty in NUMBER_TYPES}
-        for ty in NUMBER_TYPES:
-            leaves[ty].append(f"global.get {GLOBALS[ty]}")
-        for i, ty in enumerate(params):
-            leaves[ty].append(f"local.get $p{i}")
-        scope = _Scope(f, result, leaves, names=names)
-        body = draw(_statements(scope, table_size, depth=2))
-        emit_value(draw(_small_expr(result, scope)), body)
-        decl = " ".join(f"(param $p{i} {ty})" for i, ty in enumerate(params))
-        local_decls = " ".join(f"(local {n} {ty})" for ty in NUMBER_TYPES for n in LOCALS[ty])
-        lines.append(
-            f'  (func $f{f} (export "f{f}") (type {_sig_of(f)}) {decl} (result {result})\n'
-            f"    {local_decls} (local $k0 i32) (local $k1 i32) {SCRATCH_LOCALS}\n    "
-            + "\n    ".join(body)
-            + ")"
-        )
-    lines.append(")")
+    funcs = batch(draw, lambda f: control_function(f, sigs, table_size, names), shape)
+    slots = draw(st.lists(st.one_of(st.none(), st.integers(0, len(funcs) - 1)), min_size=table_size,
+                          max_size=table_size))  # fmt: skip
+    return _control_module(lines, slots, list(enumerate(funcs)))
+
+
+ControlFunction = tuple[str, list[Call], set[int]]  # text, calls, the functions it calls directly
+
+
+def _control_module(
+    head: list[str], slots: list[int | None], funcs: list[tuple[int, ControlFunction]]
+) -> Case:
+    """The module of ``funcs`` (by their index when drawn); table slots of other functions
+    are null. None where a function calls one that is left out."""
+    present = {index for index, _ in funcs}
+    items = " ".join("(ref.null func)" if s not in present else f"(ref.func $f{s})" for s in slots)
+    lines = [*head, f'  (table $tab (export "table") {len(slots)} funcref)',
+             f"  (elem (table $tab) (i32.const 0) funcref {items})"]  # fmt: skip
+    lines += [text for _, (text, _, _) in funcs]
+    calls = [replace(call, program=k) for k, (_, (_, calls, _)) in enumerate(funcs) for call in calls]
+
+    def subset(keep: list[int]) -> Case | None:
+        kept = [funcs[k] for k in keep]
+        if any(not callees <= {index for index, _ in kept} for _, (_, _, callees) in kept):
+            return None
+        return _control_module(head, slots, kept)
+
+    return Case("control", "\n".join(lines) + "\n)\n", calls, programs=len(funcs), subset=subset)
+
+
+@st.composite
+def control_function(
+    draw: st.DrawFn, index: int, sigs: list[str], table_size: int, names: list[int]
+) -> ControlFunction:
+    """Function ``f<index>`` of a control module and its calls; ``sigs`` holds the types of
+    the functions before it (and gets its own), ``names`` numbers the labels of the module."""
+    sig = draw(_SIGNATURE)
+    params, result = SIGNATURES[sig]
+    scope = _Scope(index, result, CONTROL_LEAVES[sig], sigs, set(), names=names)
+    body = draw(_statements(scope, table_size, depth=2))
+    emit_value(draw(_small_expr(result, scope)), body)
+    sigs.append(sig)
+    decl = " ".join(f"(param $p{i} {ty})" for i, ty in enumerate(params))
+    local_decls = " ".join(f"(local {n} {ty})" for ty in NUMBER_TYPES for n in LOCALS[ty])
+    text = (
+        f'  (func $f{index} (export "f{index}") (type {sig}) {decl} (result {result})\n'
+        f"    {local_decls} (local $k0 i32) (local $k1 i32) {SCRATCH_LOCALS}\n    "
+        + "\n    ".join(body)
+        + ")"
+    )
     calls = []
-    for _ in range(draw(st.integers(1, 8))):
-        f = draw(st.integers(0, n_funcs - 1))
-        params, _ = SIGNATURES[_sig_of(f)]
-        calls.append(Call(f"f{f}", tuple((TYPES[t], draw_value(draw, t)) for t in params)))
-    return Case("control", "\n".join(lines) + "\n", calls)
+    for _ in range(draw(_CONTROL_CALLS)):
+        args = tuple((TYPES[t], bits) for t, bits in zip(params, draw_values(draw, params)))
+        calls.append(Call(f"f{index}", args, program=index))
+    return text, calls, scope.callees
 
 
 def _wat_bytes(data: bytes) -> str:
@@ -551,22 +745,28 @@ def _fits(accesses: list[Access], lengths: list[int], n: int, m: int) -> bool:
 
 
 @st.composite
-def loop_cases(draw: st.DrawFn, max_kernels: int = 4) -> Case:
+def loop_cases(draw: st.DrawFn, shape: BatchShape = LOOP_BATCH) -> Case:
     """A module of loop kernels ``kernel0``..., each a counted loop (or a nest of two) over
-    affine accesses; see the module docstring. ``meta["kernels"]`` describes each one."""
-    funcs, data, calls, kernels = [], [], [], []
-    for k in range(draw(st.integers(1, max_kernels))):
-        func, segments, kernel_calls, meta = draw(_kernel(f"kernel{k}"))
-        funcs.append(func)
-        data += segments
-        calls += kernel_calls
-        kernels.append(meta)
+    affine accesses, and each a program of its own; see the module docstring. The kernels
+    share the one page of memory. ``meta["kernels"]`` describes each one."""
+    return _loop_module(batch(draw, lambda k: _kernel(f"kernel{k}", k), shape))
+
+
+Kernel = tuple[str, list[str], list[Call], dict[str, Any]]  # function, data segments, calls, meta
+
+
+def _loop_module(kernels: list[Kernel]) -> Case:
+    funcs = [func for func, _, _, _ in kernels]
+    data = [segment for _, segments, _, _ in kernels for segment in segments]
+    calls = [replace(call, program=k) for k, (_, _, calls, _) in enumerate(kernels) for call in calls]
     wat = '(module\n  (memory (export "memory") 1 1)\n' + "\n".join(data + funcs) + "\n)\n"
-    return Case("loops", wat, calls, meta={"kernels": kernels})
+    meta = {"kernels": [meta for *_, meta in kernels]}
+    return Case("loops", wat, calls, meta=meta, programs=len(kernels),
+                subset=lambda keep: _loop_module([kernels[k] for k in keep]))  # fmt: skip
 
 
 @st.composite
-def _kernel(draw: st.DrawFn, name: str) -> tuple[str, list[str], list[Call], dict[str, Any]]:
+def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
     nested = draw(st.booleans())
     n_inputs = draw(st.integers(1, 3))
     kinds = [draw(st.sampled_from(sorted(ELEMENTS))) for _ in range(n_inputs + 1)]  # the last one is written
@@ -634,8 +834,8 @@ def _kernel(draw: st.DrawFn, name: str) -> tuple[str, list[str], list[Call], dic
         vt = ELEMENTS[kind][0]
         size = ELEMENTS[kind][3]
         raw = b"".join(
-            (draw_value(draw, vt) & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
-            for _ in range(min(length, 6))
+            (bits & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
+            for bits in draw_values(draw, (vt,) * min(length, 6))
         )
         data.append(f'  (data (i32.const {bases[b]}) "{_wat_bytes(raw)}")')
     accesses = [*reads, write]
@@ -646,7 +846,8 @@ def _kernel(draw: st.DrawFn, name: str) -> tuple[str, list[str], list[Call], dic
         n = draw(st.sampled_from([fit, fit + 1, 0, 1, max(fit - 1, 0)]) | st.integers(0, 48))
         m = draw(st.sampled_from([fit_m, fit_m + 1, 1, 0]) | st.integers(0, 8)) if nested else 1
         trips.append((n, m))
-    calls = [Call(name, ((I32, n), (I32, m)), exact=reduce_type not in ("f32", "f64")) for n, m in trips]
+    exact = reduce_type not in ("f32", "f64")
+    calls = [Call(name, ((I32, n), (I32, m)), exact, index) for n, m in trips]
     meta: dict[str, Any] = {
         "function": name,
         "buffers": [
@@ -704,7 +905,7 @@ SMITH_FLAGS = [
 
 def smith(seed: bytes) -> bytes | None:
     """The module ``wasm-tools smith`` makes from ``seed``; None when it makes none."""
-    done = subprocess.run(["wasm-tools", "smith", *SMITH_FLAGS], input=seed, capture_output=True)
+    done = subprocess.run([wasm_tools(), "smith", *SMITH_FLAGS], input=seed, capture_output=True)
     return done.stdout if done.returncode == 0 and done.stdout[:4] == b"\0asm" else None
 
 

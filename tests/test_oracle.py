@@ -7,7 +7,9 @@ test breaks loudly if the helper changes shape), swapped in with monkeypatch.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import pickle
 import re
 import textwrap
 from pathlib import Path
@@ -18,8 +20,9 @@ from compiler.lower import control, convert, function, memory, numeric
 from dialect.types import F32, I32
 from oracle.case import Call, Case
 from oracle.compare import run_case, same_value
-from oracle.fuzz import fuzz_generator
-from oracle.generators import GENERATORS, const_text, numeric_ops
+from oracle.fuzz import fuzz, fuzz_generator
+from oracle.generators import BATCH, GENERATORS, const_text, numeric_ops
+from runtime.executor import HostExecutor
 
 SHRINK_SECONDS = 3.0
 
@@ -79,13 +82,16 @@ def plant_load_crash(mp: pytest.MonkeyPatch) -> None:
     mp.setitem(function.LOWERINGS, "mem.load", crash)
 
 
+# Budgets in generated cases (functions, kernels, smith modules), the most a search may
+# take: the cases a planted bug needs vary with the seed and with the modules imported (which
+# feed Hypothesis's pool of constants), up to 1700 in a sample of seeds.
 TEETH = [
-    ("numeric", plant_shift_mask, r"i(32|64)\.sh[lr]", 200),
-    ("numeric", plant_min_max_nan, r"f(32|64)\.(min|max)", 300),
-    ("numeric", plant_trunc_sat_nan, r"trunc_sat", 300),
-    ("control", plant_bounds_off_by_one, r"load|store|memory\.(fill|copy)", 300),
-    ("control", plant_call_indirect_bounds, r"call_indirect", 300),
-    ("loops", plant_bounds_off_by_one, r"load|store", 300),
+    ("numeric", plant_shift_mask, r"i(32|64)\.sh[lr]", 2000),
+    ("numeric", plant_min_max_nan, r"f(32|64)\.(min|max)", 2000),
+    ("numeric", plant_trunc_sat_nan, r"trunc_sat", 2000),
+    ("control", plant_bounds_off_by_one, r"load|store|memory\.(fill|copy)", 2000),
+    ("control", plant_call_indirect_bounds, r"call_indirect", 2000),
+    ("loops", plant_bounds_off_by_one, r"load|store", 2000),
     ("smith", plant_load_crash, r"\.load", 100),
 ]
 
@@ -108,6 +114,9 @@ def test_planted_miscompile_is_found_and_shrunk(
         shrunk = failure.case
         assert failure.first is not None
         assert re.search(culprit, shrunk.text()), shrunk.text()
+        # Shrinking isolates the failing program: a module of one generated case.
+        assert shrunk.programs == 1, shrunk.text()
+        assert {call.program for call in shrunk.calls} <= {0}
         assert failure.saved is not None and failure.saved.with_suffix(".json").exists()
         replayed = Case.load(failure.saved)
         assert run_case(replayed).failed  # the saved files reproduce the failure...
@@ -116,12 +125,54 @@ def test_planted_miscompile_is_found_and_shrunk(
 
 @pytest.mark.parametrize("generator", sorted(GENERATORS))
 def test_unmodified_compiler_passes(generator: str, tmp_path: Path) -> None:
-    examples = {"numeric": 150, "control": 150, "loops": 100, "smith": 100}[generator]
+    examples = {"numeric": 600, "control": 400, "loops": 250, "smith": 100}[generator]  # cases
     report = fuzz_generator(generator, max_examples=examples, seed=7, shrink_seconds=5.0, save_dir=tmp_path)
     assert not report.failures, report.failures[0].summary()
-    assert report.examples == examples
+    assert examples <= report.generated < examples + BATCH
+    assert report.modules < report.generated or generator == "smith"  # cases are batched
     assert report.calls >= examples / 2  # cases are not mostly skipped or call-less
-    assert report.skipped <= report.calls / 20
+    assert report.calls_skipped <= report.calls / 20
+
+
+def test_a_time_limit_ends_the_run_without_changing_what_the_seed_generates() -> None:
+    """A fuzzing run with a time limit is the prefix of a longer one with the same seed."""
+    fuzz_generator("numeric", seconds=0.3, seed=5)  # imports: they feed Hypothesis's constants
+    runs: list[list[str]] = [[], []]
+    for seconds, seen in zip((1.0, 2.5), runs, strict=True):
+
+        def factory(wasm: bytes, seen: list[str] = seen) -> HostExecutor:
+            seen.append(hashlib.sha256(wasm).hexdigest())
+            return HostExecutor(wasm)
+
+        report = fuzz_generator("numeric", factory, seconds=seconds, seed=5)
+        assert report.seconds < seconds + 1.0, "the run did not stop at its time limit"
+    short, long = runs
+    assert short and len(long) > len(short)
+    assert long[: len(short)] == short
+
+
+def test_parallel_jobs_add_up(tmp_path: Path) -> None:
+    report, _ = fuzz(["numeric", "loops"], max_examples=30, seed=3, save_dir=tmp_path, stream=None, jobs=2)
+    assert not report.failures
+    for name in ("numeric", "loops"):
+        stats = report.by_generator[name]
+        assert stats.generated >= 30 and stats.modules < stats.generated  # 15 cases a process at least
+    assert report.cases == sum(stats.cases for stats in report.by_generator.values())
+
+
+def test_a_case_crosses_processes_without_its_subset() -> None:
+    """Parallel jobs send their failures to the parent: a case pickles, less the closure
+    that rebuilds it from some of its programs."""
+    from oracle.generators import _numeric_module
+
+    funcs = [(f'  (func (export "f{k}") (result i32) i32.const {k})', [Call(f"f{k}", ())]) for k in range(3)]
+    case = _numeric_module(funcs)
+    assert case.programs == 3 and [c.program for c in case.calls] == [0, 1, 2]
+    alone = case.subset([2])
+    assert alone.programs == 1 and alone.calls == [Call("f2", (), program=0)] and "f0" not in alone.text()
+    copy = pickle.loads(pickle.dumps(case))
+    assert copy.subset is None and copy.text() == case.text() and copy.calls == case.calls
+    assert not run_case(copy).failed
 
 
 def test_numeric_generator_covers_every_numeric_op() -> None:

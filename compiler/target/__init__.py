@@ -237,12 +237,8 @@ class HostTarget(Target):
         return self._new_target_machine()
 
     def _new_target_machine(self) -> llvm.TargetMachine:
-        with _LOCK:
-            llvm.initialize_native_target()
-            llvm.initialize_native_asmprinter()
-            target = llvm.Target.from_default_triple()
-        features = llvm.get_host_cpu_features().flatten()
-        return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=features, opt=2, jit=True)
+        target, cpu, features = _host_target()
+        return target.create_target_machine(cpu=cpu, features=features, opt=2, jit=True)
 
     def jit(self, llvm_ir: str | None, obj: bytes | None = None) -> HostCode:
         """Native code from LLVM IR, or from the object code of an earlier compilation."""
@@ -255,13 +251,24 @@ class HostTarget(Target):
             return HostCode(engine, module, obj)
         module = self.parse(llvm_ir)
         self.optimize(module)
-        # Object code for the cache: the same machine settings the engine uses.
-        obj = self._new_target_machine().emit_object(module)
+        # Object code for the cache, by the shared machine: the settings the engine uses.
+        obj = self.target_machine().emit_object(module)
         # The engine takes ownership of its target machine: give it one of its own.
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._new_target_machine())
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
         return HostCode(engine, module, obj)
+
+
+@functools.cache
+def _host_target() -> tuple[llvm.Target, str, str]:
+    """The native target, the host CPU's name and its features, as LLVM names them: asked
+    once per process (reading the features costs as much as making a machine)."""
+    with _LOCK:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        target = llvm.Target.from_default_triple()
+    return target, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
 
 
 class HostCode:
