@@ -9,6 +9,11 @@ declined (then the original loop runs unchanged). A loop that is left by falling
 loop are renumbered for the extra label. Adding imports shifts the index of every defined
 function, so calls, ``ref.func``, exports, element segments and the start function are
 renumbered; the "name" section, which would go stale, is dropped.
+
+Where control lands after leaving a device-resident region (:mod:`compiler.analysis.regions`):
+after its loop's ``end``, after the ``end`` of a block a branch leaves it for, at the top
+of a loop one does, it inserts a call to ``tensorwasm.region_<n>``, which takes and returns
+nothing: the host brings the device's results back into linear memory there.
 """
 
 from __future__ import annotations
@@ -70,6 +75,16 @@ class Insertion:
     import_name: str
 
 
+@dataclass
+class RegionExit:
+    """Where control lands after a region: the instructions of the function's body after
+    which the host call goes."""
+
+    func_index: int  # in the original module's function index space
+    after: tuple[int, ...]
+    import_name: str
+
+
 # Floats cross into the host as their bits: a trip through a host language's float would
 # quiet signalling NaNs.
 AS_BITS = {F32: I32, F64: I64}
@@ -85,13 +100,15 @@ def host_signature(ins: Insertion, global_types: list[Type]) -> FuncSig:
     return FuncSig(tuple(AS_BITS.get(t, t) for t in params), tuple(AS_BITS.get(t, t) for t in results))
 
 
-def rewrite(wasm: WasmModule, insertions: list[Insertion]) -> bytes:
-    """The module with a guarded host call before each loop of ``insertions``."""
+def rewrite(wasm: WasmModule, insertions: list[Insertion], exits: list[RegionExit] = ()) -> bytes:
+    """The module with a guarded host call before each loop of ``insertions``, and a host
+    call after each region's end in ``exits``."""
     data = wasm.raw
-    shift = len(insertions)
+    exits = list(exits)
+    shift = len(insertions) + len(exits)
     first_defined = wasm.num_imported_funcs
     global_types = [g.type for g in wasm.global_types()]
-    sigs = [host_signature(ins, global_types) for ins in insertions]
+    sigs = [host_signature(ins, global_types) for ins in insertions] + [FuncSig((), ())] * len(exits)
     new_types = list(wasm.types)
     type_index = []
     for sig in sigs:
@@ -105,7 +122,13 @@ def rewrite(wasm: WasmModule, insertions: list[Insertion]) -> bytes:
     by_func: dict[int, list[tuple[int, Insertion]]] = {}
     for n, ins in enumerate(insertions):
         by_func.setdefault(ins.func_index, []).append((first_defined + n, ins, global_types))
+    exits_by_func: dict[int, dict[int, list[int]]] = {}
+    for n, ex in enumerate(exits):
+        calls = exits_by_func.setdefault(ex.func_index, {})
+        for i in ex.after:
+            calls.setdefault(i, []).append(first_defined + len(insertions) + n)
 
+    names = [ins.import_name for ins in insertions] + [ex.import_name for ex in exits]
     out = bytearray(data[:8])
     emitted_imports = False
     for sid, start, end in wasm.sections:
@@ -117,11 +140,11 @@ def rewrite(wasm: WasmModule, insertions: list[Insertion]) -> bytes:
         elif sid == 1:
             out += section(1, vec([functype(t) for t in new_types]))
         elif sid == 2:
-            out += section(2, _imports(wasm, insertions, type_index))
+            out += section(2, _imports(wasm, names, type_index))
             emitted_imports = True
         elif sid in (6, 7, 8, 9, 10):
-            if sid >= 6 and not emitted_imports and insertions:
-                out += section(2, _imports(wasm, insertions, type_index))
+            if sid >= 6 and not emitted_imports and names:
+                out += section(2, _imports(wasm, names, type_index))
                 emitted_imports = True
             if sid == 6:
                 out += section(6, _globals(wasm, func_index))
@@ -132,16 +155,16 @@ def rewrite(wasm: WasmModule, insertions: list[Insertion]) -> bytes:
             elif sid == 9:
                 out += section(9, _elements(wasm, func_index))
             else:
-                out += section(10, _code(wasm, func_index, by_func))
+                out += section(10, _code(wasm, func_index, by_func, exits_by_func))
         else:
-            if sid in (3, 4, 5) and not emitted_imports and insertions:
-                out += section(2, _imports(wasm, insertions, type_index))
+            if sid in (3, 4, 5) and not emitted_imports and names:
+                out += section(2, _imports(wasm, names, type_index))
                 emitted_imports = True
             out += section(sid, payload)
     return bytes(out)
 
 
-def _imports(wasm: WasmModule, insertions: list[Insertion], type_index: list[int]) -> bytes:
+def _imports(wasm: WasmModule, names: list[str], type_index: list[int]) -> bytes:
     items = []
     for sid, start, end in wasm.sections:
         if sid == 2:
@@ -154,10 +177,9 @@ def _imports(wasm: WasmModule, insertions: list[Insertion], type_index: list[int
             items.append((count, items_raw))
     count, raw = items[0] if items else (0, b"")
     extra = b"".join(
-        name(HOST_MODULE) + name(ins.import_name) + b"\x00" + uleb(t)
-        for ins, t in zip(insertions, type_index, strict=True)
+        name(HOST_MODULE) + name(n) + b"\x00" + uleb(t) for n, t in zip(names, type_index, strict=True)
     )
-    return uleb(count + len(insertions)) + raw + extra
+    return uleb(count + len(names)) + raw + extra
 
 
 def _expr(instrs: list[Instr], data: bytes, end: int, func_index) -> bytes:
@@ -214,7 +236,7 @@ def _ref_func(expr: list[Instr], func_index) -> bytes:
     return b"\xd2" + uleb(func_index(instr.imm)) + b"\x0b"
 
 
-def _code(wasm: WasmModule, func_index, by_func) -> bytes:
+def _code(wasm: WasmModule, func_index, by_func, exits_by_func) -> bytes:
     data = wasm.raw
     bodies = []
     first = wasm.num_imported_funcs
@@ -222,13 +244,17 @@ def _code(wasm: WasmModule, func_index, by_func) -> bytes:
         index = first + i
         locals_raw = data[code.offset : code.body[0].offset]
         body_end = code.offset + code.size
-        body = _body(code.body, data, body_end, func_index, by_func.get(index, []))
+        body = _body(
+            code.body, data, body_end, func_index, by_func.get(index, []), exits_by_func.get(index, {})
+        )
         content = locals_raw + body
         bodies.append(uleb(len(content)) + content)
     return vec(bodies)
 
 
-def _body(instrs: list[Instr], data: bytes, end: int, func_index, insertions) -> bytes:
+def _body(
+    instrs: list[Instr], data: bytes, end: int, func_index, insertions, exits: dict[int, list[int]]
+) -> bytes:
     starts = {ins.start: (host, ins, gtypes) for host, ins, gtypes in insertions}
     out = bytearray()
     wrapped: list[tuple[int, int]] = []  # (loop end index, nesting depth at the loop start)
@@ -267,6 +293,8 @@ def _body(instrs: list[Instr], data: bytes, end: int, func_index, insertions) ->
             if wrapped and wrapped[-1][0] == i:
                 out += b"\x0b"
                 wrapped.pop()
+        for host in exits.get(i, ()):
+            out += b"\x10" + uleb(host)
     return bytes(out)
 
 

@@ -10,6 +10,13 @@ it, so copies run by DMA at full bus speed instead of through the driver's pagea
 buffer (on an H100: ~18 GB/s in and ~4 GB/s out pageable, ~50 GB/s both ways pinned). Its
 base stays put when memory grows, but the grown pages are not registered yet: a larger
 size re-registers the whole range. Where registration fails the copies stay pageable.
+
+Inside a device-resident region (:mod:`compiler.analysis.regions`) the mirror remembers
+what the device holds: ``valid`` spans, where the device copy equals linear memory or is
+newer, and ``dirty`` spans, where it is newer. A launch there copies in only what is not
+valid and leaves its writes on the device; :meth:`DeviceMirror.flush` copies the dirty
+spans back and forgets both, at the region's end or before anything else may touch linear
+memory. Outside a region both are empty.
 """
 
 from __future__ import annotations
@@ -37,10 +44,20 @@ class DeviceMirror:
         self.scratch: DeviceBuffer | None = None
         self.pinned: tuple[int, int] | None = None  # (host base, bytes) registered
         self.pin_failed = False
+        self.valid: list[tuple[int, int]] = []  # sorted, disjoint byte ranges
+        self.dirty: list[tuple[int, int]] = []
+
+    @property
+    def holds_results(self) -> bool:
+        """Whether the device holds results linear memory does not have yet."""
+        return bool(self.dirty)
 
     def ensure(self, size: int, scratch_slots: int) -> None:
-        """Device memory for ``size`` bytes of linear memory and ``scratch_slots`` u64s."""
+        """Device memory for ``size`` bytes of linear memory and ``scratch_slots`` u64s
+        (a larger memory only outside a region: linear memory cannot grow inside one)."""
         if self.memory is None or self.memory.nbytes < size:
+            assert not self.dirty, "linear memory grew inside a device-resident region"
+            self.valid = []
             if self.memory is not None:
                 self.allocator.free(self.memory)
                 self.memory = None
@@ -79,6 +96,34 @@ class DeviceMirror:
             moved += span.hi - span.lo
         return moved
 
+    def copy_in_missing(self, base: int, spans) -> int:
+        """Inside a region: copy in the parts of ``spans`` the device does not hold; they
+        are valid from then on. Returns the bytes moved."""
+        missing = subtract([(s.lo, s.hi) for s in spans], self.valid)
+        moved = self.copy_in(base, [_Range(lo, hi) for lo, hi in missing])
+        self.valid = union(self.valid, missing)
+        return moved
+
+    def missing_bytes(self, spans) -> int:
+        """How many bytes of ``spans`` a launch inside a region would copy in."""
+        return sum(hi - lo for lo, hi in subtract([(s.lo, s.hi) for s in spans], self.valid))
+
+    def keep(self, spans) -> None:
+        """Inside a region: a launch wrote ``spans``; the device now has them newer."""
+        written = [(s.lo, s.hi) for s in spans]
+        self.dirty = union(self.dirty, written)
+        self.valid = union(self.valid, written)
+
+    def flush(self, base: int) -> int:
+        """Copy the dirty spans back to linear memory at ``base`` and forget what the
+        device holds; returns the bytes moved."""
+        dirty, self.dirty, self.valid = self.dirty, [], []
+        return self.copy_out(base, [_Range(lo, hi) for lo, hi in dirty])
+
+    def forget(self) -> None:
+        """Drop what the device holds (it is lost: a reset context)."""
+        self.dirty, self.valid = [], []
+
     def copy_out(self, base: int, spans) -> int:
         """Device -> host linear memory, span by span; returns the bytes moved."""
         moved = 0
@@ -109,3 +154,38 @@ class DeviceMirror:
             if buffer is not None:
                 self.allocator.free(buffer)
         self.memory = self.scratch = None
+
+
+class _Range:
+    __slots__ = ("hi", "lo")
+
+    def __init__(self, lo: int, hi: int) -> None:
+        self.lo, self.hi = lo, hi
+
+
+def union(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The sorted, disjoint ranges covering ``a`` and ``b`` (touching ranges merge)."""
+    merged: list[list[int]] = []
+    for lo, hi in sorted(r for r in a + b if r[1] > r[0]):
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return [(lo, hi) for lo, hi in merged]
+
+
+def subtract(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of ``a`` outside the sorted, disjoint ranges ``b``."""
+    out = []
+    for lo, hi in union(a, []):
+        for blo, bhi in b:
+            if bhi <= lo or blo >= hi:
+                continue
+            if blo > lo:
+                out.append((lo, blo))
+            lo = max(lo, bhi)
+            if lo >= hi:
+                break
+        if lo < hi:
+            out.append((lo, hi))
+    return out

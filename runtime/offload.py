@@ -8,6 +8,12 @@ the live values (:mod:`runtime.guards`); if they hold it runs the loop as a kern
 wasmtime's linear memory (copied to and from the device for the GPU) and returns the
 loop's live-out locals; otherwise, or if the kernel traps, it declines and the original
 loop runs on wasmtime, so the program sees exactly Wasm's behaviour, trap included.
+
+Offloaded loops inside a sequential loop that does nothing else with memory (a time-step
+loop around a stencil) form a device-resident region (:mod:`compiler.analysis.regions`):
+on the GPU their data stays on the device from one launch to the next, and comes back to
+linear memory when the region ends, where the rewritten module calls the host again, or
+before a launch in it declines.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from dataclasses import dataclass, field
 import wasmtime
 
 from compiler.analysis.loops import AnalysisOptions, LoopPlan, LoopReport, analyze_module
+from compiler.analysis.regions import Region, find_regions
 from compiler.frontend import load, translate_module
 from compiler.lower import abi
 from compiler.lower.function import (
@@ -36,7 +43,7 @@ from compiler.lower.function import (
     recursive_functions,
 )
 from compiler.outline import identity_bits, outline
-from compiler.rewrite import HOST_MODULE, Insertion, rewrite
+from compiler.rewrite import HOST_MODULE, Insertion, RegionExit, rewrite
 from compiler.target import HostTarget, nvptx_for_device
 from compiler.traps import TrapKind, trap_message
 from dialect.types import F32, Type
@@ -71,6 +78,7 @@ class LoopStats:
     threads: int = 1  # the most host threads one launch used
     pinned: bool = False  # GPU copies from page-locked linear memory
     warned: set[str] = field(default_factory=set)  # fallback reasons already logged
+    region: int | None = None  # the device-resident region the loop is in
 
     def decline(self, reason: str) -> None:
         self.declined[reason] = self.declined.get(reason, 0) + 1
@@ -84,6 +92,24 @@ class OffloadedLoop:
     insertion: Insertion
     stats: LoopStats
     estimate: Estimate = field(default_factory=Estimate)  # auto mode: does a launch pay?
+    region: int | None = None  # index into OffloadModule.regions
+
+
+@dataclass
+class RegionStats:
+    """One device-resident region, for the report."""
+
+    func: str
+    offset: int
+    loops: int  # offloaded loops inside it
+    exits: int = 0  # times the region ended
+    bytes_out: int = 0  # results brought back to linear memory at its end or before a decline
+    transfer_seconds: float = 0.0
+
+
+class RegionLost(Exception):
+    """The device failed while it held a region's results that linear memory lacks: the
+    guest cannot go on (wasmtime reports this as a trap of the call)."""
 
 
 class OffloadModule:
@@ -124,12 +150,14 @@ class OffloadModule:
         if state is not None:
             self.reports, self.loops = state["reports"], state["loops"]
             self.rewritten, self._host_sigs = state["rewritten"], state["host_sigs"]
+            self.regions, self.region_stats = state["regions"], state["region_stats"]
             if self._compile(cache):
                 return
         self._prepare()
         self._compile(cache, must=True)
         state = {"reports": self.reports, "loops": self.loops, "rewritten": self.rewritten,
-                 "host_sigs": self._host_sigs}  # fmt: skip
+                 "host_sigs": self._host_sigs, "regions": self.regions,
+                 "region_stats": self.region_stats}  # fmt: skip
         try:
             cache.put("prepared", self._key, prepared.dump(state))
         except (pickle.PicklingError, RecursionError) as exc:  # costs warm starts, nothing else
@@ -162,8 +190,21 @@ class OffloadModule:
             insertion = _insertion(self.wasm, plan, f"loop_{n}")
             stats = LoopStats(plan.func.name, plan.loop.offset, self.device)
             self.loops.append(OffloadedLoop(plan, kernel.index, "", insertion, stats))
+        spans = [
+            (lp.insertion.func_index, lp.insertion.start, lp.insertion.end,
+             bool(lp.plan.gathers))
+            for lp in self.loops
+        ]  # fmt: skip
+        self.regions: list[Region] = find_regions(self.wasm, spans)
+        self.region_stats = []
+        for k, region in enumerate(self.regions):
+            for n in region.children:
+                self.loops[n].region = self.loops[n].stats.region = k
+            name = self.loops[region.children[0]].stats.func
+            self.region_stats.append(RegionStats(name, region.offset, len(region.children)))
+        exits = [RegionExit(r.func_index, r.exits, f"region_{k}") for k, r in enumerate(self.regions)]
         self.rewritten = (
-            rewrite(self.wasm, [lp.insertion for lp in self.loops]) if self.loops else self._wasm_bytes
+            rewrite(self.wasm, [lp.insertion for lp in self.loops], exits) if self.loops else self._wasm_bytes
         )
         self._host_sigs = {lp.insertion.import_name: _host_sig(self.wasm, lp.insertion) for lp in self.loops}
 
@@ -229,6 +270,10 @@ class OffloadModule:
             funcs[lp.insertion.import_name] = wasmtime.Func(
                 store, wasmtime.FuncType(params, results), self._callback(lp), access_caller=True
             )
+        for k in range(len(self.regions)):
+            funcs[f"region_{k}"] = wasmtime.Func(
+                store, wasmtime.FuncType([], []), self._region_end(k), access_caller=True
+            )
         return funcs
 
     def define(self, linker: wasmtime.Linker, store) -> None:
@@ -237,14 +282,56 @@ class OffloadModule:
 
     def _callback(self, lp: OffloadedLoop):
         def run(caller, *args):
-            results = self.arrive(lp, caller, args)
+            try:
+                results = self.arrive(lp, caller, args)
+            except BaseException:
+                if lp.region is not None:  # the guest stops here: its memory must be current
+                    self._flush(caller, lp.region)
+                raise
             return results[0] if len(results) == 1 else results  # wasmtime-py: one is a scalar
 
         return run
 
+    def _region_end(self, k: int):
+        def run(caller):
+            self.region_stats[k].exits += 1
+            self._flush(caller, k)
+
+        return run
+
+    def _flush(self, caller, k: int) -> None:
+        """Bring region ``k``'s results on the device back into linear memory."""
+        mirror = getattr(self, "mirror", None)
+        if mirror is None or not mirror.holds_results:
+            return
+        memory = caller.get("memory")
+        base = ctypes.cast(memory.data_ptr(caller), ctypes.c_void_p).value
+        start = time.perf_counter()
+        try:
+            moved = mirror.flush(base)
+        except CudaError as exc:
+            mirror.forget()
+            raise RegionLost(self._lost_message(k, exc)) from exc
+        stats = self.region_stats[k]
+        stats.bytes_out += moved
+        stats.transfer_seconds += time.perf_counter() - start
+
+    def _lost_message(self, k: int, exc: Exception) -> str:
+        stats = self.region_stats[k]
+        return (
+            f"the GPU failed ({exc}) while it held the results of the device-resident region at "
+            f"{stats.func}+0x{stats.offset:x}; linear memory lacks them, so the call cannot go on"
+        )
+
     # -- one arrival at a loop ------------------------------------------------------------------
 
     def arrive(self, lp: OffloadedLoop, caller, args) -> list[int]:
+        results = self._arrive(lp, caller, args)
+        if not results[0] and lp.region is not None:
+            self._flush(caller, lp.region)  # wasmtime runs this loop: memory must be current
+        return results
+
+    def _arrive(self, lp: OffloadedLoop, caller, args) -> list[int]:
         stats = lp.stats
         stats.arrivals += 1
         n_live = len(lp.plan.live_ins)
@@ -269,7 +356,7 @@ class OffloadModule:
             return declined
         estimate = None
         if self.mode == "auto" and launch.trip:
-            nbytes = sum(r.hi - r.lo for r in launch.reads + launch.writes) if self.device == "gpu" else 0
+            nbytes = self._bytes_to_move(lp, launch) if self.device == "gpu" else 0
             go, why, model, cpu = lp.estimate.decide(self.device, lp.plan, launch, nbytes)
             if not go:
                 stats.decline(why)
@@ -288,6 +375,13 @@ class OffloadModule:
         stats.offloaded += 1
         stats.iterations += launch.trip
         return [1, *self._live_outs(lp, launch, partials)]
+
+    def _bytes_to_move(self, lp: OffloadedLoop, launch: Launch) -> int:
+        """The bytes a GPU launch would copy (inside a region: only in, what the device lacks)."""
+        spans = launch.reads + launch.writes
+        if lp.region is None:
+            return sum(r.hi - r.lo for r in spans)
+        return self.mirror.missing_bytes(spans)
 
     def _run(self, lp: OffloadedLoop, launch: Launch, live_bits, base: int, size: int) -> list[int] | None:
         if self.device == "gpu":
@@ -372,7 +466,10 @@ class OffloadModule:
             self._fall_back(lp, f"device memory: {exc}")
         except CudaError as exc:
             if exc.sticky:
+                lost = self.mirror.holds_results
                 self._recover(exc)
+                if lost:  # the reset took the region's results with it
+                    raise RegionLost(self._lost_message(lp.region, exc)) from exc
             self._fall_back(lp, f"GPU error: {exc}")
         return None
 
@@ -391,9 +488,9 @@ class OffloadModule:
         if self.pin:
             mirror.pin(base, size)
         # Gathered loads may read anywhere: then the device gets all of memory.
-        moved_in = mirror.copy_in(
-            base, [_Span(0, size)] if launch.gathers else _merge(launch.reads + launch.writes)
-        )
+        needed = [_Span(0, size)] if launch.gathers else _merge(launch.reads + launch.writes)
+        resident = lp.region is not None
+        moved_in = mirror.copy_in_missing(base, needed) if resident else mirror.copy_in(base, needed)
         ctx[abi.CTX_MEM_BASE] = mirror.memory.ptr
         ctx[abi.CTX_MEM_SIZE] = size
         ctx[abi.CTX_MEM_CAPACITY] = size
@@ -418,7 +515,11 @@ class OffloadModule:
             stats.decline(_trap_reason(back[abi.CTX_TRAP]))
             return None
         out = back[len(ctx) + len(params) :]
-        moved_out = mirror.copy_out(base, written)
+        if resident:  # the results stay on the device until the region ends
+            mirror.keep(written)
+            moved_out = 0
+        else:
+            moved_out = mirror.copy_out(base, written)
         stats.transfer_seconds += time.perf_counter() - start
         stats.bytes_in += moved_in
         stats.bytes_out += moved_out
@@ -435,10 +536,11 @@ class OffloadModule:
     def _recover(self, fault: CudaError) -> None:
         """After a sticky fault: reset the context and reload the kernels, or, where the
         driver refuses the process any further GPU work, send every later loop to the CPU."""
+        self.mirror.forget()
         try:
             self.context.reset()
             self.mirror.allocator.free_all()
-            self.mirror = DeviceMirror(self.context)
+            self.mirror = DeviceMirror(self.context, self.device_memory_limit)
             self._load_kernels()
         except CudaError as exc:
             self.gpu_lost = (

@@ -129,8 +129,9 @@ def report(prepared: OffloadModule, timings: dict, fmt: str) -> str:
         if chosen is not None:
             row.update({k: v for k, v in asdict(chosen.stats).items() if k != "warned"})
         rows.append(row)
+    regions = [asdict(r) for r in prepared.region_stats]
     if fmt == "json":
-        return json.dumps({"device": prepared.device, **timings, "loops": rows})
+        return json.dumps({"device": prepared.device, **timings, "loops": rows, "regions": regions})
     lines = [f"tensorwasm: offload report (device {prepared.device}; compile {timings['compile_seconds'] * 1e3:.0f} ms, "
              f"run {timings['run_seconds'] * 1e3:.0f} ms)"]  # fmt: skip
     for row in rows:
@@ -147,5 +148,16 @@ def report(prepared: OffloadModule, timings: dict, fmt: str) -> str:
             f"{row['iterations']} iterations, {row['bytes_in'] + row['bytes_out']} bytes moved, "
             f"kernel {row['kernel_seconds'] * 1e3:.2f} ms, transfers {row['transfer_seconds'] * 1e3:.2f} ms; "
             f"declined: {declined}"
+            + (f"; in the device-resident region at +0x{regions[row['region']]['offset']:x}"
+               if row["region"] is not None else "")
+        )  # fmt: skip
+    for r in regions:
+        kept = (
+            "its data stays on the device between launches" if prepared.device == "gpu" else "runs in place"
+        )
+        lines.append(
+            f"  region {r['func']} +0x{r['offset']:x}: a loop around {r['loops']} offloaded loop(s), "
+            f"{kept}; left {r['exits']} times, {r['bytes_out']} bytes brought back in "
+            f"{r['transfer_seconds'] * 1e3:.2f} ms"
         )
     return "\n".join(lines)

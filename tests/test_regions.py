@@ -1,0 +1,200 @@
+"""Device-resident regions: which loops around offloaded loops qualify, the host calls the
+rewritten module makes where they end, and results exactly wasmtime's, a trap inside a
+region included (on the host backend in CI, on the GPU with the marker gpu, where the data
+stays on the device between launches)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+import wasmtime
+
+from compiler.analysis.regions import find_regions
+from compiler.frontend import load
+from dialect.types import I32
+from runtime.mirror import DeviceMirror, subtract, union
+from runtime.offload import OffloadInstance, OffloadModule
+from runtime.reference import ReferenceInstance
+from tests.conftest import wat
+
+# A time loop around a parallel sweep over a[0:m) into b, then a pointer swap; the sweep
+# grows by `grow` elements a step, so a large enough step runs out of memory and traps.
+# `body` goes between the sweep and the swap.
+TIME_LOOP = """(module (memory (export "memory") 1)
+  (func (export "run") (param $n i32) (param $steps i32) (param $grow i32)
+    (local $t i32) (local $i i32) (local $a i32) (local $b i32) (local $tmp i32) (local $m i32)
+    (local.set $b (i32.const 32768))
+    (block $done
+      (br_if $done (i32.le_s (local.get $steps) (i32.const 0)))
+      (loop $time
+        (local.set $m (i32.add (local.get $n) (i32.mul (local.get $t) (local.get $grow))))
+        (local.set $i (i32.const 0))
+        (block $skip
+          (br_if $skip (i32.le_s (local.get $m) (i32.const 0)))
+          (loop $sweep
+            (i32.store (i32.add (local.get $b) (i32.shl (local.get $i) (i32.const 2)))
+              (i32.add (i32.mul (i32.load (i32.add (local.get $a) (i32.shl (local.get $i) (i32.const 2))))
+                                (i32.const 3))
+                       (i32.add (local.get $t) (local.get $i))))
+            (local.set $i (i32.add (local.get $i) (i32.const 1)))
+            (br_if $sweep (i32.lt_s (local.get $i) (local.get $m)))))
+        BODY
+        (local.set $tmp (local.get $a)) (local.set $a (local.get $b)) (local.set $b (local.get $tmp))
+        (local.set $t (i32.add (local.get $t) (i32.const 1)))
+        EXIT
+        (br_if $time (i32.lt_s (local.get $t) (local.get $steps)))))))"""
+
+
+def time_loop(body: str = "", exit: str = "") -> bytes:
+    return wat(TIME_LOOP.replace("BODY", body).replace("EXIT", exit))
+
+
+def regions_of(wasm: bytes) -> list:
+    return OffloadModule(wasm, device="cpu").regions
+
+
+def test_a_time_loop_around_a_parallel_sweep_is_a_region() -> None:
+    offload = OffloadModule(time_loop(), device="cpu")
+    (region,) = offload.regions
+    assert region.children == (0,)
+    assert offload.loops[0].region == 0
+    body = load(time_loop()).codes[0].body
+    assert body[region.start].op.name == "loop"
+    assert region.exits == (region.end,)  # it ends only by falling off its end
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ("(i32.store (i32.const 65532) (local.get $t))", "a store outside the sweep"),
+        ("(drop (i32.load (i32.const 0)))", "a load outside the sweep"),
+        ("(drop (memory.grow (i32.const 0)))", "memory.grow"),
+        ("(local.set $tmp (i32.div_u (local.get $t) (local.get $n)))", "a division that may trap"),
+        ("(if (i32.eq (local.get $t) (i32.const 99)) (then (return)))", "a return"),
+    ],
+)
+def test_a_time_loop_that_touches_memory_or_may_stop_is_no_region(body: str, why: str) -> None:
+    assert regions_of(time_loop(body)) == [], why
+
+
+def test_a_division_by_a_constant_is_allowed() -> None:
+    assert len(regions_of(time_loop("(local.set $tmp (i32.div_u (local.get $t) (i32.const 7)))"))) == 1
+
+
+def test_a_branch_out_of_the_region_gets_the_host_call_where_it_lands() -> None:
+    wasm = time_loop(exit="(br_if $done (i32.eq (local.get $t) (local.get $grow)))")
+    (region,) = regions_of(wasm)
+    body = load(wasm).codes[0].body
+    done_end = next(i for i, ins in enumerate(body) if ins.op.name == "block" and ins.match > region.end)
+    assert region.exits == (region.end, body[done_end].match)
+
+
+def test_find_regions_leaves_out_loops_with_gathers() -> None:
+    module = load(time_loop())
+    sweep = next(i for i, ins in enumerate(module.codes[0].body) if ins.op.name == "loop" and i > 10)
+    span = (module.num_imported_funcs, sweep, module.codes[0].body[sweep].match)
+    assert len(find_regions(module, [(*span, False)])) == 1
+    assert find_regions(module, [(*span, True)]) == []
+
+
+def _compare(wasm: bytes, device: str, args: list[int]) -> OffloadInstance:
+    expected_instance = ReferenceInstance(wasm)
+    expected = expected_instance.call("run", [(I32, a) for a in args])
+    actual = OffloadInstance(wasm, device=device)
+    assert actual.call("run", [(I32, a) for a in args]) == expected
+    assert actual.memory() == expected_instance.memory("memory"), "linear memory differs from wasmtime's"
+    wasmtime.Module.validate(wasmtime.Engine(), actual.offload.rewritten)
+    return actual
+
+
+DEVICES = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("exit", ["", "(br_if $done (i32.eq (local.get $t) (i32.const 5)))"])
+def test_a_region_leaves_memory_as_wasmtime_does(device: str, exit: str) -> None:
+    actual = _compare(time_loop(exit=exit), device, [1000, 12, 0])
+    (loop,) = actual.offload.loops
+    assert loop.stats.offloaded == (5 if exit else 12)  # the exit test follows t += 1
+    (region,) = actual.offload.region_stats
+    assert region.exits >= 1
+    if device == "gpu":  # each array crosses once each way, not once a step
+        assert loop.stats.bytes_in == 2 * 4000
+        assert loop.stats.bytes_out == 0
+        assert region.bytes_out == 2 * 4000
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_trap_in_a_region_leaves_memory_as_wasmtime_does(device: str) -> None:
+    # Steps 0..7 offload (on the GPU their results stay there); step 8 reaches past memory:
+    # the guard declines, the results come back, and wasmtime's loop traps part way.
+    actual = _compare(time_loop(), device, [1000, 12, 1000])
+    (loop,) = actual.offload.loops
+    assert loop.stats.offloaded == 8
+    assert any("bounds" in reason or "memory" in reason for reason in loop.stats.declined)
+
+
+class _Buffer:
+    def __init__(self, nbytes: int) -> None:
+        self.raw = ctypes.create_string_buffer(nbytes)
+        self.ptr, self.nbytes = ctypes.addressof(self.raw), nbytes
+
+
+class _HostContext:
+    """Device memory in host buffers: what the mirror's bookkeeping moves, checked on the CPU."""
+
+    def __init__(self) -> None:
+        self.copies: list[tuple[str, int]] = []
+
+    def bind(self) -> None:
+        pass
+
+    def memcpy_htod(self, dst: int, src, nbytes: int | None = None) -> None:
+        nbytes = ctypes.sizeof(src) if nbytes is None else nbytes
+        ctypes.memmove(dst, src, nbytes)
+        self.copies.append(("in", nbytes))
+
+    def memcpy_dtoh(self, dst, src: int, nbytes: int | None = None) -> None:
+        nbytes = ctypes.sizeof(dst) if nbytes is None else nbytes
+        ctypes.memmove(dst, src, nbytes)
+        self.copies.append(("out", nbytes))
+
+
+class _Allocator:
+    def alloc(self, nbytes: int, what: str) -> _Buffer:
+        return _Buffer(nbytes)
+
+    def free(self, buffer: _Buffer) -> None:
+        pass
+
+
+class _Span:
+    def __init__(self, lo: int, hi: int) -> None:
+        self.lo, self.hi = lo, hi
+
+
+def test_the_mirror_copies_in_only_what_the_device_lacks_and_flushes_what_it_wrote() -> None:
+    mirror = DeviceMirror.__new__(DeviceMirror)
+    mirror.context, mirror.allocator = _HostContext(), _Allocator()
+    mirror.memory = mirror.scratch = None
+    mirror.valid, mirror.dirty = [], []
+    host = ctypes.create_string_buffer(bytes(range(256)) * 16)
+    base = ctypes.addressof(host)
+    mirror.ensure(4096, 8)
+    assert mirror.copy_in_missing(base, [_Span(0, 1024)]) == 1024
+    assert mirror.copy_in_missing(base, [_Span(512, 2048)]) == 1024  # only [1024, 2048)
+    assert mirror.missing_bytes([_Span(0, 2048)]) == 0
+    ctypes.memmove(mirror.memory.ptr + 2048, b"\xff" * 64, 64)  # a launch writes [2048, 2112)
+    mirror.keep([_Span(2048, 2112)])
+    assert mirror.holds_results and mirror.missing_bytes([_Span(2048, 2112)]) == 0
+    assert mirror.flush(base) == 64
+    assert host.raw[2048:2112] == b"\xff" * 64 and host.raw[2112] == 2112 % 256
+    assert not mirror.holds_results and mirror.valid == []
+
+
+def test_span_arithmetic() -> None:
+    assert union([(0, 4), (8, 10)], [(4, 6), (20, 30)]) == [(0, 6), (8, 10), (20, 30)]
+    assert subtract([(0, 100)], [(10, 20), (30, 40), (90, 120)]) == [(0, 10), (20, 30), (40, 90)]
+    assert subtract([(0, 10), (15, 25)], [(5, 20)]) == [(0, 5), (20, 25)]
+    assert subtract([(5, 8)], [(0, 10)]) == []
