@@ -17,6 +17,7 @@ from runtime.mirror import DeviceMirror, subtract, union
 from runtime.offload import OffloadInstance, OffloadModule
 from runtime.reference import ReferenceInstance
 from tests.conftest import wat
+from tests.simulated_device import HostAllocator, HostContext, simulate_gpu
 
 # A time loop around a parallel sweep over a[0:m) into b, then a pointer swap; the sweep
 # grows by `grow` elements a step, so a large enough step runs out of memory and traps.
@@ -101,14 +102,17 @@ def test_find_regions_leaves_out_loops_with_gathers() -> None:
 def _compare(wasm: bytes, device: str, args: list[int]) -> OffloadInstance:
     expected_instance = ReferenceInstance(wasm)
     expected = expected_instance.call("run", [(I32, a) for a in args])
-    actual = OffloadInstance(wasm, device=device)
+    actual = OffloadInstance(wasm, device="cpu" if device == "simulated" else device)
+    if device == "simulated":
+        simulate_gpu(actual.offload)
     assert actual.call("run", [(I32, a) for a in args]) == expected
     assert actual.memory() == expected_instance.memory("memory"), "linear memory differs from wasmtime's"
     wasmtime.Module.validate(wasmtime.Engine(), actual.offload.rewritten)
     return actual
 
 
-DEVICES = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
+# "simulated": the GPU path's data movement on a device simulated in host memory.
+DEVICES = ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -119,7 +123,7 @@ def test_a_region_leaves_memory_as_wasmtime_does(device: str, exit: str) -> None
     assert loop.stats.offloaded == (5 if exit else 12)  # the exit test follows t += 1
     (region,) = actual.offload.region_stats
     assert region.exits >= 1
-    if device == "gpu":  # each array crosses once each way, not once a step
+    if device != "cpu":  # each array crosses once each way, not once a step
         assert loop.stats.bytes_in == 2 * 4000
         assert loop.stats.bytes_out == 0
         assert region.bytes_out == 2 * 4000
@@ -135,50 +139,14 @@ def test_a_trap_in_a_region_leaves_memory_as_wasmtime_does(device: str) -> None:
     assert any("bounds" in reason or "memory" in reason for reason in loop.stats.declined)
 
 
-class _Buffer:
-    def __init__(self, nbytes: int) -> None:
-        self.raw = ctypes.create_string_buffer(nbytes)
-        self.ptr, self.nbytes = ctypes.addressof(self.raw), nbytes
-
-
-class _HostContext:
-    """Device memory in host buffers: what the mirror's bookkeeping moves, checked on the CPU."""
-
-    def __init__(self) -> None:
-        self.copies: list[tuple[str, int]] = []
-
-    def bind(self) -> None:
-        pass
-
-    def memcpy_htod(self, dst: int, src, nbytes: int | None = None) -> None:
-        nbytes = ctypes.sizeof(src) if nbytes is None else nbytes
-        ctypes.memmove(dst, src, nbytes)
-        self.copies.append(("in", nbytes))
-
-    def memcpy_dtoh(self, dst, src: int, nbytes: int | None = None) -> None:
-        nbytes = ctypes.sizeof(dst) if nbytes is None else nbytes
-        ctypes.memmove(dst, src, nbytes)
-        self.copies.append(("out", nbytes))
-
-
-class _Allocator:
-    def alloc(self, nbytes: int, what: str) -> _Buffer:
-        return _Buffer(nbytes)
-
-    def free(self, buffer: _Buffer) -> None:
-        pass
-
-
 class _Span:
     def __init__(self, lo: int, hi: int) -> None:
         self.lo, self.hi = lo, hi
 
 
 def test_the_mirror_copies_in_only_what_the_device_lacks_and_flushes_what_it_wrote() -> None:
-    mirror = DeviceMirror.__new__(DeviceMirror)
-    mirror.context, mirror.allocator = _HostContext(), _Allocator()
-    mirror.memory = mirror.scratch = None
-    mirror.valid, mirror.dirty = [], []
+    mirror = DeviceMirror(HostContext())
+    mirror.allocator = HostAllocator()
     host = ctypes.create_string_buffer(bytes(range(256)) * 16)
     base = ctypes.addressof(host)
     mirror.ensure(4096, 8)

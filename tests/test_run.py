@@ -80,3 +80,39 @@ def test_run_invoke_and_bad_input(tmp_path) -> None:
         capture_output=True, text=True, cwd=ROOT, check=False,
     )  # fmt: skip
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["stencil", "blur", "matmul"])
+def test_program_output_on_a_simulated_device_is_identical(name: str, tmp_path, capfd, monkeypatch) -> None:
+    """The GPU path's data movement (per launch, and kept on the device inside the
+    stencil's and the blur's regions) on a device simulated in host memory."""
+    from runtime import run as run_module
+    from runtime.offload import OffloadModule
+    from tests.simulated_device import simulate_gpu
+
+    made = []
+
+    def simulated(wasm, **kwargs):
+        offload = OffloadModule(wasm, **{**kwargs, "device": "cpu", "pin": False})
+        simulate_gpu(offload)
+        made.append(offload)
+        return offload
+
+    monkeypatch.setattr(run_module, "OffloadModule", simulated)
+    path = ROOT / f"examples/wasi/build/{name}.O2.wasm"
+    status, expected = plain_wasmtime(path, PROGRAMS[name], tmp_path)
+    capfd.readouterr()
+    got, offload, _ = run_module.run(
+        path.read_bytes(), [str(path), *PROGRAMS[name]], offload="always", device="cpu"
+    )
+    assert (got, capfd.readouterr().out) == (status, expected)
+    (offload,) = made
+    main = [lp for lp in offload.loops if lp.stats.func == "main" and lp.stats.offloaded]
+    assert main
+    if name == "matmul":
+        assert offload.regions == [] and all(lp.stats.bytes_out > 0 for lp in main)
+    else:  # results stay on the device until the region is left
+        inside = [lp for lp in main if lp.region is not None]
+        assert inside and all(lp.stats.bytes_out == 0 for lp in inside)
+        assert sum(lp.stats.offloaded for lp in inside) > 1  # one launch a step or pass
+        assert sum(r.bytes_out for r in offload.region_stats) > 0

@@ -1,0 +1,93 @@
+"""A device simulated in host memory, for testing the GPU path's data movement on the CPU.
+
+:func:`simulate_gpu` turns an :class:`~runtime.offload.OffloadModule` built for the host
+backend into one that takes the GPU path: its launches copy linear memory into a separate
+"device" buffer, run the host-compiled kernels there, and copy the results back, exactly as
+on a GPU, so what the mirror moves and when (device-resident regions included) is checked
+in CI. Only the kernels' code is the host's; no CUDA call is made.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from runtime.mirror import DeviceMirror
+from runtime.offload import OffloadModule
+
+
+class HostBuffer:
+    """ "Device memory": a host buffer with the ``ptr`` and ``nbytes`` of a device one."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.raw = ctypes.create_string_buffer(nbytes)
+        self.ptr, self.nbytes = ctypes.addressof(self.raw), nbytes
+
+
+class HostAllocator:
+    def __init__(self) -> None:
+        self.live: dict[int, HostBuffer] = {}
+
+    def alloc(self, nbytes: int, what: str) -> HostBuffer:
+        buffer = HostBuffer(nbytes)
+        self.live[buffer.ptr] = buffer
+        return buffer
+
+    def free(self, buffer: HostBuffer) -> None:
+        self.live.pop(buffer.ptr, None)
+
+    def free_all(self) -> None:
+        self.live.clear()
+
+
+class HostContext:
+    """The calls the offload path makes on a CUDA context, on host memory; ``copies``
+    records each copy's direction and size."""
+
+    def __init__(self) -> None:
+        self.copies: list[tuple[str, int]] = []
+
+    def bind(self) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def memcpy_htod(self, dst: int, src, nbytes: int | None = None) -> None:
+        nbytes = ctypes.sizeof(src) if nbytes is None else nbytes
+        ctypes.memmove(dst, src, nbytes)
+        self.copies.append(("in", nbytes))
+
+    def memcpy_dtoh(self, dst, src: int, nbytes: int | None = None) -> None:
+        nbytes = ctypes.sizeof(dst) if nbytes is None else nbytes
+        ctypes.memmove(dst, src, nbytes)
+        self.copies.append(("out", nbytes))
+
+
+class HostKernel:
+    """A launch of a loop kernel, run by its host-compiled entry over the whole grid:
+    the device's ``(ctx, params, trip, [trip2,] out)`` becomes the host's
+    ``(ctx, params, 0, trip, [trip2,] out)``."""
+
+    def __init__(self, entry) -> None:
+        self.entry = entry
+        self.launches = 0
+
+    def launch(self, grid, block, args) -> None:
+        values = [value for _, value in args]
+        ctx, params, trip, *nest, out = values
+        self.entry(ctx, params, 0, trip, *nest, out)
+        self.launches += 1
+
+
+def simulate_gpu(offload: OffloadModule) -> HostContext:
+    """Make ``offload`` (prepared for the host backend) take the GPU path on host memory."""
+    assert offload.device == "cpu", "simulate a module compiled for the host backend"
+    context = HostContext()
+    offload.device = "gpu"
+    offload.context = context
+    offload.mirror = DeviceMirror(context)
+    offload.mirror.allocator = HostAllocator()
+    offload.kernels = {name: HostKernel(entry) for name, entry in offload.kernels.items()}
+    for lp in offload.loops:
+        lp.stats.device = "gpu (simulated)"
+    return context
