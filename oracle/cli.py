@@ -26,9 +26,10 @@ def add_fuzz_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     )
     parser.add_argument(
         "--backend",
-        choices=["cpu", "gpu", "offload-cpu", "offload-gpu"],
+        choices=["cpu", "gpu", "offload-cpu", "offload-sim", "offload-gpu"],
         default="cpu",
-        help="backend under test (default cpu); offload-*: loops offloaded from wasmtime",
+        help="backend under test (default cpu); offload-*: loops offloaded from wasmtime (offload-sim: "
+        "the GPU path on a device simulated in host memory)",
     )
     parser.add_argument(
         "--generator", choices=[*GENERATORS, "all"], default="all", help="generator family (default all)"

@@ -114,7 +114,13 @@ def make_factory(backend: str) -> ExecutorFactory:
 
         device = backend.split("-")[1]
         return lambda wasm: OffloadInstance(wasm, device)
-    raise ValueError(f"unknown backend {backend!r} (expected cpu, gpu, offload-cpu or offload-gpu)")
+    if backend == "offload-sim":
+        from oracle.simulated import SimulatedOffloadInstance
+
+        return SimulatedOffloadInstance
+    raise ValueError(
+        f"unknown backend {backend!r} (expected cpu, gpu, offload-cpu, offload-sim or offload-gpu)"
+    )
 
 
 def _memory_export(executor: Executor) -> str | None:

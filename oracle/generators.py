@@ -759,7 +759,10 @@ def _loop_module(kernels: list[Kernel]) -> Case:
     funcs = [func for func, _, _, _ in kernels]
     data = [segment for _, segments, _, _ in kernels for segment in segments]
     calls = [replace(call, program=k) for k, (_, _, calls, _) in enumerate(kernels) for call in calls]
-    wat = '(module\n  (memory (export "memory") 1 1)\n' + "\n".join(data + funcs) + "\n)\n"
+    wat = (
+        '(module\n  (memory (export "memory") 1 1)\n'
+        '  (global $phase (export "phase") (mut i32) (i32.const 0))\n' + "\n".join(data + funcs) + "\n)\n"
+    )
     meta = {"kernels": [meta for *_, meta in kernels]}
     return Case("loops", wat, calls, meta=meta, programs=len(kernels),
                 subset=lambda keep: _loop_module([kernels[k] for k in keep]))  # fmt: skip
@@ -823,10 +826,21 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
     if nested:
         inner = _counted("$j", "$m", inner, "          ")
     func_body = _counted("$i", "$n", inner, "      ")
+    # Repeated over time steps, the loop makes a device-resident region: its data stays on
+    # the device from one step to the next.
+    steps = draw(st.sampled_from([0, 0, 1, 2, 3]))
+    if steps:
+        func_body = (
+            f"(local.set $s (i32.const 0))\n    (loop $time\n      {func_body}\n"
+            # A scalar carried from step to step, not a reduction: the steps are sequential.
+            f"      (global.set $phase (i32.add (i32.mul (global.get $phase) (i32.const 5)) (i32.const 1)))\n"
+            f"      (local.set $s (i32.add (local.get $s) (i32.const 1)))\n"
+            f"      (br_if $time (i32.lt_u (local.get $s) (i32.const {steps}))))"
+        )
     acc_type = reduce_type or "i32"
     func = (
         f'  (func (export "{name}") (param $n i32) (param $m i32) (result {acc_type})\n'
-        f"    (local $i i32) (local $j i32) (local $acc {acc_type}) {SCRATCH_LOCALS}\n"
+        f"    (local $i i32) (local $j i32) (local $s i32) (local $acc {acc_type}) {SCRATCH_LOCALS}\n"
         f"    {func_body}\n    (local.get $acc))"
     )
     data = []
@@ -861,6 +875,7 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
         "trip_counts": trips,
         "reduction": [reduce_type, reduce_op] if reduce_type else None,
         "conditional": conditional,
+        "time_steps": steps,
     }
     return func, data, calls, meta
 

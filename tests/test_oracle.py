@@ -209,23 +209,28 @@ def test_skips_are_not_mismatches() -> None:
     assert not outcome.failed and outcome.passed == 1 and outcome.skipped == 2
 
 
-def test_offloaded_loops_match_wasmtime_and_really_offload() -> None:
-    """The loops family through the offload runtime (host backend): every generated kernel
-    that the detector accepts runs as a kernel and must leave wasmtime's results."""
+@pytest.mark.parametrize("device", ["cpu", "simulated"])
+def test_offloaded_loops_match_wasmtime_and_really_offload(device: str) -> None:
+    """The loops family through the offload runtime: on the host backend, and on the
+    simulated device (the GPU path's copies), where kernels repeated over time steps form
+    device-resident regions whose results stay on the "device" between launches. Every
+    generated kernel that the detector accepts runs as a kernel and must leave wasmtime's
+    results, memory and globals."""
     from hypothesis import HealthCheck, given, settings
 
     from oracle.compare import run_case
     from oracle.generators import GENERATORS
+    from oracle.simulated import SimulatedOffloadInstance
     from runtime.offload import OffloadInstance
 
     instances: list[OffloadInstance] = []
 
     def factory(wasm: bytes) -> OffloadInstance:
-        instance = OffloadInstance(wasm, "cpu")
+        instance = OffloadInstance(wasm, "cpu") if device == "cpu" else SimulatedOffloadInstance(wasm)
         instances.append(instance)
         return instance
 
-    @settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(GENERATORS["loops"]())
     def check(case) -> None:
         outcome = run_case(case, factory)
@@ -233,3 +238,7 @@ def test_offloaded_loops_match_wasmtime_and_really_offload() -> None:
 
     check()
     assert sum(i.offloaded for i in instances) > 0, "no generated loop was offloaded"
+    if device == "simulated":
+        regions = [r for i in instances for r in i.offload.region_stats]
+        assert sum(r.exits for r in regions) > 0, "no generated region ran"
+        assert sum(r.bytes_out for r in regions) > 0, "no region kept results on the device"

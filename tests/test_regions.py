@@ -13,11 +13,11 @@ import wasmtime
 from compiler.analysis.regions import find_regions
 from compiler.frontend import load
 from dialect.types import I32
+from oracle.simulated import HostAllocator, HostContext, simulate_gpu
 from runtime.mirror import DeviceMirror, subtract, union
 from runtime.offload import OffloadInstance, OffloadModule
 from runtime.reference import ReferenceInstance
 from tests.conftest import wat
-from tests.simulated_device import HostAllocator, HostContext, simulate_gpu
 
 # A time loop around a parallel sweep over a[0:m) into b, then a pointer swap; the sweep
 # grows by `grow` elements a step, so a large enough step runs out of memory and traps.

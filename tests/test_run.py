@@ -86,9 +86,9 @@ def test_run_invoke_and_bad_input(tmp_path) -> None:
 def test_program_output_on_a_simulated_device_is_identical(name: str, tmp_path, capfd, monkeypatch) -> None:
     """The GPU path's data movement (per launch, and kept on the device inside the
     stencil's and the blur's regions) on a device simulated in host memory."""
+    from oracle.simulated import simulate_gpu
     from runtime import run as run_module
     from runtime.offload import OffloadModule
-    from tests.simulated_device import simulate_gpu
 
     made = []
 

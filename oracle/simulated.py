@@ -1,10 +1,11 @@
-"""A device simulated in host memory, for testing the GPU path's data movement on the CPU.
+"""A device simulated in host memory: the GPU path's data movement, checked on the CPU.
 
 :func:`simulate_gpu` turns an :class:`~runtime.offload.OffloadModule` built for the host
 backend into one that takes the GPU path: its launches copy linear memory into a separate
 "device" buffer, run the host-compiled kernels there, and copy the results back, exactly as
 on a GPU, so what the mirror moves and when (device-resident regions included) is checked
-in CI. Only the kernels' code is the host's; no CUDA call is made.
+in CI and by ``tensorwasm fuzz --backend offload-sim``. Only the kernels' code is the
+host's; no CUDA call is made.
 """
 
 from __future__ import annotations
@@ -81,13 +82,26 @@ class HostKernel:
 
 def simulate_gpu(offload: OffloadModule) -> HostContext:
     """Make ``offload`` (prepared for the host backend) take the GPU path on host memory."""
-    assert offload.device == "cpu", "simulate a module compiled for the host backend"
+    if offload.device != "cpu":
+        raise ValueError("only a module prepared for the host backend can run on the simulated device")
     context = HostContext()
     offload.device = "gpu"
     offload.context = context
     offload.mirror = DeviceMirror(context)
     offload.mirror.allocator = HostAllocator()
-    offload.kernels = {name: HostKernel(entry) for name, entry in offload.kernels.items()}
+    offload.kernels = {name: HostKernel(entry) for name, entry in getattr(offload, "kernels", {}).items()}
     for lp in offload.loops:
         lp.stats.device = "gpu (simulated)"
     return context
+
+
+class SimulatedOffloadInstance:
+    """The oracle's ``offload-sim`` backend: an :class:`~runtime.offload.OffloadInstance`
+    whose launches take the GPU path on the simulated device."""
+
+    def __new__(cls, wasm: bytes):
+        from runtime.offload import OffloadInstance
+
+        instance = OffloadInstance(wasm, device="cpu")
+        simulate_gpu(instance.offload)
+        return instance
