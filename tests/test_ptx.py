@@ -71,3 +71,47 @@ def test_target_choice_by_capability_and_driver() -> None:
         nvptx_for_device((7, 0), 13000)
     with pytest.raises(CompileError, match="update the driver"):
         nvptx_for_device((9, 0), 11040)  # CUDA 11.4 accepts PTX 7.4 only
+
+
+REDUCTIONS_LOOP = """(module (memory (export "memory") 1)
+  (func (export "r") (param $n i32) (result f64 i64) (local $i i32) (local $p f64) (local $s i64)
+    (local.set $p (f64.const 1)) (local.set $s (i64.const 0))
+    (loop $l
+      (local.set $p (f64.mul (local.get $p) (f64.load (i32.shl (local.get $i) (i32.const 3)))))
+      (local.set $s (i64.add (local.get $s) (i64.load (i32.shl (local.get $i) (i32.const 3)))))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (local.get $n))))
+    (local.get $p) (local.get $s)))"""
+
+
+def test_loop_entry_reductions_assemble_and_start_from_constant_identities(
+    ptxas: str, tmp_path: Path
+) -> None:
+    """A float multiply reduction folds by compare-and-swap of its bits (LLVM has no cmpxchg
+    of a double), and every thread starts from the identities as constants: reading them
+    from the output slots would pick up the partials of blocks that finished earlier."""
+    from compiler.analysis.loops import AnalysisOptions, analyze_module
+    from compiler.lower.function import FunctionLowering, ModuleLowering, lower_loop_entry, reachable
+    from compiler.outline import outline
+
+    module = translate_module(load(wat(REDUCTIONS_LOOP)))
+    (report,) = analyze_module(module, AnalysisOptions(relaxed_float=True))
+    assert report.verdict == "offload", report.reason
+    kernel = outline(module, report.plan)
+    target = nvptx_for_device((9, 0), 13000)
+    lowering = ModuleLowering(module, target)
+    for index in reachable(module, [kernel.index]):
+        FunctionLowering(lowering, module.functions[index]).lower()
+    ops = [r.op for r in report.plan.reductions]
+    assert sorted(ops) == ["add", "fmul"]
+    entry = lower_loop_entry(lowering, kernel.index, ops)
+    llvm_ir = str(lowering.llvm)
+    body = llvm_ir[llvm_ir.index(f'@"{entry}"') :]
+    before_loop = body[body.index("entry:") : body.index("head:")]
+    assert '%".4"' not in before_loop  # the output slots (argument 4) are not read first
+    src = tmp_path / "r.ptx"
+    src.write_text(target.emit_ptx(llvm_ir))
+    done = subprocess.run(
+        [ptxas, "-arch=sm_90", str(src), "-o", str(tmp_path / "r.cubin")], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr

@@ -379,7 +379,9 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     args = _live_in_args(b, kernel, slots, 1)
     result_types = [llvm_type(t) for t in kernel.results]
-    identities = [b.load(_slot(b, out, i), typ=t) for i, t in enumerate(result_types)]
+    # Each thread starts from the identities as constants: on the GPU, ``out`` already
+    # holds other threads' partials by the time a late block starts.
+    identities = [_identity(op, t) for op, t in zip(reductions, kernel.results, strict=True)]
     if gpu:
         first = b.add(b.mul(_read_sreg(lowering.llvm, b, "ctaid.x"), _read_sreg(lowering.llvm, b, "ntid.x")),
                       _read_sreg(lowering.llvm, b, "tid.x"))  # fmt: skip
@@ -419,16 +421,18 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
         ptr = _slot(b, out, i)
         if gpu and op in REDUCE_RMW:
             b.atomic_rmw(REDUCE_RMW[op], ptr, acc, "monotonic")
-        elif gpu:  # no atomic multiply: compare-and-swap until it sticks
+        elif gpu:  # no atomic multiply: compare-and-swap (of the bits) until it sticks
+            bits_type = ir.IntType(kernel.results[i].bits)
             retry = fn.append_basic_block("cas")
             after = fn.append_basic_block("cas.done")
             before = b.block
-            old0 = b.load(ptr, typ=acc.type)
+            old0 = b.load(ptr, typ=bits_type)
             b.branch(retry)
             b.position_at_end(retry)
-            old = b.phi(acc.type)
+            old = b.phi(bits_type)
             old.add_incoming(old0, before)
-            pair = b.cmpxchg(ptr, old, combine(b, op, old, acc), "monotonic", "monotonic")
+            new = combine(b, op, b.bitcast(old, acc.type), acc)
+            pair = b.cmpxchg(ptr, old, b.bitcast(new, bits_type), "monotonic", "monotonic")
             old.add_incoming(b.extract_value(pair, 0), retry)
             b.cbranch(b.extract_value(pair, 1), after, retry)
             b.position_at_end(after)
@@ -436,6 +440,13 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
             b.store(acc, ptr)
     b.ret_void()
     return name
+
+
+def _identity(op: str, ty) -> ir.Constant:
+    """The identity of reduction ``op`` over dialect type ``ty``, as an LLVM constant."""
+    from compiler.outline import identity_bits
+
+    return constant(ty, identity_bits(op, ty))
 
 
 def _slot(b: ir.IRBuilder, base, i: int):
