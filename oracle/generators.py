@@ -749,7 +749,7 @@ def loop_cases(draw: st.DrawFn, shape: BatchShape = LOOP_BATCH) -> Case:
     """A module of loop kernels ``kernel0``..., each a counted loop (or a nest of two) over
     affine accesses, and each a program of its own; see the module docstring. The kernels
     share the one page of memory. ``meta["kernels"]`` describes each one."""
-    return _loop_module(batch(draw, lambda k: _kernel(f"kernel{k}", k), shape))
+    return _loop_module(batch(draw, lambda k: _any_kernel(f"kernel{k}", k), shape))
 
 
 Kernel = tuple[str, list[str], list[Call], dict[str, Any]]  # function, data segments, calls, meta
@@ -766,6 +766,63 @@ def _loop_module(kernels: list[Kernel]) -> Case:
     meta = {"kernels": [meta for *_, meta in kernels]}
     return Case("loops", wat, calls, meta=meta, programs=len(kernels),
                 subset=lambda keep: _loop_module([kernels[k] for k in keep]))  # fmt: skip
+
+
+@st.composite
+def _any_kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
+    """Mostly a kernel over buffers (:func:`_kernel`); one in eight a long reduction."""
+    if draw(st.integers(0, 7)) == 0:
+        return draw(_long_reduction(name, index))
+    return draw(_kernel(name, index))
+
+
+LONG_TRIPS = st.sampled_from([4_096, 65_537, 262_144, 300_001]) | st.integers(0, 300_001)
+
+
+@st.composite
+def _long_reduction(draw: st.DrawFn, name: str, index: int) -> Kernel:
+    """An integer reduction over up to 300,001 iterations of a few elements read at fixed
+    places, plus the counter: on the GPU, more blocks than the device holds at once, so
+    blocks start after others have folded their partials (a kernel that read its starting
+    value from the output would count those twice)."""
+    kind = draw(st.sampled_from(sorted(ELEMENTS)))
+    vt, op, _, size = ELEMENTS[kind]
+    length = draw(st.integers(1, 6))
+    reduce_type = draw(st.sampled_from(["i32", "i64"]))
+    reduce_op = draw(st.sampled_from(REDUCTIONS[reduce_type]))
+    reads = [Access(0, 0, 0, draw(st.integers(0, length - 1))) for _ in range(draw(st.integers(1, 2)))]
+    term = convert("(local.get $i)", "i32", reduce_type)
+    for a in reads:
+        loaded = convert(f"({op} (i32.const {64 + a.offset * size}))", vt, reduce_type)
+        term = f"({reduce_type}.add {term} {loaded})"
+    init_bits = draw_values(draw, (reduce_type,))[0]
+    update = f"(local.set $acc {_reduce(reduce_type, reduce_op, '(local.get $acc)', term)})"
+    func = (
+        f'  (func (export "{name}") (param $n i32) (param $m i32) (result {reduce_type})\n'
+        f"    (local $i i32) (local $acc {reduce_type})\n"
+        f"    (local.set $acc ({const_text(reduce_type, init_bits)}))\n"
+        f"    {_counted('$i', '$n', update, '      ')}\n    (local.get $acc))"
+    )
+    raw = b"".join(
+        (bits & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
+        for bits in draw_values(draw, (vt,) * length)
+    )
+    data = [f'  (data (i32.const 64) "{_wat_bytes(raw)}")']
+    trips = [draw(LONG_TRIPS) for _ in range(draw(st.integers(1, 2)))]
+    calls = [Call(name, ((I32, n), (I32, 1)), True, index) for n in trips]
+    meta: dict[str, Any] = {
+        "function": name,
+        "buffers": [{"base": 64, "element": kind, "length": length, "bytes": length * size}],
+        "accesses": [vars(a) for a in reads],
+        "written": None,
+        "layout": "long",
+        "nest_depth": 1,
+        "trip_counts": [(n, 1) for n in trips],
+        "reduction": [reduce_type, reduce_op],
+        "conditional": False,
+        "time_steps": 0,
+    }
+    return func, data, calls, meta
 
 
 @st.composite
