@@ -134,6 +134,7 @@ class OffloadModule:
         self.mode = mode
         self.options = options or AnalysisOptions()
         self._pool: ThreadPoolExecutor | None = None  # host threads, made on first need
+        self._guard_cache: dict[int, dict[tuple[int, ...], Launch | str]] = {}
         self._wasm_bytes = bytes(wasm)
         self._wasm = None
         self.target = self._target()
@@ -346,13 +347,9 @@ class OffloadModule:
             stats.decline("linear memory is not exported")
             return declined
         size = memory.data_len(caller)
-        env = {}
-        for (value, sym, _, _), bits in zip(lp.plan.live_ins, live_bits, strict=True):
-            env[sym] = bits & MASKS.get(value.type.bits, MASKS[64])
-        try:
-            launch = check(lp.plan, env, size)
-        except GuardFailed as exc:
-            stats.decline(str(exc))
+        launch = self._guards(lp, live_bits, size)
+        if isinstance(launch, str):
+            stats.decline(launch)
             return declined
         estimate = None
         if self.mode == "auto" and launch.trip:
@@ -375,6 +372,29 @@ class OffloadModule:
         stats.offloaded += 1
         stats.iterations += launch.trip
         return [1, *self._live_outs(lp, launch, partials)]
+
+    # Guard outcomes kept per loop: a loop arrives again and again with the same live-ins
+    # (a time step's pointers alternate between two arrays), and the outcome is a function
+    # of the live-ins and the memory size alone.
+    GUARD_CACHE_ENTRIES = 16
+
+    def _guards(self, lp: OffloadedLoop, live_bits: list[int], size: int) -> Launch | str:
+        """The launch the guards allow for these live-ins, or why they refuse it."""
+        cache = self._guard_cache.setdefault(lp.kernel_index, {})
+        key = (*live_bits, size)
+        outcome = cache.get(key)
+        if outcome is None:
+            env = {}
+            for (value, sym, _, _), bits in zip(lp.plan.live_ins, live_bits, strict=True):
+                env[sym] = bits & MASKS.get(value.type.bits, MASKS[64])
+            try:
+                outcome = check(lp.plan, env, size)
+            except GuardFailed as exc:
+                outcome = str(exc)
+            if len(cache) >= self.GUARD_CACHE_ENTRIES:
+                cache.clear()
+            cache[key] = outcome
+        return outcome
 
     def _bytes_to_move(self, lp: OffloadedLoop, launch: Launch) -> int:
         """The bytes a GPU launch would copy (inside a region: only in, what the device lacks)."""

@@ -272,3 +272,22 @@ def test_profitability_is_calibrated_against_wasmtime() -> None:
 
     seconds = profit.cpu_seconds_per_op()
     assert 1e-12 < seconds < 1e-7  # wasmtime runs somewhere between 10 M and 1 T ops/s
+
+
+def test_guard_outcomes_are_reused_for_the_same_live_ins_and_memory_size(monkeypatch) -> None:
+    import runtime.offload as offload_module
+    from runtime.reference import ReferenceInstance
+    from tests.conftest import wat
+
+    calls = []
+    real_check = offload_module.check
+    monkeypatch.setattr(offload_module, "check", lambda *a: calls.append(a[1]) or real_check(*a))
+    wasm = wat(GLOBAL_BASE_LOOP)
+    actual = OffloadInstance(wasm, device="cpu")
+    expected = ReferenceInstance(wasm)
+    for n in (1024, 1024, 512, 1024, 99999):  # the last one reaches past memory: refused
+        assert actual.call("fill", [(I32, n)]) == expected.call("fill", [(I32, n)])
+    assert len(calls) == 3  # 1024, 512, 99999: each checked once
+    (loop,) = actual.offload.loops
+    assert loop.stats.offloaded == 4
+    assert actual.memory() == expected.memory("memory")
