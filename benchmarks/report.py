@@ -254,7 +254,7 @@ def end_to_end_section(doc: dict) -> list[str]:
         w = row["wasmtime"]
         cold, warm = row["tensorwasm"].get("cold", {}), row["tensorwasm"].get("warm", {})
         if "error" in warm or "error" in cold:
-            failed = warm.get("error") or cold.get("error")
+            failed = " ".join(str(warm.get("error") or cold.get("error")).split()[:24])  # one table line
             rows.append([row["program"], size_label(row), secs(w["seconds"]), "failed", "failed",
                          *[NONE] * 6, f"no: {failed}"])  # fmt: skip
             continue

@@ -163,7 +163,7 @@ class CudaC(Peer):
         def fetch() -> Arrays:
             return {key: self._download(bufs[key], data[key]) for key in data}
 
-        return Computation(launch, fetch, len(launches), lambda: self._free(bufs))
+        return Computation(launch, fetch, len(launches), release=lambda: self._free(bufs))
 
     def _stencil(self, program: str, params: Params, bufs: dict) -> list[Callable[[], None]]:
         n, inner = params["n"], params["n"] - 2
