@@ -755,9 +755,13 @@ def loop_cases(draw: st.DrawFn, shape: BatchShape = LOOP_BATCH) -> Case:
 Kernel = tuple[str, list[str], list[Call], dict[str, Any]]  # function, data segments, calls, meta
 
 
-def _loop_module(kernels: list[Kernel]) -> Case:
+def _loop_module(kernels: list[Kernel], data: list[str] | None = None) -> Case:
+    """The module of ``kernels``, with the data segments ``data`` (default: theirs). A
+    subset keeps every data segment of the whole module: the kernels share the one page, so
+    a kernel may read another's data, and the program left must see the memory it saw."""
     funcs = [func for func, _, _, _ in kernels]
-    data = [segment for _, segments, _, _ in kernels for segment in segments]
+    if data is None:
+        data = [segment for _, segments, _, _ in kernels for segment in segments]
     calls = [replace(call, program=k) for k, (_, _, calls, _) in enumerate(kernels) for call in calls]
     wat = (
         '(module\n  (memory (export "memory") 1 1)\n'
@@ -765,7 +769,7 @@ def _loop_module(kernels: list[Kernel]) -> Case:
     )
     meta = {"kernels": [meta for *_, meta in kernels]}
     return Case("loops", wat, calls, meta=meta, programs=len(kernels),
-                subset=lambda keep: _loop_module([kernels[k] for k in keep]))  # fmt: skip
+                subset=lambda keep: _loop_module([kernels[k] for k in keep], data))  # fmt: skip
 
 
 @st.composite
