@@ -291,3 +291,32 @@ def test_guard_outcomes_are_reused_for_the_same_live_ins_and_memory_size(monkeyp
     (loop,) = actual.offload.loops
     assert loop.stats.offloaded == 4
     assert actual.memory() == expected.memory("memory")
+
+
+FIXED_ARRAYS = """(module (memory (export "memory") 1)
+ (func (export "k") (param $n i32) (local $i i32)
+    (block $exit (loop $l
+      (br_if $exit (i32.ge_s (local.get $i) (local.get $n)))
+      (i32.store (i32.add (i32.const OUT) (i32.shl (local.get $i) (i32.const 2)))
+         (i32.add (i32.load (i32.shl (local.get $i) (i32.const 2))) (i32.const 7)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $l)))))"""
+
+
+def test_arrays_a_fixed_distance_apart_are_guarded_not_rejected() -> None:
+    """Static arrays 1024 elements apart: the loop is parallel for n <= 1024, which only
+    the trip count at run time tells; 2 elements apart it never pays, and is rejected."""
+    from runtime.reference import ReferenceInstance
+    from tests.conftest import wat
+
+    far = wat(FIXED_ARRAYS.replace("OUT", "4096"))
+    (report,) = OffloadModule(far, device="cpu").reports
+    assert report.verdict == "offload", report.reason
+    for n, offloaded in ((100, 1), (1024, 1), (1025, 0), (5000, 0)):
+        expected = ReferenceInstance(far)
+        actual = OffloadInstance(far, device="cpu")
+        assert actual.call("k", [(I32, n)]) == expected.call("k", [(I32, n)])
+        assert actual.memory() == expected.memory("memory")
+        assert actual.offloaded == offloaded, n
+    (near,) = OffloadModule(wat(FIXED_ARRAYS.replace("OUT", "8")), device="cpu").reports
+    assert near.verdict == "reject" and "distance 2" in near.reason

@@ -783,6 +783,10 @@ class LoopAnalysis:
                     distance is not None and distance != 0 and c == other[1]
                     and _same_inner_terms(s.address, a.address, counters - {k})
                 ):  # fmt: skip
+                    if abs(distance) >= DEPENDENCE_DISTANCE_GUARDED:
+                        # Apart by more iterations than a loop too short to launch runs:
+                        # the guards settle it at run time from the actual trip count.
+                        continue
                     # The access reads (or writes) what the store wrote |distance| iterations
                     # earlier, whatever the values: a loop-carried dependence.
                     raise Reject(
@@ -889,6 +893,12 @@ class LoopAnalysis:
                 if arg not in exported and self.used_outside(arg) and arg not in self.invariant_args:
                     raise Reject("a loop value is used after the loop without a local to carry it")
         return outs
+
+
+# A dependence this many iterations apart or more is left to the run-time guards (it
+# exists only when the loop runs longer than that); a closer one rejects the loop, since a
+# loop of fewer iterations would not pay for a launch anyway.
+DEPENDENCE_DISTANCE_GUARDED = 16
 
 
 def _multiple_of(diff: Poly, c: Poly) -> int | None:
