@@ -33,6 +33,7 @@ import wasmtime
 from compiler.analysis.loops import AnalysisOptions, LoopPlan, LoopReport, analyze_module
 from compiler.analysis.regions import Region, find_regions
 from compiler.frontend import load, translate_module
+from compiler.frontend.translate import loop_closure
 from compiler.lower import abi
 from compiler.lower.function import (
     FunctionLowering,
@@ -182,7 +183,8 @@ class OffloadModule:
 
     def _prepare(self) -> None:
         """Translate, analyse, outline every outermost accepted loop, rewrite the module."""
-        self.module = translate_module(self.wasm)
+        # Only what the loops need: the functions with loops and what their loops call.
+        self.module = translate_module(self.wasm, only=loop_closure(self.wasm))
         self.reports: list[LoopReport] = analyze_module(self.module, self.options)
         chosen = _outermost([r.plan for r in self.reports if r.verdict == "offload"])
         self.loops: list[OffloadedLoop] = []

@@ -320,3 +320,32 @@ def test_arrays_a_fixed_distance_apart_are_guarded_not_rejected() -> None:
         assert actual.offloaded == offloaded, n
     (near,) = OffloadModule(wat(FIXED_ARRAYS.replace("OUT", "8")), device="cpu").reports
     assert near.verdict == "reject" and "distance 2" in near.reason
+
+
+CALLS_IN_AND_OUT_OF_LOOPS = """(module (memory (export "memory") 1)
+  (func $inside (param i32) (result i32) (i32.mul (local.get 0) (i32.const 3)))
+  (func $deeper (param i32) (result i32) (call $inside (local.get 0)))
+  (func $outside (result i32) (i32.const 40))
+  (func (export "k") (param $n i32) (result i32) (local $i i32)
+    (loop $l
+      (i32.store (i32.shl (local.get $i) (i32.const 2)) (call $deeper (local.get $i)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (local.get $n))))
+    (i32.add (call $outside) (i32.load (i32.const 8)))))"""
+
+
+def test_offload_translates_only_the_functions_its_loops_need() -> None:
+    from compiler.frontend.translate import loop_closure
+    from runtime.reference import ReferenceInstance
+    from tests.conftest import wat
+
+    wasm = wat(CALLS_IN_AND_OUT_OF_LOOPS)
+    offload = OffloadModule(wasm, device="cpu")
+    assert loop_closure(offload.wasm) == {0, 1, 3}  # not $outside, called after the loop
+    assert [f.attrs.get("untranslated", False) for f in offload.module.functions[:4]] == [
+        False, False, True, False
+    ]  # fmt: skip
+    expected = ReferenceInstance(wasm).call("k", [(I32, 500)])
+    actual = OffloadInstance(wasm, device="cpu")
+    assert actual.call("k", [(I32, 500)]) == expected
+    assert actual.offloaded == 1

@@ -666,20 +666,50 @@ def mapping(name: str) -> str:
 # -- modules -------------------------------------------------------------------------------
 
 
-def translate_module(wasm: WasmModule, *, verify: bool = True) -> Module:
-    """Translate every function of a decoded (and validated) module into the dialect."""
+def translate_module(wasm: WasmModule, *, verify: bool = True, only: set[int] | None = None) -> Module:
+    """Translate every function of a decoded (and validated) module into the dialect; with
+    ``only``, just those defined functions (the others keep their signature and no body,
+    marked ``attrs["untranslated"]``: see :func:`loop_closure`)."""
     # The IR is a dense graph of small objects with reference cycles (values point at their
     # ops and back): the cyclic collector would rescan it over and over while it grows.
     paused = gc.isenabled()
     gc.disable()
     try:
-        return _translate_module(wasm, verify)
+        return _translate_module(wasm, verify, only)
     finally:
         if paused:
             gc.enable()
 
 
-def _translate_module(wasm: WasmModule, verify: bool) -> Module:
+def loop_closure(wasm: WasmModule) -> set[int]:
+    """The defined functions the loop offload needs: those with a ``loop``, and every
+    function a call inside a loop reaches (a kernel runs loop bodies and what they call,
+    nothing else of a function)."""
+    first = wasm.num_imported_funcs
+    needed: set[int] = set()
+    work: list[int] = []
+    for n, code in enumerate(wasm.codes):
+        body = code.body
+        loops = [(i, ins.match) for i, ins in enumerate(body) if ins.op.name == "loop"]
+        if not loops:
+            continue
+        needed.add(first + n)
+        ends = sorted(loops)
+        for i, ins in enumerate(body):
+            if ins.op.name == "call" and ins.imm >= first and any(lo < i < hi for lo, hi in ends):
+                work.append(ins.imm)
+    while work:
+        index = work.pop()
+        if index in needed:
+            continue
+        needed.add(index)
+        work.extend(
+            ins.imm for ins in wasm.codes[index - first].body if ins.op.name == "call" and ins.imm >= first
+        )
+    return needed
+
+
+def _translate_module(wasm: WasmModule, verify: bool, only: set[int] | None = None) -> Module:
     module = Module(types=list(wasm.types))
     for g_type in wasm.global_types():
         module.globals.append(GlobalDecl(g_type.type, g_type.mutable))
@@ -699,7 +729,14 @@ def _translate_module(wasm: WasmModule, verify: bool) -> Module:
         )  # fmt: skip
         index += 1
     for _code in wasm.codes:
-        module.functions.append(translate_function(wasm, index, verify=verify))
+        if only is None or index in only:
+            module.functions.append(translate_function(wasm, index, verify=verify))
+        else:
+            sig = wasm.func_sig(index)
+            stub = Function(wasm.func_name(index), index, sig.params, sig.results,
+                            exports=wasm.export_names("func", index))  # fmt: skip
+            stub.attrs["untranslated"] = True
+            module.functions.append(stub)
         index += 1
     return module
 

@@ -219,6 +219,8 @@ class FunctionLowering:
 
     def lower(self) -> None:
         func = self.func
+        if func.attrs.get("untranslated"):  # a module translated in part: never silently empty
+            raise CompileError(f"function {func.index} ({func.name}) was not translated")
         for block in func.blocks:
             llvm_block = self.blocks[block] = self.fn.append_basic_block(f"bb{len(self.blocks)}")
             if block is not func.entry:
