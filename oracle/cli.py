@@ -77,13 +77,13 @@ def run_fuzz(args: argparse.Namespace) -> int:
     max_examples = args.max_examples
     if args.seconds is None and max_examples is None:
         max_examples = 100
-    if args.backend == "gpu":
+    if args.backend.endswith("gpu"):  # gpu, offload-gpu: without a device every case would "fail"
         from runtime import driver
 
         try:
             driver.Context.get()
         except Exception as exc:  # no device, no driver: one clear line, not a traceback
-            print(f"error: the gpu backend is not available: {exc}", file=sys.stderr)
+            print(f"error: the {args.backend} backend is not available: {exc}", file=sys.stderr)
             return 2
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
     jobs = args.jobs if args.jobs is not None else default_jobs(args.backend)

@@ -146,3 +146,20 @@ def test_devices_without_gpu(capsys) -> None:
         assert out.startswith("no GPU:") and "host backend" in out
     else:
         assert "compute capability" in out
+
+
+def test_fuzz_on_a_gpu_backend_without_a_gpu_says_so_and_saves_nothing(tmp_path, capsys) -> None:
+    import pytest
+
+    from runtime import driver
+
+    try:
+        driver.Context.get()
+        pytest.skip("this machine has a GPU")  # the refusal is what is tested here
+    except Exception:
+        pass
+    for backend in ("gpu", "offload-gpu"):
+        status = main(["fuzz", "--backend", backend, "--max-examples", "3", "--save-dir", str(tmp_path)])
+        assert status == 2
+        assert f"the {backend} backend is not available" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
