@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from dataclasses import dataclass
 
 from cuda.bindings import driver as cu
 
@@ -100,7 +101,7 @@ class DeviceMirror:
         """Inside a region: copy in the parts of ``spans`` the device does not hold; they
         are valid from then on. Returns the bytes moved."""
         missing = subtract([(s.lo, s.hi) for s in spans], self.valid)
-        moved = self.copy_in(base, [_Range(lo, hi) for lo, hi in missing])
+        moved = self.copy_in(base, [Span(lo, hi) for lo, hi in missing])
         self.valid = union(self.valid, missing)
         return moved
 
@@ -118,7 +119,7 @@ class DeviceMirror:
         """Copy the dirty spans back to linear memory at ``base`` and forget what the
         device holds; returns the bytes moved."""
         dirty, self.dirty, self.valid = self.dirty, [], []
-        return self.copy_out(base, [_Range(lo, hi) for lo, hi in dirty])
+        return self.copy_out(base, [Span(lo, hi) for lo, hi in dirty])
 
     def forget(self) -> None:
         """Drop what the device holds (it is lost: a reset context)."""
@@ -156,11 +157,12 @@ class DeviceMirror:
         self.memory = self.scratch = None
 
 
-class _Range:
-    __slots__ = ("hi", "lo")
+@dataclass(frozen=True, slots=True)
+class Span:
+    """The byte range ``[lo, hi)`` of linear memory."""
 
-    def __init__(self, lo: int, hi: int) -> None:
-        self.lo, self.hi = lo, hi
+    lo: int
+    hi: int
 
 
 def union(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -52,7 +52,7 @@ from runtime import prepared
 from runtime.driver import CudaError
 from runtime.guards import GuardFailed, Launch, check
 from runtime.limits import DeviceMemoryLimitError, DeviceOutOfMemory
-from runtime.mirror import DeviceMirror
+from runtime.mirror import DeviceMirror, Span, union
 from runtime.profit import Estimate
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,11 @@ class OffloadedLoop:
     insertion: Insertion
     stats: LoopStats
     estimate: Estimate = field(default_factory=Estimate)  # auto mode: does a launch pay?
-    region: int | None = None  # index into OffloadModule.regions
+
+    @property
+    def region(self) -> int | None:
+        """The device-resident region the loop is in (index into OffloadModule.regions)."""
+        return self.stats.region
 
 
 @dataclass
@@ -202,7 +206,7 @@ class OffloadModule:
         self.region_stats = []
         for k, region in enumerate(self.regions):
             for n in region.children:
-                self.loops[n].region = self.loops[n].stats.region = k
+                self.loops[n].stats.region = k
             name = self.loops[region.children[0]].stats.func
             self.region_stats.append(RegionStats(name, region.offset, len(region.children)))
         exits = [RegionExit(r.func_index, r.exits, f"region_{k}") for k, r in enumerate(self.regions)]
@@ -510,7 +514,7 @@ class OffloadModule:
         if self.pin:
             mirror.pin(base, size)
         # Gathered loads may read anywhere: then the device gets all of memory.
-        needed = [_Span(0, size)] if launch.gathers else _merge(launch.reads + launch.writes)
+        needed = [Span(0, size)] if launch.gathers else _merge(launch.reads + launch.writes)
         resident = lp.region is not None
         moved_in = mirror.copy_in_missing(base, needed) if resident else mirror.copy_in(base, needed)
         ctx[abi.CTX_MEM_BASE] = mirror.memory.ptr
@@ -699,26 +703,12 @@ def _trap_reason(code: int) -> str:
     return f"the kernel trapped ({trap_message(code)}); the loop re-ran on the CPU"
 
 
-@dataclass
-class _Span:
-    lo: int
-    hi: int
-
-
-def _merge(ranges) -> list:
+def _merge(ranges) -> list[Span]:
     """Sorted, coalesced byte ranges (one covering span past 128 of them)."""
-    spans = sorted((r.lo, r.hi) for r in ranges if r.hi > r.lo)
-    merged: list[list[int]] = []
-    for lo, hi in spans:
-        if merged and lo <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], hi)
-        else:
-            merged.append([lo, hi])
-    return (
-        [_Span(lo, hi) for lo, hi in merged[:128]]
-        if len(merged) <= 128
-        else [_Span(merged[0][0], merged[-1][1])]
-    )
+    merged = union([(r.lo, r.hi) for r in ranges], [])
+    if len(merged) > 128:
+        merged = [(merged[0][0], merged[-1][1])]
+    return [Span(lo, hi) for lo, hi in merged]
 
 
 class OffloadInstance:

@@ -694,9 +694,8 @@ def loop_closure(wasm: WasmModule) -> set[int]:
         if not loops:
             continue
         needed.add(first + n)
-        ends = sorted(loops)
         for i, ins in enumerate(body):
-            if ins.op.name == "call" and ins.imm >= first and any(lo < i < hi for lo, hi in ends):
+            if ins.op.name == "call" and ins.imm >= first and any(lo < i < hi for lo, hi in loops):
                 work.append(ins.imm)
     while work:
         index = work.pop()
