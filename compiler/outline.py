@@ -4,7 +4,9 @@ The kernel ``loop_<func>_<offset>(k, live-ins...) -> (partials...)`` runs iterat
 its entry block computes every induction variable of the loop as ``start + step * k``,
 binds loop-invariant header values to their entry values and reductions to their identity,
 then runs a copy of the loop body. Inner loops are copied whole and run sequentially in
-the thread. Branches back to the header, and the loop's exit, end the iteration and
+the thread, except collapsed ones (:class:`compiler.analysis.loops.Collapse`, the kernel's
+second and third counters): the thread enters each at its own iteration and runs only
+that one of the innermost. Branches back to the header, and the loop's exit, end the iteration and
 return each reduction's contribution; trap blocks the body can reach are copied too. The
 kernel goes through the ordinary lowering, so it runs on the GPU and on the host alike;
 the launch entry points around it live in :mod:`compiler.lower.function`.
@@ -52,7 +54,7 @@ def outline(module: Module, plan: LoopPlan) -> Function:
     func = plan.func
     header = plan.loop.header
     nest = plan.collapse
-    counters = (I32, I32) if nest else (I32,)
+    counters = (I32,) * (1 + len(nest))
     params = (*counters, *(v.type for v, *_ in plan.live_ins))
     results = tuple(r.arg.type for r in plan.reductions)
     kernel = Function(kernel_name(plan), len(module.functions), params, results)
@@ -136,9 +138,14 @@ def outline(module: Module, plan: LoopPlan) -> Function:
     done = kernel.add_block(results)
     Builder(kernel, done).ret(done.args)
     b.br(clones[header])
-    if nest:
-        inner_body = nest.blocks
-        inner_start = _inner_start(kernel, nest, plan, entry.args[1], clones, emit_poly)
+    # A collapsed level is entered at its thread's iteration; the innermost one runs that
+    # one iteration and the thread is done.
+    starts = {
+        level.loop.header: _inner_start(kernel, level, plan, counter, clones, emit_poly)
+        for level, counter in zip(nest, entry.args[1:], strict=False)
+    }
+    bodies = {level.loop.header: level.blocks for level in nest}
+    innermost = nest[-1] if nest else None
 
     identity = [value_of_identity(b, r) for r in plan.reductions]
     checked = {id(a.op) for a in plan.gathers} if any(a.store for a in plan.accesses) else set()
@@ -150,13 +157,15 @@ def outline(module: Module, plan: LoopPlan) -> Function:
             succs = []
             for succ in op.successors:
                 if (
-                    nest
-                    and blk in inner_body
-                    and (succ.block is nest.loop.header or succ.block not in inner_body)
+                    innermost
+                    and blk in innermost.blocks
+                    and (succ.block is innermost.loop.header or succ.block not in innermost.blocks)
                 ):
                     succs.append(Successor(done, []))  # one inner iteration per thread
-                elif nest and succ.block is nest.loop.header:
-                    succs.append(Successor(inner_start, [value_of(v) for v in succ.args]))
+                elif succ.block in starts and blk not in bodies[succ.block]:
+                    succs.append(Successor(starts[succ.block], [value_of(v) for v in succ.args]))
+                elif succ.block in starts:  # back to a collapsed level's header: done too
+                    succs.append(Successor(done, []))
                 elif succ.block is header:
                     carried = [succ.args[header.args.index(r.arg)] for r in plan.reductions]
                     succs.append(Successor(done, [value_of(v) for v in carried]))
@@ -181,9 +190,9 @@ def outline(module: Module, plan: LoopPlan) -> Function:
     return kernel
 
 
-def _inner_start(kernel: Function, nest, plan: LoopPlan, k2: Value, clones, emit_poly) -> Block:
+def _inner_start(kernel: Function, level, plan: LoopPlan, k2: Value, clones, emit_poly) -> Block:
     """The entry into a collapsed inner loop: its induction variables jump to iteration ``k2``."""
-    header = nest.loop.header
+    header = level.loop.header
     start = kernel.add_block([a.type for a in header.args])
     b = Builder(kernel, start)
     values = []

@@ -19,8 +19,8 @@ failure shrinks to a module of the one program that fails. Four families, by nam
     addresses near the bounds, memory.size/grow/fill/copy. Each function is called in
     turn, and memory, globals and table carry state from call to call.
 ``loops``
-    Loop kernels (a program each) from a small grammar: ``for i in [0, n)`` (and a nested
-    ``j``) over affine accesses ``a[s*i + o]`` of buffers of mixed element types, with an
+    Loop kernels (a program each) from a small grammar: ``for i in [0, n)`` (and nested
+    ``j``, or ``j`` and ``k``, in ``[0, m)``) over affine accesses ``a[s*i + o]`` of buffers of mixed element types, with an
     optional conditional in the body and an optional reduction into a local. Buffers are
     laid out one after another or against the end of memory, and trip counts are chosen
     to fit exactly, to overrun by one, or at random. The case's ``meta`` holds the
@@ -713,24 +713,30 @@ REDUCTIONS = {
 
 @dataclass
 class Access:
-    """``buffer[stride_i * i + stride_j * j + offset]``: one affine access of a loop body."""
+    """``buffer[stride_i * i + stride_j * j + stride_k * k + offset]``: one affine access of
+    a loop body (``j`` and ``k`` the counters of a nest's inner loops, when it has them)."""
 
     buffer: int
     stride_i: int
     stride_j: int
     offset: int
+    stride_k: int = 0
 
 
 @st.composite
-def _access(draw: st.DrawFn, buffer: int, nested: bool) -> Access:
+def _access(draw: st.DrawFn, buffer: int, depth: int) -> Access:
     stride_i = draw(st.sampled_from([1, 2, 0, 3, -1, 4]))
-    stride_j = draw(st.sampled_from([1, 0, 2, 8])) if nested else 0
-    return Access(buffer, stride_i, stride_j, draw(st.sampled_from([0, 1, 3, -1, 7])))
+    stride_j = draw(st.sampled_from([1, 0, 2, 8])) if depth > 1 else 0
+    stride_k = draw(st.sampled_from([1, 0, 3, 6])) if depth > 2 else 0
+    return Access(buffer, stride_i, stride_j, draw(st.sampled_from([0, 1, 3, -1, 7])), stride_k)
 
 
 def _index_range(a: Access, n: int, m: int) -> tuple[int, int]:
-    """The smallest and largest element index ``a`` touches for i < n, j < m (n, m >= 1)."""
-    corners = [a.stride_i * i + a.stride_j * j + a.offset for i in (0, n - 1) for j in (0, m - 1)]
+    """The smallest and largest element index ``a`` touches for i < n and j, k < m (n, m >= 1)."""
+    corners = [
+        a.stride_i * i + a.stride_j * j + a.stride_k * k + a.offset
+        for i in (0, n - 1) for j in (0, m - 1) for k in (0, m - 1)
+    ]  # fmt: skip
     return min(corners), max(corners)
 
 
@@ -746,7 +752,7 @@ def _fits(accesses: list[Access], lengths: list[int], n: int, m: int) -> bool:
 
 @st.composite
 def loop_cases(draw: st.DrawFn, shape: BatchShape = LOOP_BATCH) -> Case:
-    """A module of loop kernels ``kernel0``..., each a counted loop (or a nest of two) over
+    """A module of loop kernels ``kernel0``..., each a counted loop (or a nest of two or three) over
     affine accesses, and each a program of its own; see the module docstring. The kernels
     share the one page of memory. ``meta["kernels"]`` describes each one."""
     return _loop_module(batch(draw, lambda k: _any_kernel(f"kernel{k}", k), shape))
@@ -831,7 +837,8 @@ def _long_reduction(draw: st.DrawFn, name: str, index: int) -> Kernel:
 
 @st.composite
 def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
-    nested = draw(st.booleans())
+    depth = draw(st.sampled_from([1, 1, 1, 2, 2, 3]))  # a nest of 2 or 3 loops, both bounded by m
+    nested = depth > 1
     n_inputs = draw(st.integers(1, 3))
     kinds = [draw(st.sampled_from(sorted(ELEMENTS))) for _ in range(n_inputs + 1)]  # the last one is written
     lengths = [draw(st.integers(1, 40)) for _ in kinds]
@@ -848,8 +855,8 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
         shift = PAGE - cursor
         bases = [b + shift for b in bases]
         bases[-1] = PAGE - lengths[-1] * ELEMENTS[kinds[-1]][3]
-    reads = [draw(_access(b, nested)) for b in range(n_inputs)]
-    write = draw(_access(n_inputs, nested))
+    reads = [draw(_access(b, depth)) for b in range(n_inputs)]
+    write = draw(_access(n_inputs, depth))
     out_type = ELEMENTS[kinds[-1]][0]
     reduce_type = draw(st.sampled_from([None, "i32", "i64", "f32", "f64"]))
     reduce_op = draw(st.sampled_from(REDUCTIONS[reduce_type])) if reduce_type else None
@@ -860,6 +867,8 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
         index = f"(i32.mul (local.get $i) (i32.const {a.stride_i}))"
         if nested:
             index = f"(i32.add {index} (i32.mul (local.get $j) (i32.const {a.stride_j})))"
+        if depth > 2:
+            index = f"(i32.add {index} (i32.mul (local.get $k) (i32.const {a.stride_k})))"
         return f"(i32.add (i32.const {bases[a.buffer]}) (i32.mul (i32.add {index} (i32.const {a.offset})) (i32.const {size})))"
 
     def load(a: Access, ty: str) -> str:
@@ -884,6 +893,8 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
         term = load(draw(st.sampled_from(reads)), reduce_type)
         body.append(f"(local.set $acc {_reduce(reduce_type, reduce_op, '(local.get $acc)', term)})")
     inner = "\n        ".join(body)
+    if depth > 2:
+        inner = _counted("$k", "$m", inner, "            ")
     if nested:
         inner = _counted("$j", "$m", inner, "          ")
     func_body = _counted("$i", "$n", inner, "      ")
@@ -901,7 +912,7 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
     acc_type = reduce_type or "i32"
     func = (
         f'  (func (export "{name}") (param $n i32) (param $m i32) (result {acc_type})\n'
-        f"    (local $i i32) (local $j i32) (local $s i32) (local $acc {acc_type}) {SCRATCH_LOCALS}\n"
+        f"    (local $i i32) (local $j i32) (local $k i32) (local $s i32) (local $acc {acc_type}) {SCRATCH_LOCALS}\n"
         f"    {func_body}\n    (local.get $acc))"
     )
     data = []
@@ -932,7 +943,7 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
         "accesses": [vars(a) for a in accesses],
         "written": n_inputs,
         "layout": layout,
-        "nest_depth": 2 if nested else 1,
+        "nest_depth": depth,
         "trip_counts": trips,
         "reduction": [reduce_type, reduce_op] if reduce_type else None,
         "conditional": conditional,

@@ -10,6 +10,7 @@ Anything refused runs as the original loop on the CPU.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from compiler.analysis.loops import Access, LoopPlan, TripCount
@@ -29,7 +30,7 @@ class Range:
     base: int  # at counter 0 of the launched loop, with inner counters at their minimum
     stride: int  # per iteration of the launched loop
     width: int  # bytes touched per iteration of the launched loop (per grid cell of a nest)
-    stride2: int = 0  # per iteration of a collapsed inner loop
+    nest_strides: tuple[int, ...] = ()  # per iteration of each collapsed inner loop
 
 
 @dataclass
@@ -39,7 +40,7 @@ class Launch:
     reads: list[Range]
     writes: list[Range]
     gathers: bool = False  # loads at unknown addresses: the device needs all of memory
-    trip2: int | None = None  # a collapsed nest's inner trip count (the grid's 2nd dimension)
+    nest: tuple[int, ...] = ()  # the collapsed inner loops' trip counts (the grid's further dimensions)
     inner: dict[Symbol, int] | None = None  # every inner loop's trip count
 
 
@@ -94,24 +95,22 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int) -> Launch:
         probe = dict(env)
         probe[plan.counter] = 0
         inner[counter] = trip_count(inner_trip, probe)
-    nest = plan.collapse
-    trip2 = inner[nest.counter] if nest else None
-    if trip2 == 0:
-        raise GuardFailed("the collapsed inner loop runs no iteration")
-    launched = {plan.counter, nest.counter} if nest else {plan.counter}
+    nest = tuple(inner[level.counter] for level in plan.collapse)
+    if 0 in nest:
+        raise GuardFailed("a collapsed inner loop runs no iteration")
+    counts = {plan.counter: trip, **inner}
     reads, writes = [], []
     ranges: list[tuple[Access, Range]] = []
-    counts = {plan.counter: trip, **inner}
     for access, split in zip(plan.accesses, _split_addresses(plan), strict=True):
         if split is None:
             ranges.append((access, None))  # a gather: checked by the kernel itself
             continue
-        rng = _range(split, plan, env, counts, launched, access.width)
+        rng = _range(split, plan, env, counts, access.width)
         if rng.lo < 0 or rng.hi > memory_size:
             raise GuardFailed(f"{access.kind} at {access.where} reaches outside linear memory")
         ranges.append((access, rng))
         (writes if access.store else reads).append(rng)
-    if trip * (trip2 or 1) > 1:
+    if trip * math.prod(nest) > 1:
         # Pairs the analysis settled are independent across outer iterations only: a
         # collapsed nest tests every pair across grid cells.
         free = set(plan.static_dependence_free) if not nest else set()
@@ -121,9 +120,9 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int) -> Launch:
             for j, (a, ra) in enumerate(ranges):
                 if (i, j) in free or ra is None:
                     continue
-                if _conflict2(rs, ra, trip, trip2) if nest else _conflict(rs, ra, trip):
+                if _conflict_grid(rs, ra, (trip, *nest)) if nest else _conflict(rs, ra, trip):
                     raise GuardFailed(f"store at {s.where} may overlap {a.kind} at {a.where}")
-    return Launch(trip, env, reads, writes, bool(plan.gathers), trip2, inner)
+    return Launch(trip, env, reads, writes, bool(plan.gathers), nest, inner)
 
 
 def _split_addresses(plan: LoopPlan) -> list:
@@ -146,12 +145,14 @@ def _split_addresses(plan: LoopPlan) -> list:
     return cached
 
 
-def _range(split, plan: LoopPlan, env, counts: dict[Symbol, int], launched: set[Symbol], width: int) -> Range:
+def _range(split, plan: LoopPlan, env, counts: dict[Symbol, int], width: int) -> Range:
     rest, coeff_polys = split
     base = rest.evaluate(env)
     lo = hi = base
     inner_lo = inner_hi = base
-    stride = stride2 = 0
+    stride = 0
+    levels = {level.counter: i for i, level in enumerate(plan.collapse)}
+    nest_strides = [0] * len(levels)
     for counter, poly in coeff_polys:
         coeff = poly.evaluate(env) if poly.terms else 0
         span = coeff * max(counts[counter] - 1, 0)
@@ -159,36 +160,55 @@ def _range(split, plan: LoopPlan, env, counts: dict[Symbol, int], launched: set[
         hi += max(0, span)
         if counter is plan.counter:
             stride = coeff
-        elif counter in launched:
-            stride2 = coeff
+        elif counter in levels:
+            nest_strides[levels[counter]] = coeff
         else:
             inner_lo += min(0, span)
             inner_hi += max(0, span)
-    return Range(lo, hi + width, inner_lo, stride, inner_hi + width - inner_lo, stride2)
+    return Range(lo, hi + width, inner_lo, stride, inner_hi + width - inner_lo, tuple(nest_strides))
 
 
-def _conflict2(s: Range, a: Range, trip: int, trip2: int) -> bool:
+# Differences between grid cells tried before a collapsed nest's overlap test gives up and
+# answers "may overlap" (the launch then runs on the CPU).
+SEARCH_BUDGET = 20_000
+
+
+def _conflict_grid(s: Range, a: Range, counts: tuple[int, ...]) -> bool:
     """May the store's footprint in one grid cell meet the access's in another cell?
 
-    With equal strides the footprints of cells ``(o, i)`` and ``(o', i')`` overlap iff
-    ``-ws < d + so*(o-o') + si*(i-i') < wa``: for each difference along one dimension that
-    can come close enough, the other difference is solved exactly, in integers. Otherwise
-    the whole ranges must be apart.
+    With equal strides the footprints of cells ``c`` and ``c'`` overlap iff
+    ``-ws < d + sum(stride_i * (c_i - c'_i)) < wa``. Differences are tried along the
+    dimensions of larger stride first, each only as far as what the smaller ones can add
+    still reaches, and the last is solved exactly, in integers. Otherwise the whole ranges
+    must be apart.
     """
     if s.lo >= a.hi or a.lo >= s.hi:
         return False  # never near each other
-    if (s.stride, s.stride2) != (a.stride, a.stride2):
+    strides = (s.stride, *s.nest_strides)
+    if strides != (a.stride, *a.nest_strides):
         return True
-    d = s.base - a.base
-    (walk, n_walk), (solve, n_solve) = (s.stride, trip), (s.stride2, trip2)
-    if walk == 0:
-        (walk, n_walk), (solve, n_solve) = (solve, n_solve), (walk, n_walk)
-    if walk == 0:  # every cell touches the same bytes
-        return -s.width < d < a.width and trip * trip2 > 1
-    reach = max(s.width, a.width) + abs(solve) * (n_solve - 1)
-    lo, hi = sorted(((-reach - d) // walk, (reach - d) // walk))
-    for delta in range(max(lo - 1, -(n_walk - 1)), min(hi + 1, n_walk - 1) + 1):
-        if _solvable(d + walk * delta, solve, n_solve, s.width, a.width, delta != 0):
+    dims = sorted(zip(strides, counts, strict=True), key=lambda dim: -abs(dim[0]))
+    budget = [SEARCH_BUDGET]
+    return _meets(s.base - a.base, dims, s.width, a.width, False, budget)
+
+
+def _meets(x: int, dims: list[tuple[int, int]], ws: int, wa: int, moved: bool, budget: list[int]) -> bool:
+    """Is there a difference ``t`` (``|t_i| < n_i``, not all zero unless ``moved``) with
+    ``-ws < x + sum(stride_i * t_i) < wa``? True as well once ``budget`` runs out."""
+    (stride, n), rest = dims[0], dims[1:]
+    if not rest:
+        return _solvable(x, stride, n, ws, wa, moved)
+    if stride == 0:
+        tries: range = range(min(n, 2))  # only whether this difference is zero matters
+    else:
+        reach = sum(abs(st) * (nt - 1) for st, nt in rest)
+        sx, sstride, sws, swa = (x, stride, ws, wa) if stride > 0 else (-x, -stride, wa, ws)
+        first = max((-sws - reach - sx) // sstride + 1, -(n - 1))
+        last = min(-((sx - swa - reach) // sstride) - 1, n - 1)
+        tries = range(first, last + 1)
+    for t in tries:
+        budget[0] -= 1
+        if budget[0] < 0 or _meets(x + stride * t, rest, ws, wa, moved or t != 0, budget):
             return True
     return False
 

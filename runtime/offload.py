@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
+import math
 import os
 import pickle
 import struct
@@ -426,7 +427,7 @@ class OffloadModule:
         ctx[abi.CTX_WRITTEN_COUNT] = len(written)
         saved = [(r.lo, ctypes.string_at(base + r.lo, r.hi - r.lo)) for r in written]
         start = time.perf_counter()
-        chunks = self._chunks(launch.trip, launch.trip2 or 1)
+        chunks = self._chunks(launch.trip, math.prod(launch.nest))
         if len(chunks) == 1:
             self.kernels[lp.entry](
                 ctypes.addressof(ctx), ctypes.addressof(params), 0, launch.trip, *_nest(launch),
@@ -595,28 +596,31 @@ class OffloadModule:
 
 
 def _nest(launch: Launch) -> tuple[int, ...]:
-    """The inner trip count argument of a collapsed nest's entry (none otherwise)."""
-    return () if launch.trip2 is None else (launch.trip2,)
+    """The inner trip count arguments of a collapsed nest's entry (none otherwise)."""
+    return launch.nest
 
 
-# Threads per block, and the grid's limit in y (x allows 2**31 - 1 blocks; the kernels
-# stride over whatever the grid does not cover).
+# Threads per block, and the grid's limit in y and z (x allows 2**31 - 1 blocks; the
+# kernels stride over whatever the grid does not cover).
 BLOCK_THREADS = 256
 MAX_GRID_Y = 65535
 
 
 def _grid(launch: Launch) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """Grid and block: 1-D over the iterations, or x over a nest's inner counter (rounded to
-    whole warps) and y over its outer one."""
-    if launch.trip2 is None:
+    """Grid and block: 1-D over the iterations, or x over a nest's innermost counter (rounded
+    to whole warps), y over the next one out and z over the outermost of a 3-D nest."""
+    if not launch.nest:
         return (max(1, min(-(-launch.trip // BLOCK_THREADS), 65535)), 1, 1), (BLOCK_THREADS, 1, 1)
-    width = min(BLOCK_THREADS, 32 * -(-launch.trip2 // 32))
-    return (min(-(-launch.trip2 // width), 65535), min(launch.trip, MAX_GRID_Y), 1), (width, 1, 1)
+    *outer, innermost = (launch.trip, *launch.nest)
+    width = min(BLOCK_THREADS, 32 * -(-innermost // 32))
+    y = min(outer[-1], MAX_GRID_Y)
+    z = min(outer[0], MAX_GRID_Y) if len(outer) == 2 else 1
+    return (min(-(-innermost // width), 65535), y, z), (width, 1, 1)
 
 
 def _host_entry_type(lp: OffloadedLoop):
-    """``(ctx, params, begin, end, [trip2,] out)``: see ``lower_loop_entry``."""
-    counts = (ctypes.c_int64,) * (3 if lp.plan.collapse else 2)
+    """``(ctx, params, begin, end, [trip2, [trip3,]] out)``: see ``lower_loop_entry``."""
+    counts = (ctypes.c_int64,) * (2 + len(lp.plan.collapse))
     return ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, *counts, ctypes.c_void_p)
 
 

@@ -14,6 +14,7 @@ need is an error at load, and then the module is simply prepared again.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import logging
 import pickle
@@ -56,9 +57,7 @@ def _slim(plan: LoopPlan) -> LoopPlan:
     """A shallow copy without the fields only the outliner reads."""
     out = copy.copy(plan)
     out.blocks, out.ivs, out.invariant_args = set(), {}, {}
-    if plan.collapse is not None:
-        out.collapse = copy.copy(plan.collapse)
-        out.collapse.blocks = set()
+    out.collapse = tuple(dataclasses.replace(level, blocks=set()) for level in plan.collapse)
     return out
 
 

@@ -5,28 +5,33 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.guards import Range, _conflict2
+import itertools
+
+from runtime.guards import Range, _conflict_grid
 
 
-def footprint(r: Range, o: int, i: int) -> tuple[int, int]:
-    start = r.base + r.stride * o + r.stride2 * i
+def footprint(r: Range, cell: tuple[int, ...]) -> tuple[int, int]:
+    start = r.base + sum(s * c for s, c in zip((r.stride, *r.nest_strides), cell, strict=True))
     return start, start + r.width
 
 
-def brute_force(s: Range, a: Range, trip: int, trip2: int) -> bool:
-    cells = [(o, i) for o in range(trip) for i in range(trip2)]
+def brute_force(s: Range, a: Range, *counts: int) -> bool:
+    cells = list(itertools.product(*map(range, counts)))
     for p in cells:
-        s_lo, s_hi = footprint(s, *p)
+        s_lo, s_hi = footprint(s, p)
         for q in cells:
-            a_lo, a_hi = footprint(a, *q)
+            a_lo, a_hi = footprint(a, q)
             if p != q and s_lo < a_hi and a_lo < s_hi:
                 return True
     return False
 
 
-def grid_range(base: int, stride: int, stride2: int, width: int, trip: int, trip2: int) -> Range:
-    corners = [base + stride * o + stride2 * i for o in (0, trip - 1) for i in (0, trip2 - 1)]
-    return Range(min(corners), max(corners) + width, base, stride, width, stride2)
+def grid_range(base: int, strides: tuple[int, ...], width: int, counts: tuple[int, ...]) -> Range:
+    corners = [
+        base + sum(s * c for s, c in zip(strides, cell, strict=True))
+        for cell in itertools.product(*((0, n - 1) for n in counts))
+    ]
+    return Range(min(corners), max(corners) + width, base, strides[0], width, tuple(strides[1:]))
 
 
 strides = st.sampled_from([0, 4, 8, -4, 12, 16, 36, 40])
@@ -38,15 +43,11 @@ strides = st.sampled_from([0, 4, 8, -4, 12, 16, 36, 40])
     st.sampled_from([4, 8]), st.sampled_from([4, 8, 16]), st.booleans(),
 )  # fmt: skip
 def test_2d_conflict_test_is_exact_for_equal_strides(trip, trip2, so, si, d, ws, wa, same) -> None:
-    s = grid_range(1000, so, si, ws, trip, trip2)
-    a = (
-        grid_range(1000 - d, so, si, wa, trip, trip2)
-        if same
-        else grid_range(1000 - d, si, so, wa, trip, trip2)
-    )
-    found = _conflict2(s, a, trip, trip2)
+    s = grid_range(1000, (so, si), ws, (trip, trip2))
+    a = grid_range(1000 - d, (so, si) if same else (si, so), wa, (trip, trip2))
+    found = _conflict_grid(s, a, (trip, trip2))
     truth = brute_force(s, a, trip, trip2)
-    if (s.stride, s.stride2) == (a.stride, a.stride2):
+    if (s.stride, s.nest_strides) == (a.stride, a.nest_strides):
         assert found == truth
     else:
         assert found or not truth  # conservative: never misses a conflict
@@ -59,6 +60,30 @@ def test_2d_conflict_test_is_exact_for_equal_strides(trip, trip2, so, si, d, ws,
 def test_1d_conflict_test_is_exact_for_equal_strides(trip, stride, d, ws, wa) -> None:
     from runtime.guards import _conflict
 
-    s = grid_range(1000, stride, 0, ws, trip, 1)
-    a = grid_range(1000 - d, stride, 0, wa, trip, 1)
-    assert _conflict(s, a, trip) == brute_force(s, a, trip, 1)
+    s = grid_range(1000, (stride,), ws, (trip,))
+    a = grid_range(1000 - d, (stride,), wa, (trip,))
+    assert _conflict(s, a, trip) == brute_force(s, a, trip)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 5)),
+    st.tuples(strides, strides, strides), st.integers(-64, 64),
+    st.sampled_from([4, 8]), st.sampled_from([4, 8, 16]),
+)  # fmt: skip
+def test_3d_conflict_test_is_exact_for_equal_strides(counts, steps, d, ws, wa) -> None:
+    s = grid_range(1000, steps, ws, counts)
+    a = grid_range(1000 - d, steps, wa, counts)
+    assert _conflict_grid(s, a, counts) == brute_force(s, a, *counts)
+
+
+def test_3d_conflict_test_gives_up_safely_past_its_budget(monkeypatch) -> None:
+    import runtime.guards as guards
+
+    # A store against itself whose cells tile memory without overlapping: "no conflict",
+    # found by search; with no search budget left, the answer is "may" (never a wrong "no").
+    counts, steps = (50, 50, 5), (1000, 20, 4)
+    s = grid_range(0, steps, 4, counts)
+    assert not _conflict_grid(s, s, counts)
+    monkeypatch.setattr(guards, "SEARCH_BUDGET", 0)
+    assert _conflict_grid(s, s, counts)

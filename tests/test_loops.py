@@ -12,6 +12,8 @@ from runtime.cli import main
 from tests.conftest import ROOT, wat
 from tests.offload_cases import module_bytes
 
+SUITE = ROOT / "benchmarks/suite/build"
+
 
 def reports(data: bytes, relaxed: bool = False):
     return analyze_module(translate_module(load(data)), AnalysisOptions(relaxed_float=relaxed))
@@ -137,16 +139,23 @@ def test_loops_report_text_and_json(capsys) -> None:
     [
         ("blas3", "O2", "sgemm", True), ("blas3", "O2", "dgemm", True),
         ("stencil", "O1", "jacobi2d", True), ("stencil", "O2", "jacobi2d", True),
-        ("blas2", "O2", "sgemv", False),  # the inner loop is a (float) reduction
-        ("stencil", "O2", "jacobi1d", False),  # no inner loop
+        ("blas2", "O2", "sgemv", 1),  # the inner loop is a (float) reduction
+        ("stencil", "O2", "jacobi1d", 1),  # no inner loop
+        ("stencil", "O1", "jacobi3d", 2),  # the x loop is rejected: 2-D over y and z
+        ("suite", "O2", "kernel_stencil3d", 3),
     ],
 )  # fmt: skip
-def test_perfect_parallel_nests_collapse_into_a_2d_grid(mod, level, func, collapsed) -> None:
-    outer = min((r for r in by_func(module_bytes(mod, level))[func] if r.verdict == "offload"),
+def test_perfect_parallel_nests_collapse_into_a_2d_or_3d_grid(mod, level, func, collapsed) -> None:
+    wasm = (SUITE / "stencil3d.wasm").read_bytes() if mod == "suite" else module_bytes(mod, level)
+    outer = min((r for r in by_func(wasm)[func] if r.verdict == "offload"),
                 key=lambda r: r.loop.depth)  # fmt: skip
-    assert (outer.plan.collapse is not None) == collapsed, outer.reason
-    if collapsed:
-        assert outer.plan.collapse.loop.parent is outer.loop and "2-D grid" in outer.reason
+    dims = 1 + len(outer.plan.collapse)
+    assert dims == (2 if collapsed is True else collapsed), outer.reason
+    parent = outer.loop
+    for level_ in outer.plan.collapse:  # each level the only child of the one before
+        assert level_.loop.parent is parent
+        parent = level_.loop
+    assert (f"{dims}-D grid" in outer.reason) == (dims > 1)
 
 
 def test_a_store_outside_the_inner_loop_keeps_the_nest_1d() -> None:
@@ -162,11 +171,11 @@ def test_a_store_outside_the_inner_loop_keeps_the_nest_1d() -> None:
           (br_if $outer (i32.lt_s (local.tee $i (i32.add (local.get $i) (i32.const 1))) (local.get $n))))))""")
     (outer, inner) = sorted(reports(data), key=lambda r: r.loop.depth)
     assert outer.verdict == "offload" and inner.verdict == "offload", (outer.reason, inner.reason)
-    assert outer.plan.collapse is None
+    assert outer.plan.collapse == ()
 
 
 def test_a_comparison_hoisted_before_the_loop_is_recomputed_in_the_kernel() -> None:
     # clang hoists blur's bounds test out of the row loop; no local holds its result.
     rows = reports((ROOT / "examples/wasi/build/blur.O2.wasm").read_bytes())
     outer = next(r for r in rows if r.func.name == "main" and r.loop.offset == 0x3F8)
-    assert outer.verdict == "offload" and outer.plan.collapse is not None, outer.reason
+    assert outer.verdict == "offload" and outer.plan.collapse, outer.reason

@@ -102,7 +102,7 @@ def test_a_collapsed_nest_runs_as_a_2d_launch(device: str, monkeypatch) -> None:
     assert run_case(offload.rewritten, "sgemm", spec, case, offload) == run_case(
         module_bytes("blas3", "O2"), "sgemm", spec, case
     )
-    assert [(lc.trip, lc.trip2) for lc in launches] == [(33, 70)]
+    assert [(lc.trip, lc.nest) for lc in launches] == [(33, (70,))]
 
 
 def test_aliased_arrays_fall_back_to_the_cpu() -> None:

@@ -116,3 +116,36 @@ def test_program_output_on_a_simulated_device_is_identical(name: str, tmp_path, 
         assert inside and all(lp.stats.bytes_out == 0 for lp in inside)
         assert sum(lp.stats.offloaded for lp in inside) > 1  # one launch a step or pass
         assert sum(r.bytes_out for r in offload.region_stats) > 0
+
+
+@pytest.mark.parametrize("device", ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_a_3d_stencil_runs_as_a_3d_launch_with_wasmtimes_output(device: str, tmp_path, capfd, monkeypatch) -> None:
+    """The benchmark's 7-point stencil: its x, y and z loops form one 3-D grid (x over z,
+    the contiguous index), repeated over the time steps inside a device-resident region."""
+    import runtime.offload as offload_module
+    from oracle.simulated import simulate_gpu
+    from runtime import run as run_module
+
+    launches = []
+    real_check = offload_module.check
+    monkeypatch.setattr(offload_module, "check", lambda *a: launches.append(real_check(*a)) or launches[-1])
+    if device == "simulated":
+        real_module = run_module.OffloadModule
+
+        def simulated(wasm, **kwargs):
+            offload = real_module(wasm, **{**kwargs, "device": "cpu", "pin": False})
+            simulate_gpu(offload)
+            return offload
+
+        monkeypatch.setattr(run_module, "OffloadModule", simulated)
+    path = ROOT / "benchmarks/suite/build/stencil3d.wasm"
+    args = ["23", "3"]
+    status, expected = plain_wasmtime(path, args, tmp_path)
+    capfd.readouterr()
+    got, offload, _ = run_module.run(
+        path.read_bytes(), [str(path), *args], offload="always", device="cpu" if device == "simulated" else device
+    )
+    assert (got, capfd.readouterr().out) == (status, expected)
+    (kernel,) = [lp for lp in offload.loops if lp.stats.func == "kernel_stencil3d"]
+    assert kernel.stats.offloaded == 3 and kernel.region is not None
+    assert {(lc.trip, lc.nest) for lc in launches if lc.nest} == {(21, (21, 21))}

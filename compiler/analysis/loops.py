@@ -102,8 +102,8 @@ class LiveOut:
 
 @dataclass
 class Collapse:
-    """A perfectly nested parallel inner loop, launched as the grid's second dimension: each
-    thread runs the outer iteration's code up to the inner loop, then one inner iteration."""
+    """A perfectly nested parallel inner loop, launched as one more grid dimension: each
+    thread runs the enclosing iteration's code up to the inner loop, then one inner iteration."""
 
     loop: LoopInfo
     counter: Symbol
@@ -128,7 +128,9 @@ class LoopPlan:
     ivs: dict[Value, tuple[Poly, Poly]]  # header argument -> (entry value, step) for every loop in the nest
     invariant_args: dict[Value, Value]
     static_dependence_free: list[tuple[int, int]] = field(default_factory=list)
-    collapse: Collapse | None = None  # set when the nest runs as a 2-D grid
+    # The inner loops launched as further grid dimensions, outer to inner: one for a 2-D
+    # grid, two for a 3-D one; empty when inner loops run inside the thread.
+    collapse: tuple[Collapse, ...] = ()
     # Ops per iteration, grouped by the inner loops that repeat them: the runtime's estimate
     # of the work is the sum of each group times those loops' trip counts.
     work: list[tuple[int, tuple[Symbol, ...]]] = field(default_factory=list)
@@ -247,15 +249,18 @@ def analyze_module(module: Module, options: AnalysisOptions | None = None) -> li
 
 
 def _collapse_nests(facts: FunctionLoops, reports: list[LoopReport]) -> None:
-    """Give a parallel loop a second grid dimension when its body is one parallel loop.
+    """Give a parallel loop more grid dimensions when its body is one parallel loop.
 
     The outer loop must have no reductions and exactly one child loop, itself accepted
     with no reductions; outside that child the outer body must store nothing (every thread
     of a row runs it), and the code after the child must not be able to trap (a collapsed
     thread skips it). The inner trip count is already known not to vary per iteration.
+    When the child collapses its own child the same way, the nest becomes a 3-D grid,
+    provided the grandchild's loop-carried values are still induction variables or
+    invariants of the outer loop.
     """
     by_loop = {r.loop: r for r in reports}
-    for report in reports:
+    for report in sorted(reports, key=lambda r: -r.loop.depth):  # children first
         plan = report.plan
         if plan is None or plan.reductions:
             continue
@@ -266,20 +271,26 @@ def _collapse_nests(facts: FunctionLoops, reports: list[LoopReport]) -> None:
         inner = by_loop[child]
         if inner.plan is None or inner.plan.reductions:
             continue
-        inner_body = facts.bodies[child]
-        outside = [b for b in plan.blocks if b not in inner_body]
+        outside = [b for b in plan.blocks if b not in facts.bodies[child]]
         if any(op.name == "mem.store" for b in outside for op in b.ops):
-            continue
-        if not all(a in plan.ivs or a in plan.invariant_args or not _read_in(facts, a, inner_body)
-                   for a in child.header.args):  # fmt: skip
             continue
         if not all(_cannot_trap(op) for b in _after(facts, child, plan) for op in b.ops):
             continue
-        counter = next((c for c, _ in plan.inner_trips if c.ref is child), None)
-        trip = next(t for c, t in plan.inner_trips if c is counter) if counter else None
-        if trip is not None:
-            plan.collapse = Collapse(child, counter, trip, inner_body)
-            report.reason += f"; 2-D grid with the loop at +0x{child.offset:x}"
+        levels = []
+        for loop in (child, *(c.loop for c in inner.plan.collapse[:1])):
+            body = facts.bodies[loop]
+            if not all(a in plan.ivs or a in plan.invariant_args or not _read_in(facts, a, body)
+                       for a in loop.header.args):  # fmt: skip
+                break
+            counter = next((c for c, _ in plan.inner_trips if c.ref is loop), None)
+            if counter is None:
+                break
+            trip = next(t for c, t in plan.inner_trips if c is counter)
+            levels.append(Collapse(loop, counter, trip, body))
+        if levels:
+            plan.collapse = tuple(levels)
+            where = " and ".join(f"+0x{c.loop.offset:x}" for c in levels)
+            report.reason += f"; {len(levels) + 1}-D grid with the loop{'s' if len(levels) > 1 else ''} at {where}"
 
 
 def _cannot_trap(op: Op) -> bool:
