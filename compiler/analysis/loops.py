@@ -293,6 +293,29 @@ def _collapse_nests(facts: FunctionLoops, reports: list[LoopReport]) -> None:
             report.reason += f"; {len(levels) + 1}-D grid with the loop{'s' if len(levels) > 1 else ''} at {where}"
 
 
+def _through_boolean_tests(cmp: Op) -> tuple[Op, bool]:
+    """The compare a chain of ``x == 0`` / ``x != 0`` tests of a compare's result decides
+    (clang -O2 keeps a loop's exit compare in a local and branches on its ``eqz``), and
+    whether the chain negates it."""
+    negated = False
+    while cmp.attrs["pred"] in ("eq", "ne"):
+        a, b = cmp.operands
+        zero = next((v for v in (a, b) if _is_zero(v)), None)
+        tested = b if zero is a else a
+        if isinstance(tested.owner, Op) and tested.owner.name == "arith.zext":
+            tested = tested.owner.operands[0]  # the i1 compare widened to i32
+        if zero is None or not (isinstance(tested.owner, Op) and tested.owner.name == "arith.cmpi"):
+            break
+        negated ^= cmp.attrs["pred"] == "eq"
+        cmp = tested.owner
+    return cmp, negated
+
+
+def _is_zero(v: Value) -> bool:
+    owner = v.owner
+    return isinstance(owner, Op) and owner.opdef is arith.constant and owner.attrs["value"] == 0
+
+
 def _cannot_trap(op: Op) -> bool:
     return op.opdef.pure or (op.opdef.terminator and op.name != "cf.trap")
 
@@ -709,6 +732,9 @@ class LoopAnalysis:
         cmp = cond.owner
         if not (isinstance(cmp, Op) and cmp.name == "arith.cmpi"):
             raise Reject(f"loop at +0x{loop.offset:x} exits on a condition that is not an integer compare")
+        cmp, negated = _through_boolean_tests(cmp)
+        if negated:
+            stays = not stays
         bottom = block in facts.latches[loop] and any(s.block is loop.header for s in term.successors)
         top = not bottom and block is loop.header
         if not top and not bottom:
