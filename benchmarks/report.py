@@ -31,6 +31,7 @@ COPY_TITLES = {
     "htod_pageable": "host to device, pageable",
     "dtoh_pageable": "device to host, pageable",
     "dtod": "device to device (read + write)",
+    "host_register": "page-locking ordinary memory (cuMemHostRegister)",
 }
 
 # The targets of the suite: (name, the goal as text).

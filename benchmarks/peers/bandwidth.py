@@ -6,11 +6,14 @@ Host-to-device and device-to-host copies run from page-locked memory (``cuMemHos
 and from ordinary pageable memory; device-to-device is ``cuMemcpyDtoD`` within one device,
 counted as the bytes read plus the bytes written, like a kernel's traffic. Each figure is
 the median of :data:`REPEATS` copies timed with CUDA events, in GB/s (1e9 bytes per second).
+``host_register`` is the rate at which ``cuMemHostRegister`` page-locks ordinary memory (the
+one-time cost of the fast copies from linear memory), timed on the host clock.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -19,7 +22,7 @@ from benchmarks.peers.harness import describe
 
 REPEATS = 5
 #: What is measured, in the order of the document.
-KINDS = ("htod_pinned", "dtoh_pinned", "htod_pageable", "dtoh_pageable", "dtod")
+KINDS = ("htod_pinned", "dtoh_pinned", "htod_pageable", "dtoh_pageable", "dtod", "host_register")
 #: Bytes per copy: large enough that per-call costs vanish.
 COPY_BYTES = {"small": 32 << 20, "large": 512 << 20}
 
@@ -65,6 +68,16 @@ def measure(size_set: str) -> dict:
                 rates.append(counted / (ms / 1e3) / 1e9)
             return statistics.median(rates)
 
+        def register_rate() -> float:
+            rates = []
+            for _ in range(REPEATS):
+                began = time.perf_counter()
+                driver.check("cuMemHostRegister", cu.cuMemHostRegister(pageable.ctypes.data, nbytes, 0))
+                took = time.perf_counter() - began
+                driver.check("cuMemHostUnregister", cu.cuMemHostUnregister(pageable.ctypes.data))
+                rates.append(nbytes / took / 1e9)
+            return statistics.median(rates)
+
         def dtod() -> None:
             context.bind()
             driver.check("cuMemcpyDtoD", cu.cuMemcpyDtoD(dst.ptr, src.ptr, nbytes))
@@ -75,6 +88,7 @@ def measure(size_set: str) -> dict:
             "htod_pageable": timed(lambda: context.memcpy_htod(dst.ptr, pageable), nbytes),
             "dtoh_pageable": timed(lambda: context.memcpy_dtoh(pageable, src.ptr), nbytes),
             "dtod": timed(dtod, 2 * nbytes),
+            "host_register": register_rate(),
         }
     except Exception as exc:
         return {**document, "status": "error", "reason": describe(exc)}
