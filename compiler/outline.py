@@ -14,7 +14,7 @@ the launch entry points around it live in :mod:`compiler.lower.function`.
 
 from __future__ import annotations
 
-from compiler.analysis.loops import LoopPlan, Reduction
+from compiler.analysis.loops import LoopPlan, Reduction, widened_in
 from compiler.analysis.poly import Poly
 from dialect import arith
 from dialect.builder import Builder
@@ -92,6 +92,14 @@ def outline(module: Module, plan: LoopPlan) -> Function:
             entry.ops.insert(0, entry.ops.pop())  # keep constants ahead of their uses
             mapping[v] = mapped
             return mapped
+        widened = widened_in(v, [value for value, *_ in plan.live_ins])
+        if widened is not None:  # the compare's 0-or-1 came in: test it again
+            held = mapping[plan.live_ins[widened][0]]
+            zero = Builder(kernel, entry).constant(held.type, 0)
+            entry.ops.insert(0, entry.ops.pop())
+            mapping[v] = Builder(kernel, entry).value(arith.cmpi, held, zero, pred="ne")
+            entry.ops.insert(1, entry.ops.pop())  # after its zero, ahead of its uses
+            return mapping[v]
         if isinstance(owner, Op) and owner.name.startswith("arith.") and owner.opdef.pure:
             # Pure arithmetic before the loop that no local holds: recomputed from its
             # operands (the analysis made sure they reach the kernel).

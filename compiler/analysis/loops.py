@@ -311,6 +311,18 @@ def _through_boolean_tests(cmp: Op) -> tuple[Op, bool]:
     return cmp, negated
 
 
+def widened_in(v: Value, values: list) -> int | None:
+    """The index in ``values`` of ``zext(v)``, for a compare ``v`` (clang keeps a hoisted
+    loop test in a local as an i32 and branches on it; the translator branches on the i1)."""
+    if not (isinstance(v.owner, Op) and v.owner.name == "arith.cmpi"):
+        return None
+    return next(
+        (i for i, e in enumerate(values)
+         if isinstance(e.owner, Op) and e.owner.name == "arith.zext" and e.owner.operands[0] is v),
+        None,
+    )  # fmt: skip
+
+
 def _is_zero(v: Value) -> bool:
     owner = v.owner
     return isinstance(owner, Op) and owner.opdef is arith.constant and owner.attrs["value"] == 0
@@ -853,6 +865,10 @@ class LoopAnalysis:
         local = next((i for i, e in enumerate(entry) if e is v), None)
         if local is not None:
             seen[v] = (v, self.symbol_for(v), "local", local)
+            return
+        widened = widened_in(v, entry)
+        if widened is not None:  # a compare a local holds as 0 or 1: the kernel tests it
+            seen[entry[widened]] = (entry[widened], self.symbol_for(entry[widened]), "local", widened)
             return
         if isinstance(owner, Op) and owner.name.startswith("arith.") and owner.opdef.pure:
             for operand in owner.operands:
