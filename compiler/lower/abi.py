@@ -9,6 +9,10 @@ descriptors of two slots (pointer, length); dropping a segment sets its length t
 
 A whole-function entry point ``tw_call_<index>(ctx, io)`` reads the arguments from
 ``io[1..]``, writes the results to ``io[1..]`` and the trap code (0 for none) to ``io[0]``.
+
+The runtime keeps the context block, and the parameter and result blocks of a loop
+kernel, apart from each other and from everything the code reaches through them (linear
+memory, globals, tables, segments): the lowering marks pointers to them ``noalias``.
 """
 
 from __future__ import annotations

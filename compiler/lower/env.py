@@ -10,6 +10,7 @@ both the GPU and the host.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
@@ -17,14 +18,19 @@ from compiler.lower import abi
 from compiler.lower.types import I1_T, I32_T, I64_T, PTR_T
 from compiler.traps import TrapKind
 
+if TYPE_CHECKING:
+    from compiler.target import Target
+
 
 class Environment:
-    def __init__(self, builder: ir.IRBuilder, fn: ir.Function, ctx: ir.Value):
+    def __init__(self, builder: ir.IRBuilder, fn: ir.Function, ctx: ir.Value, target: Target):
         self.b = builder
         self.fn = fn
         self.ctx = ctx
+        self.target = target
         entry = builder.block
-        self.mem_base_slot = builder.alloca(PTR_T, name="mem.base")
+        self.mem_ptr_type = ir.PointerType(addrspace=target.memory_address_space)
+        self.mem_base_slot = builder.alloca(self.mem_ptr_type, name="mem.base")
         self.mem_size_slot = builder.alloca(I64_T, name="mem.size")
         self._entry = entry
         self._trap_blocks: dict[TrapKind, ir.Block] = {}
@@ -51,11 +57,14 @@ class Environment:
     # -- memory ------------------------------------------------------------------------------
 
     def reload_memory(self) -> None:
-        self.b.store(self.load_ctx(abi.CTX_MEM_BASE, PTR_T), self.mem_base_slot)
+        base = self.load_ctx(abi.CTX_MEM_BASE, PTR_T)
+        if self.mem_ptr_type != PTR_T:
+            base = self.b.addrspacecast(base, self.mem_ptr_type)
+        self.b.store(base, self.mem_base_slot)
         self.b.store(self.load_ctx(abi.CTX_MEM_SIZE), self.mem_size_slot)
 
     def mem_base(self) -> ir.Value:
-        return self.b.load(self.mem_base_slot, typ=PTR_T)
+        return self.b.load(self.mem_base_slot, typ=self.mem_ptr_type)
 
     def mem_size(self) -> ir.Value:
         return self.b.load(self.mem_size_slot, typ=I64_T)

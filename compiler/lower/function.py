@@ -20,6 +20,7 @@ from llvmlite import ir
 from compiler.errors import CompileError, NotCompilable
 from compiler.lower import abi, control, convert, memory, numeric
 from compiler.lower.env import Environment, i64_const
+from compiler.lower.reduction import combine, fold_block, read_sreg
 from compiler.lower.types import I64_T, PTR_T, VOID_T, constant, from_slot, llvm_type, to_slot
 from compiler.traps import TrapKind
 from dialect import cf
@@ -157,6 +158,7 @@ class ModuleLowering:
             params = [PTR_T] + [llvm_type(t) for t in func.params]
             fn = ir.Function(self.llvm, ir.FunctionType(ret, params), name=f"wasm_f{index}")
             fn.linkage = "internal"
+            _mark_context(fn.args[0])
             self.functions[index] = fn
         return fn
 
@@ -211,7 +213,7 @@ class FunctionLowering:
         self.values: dict = {}
         self.blocks: dict[Block, ir.Block] = {}
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
-        self.env = Environment(self.b, self.fn, self.ctx)
+        self.env = Environment(self.b, self.fn, self.ctx, self.target)
         self.depth: ir.Value | None = None
 
     def llvm_type(self, ty) -> ir.Type:
@@ -327,25 +329,9 @@ class FunctionLowering:
 
 # -- loop kernels --------------------------------------------------------------------------
 
-REDUCE_RMW = {"add": "add", "and": "and", "or": "or", "xor": "xor", "min_s": "min", "max_s": "max",
-              "min_u": "umin", "max_u": "umax", "fadd": "fadd"}  # fmt: skip
-
-
-def combine(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
-    """x OP y for a reduction operator (integer ops wrap; float ops round as IEEE)."""
-    if op in ("add", "mul", "and", "or", "xor"):
-        return getattr(b, {"and": "and_", "or": "or_"}.get(op, op))(x, y)
-    if op in ("fadd", "fmul"):
-        return getattr(b, op)(x, y)
-    kind, sign = op.split("_")
-    cmp = b.icmp_signed if sign == "s" else b.icmp_unsigned
-    return b.select(cmp("<" if kind == "min" else ">", x, y), x, y)
-
 
 def _read_sreg(module: ir.Module, b: ir.IRBuilder, name: str) -> ir.Value:
-    full = f"llvm.nvvm.read.ptx.sreg.{name}"
-    fn = module.globals.get(full) or ir.Function(module, ir.FunctionType(ir.IntType(32), []), name=full)
-    return b.zext(b.call(fn, []), I64_T)
+    return b.zext(read_sreg(module, b, name), I64_T)
 
 
 def loop_entry_name(index: int, gpu: bool) -> str:
@@ -358,8 +344,10 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
     GPU: ``tw_kernel_<index>(ctx, params, trip, out)``, each thread taking iterations
     ``k = thread, thread + threads, ...`` below ``trip``. Host: ``tw_loop_<index>(ctx, params,
     begin, end, out)`` over ``[begin, end)``. Both read the live-ins from 64-bit slots at
-    ``params``, stop at the first trap (its code is in the context), and fold each thread's
-    reduction partials into ``out`` (atomically on the GPU). ``out`` holds the identities.
+    ``params``, run the iterations with a private copy of the context, stop at the first trap
+    (its code goes to the context), and fold each thread's reduction partials into ``out``
+    (on the GPU a block at a time, see :mod:`compiler.lower.reduction`). ``out`` holds the
+    identities. The blocks at ``ctx``, ``params`` and ``out`` overlap nothing else.
 
     A collapsed nest (a kernel of two counters, see :class:`compiler.analysis.loops.Collapse`)
     takes the inner trip count after ``trip`` / ``end``: on the GPU the grid's x dimension
@@ -378,7 +366,10 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
         ctx, slots, trip, out = fn.args
     else:
         ctx, slots, begin, trip, out = fn.args
+    for block in (ctx, slots, out):
+        _mark_context(block)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
+    own = _private_context(b, ctx)
     args = _live_in_args(b, kernel, slots, 1)
     result_types = [llvm_type(t) for t in kernel.results]
     # Each thread starts from the identities as constants: on the GPU, ``out`` already
@@ -405,8 +396,8 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
         accs.append(acc)
     b.cbranch(b.icmp_signed("<", k, trip), body, done)
     b.position_at_end(body)
-    result = b.call(lowering.function_for(index), [ctx, b.trunc(k, ir.IntType(32)), *args])
-    trapped = b.icmp_unsigned("!=", b.load(_slot(b, ctx, abi.CTX_TRAP), typ=I64_T), i64_const(0))
+    result = b.call(lowering.function_for(index), [own, b.trunc(k, ir.IntType(32)), *args])
+    trapped = b.icmp_unsigned("!=", b.load(_slot(b, own, abi.CTX_TRAP), typ=I64_T), i64_const(0))
     parts = (
         [result] if len(result_types) == 1 else [b.extract_value(result, i) for i in range(len(result_types))]
     )
@@ -419,29 +410,35 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
         acc.add_incoming(value, cont)
     b.branch(head)
     b.position_at_end(done)
-    for i, (op, acc) in enumerate(zip(reductions, accs, strict=True)):
-        ptr = _slot(b, out, i)
-        if gpu and op in REDUCE_RMW:
-            b.atomic_rmw(REDUCE_RMW[op], ptr, acc, "monotonic")
-        elif gpu:  # no atomic multiply: compare-and-swap (of the bits) until it sticks
-            bits_type = ir.IntType(kernel.results[i].bits)
-            retry = fn.append_basic_block("cas")
-            after = fn.append_basic_block("cas.done")
-            before = b.block
-            old0 = b.load(ptr, typ=bits_type)
-            b.branch(retry)
-            b.position_at_end(retry)
-            old = b.phi(bits_type)
-            old.add_incoming(old0, before)
-            new = combine(b, op, b.bitcast(old, acc.type), acc)
-            pair = b.cmpxchg(ptr, old, b.bitcast(new, bits_type), "monotonic", "monotonic")
-            old.add_incoming(b.extract_value(pair, 0), retry)
-            b.cbranch(b.extract_value(pair, 1), after, retry)
-            b.position_at_end(after)
-        else:
-            b.store(acc, ptr)
+    code = b.load(_slot(b, own, abi.CTX_TRAP), typ=I64_T)
+    with b.if_then(b.icmp_unsigned("!=", code, i64_const(0)), likely=False):
+        b.store(code, _slot(b, ctx, abi.CTX_TRAP))
+    out_slots = [_slot(b, out, i) for i in range(len(reductions))]
+    if gpu and reductions:
+        fold_block(lowering.llvm, b, reductions, accs, identities, out_slots)
+    elif not gpu:
+        for acc, slot in zip(accs, out_slots, strict=True):
+            b.store(acc, slot)
     b.ret_void()
     return name
+
+
+def _private_context(b: ir.IRBuilder, ctx: ir.Value) -> ir.Value:
+    """A copy of the context for this thread alone, which its iterations run with.
+
+    Once LLVM inlines the iteration, the copy's slots become registers: the memory base and
+    size are read once, and the trap slot read after each iteration is a value LLVM knows
+    (zero unless the iteration's own trap path set it), not a load from the shared context.
+    The call depth is then counted per thread, as each thread has its own stack. The copy's
+    trap slot starts clear; a loop kernel cannot grow memory, so nothing but the trap code
+    goes back to the shared context (written only when set: another thread may have stored
+    its own)."""
+    own = b.alloca(I64_T, size=i64_const(abi.CTX_SLOTS), name="ctx.own")
+    own.align = 8
+    for i in range(abi.CTX_SLOTS):
+        value = i64_const(0) if i == abi.CTX_TRAP else b.load(_slot(b, ctx, i), typ=I64_T)
+        b.store(value, _slot(b, own, i))
+    return own
 
 
 def _identity(op: str, ty) -> ir.Constant:
@@ -449,6 +446,16 @@ def _identity(op: str, ty) -> ir.Constant:
     from compiler.outline import identity_bits
 
     return constant(ty, identity_bits(op, ty))
+
+
+def _mark_context(arg: ir.Argument) -> None:
+    """Attributes of a pointer to one of the runtime's blocks of 64-bit slots (context,
+    parameters, results): never null, 8-byte aligned, and overlapping nothing else that
+    the code reaches (linear memory, globals, tables: see :mod:`abi`), so LLVM keeps the
+    memory base and size in registers across stores to linear memory."""
+    arg.add_attribute("noalias")
+    arg.add_attribute("nonnull")
+    arg.attributes.align = 8
 
 
 def _slot(b: ir.IRBuilder, base, i: int):

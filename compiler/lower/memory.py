@@ -2,25 +2,29 @@
 
 Wasm computes an effective address as the zero-extended i32 address plus the static
 offset, without wrapping, and traps unless every accessed byte lies below the memory
-size. Accesses may be unaligned, so they are emitted with alignment 1 (the target splits
-them where it must). ``memory.grow`` fails (-1) past the declared maximum or the space the
+size. Accesses may be unaligned: on the host they are emitted with alignment 1 (the CPU
+takes any address); where an unaligned access faults (the GPU) the address is tested, and
+an aligned one gets one load or store of the full width, the others a byte-wise access. ``memory.grow`` fails (-1) past the declared maximum or the space the
 runtime reserved; reserved space is zero, so grown pages need no clearing.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from llvmlite import ir
 
 from compiler.lower import abi
 from compiler.lower.env import i32_const, i64_const
-from compiler.lower.types import I8_T, I64_T, INT_OF_WIDTH, PTR_T
+from compiler.lower.types import I8_T, I64_T, INT_OF_WIDTH, PTR_T, int_of
 from compiler.traps import TrapKind
 from dialect.ir import Op
 
 if TYPE_CHECKING:
     from compiler.lower.function import FunctionLowering
+
+T = TypeVar("T")
 
 
 def checked_address(fl: FunctionLowering, addr: ir.Value, offset: int, nbytes: ir.Value | int) -> ir.Value:
@@ -51,16 +55,83 @@ def gather_check(fl: FunctionLowering, addr: ir.Value, offset: int, nbytes: int)
         env.trap_if(overlap, TrapKind.GATHER_CONFLICT, "gather.ok")
 
 
+def by_alignment(fl: FunctionLowering, ptr: ir.Value, nbytes: int, wide: Callable[[int], T],
+                 bytewise: Callable[[], T]) -> T:  # fmt: skip
+    """An access of ``nbytes`` at ``ptr``: ``wide(align)`` is one access of the full width,
+    ``bytewise()`` the same access a byte at a time. Wasm allows any address; a target with
+    strict alignment faults on a misaligned wide access, so there the address is tested and
+    only a multiple of ``nbytes`` (the usual case) takes the wide access."""
+    if nbytes == 1 or not fl.target.strict_alignment:
+        return wide(1)
+    b = fl.b
+    low_bits = b.and_(b.ptrtoint(ptr, I64_T), i64_const(nbytes - 1))
+    with b.if_else(b.icmp_unsigned("==", low_bits, i64_const(0)), likely=True) as (then, otherwise):
+        with then:
+            fast, fast_block = wide(nbytes), b.block
+        with otherwise:
+            slow, slow_block = bytewise(), b.block
+    if fast is None:
+        return None
+    value = b.phi(fast.type)
+    value.add_incoming(fast, fast_block)
+    value.add_incoming(slow, slow_block)
+    return value
+
+
+def load_bytes(fl: FunctionLowering, ptr: ir.Value, ty: ir.Type) -> ir.Value:
+    """A little-endian load of ``ty`` from ``ptr``, one byte at a time (out of line)."""
+    value = fl.b.call(_bytewise(fl, "load", ptr.type, int_of(ty)), [ptr])
+    return value if value.type == ty else fl.b.bitcast(value, ty)
+
+
+def store_bytes(fl: FunctionLowering, ptr: ir.Value, value: ir.Value) -> None:
+    """A little-endian store of the integer ``value`` to ``ptr``, one byte at a time (out of line)."""
+    fl.b.call(_bytewise(fl, "store", ptr.type, value.type), [ptr, value])
+
+
+def _bytewise(fl: FunctionLowering, kind: str, ptr_type: ir.Type, int_type: ir.IntType) -> ir.Function:
+    """``tw_load<N>_bytes(ptr) -> iN`` or ``tw_store<N>_bytes(ptr, iN)``: a misaligned access,
+    a byte at a time. A function of its own (never inlined) keeps it out of the hot path: in
+    line, ptxas predicates its byte accesses into every access of the aligned path."""
+    name = f"tw_{kind}{int_type.width}_bytes"
+    fn = fl.module.globals.get(name)
+    if fn is not None:
+        return fn
+    load = kind == "load"
+    fnty = ir.FunctionType(int_type if load else ir.VoidType(), [ptr_type] if load else [ptr_type, int_type])
+    fn = ir.Function(fl.module, fnty, name=name)
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    fn.attributes.add("cold")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    ptr = fn.args[0]
+    value = ir.Constant(int_type, 0)
+    for i in range(int_type.width // 8):
+        at = b.gep(ptr, [i64_const(i)], source_etype=I8_T)
+        if load:
+            value = b.or_(value, b.shl(b.zext(b.load(at, typ=I8_T), int_type), ir.Constant(int_type, 8 * i)))
+        else:
+            b.store(b.trunc(b.lshr(fn.args[1], ir.Constant(int_type, 8 * i)), I8_T), at)
+    if load:
+        b.ret(value)
+    else:
+        b.ret_void()
+    return fn
+
+
 def lower_load(fl: FunctionLowering, op: Op, args) -> ir.Value:
     bits = op.attrs["bits"]
     result_type = fl.llvm_type(op.results[0].type)
     if op.attrs.get("gather"):
         gather_check(fl, args[0], op.attrs["offset"], bits // 8)
     ptr = checked_address(fl, args[0], op.attrs["offset"], bits // 8)
-    if bits == getattr(result_type, "width", bits) and not isinstance(result_type, ir.IntType):
-        return fl.b.load(ptr, typ=result_type, align=1)
-    value = fl.b.load(ptr, typ=INT_OF_WIDTH[bits], align=1)
-    if bits == result_type.width:
+    # A float of its own width loads as a float; anything else as an integer of ``bits``.
+    ty = result_type if bits == getattr(result_type, "width", bits) and not isinstance(result_type, ir.IntType) \
+        else INT_OF_WIDTH[bits]  # fmt: skip
+    value = by_alignment(
+        fl, ptr, bits // 8, lambda align: fl.b.load(ptr, typ=ty, align=align), lambda: load_bytes(fl, ptr, ty)
+    )
+    if ty == result_type or bits == result_type.width:
         return value
     return fl.b.sext(value, result_type) if op.attrs["signed"] else fl.b.zext(value, result_type)
 
@@ -73,7 +144,8 @@ def lower_store(fl: FunctionLowering, op: Op, args) -> None:
         value = fl.b.trunc(value, INT_OF_WIDTH[bits])
     elif not isinstance(value.type, ir.IntType):
         value = fl.target.float_bits(fl.b, value, INT_OF_WIDTH[bits])
-    fl.b.store(value, ptr, align=1)
+    by_alignment(fl, ptr, bits // 8, lambda align: fl.b.store(value, ptr, align=align) and None,
+                 lambda: store_bytes(fl, ptr, value))  # fmt: skip
 
 
 def lower_size(fl: FunctionLowering, op: Op, args) -> ir.Value:
@@ -97,12 +169,19 @@ def lower_grow(fl: FunctionLowering, op: Op, args) -> ir.Value:
     return b.select(ok, b.trunc(old_pages, ir.IntType(32)), i32_const(-1))
 
 
-def memmove(fl: FunctionLowering, dst: ir.Value, src: ir.Value, n: ir.Value) -> None:
-    fn = fl.module.globals.get("llvm.memmove.p0.p0.i64")
+def _intrinsic(fl: FunctionLowering, name: str, args: list[ir.Value]) -> ir.Function:
+    """``llvm.<name>`` overloaded on the address spaces of its pointer arguments."""
+    spaces = "".join(f".p{a.type.addrspace}" for a in args if isinstance(a.type, ir.PointerType))
+    full = f"llvm.{name}{spaces}.i64"
+    fn = fl.module.globals.get(full)
     if fn is None:
-        fnty = ir.FunctionType(ir.VoidType(), [PTR_T, PTR_T, I64_T, ir.IntType(1)])
-        fn = ir.Function(fl.module, fnty, name="llvm.memmove.p0.p0.i64")
-    fl.b.call(fn, [dst, src, n, ir.Constant(ir.IntType(1), 0)])
+        fn = ir.Function(fl.module, ir.FunctionType(ir.VoidType(), [a.type for a in args]), name=full)
+    return fn
+
+
+def memmove(fl: FunctionLowering, dst: ir.Value, src: ir.Value, n: ir.Value) -> None:
+    args = [dst, src, n, ir.Constant(ir.IntType(1), 0)]
+    fl.b.call(_intrinsic(fl, "memmove", args), args)
 
 
 def lower_copy(fl: FunctionLowering, op: Op, args) -> None:
@@ -118,11 +197,8 @@ def lower_fill(fl: FunctionLowering, op: Op, args) -> None:
     dst, value, n = args
     n64 = fl.b.zext(n, I64_T)
     ptr = checked_address(fl, dst, 0, n64)
-    fn = fl.module.globals.get("llvm.memset.p0.i64")
-    if fn is None:
-        fnty = ir.FunctionType(ir.VoidType(), [PTR_T, I8_T, I64_T, ir.IntType(1)])
-        fn = ir.Function(fl.module, fnty, name="llvm.memset.p0.i64")
-    fl.b.call(fn, [ptr, fl.b.trunc(value, I8_T), n64, ir.Constant(ir.IntType(1), 0)])
+    args = [ptr, fl.b.trunc(value, I8_T), n64, ir.Constant(ir.IntType(1), 0)]
+    fl.b.call(_intrinsic(fl, "memset", args), args)
 
 
 def lower_init(fl: FunctionLowering, op: Op, args) -> None:

@@ -60,6 +60,15 @@ def arch_for_capability(capability: tuple[int, int]) -> str:
     )
 
 
+def pure_asm(b: ir.IRBuilder, ty: ir.Type, text: str, constraints: str, args: list[ir.Value]) -> ir.Value:
+    """An inline asm that computes a value from its operands alone. LLVM cannot see
+    through it (what it is for), but told that it touches no memory, it still moves loads
+    and stores across it: an asm call without that attribute counts as a write to all
+    memory, and keeps every load after it in place (the memory base, the trap slot)."""
+    asm = ir.InlineAsm(ir.FunctionType(ty, [a.type for a in args]), text, constraints)
+    return b.call(asm, args, attrs=("nounwind", "readnone"))
+
+
 class Target:
     """What the lowering asks of a target, and how it turns LLVM IR into code."""
 
@@ -67,6 +76,12 @@ class Target:
     triple: str
     data_layout: str
     is_gpu: bool
+
+    # True where a load or store at an address that is not a multiple of its size faults
+    # (Wasm allows any address: the lowering then tests the address, see memory.py).
+    strict_alignment = False
+    # The LLVM address space of pointers into linear memory.
+    memory_address_space = 0
 
     def native_min_max(self, ty: ir.Type) -> bool:
         """True where llvm.minimum/maximum compile to one instruction with Wasm's rules."""
@@ -85,8 +100,7 @@ class Target:
 
     def opaque(self, b: ir.IRBuilder, value: ir.Value) -> ir.Value:
         """``value`` itself, through an empty inline asm the optimiser cannot see through."""
-        asm = ir.InlineAsm(ir.FunctionType(value.type, [value.type]), "", "=r,0")
-        return b.call(asm, [value])
+        return pure_asm(b, value.type, "", "=r,0", [value])
 
     def thread_index(self, fl, name: str, dim: str) -> ir.Value:
         raise CompileError(f"{name} needs a kernel launch on the {self.name} target")
@@ -118,6 +132,10 @@ class NVPTXTarget(Target):
     triple = NVPTX_TRIPLE
     data_layout = NVPTX_DATA_LAYOUT
     is_gpu = True
+    strict_alignment = True
+    # Linear memory is device memory: in the global space, loads and stores are ld.global
+    # and st.global rather than generic accesses that test the space at run time.
+    memory_address_space = 1
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHES:
@@ -146,26 +164,19 @@ class NVPTXTarget(Target):
         # with abs.f64/neg.f64 that do not keep a NaN's sign bit.
         width = x.type.width
         reg = "l" if width == 64 else "r"
-        asm = ir.InlineAsm(ir.FunctionType(x.type, [x.type, x.type]), f"{op}.b{width} $0, $1, $2;",
-                           f"={reg},{reg},{reg}")  # fmt: skip
-        return b.call(asm, [x, y])
+        return pure_asm(b, x.type, f"{op}.b{width} $0, $1, $2;", f"={reg},{reg},{reg}", [x, y])
 
     def float_bits(self, b: ir.IRBuilder, value: ir.Value, int_type: ir.IntType) -> ir.Value:
         # A register written by a float instruction and stored with st.b8 is converted to an
         # integer by the PTX JIT (140.02 is stored as the byte 140): move it through an
         # integer register first, in inline PTX that LLVM cannot fold away.
         width = int_type.width
-        asm = ir.InlineAsm(ir.FunctionType(int_type, [value.type]), f"mov.b{width} $0, $1;",
-                           "=r,f" if width == 32 else "=l,d")  # fmt: skip
-        return b.call(asm, [value])
+        return pure_asm(b, int_type, f"mov.b{width} $0, $1;", "=r,f" if width == 32 else "=l,d", [value])
 
     def opaque(self, b: ir.IRBuilder, value: ir.Value) -> ir.Value:
         width = value.type.width
         reg = "l" if width == 64 else "r"
-        asm = ir.InlineAsm(
-            ir.FunctionType(value.type, [value.type]), f"mov.b{width} $0, $1;", f"={reg},{reg}"
-        )
-        return b.call(asm, [value])
+        return pure_asm(b, value.type, f"mov.b{width} $0, $1;", f"={reg},{reg}", [value])
 
     def thread_index(self, fl, name: str, dim: str) -> ir.Value:
         register = {"gpu.thread_id": "tid", "gpu.block_id": "ctaid", "gpu.block_dim": "ntid",
