@@ -1,6 +1,9 @@
 """End-to-end ``tensorwasm run`` against plain wasmtime on the example programs.
 
-Usage: ``python -m benchmarks.offload [--device gpu|cpu] [--small] [--mode auto|always] [--json]``.
+Usage: ``python -m benchmarks.offload [--device gpu|cpu] [--sizes small|large|xlarge] [--mode auto|always] [--json]``.
+``large`` is a few seconds of wasmtime per program; ``xlarge`` (a 4096 x 4096 stencil over 200
+steps, a 4096 x 4096 image blurred 8 times) is where fixed costs (start-up, transfers in and
+out, per-launch overhead) have faded.
 Each program runs once on plain wasmtime and twice through ``tensorwasm run`` in this
 process: cold (an empty cache) and warm (the cache the cold run filled, the in-memory layer
 dropped, as a new process would find it). The output must be byte-identical. Reported:
@@ -28,13 +31,13 @@ from runtime.cache import default_cache
 from runtime.run import run
 
 ROOT = Path(__file__).resolve().parents[1]
-LARGE = {
-    "matmul": ["1024"],
-    "stencil": ["1024", "50"],
-    "blur": ["2048", "2048", "4"],
-    "histogram": ["2000000"],
-}
-SMALL = {"matmul": ["96"], "stencil": ["96", "5"], "blur": ["128", "96", "2"], "histogram": ["20000"]}
+SIZES = {
+    "small": {"matmul": ["96"], "stencil": ["96", "5"], "blur": ["128", "96", "2"], "histogram": ["20000"]},
+    "large": {"matmul": ["1024"], "stencil": ["1024", "50"], "blur": ["2048", "2048", "4"], "histogram": ["2000000"]},
+    "xlarge": {
+        "matmul": ["1024"], "stencil": ["4096", "200"], "blur": ["4096", "4096", "8"], "histogram": ["16000000"],
+    },
+}  # fmt: skip
 
 
 def plain(path: Path, args: list[str]) -> tuple[float, str]:
@@ -83,14 +86,15 @@ def offloaded(path: Path, args: list[str], device: str, mode: str = "always") ->
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", default="gpu")
-    parser.add_argument("--small", action="store_true", help="small sizes (a smoke test)")
+    parser.add_argument("--sizes", default="large", choices=sorted(SIZES), help="problem sizes (small: a smoke test)")
+    parser.add_argument("--small", action="store_const", const="small", dest="sizes", help="the same as --sizes small")
     parser.add_argument("--mode", default="always", choices=["always", "auto"], help="offload mode")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as cache_dir:
         os.environ["TENSORWASM_CACHE_DIR"] = cache_dir
-        for name, prog_args in (SMALL if args.small else LARGE).items():
+        for name, prog_args in SIZES[args.sizes].items():
             path = ROOT / f"examples/wasi/build/{name}.O2.wasm"
             base_seconds, expected = plain(path, prog_args)
             row = {"program": name, "args": prog_args, "wasmtime_seconds": base_seconds}
