@@ -349,13 +349,14 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
     (on the GPU a block at a time, see :mod:`compiler.lower.reduction`). ``out`` holds the
     identities. The blocks at ``ctx``, ``params`` and ``out`` overlap nothing else.
 
-    A collapsed nest (a kernel of two counters, see :class:`compiler.analysis.loops.Collapse`)
-    takes the inner trip count after ``trip`` / ``end``: on the GPU the grid's x dimension
-    covers the inner counter (neighbouring threads touch neighbouring elements) and its y
-    dimension the outer one; the host runs the inner counter in full for each outer one.
+    A collapsed nest (a kernel of two or three counters, see
+    :class:`compiler.analysis.loops.Collapse`) takes the inner trip counts after ``trip`` /
+    ``end``: on the GPU the grid's x dimension covers the innermost counter (neighbouring
+    threads touch neighbouring elements) and y and z the outer ones; the host runs the
+    inner counters in full for each outer one.
     """
     kernel = lowering.dialect.functions[index]
-    if getattr(kernel.attrs.get("loop_plan"), "collapse", None):
+    if getattr(kernel.attrs.get("loop_plan"), "collapse", ()):
         return _lower_nest_entry(lowering, index)
     gpu = lowering.target.is_gpu
     name = loop_entry_name(index, gpu)
@@ -410,9 +411,7 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
         acc.add_incoming(value, cont)
     b.branch(head)
     b.position_at_end(done)
-    code = b.load(_slot(b, own, abi.CTX_TRAP), typ=I64_T)
-    with b.if_then(b.icmp_unsigned("!=", code, i64_const(0)), likely=False):
-        b.store(code, _slot(b, ctx, abi.CTX_TRAP))
+    _report_trap(b, own, ctx)
     out_slots = [_slot(b, out, i) for i in range(len(reductions))]
     if gpu and reductions:
         fold_block(lowering.llvm, b, reductions, accs, identities, out_slots)
@@ -439,6 +438,13 @@ def _private_context(b: ir.IRBuilder, ctx: ir.Value) -> ir.Value:
         value = i64_const(0) if i == abi.CTX_TRAP else b.load(_slot(b, ctx, i), typ=I64_T)
         b.store(value, _slot(b, own, i))
     return own
+
+
+def _report_trap(b: ir.IRBuilder, own: ir.Value, ctx: ir.Value) -> None:
+    """Copy a trap code from the thread's private context to the shared one, if it trapped."""
+    code = b.load(_slot(b, own, abi.CTX_TRAP), typ=I64_T)
+    with b.if_then(b.icmp_unsigned("!=", code, i64_const(0)), likely=False):
+        b.store(code, _slot(b, ctx, abi.CTX_TRAP))
 
 
 def _identity(op: str, ty) -> ir.Constant:
@@ -471,28 +477,32 @@ def _live_in_args(b: ir.IRBuilder, kernel, slots, counters: int) -> list:
 
 def _lower_nest_entry(lowering: ModuleLowering, index: int) -> str:
     """The launch entry of a collapsed nest (no reductions): ``(ctx, params, trip, trip2,
-    out)`` on the GPU, ``(ctx, params, begin, end, trip2, out)`` on the host."""
+    [trip3,] out)`` on the GPU, ``(ctx, params, begin, end, trip2, [trip3,] out)`` on the
+    host. On the GPU, x covers the innermost counter, y the next one out and z the
+    outermost of a 3-D nest, each striding over what the grid does not cover."""
     kernel = lowering.dialect.functions[index]
+    dims = len(kernel.attrs["loop_plan"].collapse) + 1
     gpu = lowering.target.is_gpu
     name = loop_entry_name(index, gpu)
-    params = [PTR_T, PTR_T, *[I64_T] * (2 if gpu else 3), PTR_T]
+    params = [PTR_T, PTR_T, *[I64_T] * (dims if gpu else dims + 1), PTR_T]
     fn = ir.Function(lowering.llvm, ir.FunctionType(VOID_T, params), name=name)
     lowering.target.mark_entry(fn)
     if gpu:
-        ctx, slots, trip, trip2, _ = fn.args
+        ctx, slots, *bounds, out = fn.args
     else:
-        ctx, slots, begin, trip, trip2, _ = fn.args
+        ctx, slots, begin, *bounds, out = fn.args
+    for block in (ctx, slots, out):
+        _mark_context(block)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    args = _live_in_args(b, kernel, slots, 2)
+    own = _private_context(b, ctx)
+    args = _live_in_args(b, kernel, slots, dims)
     if gpu:
         sreg = functools.partial(_read_sreg, lowering.llvm, b)
-        outer = (sreg("ctaid.y"), sreg("nctaid.y"))
-        inner = (
-            b.add(b.mul(sreg("ctaid.x"), sreg("ntid.x")), sreg("tid.x")),
-            b.mul(sreg("nctaid.x"), sreg("ntid.x")),
-        )
+        x = (b.add(b.mul(sreg("ctaid.x"), sreg("ntid.x")), sreg("tid.x")), b.mul(sreg("nctaid.x"), sreg("ntid.x")))
+        y, z = (sreg("ctaid.y"), sreg("nctaid.y")), (sreg("ctaid.z"), sreg("nctaid.z"))
+        ranges = [z, y, x] if dims == 3 else [y, x]
     else:
-        outer, inner = (begin, i64_const(1)), (i64_const(0), i64_const(1))
+        ranges = [(begin, i64_const(1)), *[(i64_const(0), i64_const(1))] * (dims - 1)]
     done = fn.append_basic_block("done")
 
     def counted(first, step, bound, exit_block, body) -> None:
@@ -510,23 +520,28 @@ def _lower_nest_entry(lowering: ModuleLowering, index: int) -> str:
         k.add_incoming(b.add(k, step), b.block)
         b.branch(head)
 
-    def row(ko) -> None:
-        after = fn.append_basic_block("row.done")
+    def cell(counters) -> None:
+        b.call(lowering.function_for(index), [own, *(b.trunc(k, ir.IntType(32)) for k in counters), *args])
+        trapped = b.icmp_unsigned("!=", b.load(_slot(b, own, abi.CTX_TRAP), typ=I64_T), i64_const(0))
+        cont = fn.append_basic_block("next")
+        b.cbranch(trapped, done, cont)
+        b.position_at_end(cont)
 
-        def cell(k2) -> None:
-            b.call(
-                lowering.function_for(index),
-                [ctx, b.trunc(ko, ir.IntType(32)), b.trunc(k2, ir.IntType(32)), *args],
-            )
-            trapped = b.icmp_unsigned("!=", b.load(_slot(b, ctx, abi.CTX_TRAP), typ=I64_T), i64_const(0))
-            cont = fn.append_basic_block("next")
-            b.cbranch(trapped, done, cont)
-            b.position_at_end(cont)
+    def level(depth: int, outer: list, exit_block) -> None:
+        """The loop over counter ``depth``, inside the loops over ``outer``."""
 
-        counted(*inner, trip2, after, cell)
-        b.position_at_end(after)
+        def body(k) -> None:
+            if depth + 1 == dims:
+                cell([*outer, k])
+                return
+            after = fn.append_basic_block("row.done")
+            level(depth + 1, [*outer, k], after)
+            b.position_at_end(after)
 
-    counted(*outer, trip, done, row)
+        counted(*ranges[depth], bounds[depth], exit_block, body)
+
+    level(0, [], done)
     b.position_at_end(done)
+    _report_trap(b, own, ctx)
     b.ret_void()
     return name
