@@ -115,3 +115,15 @@ def test_loop_entry_reductions_assemble_and_start_from_constant_identities(
         [ptxas, "-arch=sm_90", str(src), "-o", str(tmp_path / "r.cubin")], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_memory_init_from_a_segment_copies_its_bytes_on_the_gpu() -> None:
+    """memory.init moves bytes from a data segment (a generic pointer) into linear memory (the
+    global space): NVPTX cannot expand a memmove across address spaces and LLVM dropped it,
+    leaving only the bounds checks; the PTX must hold the copy loop."""
+    data = wat(
+        '(module (memory 1) (data "hello") (func (export "init") (param i32 i32 i32)'
+        " local.get 0 local.get 1 local.get 2 memory.init 0))"
+    )
+    ptx = compile_ptx(data, "sm_90")
+    assert re.search(r"ld\.global\.(b|u)8", ptx) and re.search(r"st\.global\.(b|u)8", ptx), ptx

@@ -180,6 +180,11 @@ def _intrinsic(fl: FunctionLowering, name: str, args: list[ir.Value]) -> ir.Func
 
 
 def memmove(fl: FunctionLowering, dst: ir.Value, src: ir.Value, n: ir.Value) -> None:
+    """``llvm.memmove`` with both pointers in ``dst``'s address space: NVPTX cannot expand a
+    memmove between two spaces (it would compare the pointers) and LLVM 22 silently drops
+    it. A data segment is device memory, so a generic pointer to it casts to the global space."""
+    if src.type.addrspace != dst.type.addrspace:
+        src = fl.b.addrspacecast(src, dst.type)
     args = [dst, src, n, ir.Constant(ir.IntType(1), 0)]
     fl.b.call(_intrinsic(fl, "memmove", args), args)
 
