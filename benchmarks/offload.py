@@ -86,8 +86,12 @@ def offloaded(path: Path, args: list[str], device: str, mode: str = "always") ->
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", default="gpu")
-    parser.add_argument("--sizes", default="large", choices=sorted(SIZES), help="problem sizes (small: a smoke test)")
-    parser.add_argument("--small", action="store_const", const="small", dest="sizes", help="the same as --sizes small")
+    parser.add_argument(
+        "--sizes", default="large", choices=sorted(SIZES), help="problem sizes (small: a smoke test)"
+    )
+    parser.add_argument(
+        "--small", action="store_const", const="small", dest="sizes", help="the same as --sizes small"
+    )
     parser.add_argument("--mode", default="always", choices=["always", "auto"], help="offload mode")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

@@ -157,6 +157,8 @@ def outline(module: Module, plan: LoopPlan) -> Function:
 
     identity = [value_of_identity(b, r) for r in plan.reductions]
     checked = {id(a.op) for a in plan.gathers} if any(a.store for a in plan.accesses) else set()
+    # Affine accesses: the guards prove them in bounds (and aligned on a GPU) before a launch.
+    proven = {id(a.op) for a in plan.accesses if a.address is not None}
     for blk, clone in clones.items():
         for op in blk.ops:
             if op.name == "global.get" and op.results[0] in mapping:
@@ -185,6 +187,8 @@ def outline(module: Module, plan: LoopPlan) -> Function:
             attrs = dict(op.attrs)
             if id(op) in checked:
                 attrs["gather"] = True
+            if id(op) in proven:
+                attrs["proven"] = True
             new = Op(op.opdef, operands, tuple(r.type for r in op.results), attrs, succs, op.offset)
             new.block = clone
             clone.ops.append(new)

@@ -31,6 +31,7 @@ class Range:
     stride: int  # per iteration of the launched loop
     width: int  # bytes touched per iteration of the launched loop (per grid cell of a nest)
     nest_strides: tuple[int, ...] = ()  # per iteration of each collapsed inner loop
+    aligned: bool = True  # every address a multiple of the width, on every iteration
 
 
 @dataclass
@@ -85,7 +86,13 @@ def trip_count(trip: TripCount, env: dict[Symbol, int]) -> int:
     return count
 
 
-def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int) -> Launch:
+def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_alignment: bool) -> Launch:
+    """The launch of ``plan`` for live-ins ``env``, or GuardFailed saying why not.
+
+    The kernel accesses memory at affine addresses without testing them (see the ``proven``
+    mark in :mod:`compiler.outline`): passing here means every such access, on every
+    iteration, lies inside linear memory with a non-negative i32 operand (as Wasm computes
+    it, without wrapping), and with ``strict_alignment`` (a GPU) is aligned to its width."""
     trip = trip_count(plan.trip, env)
     if trip == 0:
         return Launch(0, env, [], [])  # the body never runs: nothing is touched
@@ -106,8 +113,12 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int) -> Launch:
             ranges.append((access, None))  # a gather: checked by the kernel itself
             continue
         rng = _range(split, plan, env, counts, access.width)
-        if rng.lo < 0 or rng.hi > memory_size:
+        if rng.lo < access.offset or rng.hi > memory_size:
             raise GuardFailed(f"{access.kind} at {access.where} reaches outside linear memory")
+        if strict_alignment and not rng.aligned:
+            raise GuardFailed(
+                f"{access.kind} at {access.where} is not aligned to its width on every iteration"
+            )
         ranges.append((access, rng))
         (writes if access.store else reads).append(rng)
     if trip * math.prod(nest) > 1:
@@ -150,12 +161,14 @@ def _range(split, plan: LoopPlan, env, counts: dict[Symbol, int], width: int) ->
     base = rest.evaluate(env)
     lo = hi = base
     inner_lo = inner_hi = base
+    aligned = base % width == 0
     stride = 0
     levels = {level.counter: i for i, level in enumerate(plan.collapse)}
     nest_strides = [0] * len(levels)
     for counter, poly in coeff_polys:
         coeff = poly.evaluate(env) if poly.terms else 0
         span = coeff * max(counts[counter] - 1, 0)
+        aligned = aligned and (coeff % width == 0 or counts[counter] <= 1)
         lo += min(0, span)
         hi += max(0, span)
         if counter is plan.counter:
@@ -165,7 +178,7 @@ def _range(split, plan: LoopPlan, env, counts: dict[Symbol, int], width: int) ->
         else:
             inner_lo += min(0, span)
             inner_hi += max(0, span)
-    return Range(lo, hi + width, inner_lo, stride, inner_hi + width - inner_lo, tuple(nest_strides))
+    return Range(lo, hi + width, inner_lo, stride, inner_hi + width - inner_lo, tuple(nest_strides), aligned)
 
 
 # Differences between grid cells tried before a collapsed nest's overlap test gives up and

@@ -395,7 +395,7 @@ class OffloadModule:
             for (value, sym, _, _), bits in zip(lp.plan.live_ins, live_bits, strict=True):
                 env[sym] = bits & MASKS.get(value.type.bits, MASKS[64])
             try:
-                outcome = check(lp.plan, env, size)
+                outcome = check(lp.plan, env, size, strict_alignment=self.device == "gpu")
             except GuardFailed as exc:
                 outcome = str(exc)
             if len(cache) >= self.GUARD_CACHE_ENTRIES:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import itertools
 
 from runtime.guards import Range, _conflict_grid
 

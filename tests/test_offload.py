@@ -98,7 +98,9 @@ def test_a_collapsed_nest_runs_as_a_2d_launch(device: str, monkeypatch) -> None:
     case = Case({"m": 33, "n": 70, "k": 9}, [0.0] * len(spec), [0, 8, 16], seed=9)
     launches = []
     real_check = offload_module.check
-    monkeypatch.setattr(offload_module, "check", lambda *a: launches.append(real_check(*a)) or launches[-1])
+    monkeypatch.setattr(
+        offload_module, "check", lambda *a, **k: launches.append(real_check(*a, **k)) or launches[-1]
+    )
     assert run_case(offload.rewritten, "sgemm", spec, case, offload) == run_case(
         module_bytes("blas3", "O2"), "sgemm", spec, case
     )
@@ -281,7 +283,7 @@ def test_guard_outcomes_are_reused_for_the_same_live_ins_and_memory_size(monkeyp
 
     calls = []
     real_check = offload_module.check
-    monkeypatch.setattr(offload_module, "check", lambda *a: calls.append(a[1]) or real_check(*a))
+    monkeypatch.setattr(offload_module, "check", lambda *a, **k: calls.append(a[1]) or real_check(*a, **k))
     wasm = wat(GLOBAL_BASE_LOOP)
     actual = OffloadInstance(wasm, device="cpu")
     expected = ReferenceInstance(wasm)
@@ -349,3 +351,52 @@ def test_offload_translates_only_the_functions_its_loops_need() -> None:
     actual = OffloadInstance(wasm, device="cpu")
     assert actual.call("k", [(I32, 500)]) == expected
     assert actual.offloaded == 1
+
+
+# out[i] = in[i] + 1 with a base from the caller; the loads use a static offset of 16 on an
+# operand that starts 8 bytes below zero when base is 0: Wasm traps there (the i32 operand
+# wraps), though operand + offset would land inside memory.
+PROVEN_ACCESSES = """(module (memory (export "memory") 1)
+ (func (export "k") (param $n i32) (param $base i32) (param $out i32) (local $i i32)
+    (block $exit (loop $l
+      (br_if $exit (i32.ge_s (local.get $i) (local.get $n)))
+      (i32.store (i32.add (local.get $out) (i32.shl (local.get $i) (i32.const 2)))
+         (i32.add (i32.load offset=16 (i32.sub (i32.add (local.get $base) (i32.shl (local.get $i) (i32.const 2)))
+                                               (i32.const 8)))
+                  (i32.const 1)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $l)))))"""
+
+
+@pytest.mark.parametrize("device", ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_accesses_run_untested_only_where_the_guards_prove_them(device: str) -> None:
+    """A kernel's affine accesses carry no bounds test (nor, on a GPU, an alignment test):
+    the guards refuse a launch unless every one is inside memory with a non-negative i32
+    operand, and on a GPU aligned. Each refusal runs the loop on wasmtime, trap included."""
+    from oracle.simulated import SimulatedOffloadInstance
+    from runtime.reference import ReferenceInstance
+    from tests.conftest import wat
+
+    wasm = wat(PROVEN_ACCESSES)
+    gpu_like = device != "cpu"
+    outside, misaligned = "outside linear memory", "not aligned"
+    cases = [  # (n, base, out) -> why it runs on wasmtime (None: offloaded)
+        ((64, 4096, 8192), None),
+        ((64, 0, 8192), outside),  # operand -8 at i = 0: Wasm traps
+        ((64, 65536 - 64 * 4 + 8 - 16, 8192), None),  # the last load ends at the last byte
+        ((64, 65536 - 64 * 4 + 8 - 15, 8192), outside),  # one byte past it: traps
+        ((64, 4098, 8192), misaligned if gpu_like else None),  # loads 2 bytes off alignment
+        ((64, 4096, 8194), misaligned if gpu_like else None),  # stores 2 bytes off alignment
+    ]
+    for (n, base, out), why in cases:
+        expected = ReferenceInstance(wasm)
+        actual = (
+            SimulatedOffloadInstance(wasm) if device == "simulated" else OffloadInstance(wasm, device=device)
+        )
+        args = [(I32, n), (I32, base), (I32, out)]
+        assert actual.call("k", args) == expected.call("k", args), (n, base, out)
+        assert actual.memory() == expected.memory("memory")
+        assert actual.offloaded == int(why is None), (n, base, out)
+        (loop,) = actual.offload.loops
+        if why is not None:
+            assert why in next(iter(loop.stats.declined))

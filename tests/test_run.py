@@ -119,7 +119,9 @@ def test_program_output_on_a_simulated_device_is_identical(name: str, tmp_path, 
 
 
 @pytest.mark.parametrize("device", ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
-def test_a_3d_stencil_runs_as_a_3d_launch_with_wasmtimes_output(device: str, tmp_path, capfd, monkeypatch) -> None:
+def test_a_3d_stencil_runs_as_a_3d_launch_with_wasmtimes_output(
+    device: str, tmp_path, capfd, monkeypatch
+) -> None:
     """The benchmark's 7-point stencil: its x, y and z loops form one 3-D grid (x over z,
     the contiguous index), repeated over the time steps inside a device-resident region."""
     import runtime.offload as offload_module
@@ -128,7 +130,9 @@ def test_a_3d_stencil_runs_as_a_3d_launch_with_wasmtimes_output(device: str, tmp
 
     launches = []
     real_check = offload_module.check
-    monkeypatch.setattr(offload_module, "check", lambda *a: launches.append(real_check(*a)) or launches[-1])
+    monkeypatch.setattr(
+        offload_module, "check", lambda *a, **k: launches.append(real_check(*a, **k)) or launches[-1]
+    )
     if device == "simulated":
         real_module = run_module.OffloadModule
 
@@ -143,7 +147,10 @@ def test_a_3d_stencil_runs_as_a_3d_launch_with_wasmtimes_output(device: str, tmp
     status, expected = plain_wasmtime(path, args, tmp_path)
     capfd.readouterr()
     got, offload, _ = run_module.run(
-        path.read_bytes(), [str(path), *args], offload="always", device="cpu" if device == "simulated" else device
+        path.read_bytes(),
+        [str(path), *args],
+        offload="always",
+        device="cpu" if device == "simulated" else device,
     )
     assert (got, capfd.readouterr().out) == (status, expected)
     (kernel,) = [lp for lp in offload.loops if lp.stats.func == "kernel_stencil3d"]

@@ -69,7 +69,8 @@ class Access:
     op: Op
     store: bool
     width: int
-    address: Poly | None  # None: not affine (a gather, say)
+    address: Poly | None  # None: not affine (a gather, say); the static offset included
+    offset: int = 0  # the static offset: the rest of the address is Wasm's i32 operand
 
     @property
     def where(self) -> str:
@@ -290,7 +291,9 @@ def _collapse_nests(facts: FunctionLoops, reports: list[LoopReport]) -> None:
         if levels:
             plan.collapse = tuple(levels)
             where = " and ".join(f"+0x{c.loop.offset:x}" for c in levels)
-            report.reason += f"; {len(levels) + 1}-D grid with the loop{'s' if len(levels) > 1 else ''} at {where}"
+            report.reason += (
+                f"; {len(levels) + 1}-D grid with the loop{'s' if len(levels) > 1 else ''} at {where}"
+            )
 
 
 def _through_boolean_tests(cmp: Op) -> tuple[Op, bool]:
@@ -798,7 +801,9 @@ class LoopAnalysis:
                         if split is None or split[1].symbols() & counters:
                             address = None
                             break
-                out.append(Access(op, op.name == "mem.store", op.attrs["bits"] // 8, address))
+                out.append(
+                    Access(op, op.name == "mem.store", op.attrs["bits"] // 8, address, op.attrs["offset"])
+                )
         for a in out:
             if a.address is None:
                 if a.store:

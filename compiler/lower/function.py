@@ -498,7 +498,10 @@ def _lower_nest_entry(lowering: ModuleLowering, index: int) -> str:
     args = _live_in_args(b, kernel, slots, dims)
     if gpu:
         sreg = functools.partial(_read_sreg, lowering.llvm, b)
-        x = (b.add(b.mul(sreg("ctaid.x"), sreg("ntid.x")), sreg("tid.x")), b.mul(sreg("nctaid.x"), sreg("ntid.x")))
+        x = (
+            b.add(b.mul(sreg("ctaid.x"), sreg("ntid.x")), sreg("tid.x")),
+            b.mul(sreg("nctaid.x"), sreg("ntid.x")),
+        )
         y, z = (sreg("ctaid.y"), sreg("nctaid.y")), (sreg("ctaid.z"), sreg("nctaid.z"))
         ranges = [z, y, x] if dims == 3 else [y, x]
     else:

@@ -39,6 +39,17 @@ def checked_address(fl: FunctionLowering, addr: ir.Value, offset: int, nbytes: i
     return b.gep(fl.env.mem_base(), [ea], source_etype=I8_T)
 
 
+def proven_address(fl: FunctionLowering, addr: ir.Value, offset: int) -> ir.Value:
+    """The pointer of ``addr + offset`` for a loop kernel's affine access, which the launch's
+    guards proved inside linear memory (and, on a strict-alignment target, aligned) for
+    every iteration: no test here (see :func:`runtime.guards.check`)."""
+    b = fl.b
+    ea = b.zext(addr, I64_T)
+    if offset:
+        ea = b.add(ea, i64_const(offset))
+    return b.gep(fl.env.mem_base(), [ea], source_etype=I8_T)
+
+
 def gather_check(fl: FunctionLowering, addr: ir.Value, offset: int, nbytes: int) -> None:
     """A gathered load in a loop kernel may not read bytes the loop writes: compare its range
     with each written range in the context and stop the kernel with GATHER_CONFLICT if it
@@ -124,13 +135,21 @@ def lower_load(fl: FunctionLowering, op: Op, args) -> ir.Value:
     result_type = fl.llvm_type(op.results[0].type)
     if op.attrs.get("gather"):
         gather_check(fl, args[0], op.attrs["offset"], bits // 8)
-    ptr = checked_address(fl, args[0], op.attrs["offset"], bits // 8)
     # A float of its own width loads as a float; anything else as an integer of ``bits``.
     ty = result_type if bits == getattr(result_type, "width", bits) and not isinstance(result_type, ir.IntType) \
         else INT_OF_WIDTH[bits]  # fmt: skip
-    value = by_alignment(
-        fl, ptr, bits // 8, lambda align: fl.b.load(ptr, typ=ty, align=align), lambda: load_bytes(fl, ptr, ty)
-    )
+    if op.attrs.get("proven"):
+        ptr = proven_address(fl, args[0], op.attrs["offset"])
+        value = fl.b.load(ptr, typ=ty, align=_proven_alignment(fl, bits))
+    else:
+        ptr = checked_address(fl, args[0], op.attrs["offset"], bits // 8)
+        value = by_alignment(
+            fl,
+            ptr,
+            bits // 8,
+            lambda align: fl.b.load(ptr, typ=ty, align=align),
+            lambda: load_bytes(fl, ptr, ty),
+        )
     if ty == result_type or bits == result_type.width:
         return value
     return fl.b.sext(value, result_type) if op.attrs["signed"] else fl.b.zext(value, result_type)
@@ -139,13 +158,27 @@ def lower_load(fl: FunctionLowering, op: Op, args) -> ir.Value:
 def lower_store(fl: FunctionLowering, op: Op, args) -> None:
     addr, value = args
     bits = op.attrs["bits"]
-    ptr = checked_address(fl, addr, op.attrs["offset"], bits // 8)
+    proven = op.attrs.get("proven")
+    ptr = (
+        proven_address(fl, addr, op.attrs["offset"])
+        if proven
+        else checked_address(fl, addr, op.attrs["offset"], bits // 8)
+    )
     if isinstance(value.type, ir.IntType) and value.type.width != bits:
         value = fl.b.trunc(value, INT_OF_WIDTH[bits])
     elif not isinstance(value.type, ir.IntType):
         value = fl.target.float_bits(fl.b, value, INT_OF_WIDTH[bits])
+    if proven:
+        fl.b.store(value, ptr, align=_proven_alignment(fl, bits))
+        return
     by_alignment(fl, ptr, bits // 8, lambda align: fl.b.store(value, ptr, align=align) and None,
                  lambda: store_bytes(fl, ptr, value))  # fmt: skip
+
+
+def _proven_alignment(fl: FunctionLowering, bits: int) -> int:
+    """A proven access is aligned where the target needs it (the guards checked); elsewhere
+    nothing is known about its address."""
+    return bits // 8 if fl.target.strict_alignment else 1
 
 
 def lower_size(fl: FunctionLowering, op: Op, args) -> ir.Value:
