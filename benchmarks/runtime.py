@@ -1,14 +1,19 @@
-"""Runtime costs: cold vs warm start of offloaded kernels, and the per-launch overhead.
+"""Runtime costs: cold vs warm start of offloaded kernels, and the per-call overhead.
 
-Usage: ``python -m benchmarks.runtime [--device gpu|cpu] [--json]``.
+Usage: ``python -m benchmarks.runtime [--device gpu|cpu|sim] [--json]`` (``sim``: the GPU
+path, copies and launch arguments included, on a device simulated in host memory with the
+host backend's kernels; see :mod:`oracle.simulated`).
 
 - Cold vs warm: each example module is prepared for offload (analysis, outlining,
   compile, load) in a fresh process with an empty cache directory, then in another fresh
   process with the cache that run left behind. Reported per kernel.
-- Per-launch overhead: a small offloaded loop (saxpy, 256 elements) is called many times
-  through wasmtime; from its mean time per call are subtracted the same call with offload
-  off (wasmtime's own cost) and the kernel's own time (the same kernel launched directly
-  through the driver, with its synchronisation).
+- Per-call overhead: a small offloaded loop (saxpy, 256 elements) is called many times.
+  From its time per call are subtracted the same call of the original module on plain
+  wasmtime and the kernel's own time (the same kernel launched directly, with its wait;
+  its arguments made once). The calls go through wasmtime's raw call API: wasmtime-py's
+  ``Func.__call__`` costs tens of microseconds itself (type lookups, a ``Val`` per
+  argument), as much as everything measured here, and is reported apart. Also reported:
+  the call with offload off, i.e. the host function a declined arrival costs.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -66,64 +71,118 @@ def cold_warm(device: str) -> dict:
     }  # fmt: skip
 
 
-def launch_overhead(device: str, calls: int = 2000) -> dict:
-    """Mean microseconds per offloaded call beyond wasmtime's call and the kernel itself."""
+def raw_caller(store, func, params: list[tuple[str, float]]):
+    """A call of ``func`` with ``params`` ((format, value): "i" an i32, "f" an f32) through
+    wasmtime's unchecked call API, without wasmtime-py's per-call conversions."""
     import ctypes
 
+    from wasmtime import _ffi as ffi
+
+    values = (ffi.wasmtime_val_raw_t * max(1, len(params)))()
+    for slot, (fmt, value) in zip(values, params, strict=True):
+        ctypes.memmove(ctypes.addressof(slot), struct.pack("<" + fmt, value), 4)
+    context, handle, trap = store._context(), ctypes.byref(func._func), ctypes.POINTER(ffi.wasm_trap_t)()
+
+    def call(store=store) -> None:  # the store must outlive the call
+        error = ffi.wasmtime_func_call_unchecked(context, handle, values, len(values), ctypes.byref(trap))
+        if error or trap:
+            raise RuntimeError("the benchmark's call failed or trapped")
+
+    return call
+
+
+def launch_overhead(device: str, calls: int = 2000, rounds: int = 5) -> dict:
+    """Microseconds per call of a small offloaded loop, of the same call on plain wasmtime,
+    and of the kernel's launch alone (each the best of ``rounds`` rounds of ``calls``)."""
     from runtime.offload import OffloadModule
     from tests.offload_cases import instantiate, module_bytes
 
     wasm = module_bytes("blas1", "O2")
 
-    def per_call(mode: str) -> tuple[float, OffloadModule]:
-        prepared = OffloadModule(wasm, device=device, mode=mode, pin=True)
-        store, inst = instantiate(prepared.rewritten, prepared)
-        saxpy = inst.exports(store)["saxpy"]
-        base = inst.exports(store)["scratch_base"](store)
-        args = (256, 1.5, base, base + 1024)
-        saxpy(store, *args)  # warm up: first allocation, page-locking
-        start = time.perf_counter()
-        for _ in range(calls):
-            saxpy(store, *args)
-        return (time.perf_counter() - start) / calls, prepared
-
-    on, prepared = per_call("always")
-    off, _ = per_call("off")
-    kernel_only = 0.0
-    if device == "gpu":
-        from compiler.lower import abi
-
-        loop = next(lp for lp in prepared.loops if lp.stats.offloaded)
-        mirror, kernel = prepared.mirror, prepared.kernels[loop.entry]
-        mirror.ensure(1 << 16, abi.CTX_SLOTS + 64)
-        ctx = (ctypes.c_uint64 * abi.CTX_SLOTS)()
-        ctx[abi.CTX_MEM_BASE] = mirror.memory.ptr
-        ctx[abi.CTX_MEM_SIZE] = ctx[abi.CTX_MEM_CAPACITY] = 1 << 16
-        (ctx_ptr,) = mirror.upload_scratch([ctx])
-        args = [(ctypes.c_uint64, ctx_ptr), (ctypes.c_uint64, ctx_ptr), (ctypes.c_int64, 0),
-                (ctypes.c_uint64, ctx_ptr)]  # fmt: skip
+    def best(call) -> float:
+        call()  # warm up: first allocation, page-locking
         times = []
-        for _ in range(calls):
+        for _ in range(rounds):
             start = time.perf_counter()
-            kernel.launch((1, 1, 1), (256, 1, 1), args)
-            prepared.context.synchronize()
-            times.append(time.perf_counter() - start)
-        kernel_only = statistics.mean(times)
+            for _ in range(calls):
+                call()
+            times.append((time.perf_counter() - start) / calls)
+        return min(times)
+
+    def saxpy(mode: str | None, raw: bool = True):
+        prepared = None
+        if mode is not None:
+            on = "cpu" if device == "sim" else device
+            prepared = OffloadModule(wasm, device=on, mode=mode, pin=device == "gpu")
+            if device == "sim":
+                from oracle.simulated import simulate_gpu
+
+                simulate_gpu(prepared)
+        store, inst = instantiate(prepared.rewritten if prepared else wasm, prepared)
+        exports = inst.exports(store)
+        base = exports["scratch_base"](store)
+        params = [("i", 256), ("f", 1.5), ("i", base), ("i", base + 1024)]
+        if raw:
+            call = raw_caller(store, exports["saxpy"], params)
+        else:
+            call = lambda: exports["saxpy"](store, *(v for _, v in params))  # noqa: E731
+        return call, prepared, exports["memory"].data_ptr(store)
+
+    call, prepared, memory = saxpy("always")
+    on = best(call)
+    kernel = best(_bare_launch(prepared, memory))
+    prepared.close()
+    off = best(saxpy("off")[0])
+    plain = best(saxpy(None)[0])
+    plain_py = best(saxpy(None, raw=False)[0])
     return {
-        "offloaded_call_us": on * 1e6, "wasmtime_call_us": off * 1e6, "bare_launch_us": kernel_only * 1e6,
-        "runtime_overhead_us": (on - off - kernel_only) * 1e6,
+        "offloaded_call_us": on * 1e6, "declined_call_us": off * 1e6, "wasmtime_call_us": plain * 1e6,
+        "wasmtime_py_call_us": plain_py * 1e6, "bare_launch_us": kernel * 1e6,
+        "hook_us": (off - plain) * 1e6, "runtime_overhead_us": (on - plain - kernel) * 1e6,
     }  # fmt: skip
+
+
+def _bare_launch(prepared, memory):
+    """The offloaded loop's kernel launched with the arguments of its last arrival (made
+    once), and the wait for it; on the host backend, one call of its entry on ``memory``."""
+    import ctypes
+
+    from compiler.lower import abi
+    from runtime.offload import _nest
+
+    loop = next(lp for lp in prepared.loops if lp.stats.offloaded)
+    ((_, ready),) = prepared._guard_cache[loop.kernel_index].items()
+    ((_, arrival),) = ready._arrivals.items()
+    kernel, counts = prepared.kernels[loop.entry], (ready.launch.trip, *_nest(ready.launch))
+    if prepared.device != "gpu":
+        ctx_image, _ = ready.host_args(prepared)
+        ctx = (ctypes.c_uint64 * (len(ctx_image) // 8)).from_buffer_copy(ctx_image)
+        ctx[abi.CTX_MEM_BASE] = ctypes.cast(memory, ctypes.c_void_p).value
+        out = (ctypes.c_uint64 * max(1, ready.reductions))()
+        params = arrival.params
+        return lambda: kernel(
+            ctypes.addressof(ctx), ctypes.addressof(params), 0, *counts, ctypes.addressof(out)
+        )
+    mirror = prepared.mirror
+    _, params = ready.device_args(mirror, arrival)
+
+    def launch() -> None:
+        kernel.launch(ready.grid, ready.block, params, stream=mirror.stream.handle)
+        mirror.synchronize()
+
+    return launch
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--device", default="gpu", choices=["gpu", "cpu"])
+    parser.add_argument("--device", default="gpu", choices=["gpu", "cpu", "sim"])
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    result = {"cold_warm": cold_warm(args.device), "launch": launch_overhead(args.device)}
+    prepare_on = "cpu" if args.device == "sim" else args.device
+    result = {"cold_warm": cold_warm(prepare_on), "launch": launch_overhead(args.device)}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -133,8 +192,13 @@ def main() -> int:
         f"{cw['cold_ms_per_kernel']:.2f} ms -> {cw['warm_ms_per_kernel']:.2f} ms per kernel ({cw['ratio']:.1f}x)"
     )
     print(
-        f"per offloaded call: {ln['offloaded_call_us']:.1f} us; wasmtime alone {ln['wasmtime_call_us']:.1f} us; "
-        f"bare kernel launch+sync {ln['bare_launch_us']:.1f} us; runtime overhead {ln['runtime_overhead_us']:.1f} us"
+        f"per offloaded call: {ln['offloaded_call_us']:.1f} us; the original module on wasmtime "
+        f"{ln['wasmtime_call_us']:.1f} us; bare kernel launch+wait {ln['bare_launch_us']:.1f} us; "
+        f"runtime overhead {ln['runtime_overhead_us']:.1f} us"
+    )
+    print(
+        f"a declined arrival (offload off) costs {ln['hook_us']:.1f} us over wasmtime; wasmtime-py's own "
+        f"Func.__call__ of the same call: {ln['wasmtime_py_call_us']:.1f} us (raw: {ln['wasmtime_call_us']:.1f} us)"
     )
     return 0
 

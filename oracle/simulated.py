@@ -12,16 +12,21 @@ from __future__ import annotations
 
 import ctypes
 
+from runtime.driver import KernelParams
 from runtime.mirror import DeviceMirror
 from runtime.offload import OffloadModule
 
 
 class HostBuffer:
-    """ "Device memory": a host buffer with the ``ptr`` and ``nbytes`` of a device one."""
+    """ "Device memory" (or page-locked host memory): a host buffer with the ``ptr`` and
+    ``nbytes`` of a device one."""
 
     def __init__(self, nbytes: int) -> None:
         self.raw = ctypes.create_string_buffer(nbytes)
         self.ptr, self.nbytes = ctypes.addressof(self.raw), nbytes
+
+    def free(self) -> None:
+        pass
 
 
 class HostAllocator:
@@ -63,6 +68,30 @@ class HostContext:
         ctypes.memmove(dst, src, nbytes)
         self.copies.append(("out", nbytes))
 
+    def host_alloc(self, nbytes: int) -> HostBuffer:
+        return HostBuffer(nbytes)
+
+    def stream(self) -> HostStream:
+        return HostStream(self)
+
+
+class HostStream:
+    """The default stream: each copy done at once, which keeps the order of a stream."""
+
+    handle = 0
+
+    def __init__(self, context: HostContext) -> None:
+        self.context = context
+
+    def copy_htod(self, dst: int, src: int, nbytes: int) -> None:
+        self.context.memcpy_htod(dst, src, nbytes)
+
+    def copy_dtoh(self, dst: int, src: int, nbytes: int) -> None:
+        self.context.memcpy_dtoh(dst, src, nbytes)
+
+    def synchronize(self) -> None:
+        pass
+
 
 class HostKernel:
     """A launch of a loop kernel, run by its host-compiled entry over the whole grid:
@@ -73,8 +102,8 @@ class HostKernel:
         self.entry = entry
         self.launches = 0
 
-    def launch(self, grid, block, args) -> None:
-        values = [value for _, value in args]
+    def launch(self, grid, block, args, stream=None) -> None:
+        values = args.values if isinstance(args, KernelParams) else [value for _, value in args]
         ctx, params, trip, *nest, out = values
         self.entry(ctx, params, 0, trip, *nest, out)
         self.launches += 1

@@ -369,6 +369,17 @@ class Context:
             raise TensorWasmError(f"copy of {nbytes} bytes overruns a {view.nbytes}-byte host buffer")
         return view, nbytes
 
+    def host_alloc(self, nbytes: int) -> PinnedBuffer:
+        """Allocate ``nbytes`` of page-locked host memory (copies from and to it run by DMA,
+        asynchronously)."""
+        self.bind()
+        ptr = check("cuMemHostAlloc", cu.cuMemHostAlloc(nbytes, 0))
+        return PinnedBuffer(self, int(ptr), nbytes)
+
+    def stream(self) -> Stream:
+        """The default stream, for copies and launches waited for together."""
+        return Stream(self)
+
     def memset_d8(self, ptr: int, value: int, nbytes: int) -> None:
         """Set ``nbytes`` bytes at device address ``ptr`` to ``value``."""
         self.bind()
@@ -507,6 +518,49 @@ class DeviceBuffer(_ContextObject):
         self.free()
 
 
+class PinnedBuffer(_ContextObject):
+    """Page-locked host memory from :meth:`Context.host_alloc`; ``ptr`` is its host address."""
+
+    def __init__(self, context: Context, ptr: int, nbytes: int) -> None:
+        super().__init__(context, f"page-locked host buffer 0x{ptr:x} ({nbytes} bytes)")
+        self.ptr = ptr
+        self.nbytes = nbytes
+
+    def free(self) -> None:
+        """Release the memory; freeing twice, or after a reset (which freed it), does nothing."""
+        if self._live():
+            self.context.bind()
+            check("cuMemFreeHost", cu.cuMemFreeHost(self.ptr))
+        self._released = True
+
+
+class Stream:
+    """Copies queued in order on the context's default stream, with the launches given
+    ``stream=0``, and waited for together: the offload path's one synchronisation a launch.
+
+    Unlike :class:`Context`'s methods, these do not bind the context: each would double
+    the driver calls of a launch. Call :meth:`Context.bind` on the thread before queueing.
+    Copies from or to pageable host memory are correct too, only not asynchronous.
+    """
+
+    handle = 0
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+
+    def copy_htod(self, dst: int, src: int, nbytes: int) -> None:
+        """Queue a copy of ``nbytes`` from host address ``src`` to device address ``dst``."""
+        check("cuMemcpyHtoDAsync", cu.cuMemcpyHtoDAsync(dst, src, nbytes, self.handle))
+
+    def copy_dtoh(self, dst: int, src: int, nbytes: int) -> None:
+        """Queue a copy of ``nbytes`` from device address ``src`` to host address ``dst``."""
+        check("cuMemcpyDtoHAsync", cu.cuMemcpyDtoHAsync(dst, src, nbytes, self.handle))
+
+    def synchronize(self) -> None:
+        """Wait for everything queued; surfaces asynchronous kernel faults."""
+        check("cuStreamSynchronize", cu.cuStreamSynchronize(self.handle))
+
+
 class Module(_ContextObject):
     """A loaded PTX module."""
 
@@ -562,6 +616,24 @@ def _kernel_arg(arg: KernelArg) -> ctypes._SimpleCData:
     raise TensorWasmError(f"kernel argument {arg!r} is not a ctypes scalar or (type, value)")
 
 
+class KernelParams:
+    """A kernel's arguments kept in place between launches: the storage of each and the
+    ``void**`` array of their addresses are made once; a launch only changes values."""
+
+    def __init__(self, types: Sequence[type[ctypes._SimpleCData]]) -> None:
+        self.slots = [ctype() for ctype in types]
+        self._pointers = (ctypes.c_void_p * max(1, len(self.slots)))(*map(ctypes.addressof, self.slots))
+        self.address = ctypes.addressof(self._pointers) if self.slots else 0
+
+    def set(self, values: Sequence[Any]) -> None:
+        for slot, value in zip(self.slots, values, strict=True):
+            slot.value = value
+
+    @property
+    def values(self) -> list[Any]:
+        return [slot.value for slot in self.slots]
+
+
 def _dims(what: str, dims: Sequence[int]) -> tuple[int, int, int]:
     if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims):
         raise TensorWasmError(f"{what} must be 1 to 3 positive sizes, got {tuple(dims)}")
@@ -581,23 +653,27 @@ class Kernel:
         self,
         grid: Sequence[int],
         block: Sequence[int],
-        args: Sequence[KernelArg] = (),
+        args: Sequence[KernelArg] | KernelParams = (),
         shared_mem: int = 0,
         stream: Any = None,
     ) -> None:
         """Launch asynchronously; errors inside the kernel surface at the next sync.
 
         ``args`` are ctypes scalars (``c_uint64`` for device pointers), ``(ctype,
-        value)`` pairs or :class:`DeviceBuffer` objects, in the kernel's order.
+        value)`` pairs or :class:`DeviceBuffer` objects, in the kernel's order; or a
+        :class:`KernelParams` kept for repeated launches.
         """
         gx, gy, gz = _dims("grid", grid)
         bx, by, bz = _dims("block", block)
         self.module.ensure_live()
-        values = [_kernel_arg(arg) for arg in args]
-        # kernelParams is a void** whose entries point at each argument's storage;
-        # `values` and `pointers` must stay alive until cuLaunchKernel has returned.
-        pointers = (ctypes.c_void_p * len(values))(*map(ctypes.addressof, values))
-        params = ctypes.addressof(pointers) if values else 0
+        if isinstance(args, KernelParams):
+            params = args.address
+        else:
+            values = [_kernel_arg(arg) for arg in args]
+            # kernelParams is a void** whose entries point at each argument's storage;
+            # `values` and `pointers` must stay alive until cuLaunchKernel has returned.
+            pointers = (ctypes.c_void_p * len(values))(*map(ctypes.addressof, values))
+            params = ctypes.addressof(pointers) if values else 0
         hstream = 0 if stream is None else stream
         (err,) = cu.cuLaunchKernel(self._handle, gx, gy, gz, bx, by, bz, shared_mem, hstream, params, 0)
         if err != cu.CUresult.CUDA_SUCCESS:

@@ -243,3 +243,19 @@ def _conflict(s: Range, a: Range, trip: int) -> bool:
     if s.stride == a.stride:
         return _solvable(s.base - a.base, s.stride, trip, s.width, a.width, zero_ok=False)
     return s.lo < a.hi and a.lo < s.hi
+
+
+def inputs(plan: LoopPlan) -> frozenset[Symbol]:
+    """Every value :func:`check` reads from its ``env``: those in the trip counts and in the
+    access addresses. Its outcome depends on no other live-in, so the runtime keeps it per
+    these alone (a time step's counter, read only by the loop's arithmetic, does not count);
+    and it passes ``check`` only these, so a read of any other fails loudly (a KeyError)."""
+    cached = plan.__dict__.get("_guard_inputs")
+    if cached is None:
+        polys = [plan.trip.start, plan.trip.bound]
+        for _, trip in plan.inner_trips:
+            polys += [trip.start, trip.bound]
+        polys += [access.address for access in plan.accesses if access.address is not None]
+        cached = frozenset().union(*(poly.symbols() for poly in polys))
+        plan.__dict__["_guard_inputs"] = cached
+    return cached

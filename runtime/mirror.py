@@ -2,8 +2,11 @@
 
 One :class:`DeviceMirror` per offloaded module holds a device copy of linear memory and a
 small scratch buffer for the launch's context, parameters, reduction slots and written
-ranges; every allocation goes through the module's :class:`~runtime.limits.DeviceAllocator`,
-so its device memory cap holds. Copies move only the ranges a launch reads and writes.
+ranges; every device allocation goes through the module's
+:class:`~runtime.limits.DeviceAllocator`, so its device memory cap holds. Copies move only
+the ranges a launch reads and writes. They are queued on one stream with the launch, the
+scratch going in and coming back through one page-locked staging buffer, so a launch costs
+a few asynchronous driver calls and one wait instead of a synchronous round trip per copy.
 
 wasmtime's linear memory is page-locked with ``cuMemHostRegister`` where the driver allows
 it, so copies run by DMA at full bus speed instead of through the driver's pageable staging
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from cuda.bindings import driver as cu
 
 from compiler.lower import abi
-from runtime.driver import Context, DeviceBuffer
+from runtime.driver import Context, DeviceBuffer, PinnedBuffer
 from runtime.limits import DeviceAllocator
 
 log = logging.getLogger(__name__)
@@ -36,39 +39,64 @@ U64 = ctypes.c_uint64
 
 
 class DeviceMirror:
-    """Device memory for one offloaded module's launches."""
+    """Device memory for one offloaded module's launches, and the copies between it and
+    linear memory, queued on one stream (the caller binds the context first and waits with
+    :meth:`synchronize`)."""
 
     def __init__(self, context: Context, limit: int | None = None) -> None:
         self.context = context
         self.allocator = DeviceAllocator(context, limit)
+        self.stream = context.stream()
         self.memory: DeviceBuffer | None = None
         self.scratch: DeviceBuffer | None = None
+        # Page-locked host memory: a launch's scratch on its way in and out, then its small
+        # written ranges on their way out (see :meth:`stage_out`).
+        self.staging: PinnedBuffer | None = None
+        self.staged: ctypes.Array | None = None  # the staging buffer as u64s
+        # Device addresses of the two buffers (their ``ptr`` checks the handle on each use).
+        self.memory_ptr = self.scratch_ptr = 0
+        self.scratch_holds: bytes | None = None  # the image the scratch buffer is known to hold
         self.pinned: tuple[int, int] | None = None  # (host base, bytes) registered
         self.pin_failed = False
         self.valid: list[tuple[int, int]] = []  # sorted, disjoint byte ranges
         self.dirty: list[tuple[int, int]] = []
+        # Span tuples known to be inside ``valid`` (or ``dirty`` and ``valid``): both only grow
+        # until they are dropped, so a launch repeated inside a region skips the span arithmetic.
+        self._inside_valid: set[tuple[Span, ...]] = set()
+        self._inside_dirty: set[tuple[Span, ...]] = set()
 
     @property
     def holds_results(self) -> bool:
         """Whether the device holds results linear memory does not have yet."""
         return bool(self.dirty)
 
-    def ensure(self, size: int, scratch_slots: int) -> None:
+    def ensure(self, size: int, scratch_slots: int, staged_bytes: int = 0) -> None:
         """Device memory for ``size`` bytes of linear memory and ``scratch_slots`` u64s
-        (a larger memory only outside a region: linear memory cannot grow inside one)."""
+        (a larger memory only outside a region: linear memory cannot grow inside one), and
+        staging for the scratch and ``staged_bytes`` of results."""
         if self.memory is None or self.memory.nbytes < size:
             assert not self.dirty, "linear memory grew inside a device-resident region"
-            self.valid = []
+            self.forget()
             if self.memory is not None:
                 self.allocator.free(self.memory)
                 self.memory = None
             self.memory = self.allocator.alloc(max(size, abi.PAGE_SIZE), "mirrored linear memory")
+            self.memory_ptr = self.memory.ptr
         nbytes = 8 * scratch_slots
         if self.scratch is None or self.scratch.nbytes < nbytes:
             if self.scratch is not None:
                 self.allocator.free(self.scratch)
                 self.scratch = None
             self.scratch = self.allocator.alloc(max(nbytes, 4096), "launch arguments")
+            self.scratch_ptr = self.scratch.ptr
+            self.scratch_holds = None
+        nbytes += staged_bytes
+        if self.staging is None or self.staging.nbytes < nbytes:
+            if self.staging is not None:
+                self.staging.free()
+                self.staging = self.staged = None
+            self.staging = self.context.host_alloc(max(nbytes, 4096))
+            self.staged = (U64 * (self.staging.nbytes // 8)).from_address(self.staging.ptr)
 
     def pin(self, base: int, size: int) -> None:
         """Page-lock ``[base, base + size)`` (wasmtime's linear memory) for fast copies."""
@@ -90,19 +118,23 @@ class DeviceMirror:
             self.pinned = None
 
     def copy_in(self, base: int, spans) -> int:
-        """Host linear memory -> device, span by span; returns the bytes moved."""
+        """Queue host linear memory -> device, span by span; returns the bytes moved."""
         moved = 0
         for span in spans:
-            self.context.memcpy_htod(self.memory.ptr + span.lo, base + span.lo, span.hi - span.lo)
+            self.stream.copy_htod(self.memory_ptr + span.lo, base + span.lo, span.hi - span.lo)
             moved += span.hi - span.lo
         return moved
 
     def copy_in_missing(self, base: int, spans) -> int:
-        """Inside a region: copy in the parts of ``spans`` the device does not hold; they
-        are valid from then on. Returns the bytes moved."""
+        """Inside a region: queue the copy of the parts of ``spans`` the device does not
+        hold; they are valid from then on. Returns the bytes moved."""
+        spans = tuple(spans)
+        if spans in self._inside_valid:
+            return 0
         missing = subtract([(s.lo, s.hi) for s in spans], self.valid)
         moved = self.copy_in(base, [Span(lo, hi) for lo, hi in missing])
         self.valid = union(self.valid, missing)
+        self._inside_valid.add(spans)
         return moved
 
     def missing_bytes(self, spans) -> int:
@@ -111,42 +143,79 @@ class DeviceMirror:
 
     def keep(self, spans) -> None:
         """Inside a region: a launch wrote ``spans``; the device now has them newer."""
+        spans = tuple(spans)
+        if spans in self._inside_dirty:
+            return
         written = [(s.lo, s.hi) for s in spans]
         self.dirty = union(self.dirty, written)
         self.valid = union(self.valid, written)
+        self._inside_dirty.add(spans)
 
     def flush(self, base: int) -> int:
         """Copy the dirty spans back to linear memory at ``base`` and forget what the
         device holds; returns the bytes moved."""
-        dirty, self.dirty, self.valid = self.dirty, [], []
-        return self.copy_out(base, [Span(lo, hi) for lo, hi in dirty])
+        dirty = self.dirty
+        self.forget()
+        self.context.bind()
+        moved = self.copy_out(base, [Span(lo, hi) for lo, hi in dirty])
+        self.stream.synchronize()
+        return moved
 
     def forget(self) -> None:
-        """Drop what the device holds (it is lost: a reset context)."""
+        """Drop what the device holds (it is lost: a reset context), or stop tracking it."""
         self.dirty, self.valid = [], []
+        self._inside_valid.clear()
+        self._inside_dirty.clear()
 
     def copy_out(self, base: int, spans) -> int:
-        """Device -> host linear memory, span by span; returns the bytes moved."""
+        """Queue device -> host linear memory, span by span; returns the bytes moved."""
         moved = 0
         for span in spans:
-            self.context.memcpy_dtoh(base + span.lo, self.memory.ptr + span.lo, span.hi - span.lo)
+            self.stream.copy_dtoh(base + span.lo, self.memory_ptr + span.lo, span.hi - span.lo)
             moved += span.hi - span.lo
         return moved
 
-    def upload_scratch(self, parts: list[ctypes.Array]) -> list[int]:
-        """Pack ``parts`` (u64 arrays) into the scratch buffer with one copy; their device
-        addresses, in order."""
-        addresses, offset = [], 0
-        packed = (U64 * sum(len(p) for p in parts))()
-        for part in parts:
-            ctypes.memmove(ctypes.addressof(packed) + 8 * offset, part, 8 * len(part))
-            addresses.append(self.scratch.ptr + 8 * offset)
-            offset += len(part)
-        self.context.memcpy_htod(self.scratch.ptr, packed)
-        return addresses
+    def upload_scratch(self, image: bytes) -> None:
+        """Queue ``image`` (a launch's context, parameters, reduction slots and written
+        ranges) into the scratch buffer, through the staging buffer: one copy, none where
+        the buffer holds it already."""
+        if image == self.scratch_holds:
+            return
+        ctypes.memmove(self.staging.ptr, image, len(image))
+        self.stream.copy_htod(self.scratch_ptr, self.staging.ptr, len(image))
+        self.scratch_holds = None  # until a launch is seen to leave it as it is
 
-    def download(self, part: ctypes.Array, address: int) -> None:
-        self.context.memcpy_dtoh(part, address, 8 * len(part))
+    def check_scratch(self, image: bytes, slots: int) -> None:
+        """After the wait for :meth:`download_scratch`: whether the launch left the scratch
+        buffer holding ``image`` (it wrote no trap code and no reduction result there; the
+        written ranges behind the first ``slots`` u64s it only reads)."""
+        nbytes = 8 * slots
+        unchanged = ctypes.string_at(self.staging.ptr, nbytes) == image[:nbytes]
+        self.scratch_holds = image if unchanged else None
+
+    def download_scratch(self, slots: int) -> None:
+        """Queue the first ``slots`` u64s of the scratch buffer back into the staging
+        buffer (:attr:`staged`), after the launch queued before."""
+        self.stream.copy_dtoh(self.staging.ptr, self.scratch_ptr, 8 * slots)
+
+    def stage_out(self, spans, at: int) -> None:
+        """Queue device -> staging buffer for ``spans``, packed from byte ``at`` on: results
+        of a launch that may still have trapped, so not yet for linear memory."""
+        for span in spans:
+            self.stream.copy_dtoh(self.staging.ptr + at, self.memory_ptr + span.lo, span.hi - span.lo)
+            at += span.hi - span.lo
+
+    def unstage(self, base: int, spans, at: int) -> int:
+        """After :meth:`stage_out` and the wait: the staged ranges into linear memory at
+        ``base``; returns the bytes moved."""
+        moved = 0
+        for span in spans:
+            ctypes.memmove(base + span.lo, self.staging.ptr + at + moved, span.hi - span.lo)
+            moved += span.hi - span.lo
+        return moved
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
 
     def release(self) -> None:
         """Free everything (a reset context has freed it already: then only forget it)."""
@@ -154,7 +223,11 @@ class DeviceMirror:
         for buffer in (self.memory, self.scratch):
             if buffer is not None:
                 self.allocator.free(buffer)
-        self.memory = self.scratch = None
+        if self.staging is not None:
+            self.staging.free()
+        self.memory = self.scratch = self.staging = self.staged = None
+        self.memory_ptr = self.scratch_ptr = 0
+        self.scratch_holds = None
 
 
 @dataclass(frozen=True, slots=True)

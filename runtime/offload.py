@@ -49,12 +49,12 @@ from compiler.rewrite import HOST_MODULE, Insertion, RegionExit, rewrite
 from compiler.target import HostTarget, nvptx_for_device
 from compiler.traps import TrapKind, trap_message
 from dialect.types import F32, Type
-from runtime import prepared
-from runtime.driver import CudaError
-from runtime.guards import GuardFailed, Launch, check
+from runtime import hostfunc, prepared
+from runtime.driver import CudaError, KernelParams
+from runtime.guards import GuardFailed, Launch, check, inputs
 from runtime.limits import DeviceMemoryLimitError, DeviceOutOfMemory
 from runtime.mirror import DeviceMirror, Span, union
-from runtime.profit import Estimate
+from runtime.profit import Estimate, work
 
 log = logging.getLogger(__name__)
 U64 = ctypes.c_uint64
@@ -140,7 +140,8 @@ class OffloadModule:
         self.mode = mode
         self.options = options or AnalysisOptions()
         self._pool: ThreadPoolExecutor | None = None  # host threads, made on first need
-        self._guard_cache: dict[int, dict[tuple[int, ...], Launch | str]] = {}
+        self._guard_cache: dict[int, dict[tuple, Ready | str]] = {}  # per loop: see _guards
+        self._guard_reads: dict[int, list[int]] = {}  # per loop: the live-ins the guards read
         self._wasm_bytes = bytes(wasm)
         self._wasm = None
         self.target = self._target()
@@ -272,16 +273,10 @@ class OffloadModule:
         """The ``tensorwasm`` imports of the rewritten module, bound to ``store``."""
         funcs = {}
         for lp in self.loops:
-            sig = self._host_sigs[lp.insertion.import_name]
-            params = [_valtype(t) for t in sig[0]]
-            results = [_valtype(t) for t in sig[1]]
-            funcs[lp.insertion.import_name] = wasmtime.Func(
-                store, wasmtime.FuncType(params, results), self._callback(lp), access_caller=True
-            )
+            params, results = self._host_sigs[lp.insertion.import_name]
+            funcs[lp.insertion.import_name] = hostfunc.func(store, params, results, self._callback(lp))
         for k in range(len(self.regions)):
-            funcs[f"region_{k}"] = wasmtime.Func(
-                store, wasmtime.FuncType([], []), self._region_end(k), access_caller=True
-            )
+            funcs[f"region_{k}"] = hostfunc.func(store, [], [], self._region_end(k))
         return funcs
 
     def define(self, linker: wasmtime.Linker, store) -> None:
@@ -289,31 +284,30 @@ class OffloadModule:
             linker.define(store, HOST_MODULE, import_name, func)
 
     def _callback(self, lp: OffloadedLoop):
-        def run(caller, *args):
+        def run(caller: int, args: tuple[int, ...]) -> list[int]:
             try:
-                results = self.arrive(lp, caller, args)
+                return self.arrive(lp, caller, args)
             except BaseException:
                 if lp.region is not None:  # the guest stops here: its memory must be current
                     self._flush(caller, lp.region)
                 raise
-            return results[0] if len(results) == 1 else results  # wasmtime-py: one is a scalar
 
         return run
 
     def _region_end(self, k: int):
-        def run(caller):
+        def run(caller: int, args: tuple[int, ...]) -> tuple[()]:
             self.region_stats[k].exits += 1
             self._flush(caller, k)
+            return ()
 
         return run
 
-    def _flush(self, caller, k: int) -> None:
+    def _flush(self, caller: int, k: int) -> None:
         """Bring region ``k``'s results on the device back into linear memory."""
         mirror = getattr(self, "mirror", None)
         if mirror is None or not mirror.holds_results:
             return
-        memory = caller.get("memory")
-        base = ctypes.cast(memory.data_ptr(caller), ctypes.c_void_p).value
+        base, _ = hostfunc.memory(caller)  # a launch found it, so it is there
         start = time.perf_counter()
         try:
             moved = mirror.flush(base)
@@ -333,69 +327,77 @@ class OffloadModule:
 
     # -- one arrival at a loop ------------------------------------------------------------------
 
-    def arrive(self, lp: OffloadedLoop, caller, args) -> list[int]:
+    def arrive(self, lp: OffloadedLoop, caller: int, args: tuple[int, ...]) -> list[int]:
+        """One call of loop ``lp``'s host function: ``args`` are its live-ins, then the current
+        values of the locals it returns; the result is the flag (1: the loop ran here), then
+        those locals' values after the loop."""
         results = self._arrive(lp, caller, args)
         if not results[0] and lp.region is not None:
             self._flush(caller, lp.region)  # wasmtime runs this loop: memory must be current
         return results
 
-    def _arrive(self, lp: OffloadedLoop, caller, args) -> list[int]:
+    def _arrive(self, lp: OffloadedLoop, caller: int, args: tuple[int, ...]) -> list[int]:
         stats = lp.stats
         stats.arrivals += 1
         n_live = len(lp.plan.live_ins)
-        live_bits = [a & MASKS[64] for a in args[:n_live]]
-        current = list(args[n_live:])
-        declined = [0, *current]
         if self.mode == "off":
             stats.decline("offload is off")
-            return declined
-        memory = caller.get("memory")
-        if not isinstance(memory, wasmtime.Memory):
+            return [0, *args[n_live:]]
+        memory = hostfunc.memory(caller)
+        if memory is None:
             stats.decline("linear memory is not exported")
-            return declined
-        size = memory.data_len(caller)
-        launch = self._guards(lp, live_bits, size)
-        if isinstance(launch, str):
-            stats.decline(launch)
-            return declined
+            return [0, *args[n_live:]]
+        base, size = memory
+        live = args[:n_live]
+        ready = self._guards(lp, live, size)
+        if isinstance(ready, str):
+            stats.decline(ready)
+            return [0, *args[n_live:]]
+        arrival = ready.arrival(lp, live)
+        launch = ready.launch
         estimate = None
         if self.mode == "auto" and launch.trip:
-            nbytes = self._bytes_to_move(lp, launch) if self.device == "gpu" else 0
-            go, why, model, cpu = lp.estimate.decide(self.device, lp.plan, launch, nbytes)
+            nbytes = self._bytes_to_move(lp, ready) if self.device == "gpu" else 0
+            go, why, model, cpu = lp.estimate.decide(self.device, ready.ops, nbytes)
             if not go:
                 stats.decline(why)
-                return declined
-            estimate = (model, cpu)
-        base = ctypes.cast(memory.data_ptr(caller), ctypes.c_void_p).value
-        started = time.perf_counter()
+                return [0, *args[n_live:]]
+            estimate = (time.perf_counter(), model, cpu)
         if launch.trip == 0:  # a loop tested first that runs no iteration
-            partials = _identities(lp)
+            partials = ready.identities
         else:
-            partials = self._run(lp, launch, live_bits, base, size)
+            partials = self._run(lp, ready, arrival, base, size)
         if partials is None:
-            return declined
+            return [0, *args[n_live:]]
         if estimate is not None:
-            lp.estimate.record(time.perf_counter() - started, *estimate)
+            started, model, cpu = estimate
+            lp.estimate.record(time.perf_counter() - started, model, cpu)
         stats.offloaded += 1
         stats.iterations += launch.trip
-        return [1, *self._live_outs(lp, launch, partials)]
+        return [1, *arrival.live_outs(partials)]
 
     # Guard outcomes kept per loop: a loop arrives again and again with the same live-ins
     # (a time step's pointers alternate between two arrays), and the outcome is a function
-    # of the live-ins and the memory size alone.
+    # of the live-ins the guards read (:func:`runtime.guards.inputs`) and the memory size.
     GUARD_CACHE_ENTRIES = 16
 
-    def _guards(self, lp: OffloadedLoop, live_bits: list[int], size: int) -> Launch | str:
-        """The launch the guards allow for these live-ins, or why they refuse it."""
-        cache = self._guard_cache.setdefault(lp.kernel_index, {})
-        key = (*live_bits, size)
+    def _guards(self, lp: OffloadedLoop, live: tuple[int, ...], size: int) -> Ready | str:
+        """The launch the guards allow for these live-ins, made ready, or why they refuse it."""
+        cache = self._guard_cache.get(lp.kernel_index)
+        if cache is None:
+            cache = self._guard_cache[lp.kernel_index] = {}
+            read = inputs(lp.plan)
+            self._guard_reads[lp.kernel_index] = [
+                i for i, (_, sym, _, _) in enumerate(lp.plan.live_ins) if sym in read
+            ]
+        key = (tuple(live[i] for i in self._guard_reads[lp.kernel_index]), size)
         outcome = cache.get(key)
         if outcome is None:
-            env = {}
-            for (value, sym, _, _), bits in zip(lp.plan.live_ins, live_bits, strict=True):
-                env[sym] = bits & MASKS.get(value.type.bits, MASKS[64])
+            env = _environment(lp.plan, live)
+            env = {sym: env[sym] for sym in inputs(lp.plan) if sym in env}
             try:
-                outcome = check(lp.plan, env, size, strict_alignment=self.device == "gpu")
+                launch = check(lp.plan, env, size, strict_alignment=self.device == "gpu")
+                outcome = Ready(lp, launch, size)
             except GuardFailed as exc:
                 outcome = str(exc)
             if len(cache) >= self.GUARD_CACHE_ENTRIES:
@@ -403,32 +405,28 @@ class OffloadModule:
             cache[key] = outcome
         return outcome
 
-    def _bytes_to_move(self, lp: OffloadedLoop, launch: Launch) -> int:
+    def _bytes_to_move(self, lp: OffloadedLoop, ready: Ready) -> int:
         """The bytes a GPU launch would copy (inside a region: only in, what the device lacks)."""
-        spans = launch.reads + launch.writes
         if lp.region is None:
-            return sum(r.hi - r.lo for r in spans)
-        return self.mirror.missing_bytes(spans)
+            return ready.moved
+        return self.mirror.missing_bytes(ready.launch.reads + ready.launch.writes)
 
-    def _run(self, lp: OffloadedLoop, launch: Launch, live_bits, base: int, size: int) -> list[int] | None:
+    def _run(
+        self, lp: OffloadedLoop, ready: Ready, arrival: Arrival, base: int, size: int
+    ) -> list[int] | None:
+        """Run the launch; the reductions' partial results, or None where it declined."""
         if self.device == "gpu":
-            return self._run_gpu(lp, launch, live_bits, base, size)
+            return self._run_gpu(lp, ready, arrival, base, size)
         stats = lp.stats
-        ctx = (U64 * abi.CTX_SLOTS)()
+        launch = ready.launch
+        params = arrival.params
+        ctx_image, chunks = ready.host_args(self)
+        ctx = _Context.from_buffer_copy(ctx_image)
         ctx[abi.CTX_MEM_BASE] = base
-        ctx[abi.CTX_MEM_SIZE] = size
-        ctx[abi.CTX_MEM_CAPACITY] = size
-        ctx[abi.CTX_MEM_MAX_PAGES] = size // abi.PAGE_SIZE
-        params = (U64 * max(1, len(live_bits)))(*live_bits)
-        out = (U64 * max(1, len(lp.plan.reductions)))(*_identities(lp))
-        written = _merge(launch.writes)
-        spans = (U64 * max(2, 2 * len(written)))(*[v for r in written for v in (r.lo, r.hi)])
-        ctx[abi.CTX_WRITTEN] = ctypes.addressof(spans)
-        ctx[abi.CTX_WRITTEN_COUNT] = len(written)
-        saved = [(r.lo, ctypes.string_at(base + r.lo, r.hi - r.lo)) for r in written]
+        saved = [(r.lo, ctypes.string_at(base + r.lo, r.hi - r.lo)) for r in ready.written]
         start = time.perf_counter()
-        chunks = self._chunks(launch.trip, math.prod(launch.nest))
         if len(chunks) == 1:
+            out = (U64 * len(ready.out_words))(*ready.out_words)
             self.kernels[lp.entry](
                 ctypes.addressof(ctx), ctypes.addressof(params), 0, launch.trip, *_nest(launch),
                 ctypes.addressof(out),
@@ -442,7 +440,7 @@ class OffloadModule:
                 ctypes.memmove(base + lo, raw, len(raw))
             stats.decline(_trap_reason(ctx[abi.CTX_TRAP]))
             return None
-        return list(out)[: len(lp.plan.reductions)]
+        return out[: ready.reductions]
 
     # Iterations below which one host thread does the whole loop (a thread costs ~50 us).
     THREAD_MIN_ITERATIONS = 8_192
@@ -481,14 +479,14 @@ class OffloadModule:
         return total
 
     def _run_gpu(
-        self, lp: OffloadedLoop, launch: Launch, live_bits, base: int, size: int
+        self, lp: OffloadedLoop, ready: Ready, arrival: Arrival, base: int, size: int
     ) -> list[int] | None:
         """Run on the GPU; on any device failure decline (wasmtime runs the loop) and say why."""
         if self.gpu_lost is not None:
             lp.stats.decline(self.gpu_lost)
             return None
         try:
-            return self._launch_gpu(lp, launch, live_bits, base, size)
+            return self._launch_gpu(lp, ready, arrival, base, size)
         except (DeviceMemoryLimitError, DeviceOutOfMemory) as exc:
             self._fall_back(lp, f"device memory: {exc}")
         except CudaError as exc:
@@ -497,61 +495,72 @@ class OffloadModule:
                 self._recover(exc)
                 if lost:  # the reset took the region's results with it
                     raise RegionLost(self._lost_message(lp.region, exc)) from exc
+            else:
+                self._drain()
             self._fall_back(lp, f"GPU error: {exc}")
         return None
 
     def _launch_gpu(
-        self, lp: OffloadedLoop, launch: Launch, live_bits, base: int, size: int
+        self, lp: OffloadedLoop, ready: Ready, arrival: Arrival, base: int, size: int
     ) -> list[int] | None:
+        """Queue the copies in, the launch and the copies back on one stream, and wait once.
+
+        The results come back to linear memory only once the kernel is known not to have
+        trapped: small written ranges land in the staging buffer with the trap slot and are
+        moved from there after the wait; large ones are copied after it, with a second wait.
+        Inside a region they stay on the device.
+        """
         stats = lp.stats
         mirror = self.mirror
-        written = _merge(launch.writes)
-        ctx = (U64 * abi.CTX_SLOTS)()
-        params = (U64 * max(1, len(live_bits)))(*live_bits)
-        out = (U64 * max(1, len(lp.plan.reductions)))(*_identities(lp))
-        ranges = (U64 * max(2, 2 * len(written)))(*[v for r in written for v in (r.lo, r.hi)])
         start = time.perf_counter()
-        mirror.ensure(size, len(ctx) + len(params) + len(out) + len(ranges))
+        resident = lp.region is not None
+        staged = not resident and ready.out_bytes <= STAGED_RESULT_BYTES
+        mirror.ensure(size, ready.slots, ready.out_bytes if staged else 0)
         if self.pin:
             mirror.pin(base, size)
-        # Gathered loads may read anywhere: then the device gets all of memory.
-        needed = [Span(0, size)] if launch.gathers else _merge(launch.reads + launch.writes)
-        resident = lp.region is not None
-        moved_in = mirror.copy_in_missing(base, needed) if resident else mirror.copy_in(base, needed)
-        ctx[abi.CTX_MEM_BASE] = mirror.memory.ptr
-        ctx[abi.CTX_MEM_SIZE] = size
-        ctx[abi.CTX_MEM_CAPACITY] = size
-        ctx[abi.CTX_MEM_MAX_PAGES] = size // abi.PAGE_SIZE
-        ctx[abi.CTX_WRITTEN] = mirror.scratch.ptr + 8 * (len(ctx) + len(params) + len(out))
-        ctx[abi.CTX_WRITTEN_COUNT] = len(written)
-        ctx_ptr, params_ptr, out_ptr, _ = mirror.upload_scratch([ctx, params, out, ranges])
-        stats.transfer_seconds += time.perf_counter() - start
-        grid, block = _grid(launch)
-        counts = [(ctypes.c_int64, launch.trip), *((ctypes.c_int64, n) for n in _nest(launch))]
-        start = time.perf_counter()
-        self.kernels[lp.entry].launch(
-            grid, block, [(U64, ctx_ptr), (U64, params_ptr), *counts, (U64, out_ptr)]
+        image, params = ready.device_args(mirror, arrival)
+        self.context.bind()
+        moved_in = (
+            mirror.copy_in_missing(base, ready.needed) if resident else mirror.copy_in(base, ready.needed)
         )
-        self.context.synchronize()
-        stats.kernel_seconds += time.perf_counter() - start
-        start = time.perf_counter()
-        # One copy back for the context (its trap slot) and the reduction slots behind it.
-        back = (U64 * (len(ctx) + len(params) + len(out)))()
-        mirror.download(back, ctx_ptr)
+        mirror.upload_scratch(image)
+        launched = time.perf_counter()
+        self.kernels[lp.entry].launch(ready.grid, ready.block, params, stream=mirror.stream.handle)
+        mirror.download_scratch(ready.back_slots)
+        if staged:
+            mirror.stage_out(ready.written, 8 * ready.slots)
+        mirror.synchronize()
+        done = time.perf_counter()
+        stats.kernel_seconds += done - launched
+        mirror.check_scratch(image, ready.back_slots)
+        back = mirror.staged
         if back[abi.CTX_TRAP]:
+            stats.transfer_seconds += launched - start
             stats.decline(_trap_reason(back[abi.CTX_TRAP]))
             return None
-        out = back[len(ctx) + len(params) :]
+        partials = back[ready.out_at : ready.out_at + ready.reductions]
         if resident:  # the results stay on the device until the region ends
-            mirror.keep(written)
+            mirror.keep(ready.written)
             moved_out = 0
+        elif staged:
+            moved_out = mirror.unstage(base, ready.written, 8 * ready.slots)
         else:
-            moved_out = mirror.copy_out(base, written)
-        stats.transfer_seconds += time.perf_counter() - start
+            moved_out = mirror.copy_out(base, ready.written)
+            mirror.synchronize()
+        stats.transfer_seconds += launched - start + time.perf_counter() - done
         stats.bytes_in += moved_in
         stats.bytes_out += moved_out
         stats.pinned = mirror.pinned is not None
-        return list(out)[: len(lp.plan.reductions)]
+        return partials
+
+    def _drain(self) -> None:
+        """After a failed call in a launch: wait for what was queued before it (copies into
+        linear memory among them), so none lands once wasmtime runs the loop."""
+        self.mirror.scratch_holds = None
+        try:
+            self.mirror.synchronize()
+        except CudaError as exc:
+            log.info("waiting for the stream after a failed launch: %s", exc)
 
     def _fall_back(self, lp: OffloadedLoop, reason: str) -> None:
         """Decline this arrival; warn once per loop and reason (the loop runs on wasmtime)."""
@@ -576,23 +585,137 @@ class OffloadModule:
             )
             log.warning("%s", self.gpu_lost)
 
-    def _live_outs(self, lp: OffloadedLoop, launch: Launch, partials: list[int]) -> list[int]:
+
+# Written ranges up to this size come back through the staging buffer, with the trap slot,
+# in the launch's one wait (a memmove of 64 KiB costs less than a second wait); larger ones
+# are copied straight into linear memory once the kernel is known not to have trapped.
+STAGED_RESULT_BYTES = 64 << 10
+
+_Context = U64 * abi.CTX_SLOTS
+
+
+class Ready:
+    """A launch the guards allowed, kept with their outcome (per loop, the live-ins they read
+    and the memory size), and what every launch of it needs that no arrival changes: the
+    ranges to copy, the grid, the scratch layout and kernel arguments (GPU) or the context
+    image and iteration ranges (host). What the other live-ins change is an :class:`Arrival`."""
+
+    def __init__(self, lp: OffloadedLoop, launch: Launch, size: int) -> None:
+        self.launch = launch
+        self.size = size
+        self.written = tuple(_merge(launch.writes))
+        # Gathered loads may read anywhere: then the device gets all of memory.
+        self.needed = (Span(0, size),) if launch.gathers else tuple(_merge(launch.reads + launch.writes))
+        self.moved = sum(r.hi - r.lo for r in launch.reads + launch.writes)
+        self.out_bytes = sum(r.hi - r.lo for r in self.written)
+        self.ops = work(lp.plan, launch)
+        self.reductions = len(lp.plan.reductions)
+        self.identities = _identities(lp)
+        self.grid, self.block = _grid(launch)
+        # The scratch buffer: context | live-ins | reduction slots | written ranges, in u64s.
+        self.out_words = self.identities or [0]
+        self.range_words = [v for r in self.written for v in (r.lo, r.hi)] or [0, 0]
+        self.out_at = abi.CTX_SLOTS + max(1, len(lp.plan.live_ins))
+        self.back_slots = self.out_at + len(self.out_words)  # what comes back after a launch
+        self.slots = self.back_slots + len(self.range_words)
+        self._device: tuple[tuple[int, int], bytes, bytes, KernelParams] | None = None
+        self._host: tuple | None = None
+        self._arrivals: dict[tuple[int, ...], Arrival] = {}
+
+    def arrival(self, lp: OffloadedLoop, live: tuple[int, ...]) -> Arrival:
+        """The part of a launch that these live-ins make (kept for the last few of them)."""
+        found = self._arrivals.get(live)
+        if found is None:
+            if len(self._arrivals) >= ARRIVALS_KEPT:
+                self._arrivals.clear()
+            found = self._arrivals[live] = Arrival(lp, self.launch, live)
+        return found
+
+    def device_args(self, mirror: DeviceMirror, arrival: Arrival) -> tuple[bytes, KernelParams]:
+        """The scratch image and the kernel's arguments for the mirror's current buffers."""
+        buffers = (mirror.memory_ptr, mirror.scratch_ptr)
+        if self._device is None or self._device[0] != buffers:
+            memory, scratch = buffers
+            ctx = [0] * abi.CTX_SLOTS
+            ctx[abi.CTX_MEM_BASE] = memory
+            ctx[abi.CTX_MEM_SIZE] = ctx[abi.CTX_MEM_CAPACITY] = self.size
+            ctx[abi.CTX_MEM_MAX_PAGES] = self.size // abi.PAGE_SIZE
+            ctx[abi.CTX_WRITTEN] = scratch + 8 * self.back_slots
+            ctx[abi.CTX_WRITTEN_COUNT] = len(self.written)
+            tail = [*self.out_words, *self.range_words]
+            counts = (self.launch.trip, *_nest(self.launch))
+            params = KernelParams([U64, U64, *(ctypes.c_int64 for _ in counts), U64])
+            params.set([scratch, scratch + 8 * abi.CTX_SLOTS, *counts, scratch + 8 * self.out_at])
+            self._device = (buffers, _words(ctx), _words(tail), params)
+        _, head, tail, params = self._device
+        return head + arrival.param_bytes + tail, params
+
+    def host_args(self, module: OffloadModule) -> tuple[bytes, list[tuple[int, int]]]:
+        """For the host backend: the context's image (all but the memory base) and the
+        iteration ranges of the host threads."""
+        if self._host is None:
+            ctx = _Context()
+            ctx[abi.CTX_MEM_SIZE] = ctx[abi.CTX_MEM_CAPACITY] = self.size
+            ctx[abi.CTX_MEM_MAX_PAGES] = self.size // abi.PAGE_SIZE
+            self._spans = (U64 * len(self.range_words))(*self.range_words)  # the context points at it
+            ctx[abi.CTX_WRITTEN] = ctypes.addressof(self._spans)
+            ctx[abi.CTX_WRITTEN_COUNT] = len(self.written)
+            chunks = module._chunks(self.launch.trip, math.prod(_nest(self.launch)))
+            self._host = (bytes(ctx), chunks)
+        return self._host
+
+
+# Live-ins kept per Ready launch: a time step's counter makes a new set every step.
+ARRIVALS_KEPT = 16
+
+
+class Arrival:
+    """What one arrival's live-ins add to a :class:`Ready` launch: the kernel's parameters,
+    and the returned locals: those known without running it (induction values at the exit)
+    and, for each reduction's, where it goes, its slot, operator, initial value and type."""
+
+    def __init__(self, lp: OffloadedLoop, launch: Launch, live: tuple[int, ...]) -> None:
         plan = lp.plan
+        env = _environment(plan, live)
+        bits = [v & MASKS[64] for v in live] or [0]
+        self.param_bytes = _words(bits)
+        self.params = (U64 * len(bits))(*bits)  # the host backend's
         k_exit = launch.trip if plan.trip.top else launch.trip - 1
-        env = dict(launch.env)
-        env[plan.counter] = k_exit
-        out = []
+        at_exit = dict(env)
+        at_exit[plan.counter] = k_exit
         types = lp.insertion.local_types
         reductions = {id(r): i for i, r in enumerate(plan.reductions)}
-        for live in _returned(plan):
-            ty = types[live.local]
-            if live.kind == "affine":
-                out.append(_to_host(live.value.evaluate(env), ty))
+        self.values, self.folds = [], []
+        for live_out in _returned(plan):
+            ty = types[live_out.local]
+            if live_out.kind == "affine":
+                self.values.append(_to_host(live_out.value.evaluate(at_exit), ty))
             else:
-                partial = partials[reductions[id(live.reduction)]]
-                init = live.reduction.init.evaluate(launch.env)
-                out.append(_to_host(_combine(live.reduction.op, init, partial, ty), ty))
+                reduction = live_out.reduction
+                init = reduction.init.evaluate(env)
+                self.folds.append((len(self.values), reductions[id(reduction)], reduction.op, init, ty))
+                self.values.append(0)
+
+    def live_outs(self, partials: list[int]) -> list[int]:
+        """The loop's returned locals after it ran, given its reductions' partial results."""
+        out = list(self.values)
+        for at, index, op, init, ty in self.folds:
+            out[at] = _to_host(_combine(op, init, partials[index], ty), ty)
         return out
+
+
+def _environment(plan: LoopPlan, live: tuple[int, ...]) -> dict:
+    """The live-ins by symbol, as unsigned values of their types."""
+    masks = plan.__dict__.get("_live_masks")
+    if masks is None:
+        masks = plan.__dict__["_live_masks"] = [
+            (sym, MASKS.get(value.type.bits, MASKS[64])) for value, sym, _, _ in plan.live_ins
+        ]
+    return {sym: bits & mask for (sym, mask), bits in zip(masks, live, strict=True)}
+
+
+def _words(values: list[int]) -> bytes:
+    return struct.pack(f"<{len(values)}Q", *values)
 
 
 def _nest(launch: Launch) -> tuple[int, ...]:
@@ -655,10 +778,6 @@ def _host_sig(wasm, ins: Insertion):
 
     sig = host_signature(ins, [g.type for g in wasm.global_types()])
     return sig.params, sig.results
-
-
-def _valtype(ty: Type) -> wasmtime.ValType:
-    return {"i32": wasmtime.ValType.i32, "i64": wasmtime.ValType.i64}[ty.name]()
 
 
 def _identities(lp: OffloadedLoop) -> list[int]:

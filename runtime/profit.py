@@ -82,11 +82,9 @@ class Estimate:
     parked: int = 0  # arrivals since it went back to the CPU
     launches: int = 0
 
-    def decide(
-        self, device: str, plan: LoopPlan, launch: Launch, nbytes: int
-    ) -> tuple[bool, str, float, float]:
-        """(offload?, reason if not, modelled device seconds, estimated CPU seconds)."""
-        ops = work(plan, launch)
+    def decide(self, device: str, ops: int, nbytes: int) -> tuple[bool, str, float, float]:
+        """(offload?, reason if not, modelled device seconds, estimated CPU seconds) for an
+        arrival running ``ops`` dialect ops (:func:`work`) and copying ``nbytes``."""
         cpu = ops * cpu_seconds_per_op()
         model = (
             FIXED_SECONDS[device] + nbytes / COPY_BYTES_PER_SECOND[device]

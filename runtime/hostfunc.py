@@ -1,0 +1,111 @@
+"""Host functions called by the guest at raw-value cost: wasmtime's "unchecked" calls.
+
+A ``wasmtime.Func`` made from a Python callable converts every parameter and result
+through a ``Val`` and looks the function's type up again on each call: about 20 us for
+the offload hook's five or six i32 values, more than the rest of a small launch. Here the
+callback receives the raw argument array itself (``wasmtime_func_new_unchecked``): the
+values are unpacked with one ``struct`` call, the results written back with one
+``memmove``, and the caller's linear memory is found with three C calls, ~2 us in all.
+
+This leans on private parts of wasmtime-py (pinned in ``pyproject.toml``): its ctypes
+library handle, ``Store._context``, ``Func._from_raw``, and ``wasmtime._func.LAST_EXCEPTION``,
+through which an exception raised by a host function reaches the Python code that called
+into Wasm, as it does for a ``wasmtime.Func`` (the guest sees a trap).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import struct
+from collections.abc import Callable, Sequence
+from ctypes import CFUNCTYPE, c_bool, c_char_p, c_size_t, c_void_p
+
+import wasmtime
+import wasmtime._func
+from wasmtime import _ffi as ffi
+
+from dialect.types import Type
+
+_dll = ffi.dll
+# Prototypes of our own (wasmtime-py's carry argtypes that build a ctypes object per call).
+_export_get = CFUNCTYPE(c_bool, c_void_p, c_char_p, c_size_t, c_void_p)(("wasmtime_caller_export_get", _dll))
+_caller_context = CFUNCTYPE(c_void_p, c_void_p)(("wasmtime_caller_context", _dll))
+_memory_data = CFUNCTYPE(c_void_p, c_void_p, c_void_p)(("wasmtime_memory_data", _dll))
+_memory_size = CFUNCTYPE(c_size_t, c_void_p, c_void_p)(("wasmtime_memory_data_size", _dll))
+_trap_new = CFUNCTYPE(c_void_p, c_char_p, c_size_t)(("wasmtime_trap_new", _dll))
+_CALLBACK = CFUNCTYPE(c_size_t, c_void_p, c_void_p, c_void_p, c_size_t)
+_FINALIZER = CFUNCTYPE(None, c_void_p)
+_func_new = CFUNCTYPE(None, c_void_p, c_void_p, _CALLBACK, c_void_p, _FINALIZER, c_void_p)(
+    ("wasmtime_func_new_unchecked", _dll)
+)
+_MEMORY_OFFSET = ffi.wasmtime_extern_t.of.offset  # where the memory handle sits in an extern
+_MEMORY_KIND = ffi.WASMTIME_EXTERN_MEMORY.value
+_TRAP_MESSAGE = b"python exception"
+
+# A ``wasmtime_val_raw_t`` is 16 bytes; an i32 or i64 sits in its low bytes, little-endian.
+_RAW_FORMAT = {"i32": "i12x", "i64": "q8x"}
+
+# The live host functions by the key the C side holds (their ``env``); the finalizer drops one
+# when its store goes.
+_FUNCTIONS: dict[int, Callable[[int, int], None]] = {}
+_keys = itertools.count(1)
+
+
+@_CALLBACK
+def _trampoline(env: int, caller: int, values: int, count: int) -> int:
+    try:
+        _FUNCTIONS[env](caller, values)
+        return 0
+    except BaseException as exc:  # the guest traps; the caller of Wasm gets the exception
+        wasmtime._func.LAST_EXCEPTION = exc
+        return _trap_new(_TRAP_MESSAGE, len(_TRAP_MESSAGE))
+
+
+@_FINALIZER
+def _finalize(env: int) -> None:
+    _FUNCTIONS.pop(env, None)
+
+
+def raw_layout(types: Sequence[Type]) -> struct.Struct:
+    """The struct that reads or writes values of ``types`` (i32/i64) in a raw value array."""
+    return struct.Struct("<" + "".join(_RAW_FORMAT[t.name] for t in types))
+
+
+def func(store: wasmtime.Store, params: Sequence[Type], results: Sequence[Type],
+         body: Callable[[int, tuple[int, ...]], Sequence[int]]) -> wasmtime.Func:  # fmt: skip
+    """A host function of i32/i64 ``params`` and ``results`` in ``store``:
+    ``body(caller, values)`` gets the raw caller (for :func:`memory`) and the parameters as
+    signed ints, and returns the results as signed ints."""
+    ty = wasmtime.FuncType([_valtype(t) for t in params], [_valtype(t) for t in results])
+    read, write = raw_layout(params), raw_layout(results)
+    size = read.size
+
+    def call(caller: int, values: int) -> None:
+        out = body(caller, read.unpack(ctypes.string_at(values, size)))
+        ctypes.memmove(values, write.pack(*out), write.size)
+
+    key = next(_keys)
+    _FUNCTIONS[key] = call
+    raw = ffi.wasmtime_func_t()
+    _func_new(
+        ctypes.cast(store._context(), c_void_p), ctypes.cast(ty.ptr(), c_void_p), _trampoline, key,
+        _finalize, ctypes.addressof(raw),
+    )  # fmt: skip
+    return wasmtime.Func._from_raw(raw)
+
+
+def memory(caller: int) -> tuple[int, int] | None:
+    """``(base address, bytes)`` of the calling instance's exported "memory", or None where it
+    exports no (unshared) linear memory under that name."""
+    item = ffi.wasmtime_extern_t()
+    address = ctypes.addressof(item)
+    if not _export_get(caller, b"memory", 6, address) or item.kind != _MEMORY_KIND:
+        return None
+    context = _caller_context(caller)
+    handle = address + _MEMORY_OFFSET
+    return _memory_data(context, handle) or 0, _memory_size(context, handle)
+
+
+def _valtype(ty: Type) -> wasmtime.ValType:
+    return {"i32": wasmtime.ValType.i32, "i64": wasmtime.ValType.i64}[ty.name]()
