@@ -358,7 +358,8 @@ class OffloadModule:
         estimate = None
         if self.mode == "auto" and launch.trip:
             nbytes = self._bytes_to_move(lp, ready) if self.device == "gpu" else 0
-            go, why, model, cpu = lp.estimate.decide(self.device, ready.ops, nbytes)
+            pinned = self.pin and not getattr(self.mirror, "pin_failed", True)
+            go, why, model, cpu = lp.estimate.decide(self.device, ready.ops, nbytes, pinned)
             if not go:
                 stats.decline(why)
                 return [0, *args[n_live:]]

@@ -19,11 +19,14 @@ from compiler.analysis.loops import LoopPlan
 from runtime.guards import Launch
 
 # Device model before any measurement: fixed seconds per launch (driver launch, copies of
-# the launch arguments, synchronisation, Python) and the share of a CPU op's time one op
-# takes there (many threads in parallel).
-FIXED_SECONDS = {"gpu": 150e-6, "cpu": 40e-6}
+# the launch arguments, synchronisation, Python: 38 us per offloaded call on the H100) and
+# the share of a CPU op's time one op takes there (many threads in parallel).
+FIXED_SECONDS = {"gpu": 60e-6, "cpu": 40e-6}
 OP_SHARE = {"gpu": 0.002, "cpu": 0.5}
-COPY_BYTES_PER_SECOND = {"gpu": 20e9, "cpu": float("inf")}
+# Bytes per second between linear memory and the device: page-locked linear memory copies
+# at ~55 GB/s each way on the H100 (and page-locking it runs at ~48 GB/s, once), pageable
+# memory at 9 to 13 GB/s. A little below what was measured.
+COPY_BYTES_PER_SECOND = {"pinned": 45e9, "pageable": 8e9}
 SLOWER_LIMIT = 2  # launches slower than the CPU estimate, in a row, before going back
 RETRY_EVERY = 64  # arrivals on the CPU between retries on the device
 
@@ -82,14 +85,15 @@ class Estimate:
     parked: int = 0  # arrivals since it went back to the CPU
     launches: int = 0
 
-    def decide(self, device: str, ops: int, nbytes: int) -> tuple[bool, str, float, float]:
+    def decide(
+        self, device: str, ops: int, nbytes: int, pinned: bool = True
+    ) -> tuple[bool, str, float, float]:
         """(offload?, reason if not, modelled device seconds, estimated CPU seconds) for an
-        arrival running ``ops`` dialect ops (:func:`work`) and copying ``nbytes``."""
+        arrival running ``ops`` dialect ops (:func:`work`) and copying ``nbytes`` (from
+        page-locked linear memory when ``pinned``)."""
         cpu = ops * cpu_seconds_per_op()
-        model = (
-            FIXED_SECONDS[device] + nbytes / COPY_BYTES_PER_SECOND[device]
-            + ops * cpu_seconds_per_op() * OP_SHARE[device]
-        )  # fmt: skip
+        copies = nbytes / COPY_BYTES_PER_SECOND["pinned" if pinned else "pageable"] if nbytes else 0.0
+        model = FIXED_SECONDS[device] + copies + ops * cpu_seconds_per_op() * OP_SHARE[device]
         pays = model * self.correction < cpu
         if self.launches >= 2 and (not pays or self.slower >= SLOWER_LIMIT):
             # Measured: the device is slower for this loop. Stay on the CPU, retrying now and then.
