@@ -87,7 +87,8 @@ def environment(device: str) -> dict:
         "cpu_count": os.cpu_count(),
         "tensorwasm": {
             "compiler_version": COMPILER_VERSION,
-            "commit": _command(["git", "rev-parse", "--short=12", "HEAD"]),
+            # A copy of the tree without its history (a GPU machine) names it in TENSORWASM_COMMIT.
+            "commit": os.environ.get("TENSORWASM_COMMIT") or _command(["git", "rev-parse", "--short=12", "HEAD"]),
         },
         "packages": {name: _version(name) for name in PACKAGES},
     }
