@@ -21,3 +21,13 @@ def wat(text: str) -> bytes:
 def corpus() -> list[Path]:
     assert CORPUS, "the example corpus is missing: run scripts/build-examples"
     return CORPUS
+
+
+@pytest.fixture(scope="session")
+def ptxas() -> str:
+    """ptxas, to check that generated PTX assembles (the test extras ship it)."""
+    from compiler.target import find_ptxas
+
+    path = find_ptxas()
+    assert path, "ptxas not found: install the test extras (nvidia-cuda-nvcc) or the CUDA toolkit"
+    return path

@@ -15,7 +15,7 @@ from compiler.analysis.loops import AnalysisOptions, analyze_module
 from compiler.frontend import load, translate_module
 from compiler.lower.function import FunctionLowering, ModuleLowering, lower_loop_entry, reachable
 from compiler.outline import outline
-from compiler.target import ARCH_PTX, ARCHES, HostTarget, NVPTXTarget, find_ptxas
+from compiler.target import ARCH_PTX, ARCHES, HostTarget, NVPTXTarget
 from dialect.types import I32
 from runtime.executor import HostExecutor
 from runtime.offload import OffloadModule
@@ -93,13 +93,6 @@ SAXPY = """(module (memory (export "memory") 1)
                  (f32.load (i32.add (local.get $y) (i32.shl (local.get $i) (i32.const 2))))))
       (local.set $i (i32.add (local.get $i) (i32.const 1)))
       (br_if $l (i32.lt_u (local.get $i) (local.get $n))))))"""
-
-
-@pytest.fixture(scope="module")
-def ptxas() -> str:
-    path = find_ptxas()
-    assert path, "ptxas not found: install the test extras (nvidia-cuda-nvcc) or the CUDA toolkit"
-    return path
 
 
 def loop_kernels_ptx(text: str, arch: str) -> str:

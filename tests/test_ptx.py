@@ -12,7 +12,7 @@ import pytest
 from compiler.errors import CompileError
 from compiler.frontend import load, translate_module
 from compiler.pipeline import compile_entries
-from compiler.target import ARCH_PTX, ARCHES, NVPTXTarget, find_ptxas, nvptx_for_device
+from compiler.target import ARCH_PTX, ARCHES, NVPTXTarget, nvptx_for_device
 from tests.conftest import CORPUS, wat
 from tests.numeric_cases import numeric_module_wat
 from tests.test_exec import PROGRAM
@@ -22,13 +22,6 @@ PROGRAMS = {
     "exec": lambda: wat(PROGRAM),
     **{p.name: p.read_bytes for p in CORPUS if ".O2." in p.name or ".O0." in p.name},
 }
-
-
-@pytest.fixture(scope="module")
-def ptxas() -> str:
-    path = find_ptxas()
-    assert path, "ptxas not found: install the test extras (nvidia-cuda-nvcc) or the CUDA toolkit"
-    return path
 
 
 def compile_ptx(data: bytes, arch: str) -> str:
