@@ -233,7 +233,11 @@ def test_offloaded_loops_match_wasmtime_and_really_offload(device: str) -> None:
     # Derandomized: the same cases every run, so that the counts asserted below (regions
     # formed, results kept on the device) do not depend on the luck of one run's draw.
     @settings(
-        max_examples=150, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+        max_examples=150,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
     )
     @given(GENERATORS["loops"]())
     def check(case) -> None:
