@@ -99,8 +99,8 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
     inner = {}
     for counter, inner_trip in plan.inner_trips:
         # The analysis made sure the inner count does not change between iterations.
-        probe = dict(env)
-        probe[plan.counter] = 0
+        probe = dict(env)  # the analysis made sure no counter changes the count: take them at 0
+        probe.update({c: 0 for c in (plan.counter, *(c for c, _ in plan.inner_trips))})
         inner[counter] = trip_count(inner_trip, probe)
     nest = tuple(inner[level.counter] for level in plan.collapse)
     if 0 in nest:
@@ -112,7 +112,7 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
         if split is None:
             ranges.append((access, None))  # a gather: checked by the kernel itself
             continue
-        rng = _range(split, plan, env, counts, access.width)
+        rng = _range(split, plan, env, counts, access.width, access.beyond)
         if rng.lo < access.offset or rng.hi > memory_size:
             raise GuardFailed(f"{access.kind} at {access.where} reaches outside linear memory")
         if strict_alignment and not rng.aligned:
@@ -156,7 +156,11 @@ def _split_addresses(plan: LoopPlan) -> list:
     return cached
 
 
-def _range(split, plan: LoopPlan, env, counts: dict[Symbol, int], width: int) -> Range:
+def _range(
+    split, plan: LoopPlan, env, counts: dict[Symbol, int], width: int, beyond: frozenset = frozenset()
+) -> Range:
+    """The bytes one access touches over the iteration space: each counter from 0 to its
+    last iteration, or to its exit value for an inner loop the access comes after."""
     rest, coeff_polys = split
     base = rest.evaluate(env)
     lo = hi = base
@@ -167,8 +171,9 @@ def _range(split, plan: LoopPlan, env, counts: dict[Symbol, int], width: int) ->
     nest_strides = [0] * len(levels)
     for counter, poly in coeff_polys:
         coeff = poly.evaluate(env) if poly.terms else 0
-        span = coeff * max(counts[counter] - 1, 0)
-        aligned = aligned and (coeff % width == 0 or counts[counter] <= 1)
+        last = max(counts[counter] - 1, 0) + (counter in beyond)
+        span = coeff * last
+        aligned = aligned and (coeff % width == 0 or last == 0)
         lo += min(0, span)
         hi += max(0, span)
         if counter is plan.counter:

@@ -400,3 +400,65 @@ def test_accesses_run_untested_only_where_the_guards_prove_them(device: str) -> 
         (loop,) = actual.offload.loops
         if why is not None:
             assert why in next(iter(loop.stats.declined))
+
+
+# A store after a loop tested at its top, at that loop's exit value j = m (one past its last
+# iteration): the guards must reach it. Row i holds m + 1 words.
+AFTER_AN_INNER_LOOP = """(module (memory (export "memory") 1)
+  (func (export "run") (param $n i32) (param $m i32) (param $off i32) (local $i i32) (local $j i32)
+    (block $done (loop $outer
+      (br_if $done (i32.ge_s (local.get $i) (local.get $n)))
+      (local.set $j (i32.const 0))
+      (block $ie (loop $inner
+        (br_if $ie (i32.ge_s (local.get $j) (local.get $m)))
+        (local.set $j (i32.add (local.get $j) (i32.const 1)))
+        (br $inner)))
+      (i32.store (i32.add (local.get $off)
+          (i32.shl (i32.add (i32.mul (local.get $i) (i32.add (local.get $m) (i32.const 1))) (local.get $j))
+                   (i32.const 2)))
+        (i32.add (local.get $i) (i32.const 1000)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $outer)))))"""
+
+# A triangular nest: the innermost loop runs j times, a count the guards cannot take once.
+TRIANGLE = """(module (memory (export "memory") 1)
+  (func (export "run") (param $n i32) (param $m i32) (local $i i32) (local $j i32) (local $l i32)
+    (block $done (loop $outer
+      (br_if $done (i32.ge_s (local.get $i) (local.get $n)))
+      (local.set $j (i32.const 0))
+      (block $je (loop $mid
+        (br_if $je (i32.ge_s (local.get $j) (local.get $m)))
+        (local.set $l (i32.const 0))
+        (block $le (loop $inn
+          (br_if $le (i32.ge_s (local.get $l) (local.get $j)))
+          (i32.store (i32.shl (i32.add (i32.mul (local.get $i) (i32.const 64)) (local.get $l)) (i32.const 2))
+                     (local.get $j))
+          (local.set $l (i32.add (local.get $l) (i32.const 1)))
+          (br $inn)))
+        (local.set $j (i32.add (local.get $j) (i32.const 1)))
+        (br $mid)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $outer)))))"""
+
+
+@pytest.mark.parametrize("device", ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize(
+    ("program", "args"),
+    [
+        (AFTER_AN_INNER_LOOP, (100, 3, 1024)),  # every row's last word comes back
+        (AFTER_AN_INNER_LOOP, (100, 3, 65536 - 4 * (99 * 4 + 3))),  # the last store is past memory: trap
+        (TRIANGLE, (10, 20)),
+    ],
+    ids=["exit-value", "exit-value-traps", "triangle"],
+)
+def test_inner_loop_exit_values_and_varying_counts_match_wasmtime(program: str, args, device: str) -> None:
+    from oracle.simulated import SimulatedOffloadInstance
+    from runtime.reference import ReferenceInstance
+    from tests.conftest import wat
+
+    wasm = wat(program)
+    expected = ReferenceInstance(wasm)
+    actual = SimulatedOffloadInstance(wasm) if device == "simulated" else OffloadInstance(wasm, device=device)
+    call = [(I32, a) for a in args]
+    assert actual.call("run", call) == expected.call("run", call)
+    assert actual.memory() == expected.memory("memory")

@@ -71,6 +71,9 @@ class Access:
     width: int
     address: Poly | None  # None: not affine (a gather, say); the static offset included
     offset: int = 0  # the static offset: the rest of the address is Wasm's i32 operand
+    # Counters of inner loops the access comes after rather than inside: it may see such a
+    # counter at its exit value, one past the last iteration (a loop tested at its top).
+    beyond: frozenset = frozenset()
 
     @property
     def where(self) -> str:
@@ -432,9 +435,12 @@ class LoopAnalysis:
             if loop is info:
                 continue
             inner_trip = self.trip_count(loop)
-            k = self.counter(info)
-            if (inner_trip.bound - inner_trip.start).uses(k) or (
-                inner_trip.pred not in ("ne", "eq") and (inner_trip.start.uses(k) or inner_trip.bound.uses(k))
+            # Its count must be the same on every iteration of every enclosing loop: the
+            # guards compute it once (a triangular nest, l < j, runs on the CPU).
+            nest_counters = {self.counter(m) for m in self.nested}
+            if ((inner_trip.bound - inner_trip.start).symbols() & nest_counters) or (
+                inner_trip.pred not in ("ne", "eq")
+                and (inner_trip.start.symbols() | inner_trip.bound.symbols()) & nest_counters
             ):
                 raise Reject(
                     f"inner loop at +0x{loop.offset:x} runs a different number of times per iteration"
@@ -801,8 +807,15 @@ class LoopAnalysis:
                         if split is None or split[1].symbols() & counters:
                             address = None
                             break
+                beyond = frozenset(
+                    sym for loop, sym in self.counters.items()
+                    if loop is not self.info and address is not None and address.uses(sym)
+                    and block not in self.facts.bodies[loop]
+                )  # fmt: skip
                 out.append(
-                    Access(op, op.name == "mem.store", op.attrs["bits"] // 8, address, op.attrs["offset"])
+                    Access(
+                        op, op.name == "mem.store", op.attrs["bits"] // 8, address, op.attrs["offset"], beyond
+                    )
                 )
         for a in out:
             if a.address is None:
