@@ -357,8 +357,9 @@ class OffloadModule:
         launch = ready.launch
         estimate = None
         if self.mode == "auto" and launch.trip:
-            nbytes = self._bytes_to_move(lp, ready) if self.device == "gpu" else 0
-            pinned = self.pin and not getattr(self.mirror, "pin_failed", True)
+            gpu = self.device == "gpu"
+            nbytes = self._bytes_to_move(lp, ready) if gpu else 0
+            pinned = gpu and self.pin and not self.mirror.pin_failed
             go, why, model, cpu = lp.estimate.decide(self.device, ready.ops, nbytes, pinned)
             if not go:
                 stats.decline(why)

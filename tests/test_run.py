@@ -156,3 +156,19 @@ def test_a_3d_stencil_runs_as_a_3d_launch_with_wasmtimes_output(
     (kernel,) = [lp for lp in offload.loops if lp.stats.func == "kernel_stencil3d"]
     assert kernel.stats.offloaded == 3 and kernel.region is not None
     assert {(lc.trip, lc.nest) for lc in launches if lc.nest} == {(21, (21, 21))}
+
+
+def test_auto_offload_on_the_host_backend_matches_wasmtime(tmp_path) -> None:
+    """The default mode, where profitability decides each arrival (`tensorwasm run` page-
+    locks memory only on a GPU: the host backend has no device mirror to ask)."""
+    path = ROOT / "examples/wasi/build/stencil.O2.wasm"
+    status, expected = plain_wasmtime(path, PROGRAMS["stencil"], tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "run", str(path), *PROGRAMS["stencil"], "--device", "cpu",
+         "--offload", "auto", "--report", "json"],
+        capture_output=True, text=True, cwd=ROOT, check=False,
+    )  # fmt: skip
+    assert proc.returncode == status, proc.stderr
+    assert proc.stdout == expected
+    report = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert sum(row.get("arrivals", 0) for row in report["loops"]) > 0
