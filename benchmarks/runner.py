@@ -88,7 +88,8 @@ def environment(device: str) -> dict:
         "tensorwasm": {
             "compiler_version": COMPILER_VERSION,
             # A copy of the tree without its history (a GPU machine) names it in TENSORWASM_COMMIT.
-            "commit": os.environ.get("TENSORWASM_COMMIT") or _command(["git", "rev-parse", "--short=12", "HEAD"]),
+            "commit": os.environ.get("TENSORWASM_COMMIT")
+            or _command(["git", "rev-parse", "--short=12", "HEAD"]),
         },
         "packages": {name: _version(name) for name in PACKAGES},
     }
