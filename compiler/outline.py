@@ -95,10 +95,8 @@ def outline(module: Module, plan: LoopPlan) -> Function:
         widened = widened_in(v, [value for value, *_ in plan.live_ins])
         if widened is not None:  # the compare's 0-or-1 came in: test it again
             held = mapping[plan.live_ins[widened][0]]
-            zero = Builder(kernel, entry).constant(held.type, 0)
-            entry.ops.insert(0, entry.ops.pop())
-            mapping[v] = Builder(kernel, entry).value(arith.cmpi, held, zero, pred="ne")
-            entry.ops.insert(1, entry.ops.pop())  # after its zero, ahead of its uses
+            at_entry = Builder(kernel, entry)  # the entry's branch goes last at the end
+            mapping[v] = at_entry.value(arith.cmpi, held, at_entry.constant(held.type, 0), pred="ne")
             return mapping[v]
         if isinstance(owner, Op) and owner.name.startswith("arith.") and owner.opdef.pure:
             # Pure arithmetic before the loop that no local holds: recomputed from its

@@ -139,6 +139,8 @@ class DeviceMirror:
 
     def missing_bytes(self, spans) -> int:
         """How many bytes of ``spans`` a launch inside a region would copy in."""
+        if tuple(spans) in self._inside_valid:
+            return 0
         return sum(hi - lo for lo, hi in subtract([(s.lo, s.hi) for s in spans], self.valid))
 
     def keep(self, spans) -> None:

@@ -411,7 +411,7 @@ class OffloadModule:
         """The bytes a GPU launch would copy (inside a region: only in, what the device lacks)."""
         if lp.region is None:
             return ready.moved
-        return self.mirror.missing_bytes(ready.launch.reads + ready.launch.writes)
+        return self.mirror.missing_bytes(ready.needed)
 
     def _run(
         self, lp: OffloadedLoop, ready: Ready, arrival: Arrival, base: int, size: int

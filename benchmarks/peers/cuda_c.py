@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.peers.harness import Computation, Peer, Skip
+from benchmarks.peers.harness import Computation, Peer, Skip, ceil_div
 from benchmarks.peers.workloads import SAXPY_A, Arrays
 from benchmarks.programs import Params
 
@@ -45,10 +45,6 @@ def find_nvcc() -> str | None:
         if Path(root, "bin", "nvcc").is_file():
             return str(Path(root, "bin", "nvcc"))
     return None
-
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 class CudaC(Peer):
@@ -137,16 +133,16 @@ class CudaC(Peer):
         launches: list[Callable[[], None]] = []
         if program == "saxpy":
             args = [(I32, n), (ctypes.c_float, float(SAXPY_A)), bufs["x"], bufs["y"]]
-            launches = [lambda: k["saxpy"].launch((_ceil(n, BLOCK),), (BLOCK,), args)] * params["reps"]
+            launches = [lambda: k["saxpy"].launch((ceil_div(n, BLOCK),), (BLOCK,), args)] * params["reps"]
         elif program == "condmap":
             args = [(I32, n), bufs["x"], bufs["y"]]
-            launches = [lambda: k["condmap"].launch((_ceil(n, BLOCK),), (BLOCK,), args)] * params["reps"]
+            launches = [lambda: k["condmap"].launch((ceil_div(n, BLOCK),), (BLOCK,), args)] * params["reps"]
         elif program == "gemv":
             args = [(I32, n), bufs["a"], bufs["x"], bufs["y"]]
-            launches = [lambda: k["gemv"].launch((_ceil(n, BLOCK),), (BLOCK,), args)]
+            launches = [lambda: k["gemv"].launch((ceil_div(n, BLOCK),), (BLOCK,), args)]
         elif program == "gemm":
             args = [(I32, n), bufs["a"], bufs["b"], bufs["c"]]
-            launches = [lambda: k["gemm"].launch((_ceil(n, 16), _ceil(n, 16)), (16, 16), args)]
+            launches = [lambda: k["gemm"].launch((ceil_div(n, 16), ceil_div(n, 16)), (16, 16), args)]
         elif program in ("stencil2d", "stencil3d"):
             launches = self._stencil(program, params, bufs)
         elif program == "dot":
@@ -169,9 +165,9 @@ class CudaC(Peer):
         n, inner = params["n"], params["n"] - 2
         kernel = self.kernels[program]
         if program == "stencil2d":
-            grid, block = (_ceil(inner, 32), _ceil(inner, 8)), (32, 8)
+            grid, block = (ceil_div(inner, 32), ceil_div(inner, 8)), (32, 8)
         else:
-            grid, block = (_ceil(inner, 32), _ceil(inner, 8), inner), (32, 8, 1)
+            grid, block = (ceil_div(inner, 32), ceil_div(inner, 8), inner), (32, 8, 1)
         forward = [(I32, n), bufs["a"], bufs["b"]]
         backward = [(I32, n), bufs["b"], bufs["a"]]
         return [
@@ -182,7 +178,7 @@ class CudaC(Peer):
     def _dot(self, n: int, bufs: dict, data: Arrays) -> Computation:
         out = self.context.mem_alloc(8)
         zero = np.zeros(1, np.float64)
-        blocks = min(_ceil(n, BLOCK), self.reduction_blocks)
+        blocks = min(ceil_div(n, BLOCK), self.reduction_blocks)
 
         def reset() -> None:
             self.context.memcpy_htod(out.ptr, zero)
@@ -200,7 +196,7 @@ class CudaC(Peer):
         bounds = self.context.mem_alloc(8)
         zero = np.zeros(1, np.int64)
         start = np.array([np.iinfo(np.int32).max, np.iinfo(np.int32).min], np.int32)
-        blocks = min(_ceil(n, BLOCK), self.reduction_blocks)
+        blocks = min(ceil_div(n, BLOCK), self.reduction_blocks)
 
         def reset() -> None:
             self.context.memcpy_htod(total.ptr, zero)

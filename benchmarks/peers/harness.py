@@ -76,6 +76,11 @@ class Peer(ABC):
         """Device seconds between events recorded before and after ``launch()``."""
 
 
+def ceil_div(n: int, d: int) -> int:
+    """``n / d`` rounded up: the blocks of ``d`` threads that cover ``n``."""
+    return -(-n // d)
+
+
 def describe(exc: BaseException) -> str:
     """One line for a failure: the exception and where it was raised."""
     frames = traceback.extract_tb(exc.__traceback__)

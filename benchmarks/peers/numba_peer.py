@@ -9,15 +9,11 @@ from importlib import metadata
 
 import numpy as np
 
-from benchmarks.peers.harness import Computation, Peer, Skip
+from benchmarks.peers.harness import Computation, Peer, Skip, ceil_div
 from benchmarks.peers.workloads import SAXPY_A, Arrays
 from benchmarks.programs import Params
 
 F32 = np.float32
-
-
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 class NumbaCuda(Peer):
@@ -53,7 +49,7 @@ class NumbaCuda(Peer):
         cuda, k = self.cuda, self.kernels
         n = params["n"]
         dev = {key: cuda.to_device(value) for key, value in data.items()}
-        one_d = _ceil(n, self.block)
+        one_d = ceil_div(n, self.block)
         steps: list[Callable[[], None]]
         if program == "saxpy":
             saxpy = k["saxpy"][one_d, self.block]
@@ -65,14 +61,18 @@ class NumbaCuda(Peer):
             gemv = k["gemv"][one_d, self.block]
             steps = [lambda: gemv(n, dev["a"], dev["x"], dev["y"], F32(0))]
         elif program == "gemm":
-            gemm = k["gemm"][(_ceil(n, 16), _ceil(n, 16)), (16, 16)]
+            gemm = k["gemm"][(ceil_div(n, 16), ceil_div(n, 16)), (16, 16)]
             steps = [lambda: gemm(n, dev["a"], dev["b"], dev["c"], F32(0))]
         elif program in ("stencil2d", "stencil3d"):
             inner = n - 2
             if program == "stencil2d":
-                grid, block, weight = (_ceil(inner, 32), _ceil(inner, 8)), (32, 8), F32(0.2)
+                grid, block, weight = (ceil_div(inner, 32), ceil_div(inner, 8)), (32, 8), F32(0.2)
             else:
-                grid, block, weight = (_ceil(inner, 32), _ceil(inner, 8), inner), (32, 8, 1), F32(1) / F32(7)
+                grid, block, weight = (
+                    (ceil_div(inner, 32), ceil_div(inner, 8), inner),
+                    (32, 8, 1),
+                    F32(1) / F32(7),
+                )
             kernel = k[program][grid, block]
             pairs = [(dev["a"], dev["b"]), (dev["b"], dev["a"])]
             steps = [
@@ -95,7 +95,7 @@ class NumbaCuda(Peer):
 
     def _reduction(self, program: str, n: int, dev: dict, data: Arrays) -> Computation:
         cuda = self.cuda
-        blocks = min(_ceil(n, self.block), self.reduction_blocks)
+        blocks = min(ceil_div(n, self.block), self.reduction_blocks)
         if program == "dot":
             out = cuda.device_array(1, np.float64)
 
