@@ -1,9 +1,9 @@
 """End-to-end ``tensorwasm run`` against plain wasmtime on the example programs.
 
 Usage: ``python -m benchmarks.offload [--device gpu|cpu] [--sizes small|large|xlarge] [--mode auto|always] [--json]``.
-``large`` is a few seconds of wasmtime per program; ``xlarge`` (a 4096 x 4096 stencil over 200
-steps, a 4096 x 4096 image blurred 8 times) is where fixed costs (start-up, transfers in and
-out, per-launch overhead) have faded.
+``large`` is a few seconds of wasmtime per program; ``xlarge`` (a 2048 x 2048 matrix product,
+a 4096 x 4096 stencil over 200 steps, a 4096 x 4096 image blurred 8 times, a step of 65536
+bodies) is where fixed costs (start-up, transfers in and out, per-launch overhead) have faded.
 Each program runs once on plain wasmtime and twice through ``tensorwasm run`` in this
 process: cold (an empty cache) and warm (the cache the cold run filled, the in-memory layer
 dropped, as a new process would find it). The output must be byte-identical. Reported:
@@ -32,10 +32,17 @@ from runtime.run import run
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = {
-    "small": {"matmul": ["96"], "stencil": ["96", "5"], "blur": ["128", "96", "2"], "histogram": ["20000"]},
-    "large": {"matmul": ["1024"], "stencil": ["1024", "50"], "blur": ["2048", "2048", "4"], "histogram": ["2000000"]},
+    "small": {
+        "matmul": ["96"], "stencil": ["96", "5"], "blur": ["128", "96", "2"], "histogram": ["20000"],
+        "nbody": ["128", "1"],
+    },
+    "large": {
+        "matmul": ["1024"], "stencil": ["1024", "50"], "blur": ["2048", "2048", "4"], "histogram": ["2000000"],
+        "nbody": ["16384", "4"],
+    },
     "xlarge": {
-        "matmul": ["1024"], "stencil": ["4096", "200"], "blur": ["4096", "4096", "8"], "histogram": ["16000000"],
+        "matmul": ["2048"], "stencil": ["4096", "200"], "blur": ["4096", "4096", "8"], "histogram": ["16000000"],
+        "nbody": ["65536", "1"],
     },
 }  # fmt: skip
 

@@ -18,6 +18,7 @@ PROGRAMS = {
     "reduce": ["5000"],
     "blur": ["64", "48", "2"],
     "histogram": ["3000"],  # its loop must stay on the CPU
+    "nbody": ["48", "2"],
 }
 
 
@@ -82,10 +83,10 @@ def test_run_invoke_and_bad_input(tmp_path) -> None:
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("name", ["stencil", "blur", "matmul"])
+@pytest.mark.parametrize("name", ["stencil", "blur", "matmul", "nbody"])
 def test_program_output_on_a_simulated_device_is_identical(name: str, tmp_path, capfd, monkeypatch) -> None:
     """The GPU path's data movement (per launch, and kept on the device inside the
-    stencil's and the blur's regions) on a device simulated in host memory."""
+    stencil's, the blur's and the N-body's regions) on a device simulated in host memory."""
     from oracle.simulated import simulate_gpu
     from runtime import run as run_module
     from runtime.offload import OffloadModule

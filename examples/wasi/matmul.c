@@ -11,8 +11,8 @@ static float lcg_float(void) { /* deterministic values in [-1, 1) */
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 64;
-  if (n <= 0 || n > 1024) {
-    fprintf(stderr, "matmul: n must be in 1..1024\n");
+  if (n <= 0 || n > 2048) {
+    fprintf(stderr, "matmul: n must be in 1..2048\n");
     return 1;
   }
   float *A = malloc(sizeof(float) * n * n);
