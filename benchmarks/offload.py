@@ -99,7 +99,12 @@ def main() -> int:
     parser.add_argument(
         "--small", action="store_const", const="small", dest="sizes", help="the same as --sizes small"
     )
-    parser.add_argument("--mode", default="always", choices=["always", "auto"], help="offload mode")
+    parser.add_argument(
+        "--mode",
+        default="auto",
+        choices=["always", "auto"],
+        help="offload mode (default: auto, as tensorwasm run)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = []
@@ -131,12 +136,20 @@ def main() -> int:
                 f"{t['identical_output']}"
             )
     for start in ("cold", "warm"):
-        compute = [r[start]["speedup"] for r in rows if r["program"] in ("matmul", "stencil", "blur")]
-        print(
-            f"geometric mean speedup, {start} (matmul, stencil, blur): "
-            f"{math.exp(sum(map(math.log, compute)) / len(compute)):.1f}x"
-        )
+        for kind, names in KINDS.items():
+            speedups = [r[start]["speedup"] for r in rows if r["program"] in names]
+            if speedups:
+                print(
+                    f"geometric mean speedup, {start}, {kind} ({', '.join(names)}): "
+                    f"{math.exp(sum(map(math.log, speedups)) / len(speedups)):.1f}x"
+                )
     return 0
+
+
+# By arithmetic intensity: the work of a compute-bound program grows faster than its data
+# (n^3 on n^2 numbers, n^2 on n); a bandwidth-bound one does a few operations per byte, so
+# its kernels run at memory speed and its transfers weigh as much as they do.
+KINDS = {"compute-bound": ("matmul", "nbody"), "bandwidth-bound": ("stencil", "blur")}
 
 
 if __name__ == "__main__":

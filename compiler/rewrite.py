@@ -26,6 +26,7 @@ from dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
 
 VALTYPE_BYTES = {I32: 0x7F, I64: 0x7E, F32: 0x7D, F64: 0x7C, FUNCREF: 0x70, EXTERNREF: 0x6F}
 HOST_MODULE = "tensorwasm"
+MEMORY_EXPORT = "tensorwasm:memory"  # memory 0, for the host functions
 
 
 def uleb(value: int) -> bytes:
@@ -129,10 +130,17 @@ def rewrite(wasm: WasmModule, insertions: list[Insertion], exits: list[RegionExi
             calls.setdefault(i, []).append(first_defined + len(insertions) + n)
 
     names = [ins.import_name for ins in insertions] + [ex.import_name for ex in exits]
+    # The host functions find linear memory through an export of their own (the module's
+    # memory may be imported and not exported, or exported under another name).
+    exported = names and wasm.memory_limits() and all(e.name != MEMORY_EXPORT for e in wasm.exports)
     out = bytearray(data[:8])
     emitted_imports = False
+    emitted_exports = False
     for sid, start, end in wasm.sections:
         payload = data[start:end]
+        if sid in (8, 9, 10, 11, 12) and exported and not emitted_exports:
+            out += section(7, _exports(wasm, func_index, exported))
+            emitted_exports = True
         if sid == 0:
             if wasm.raw[start:end].startswith(name("name")):
                 continue  # function indices in it would be stale
@@ -149,7 +157,8 @@ def rewrite(wasm: WasmModule, insertions: list[Insertion], exits: list[RegionExi
             if sid == 6:
                 out += section(6, _globals(wasm, func_index))
             elif sid == 7:
-                out += section(7, _exports(wasm, func_index))
+                out += section(7, _exports(wasm, func_index, exported))
+                emitted_exports = True
             elif sid == 8:
                 out += section(8, uleb(func_index(wasm.start)))
             elif sid == 9:
@@ -161,6 +170,8 @@ def rewrite(wasm: WasmModule, insertions: list[Insertion], exits: list[RegionExi
                 out += section(2, _imports(wasm, names, type_index))
                 emitted_imports = True
             out += section(sid, payload)
+    if exported and not emitted_exports:
+        out += section(7, _exports(wasm, func_index, exported))
     return bytes(out)
 
 
@@ -206,12 +217,15 @@ def _globals(wasm: WasmModule, func_index) -> bytes:
     return vec(items)
 
 
-def _exports(wasm: WasmModule, func_index) -> bytes:
+def _exports(wasm: WasmModule, func_index, memory: bool) -> bytes:
     kinds = {"func": 0, "table": 1, "memory": 2, "global": 3}
-    return vec([
+    items = [
         name(e.name) + bytes([kinds[e.kind]]) + uleb(func_index(e.index) if e.kind == "func" else e.index)
         for e in wasm.exports
-    ])  # fmt: skip
+    ]  # fmt: skip
+    if memory:
+        items.append(name(MEMORY_EXPORT) + bytes([kinds["memory"]]) + uleb(0))
+    return vec(items)
 
 
 def _elements(wasm: WasmModule, func_index) -> bytes:

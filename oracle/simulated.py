@@ -71,25 +71,66 @@ class HostContext:
     def host_alloc(self, nbytes: int) -> HostBuffer:
         return HostBuffer(nbytes)
 
+    def host_register(self, base: int, nbytes: int) -> bool:
+        return True  # host memory is as good as page-locked here
+
+    def host_unregister(self, base: int) -> None:
+        pass
+
     def stream(self) -> HostStream:
         return HostStream(self)
 
+    def record(self, queue) -> HostGraph:
+        """What ``queue(stream)`` queues, kept to be done on each :meth:`HostGraph.launch`."""
+        stream = HostStream(self, steps=[])
+        queue(stream)
+        self.recorded += 1
+        return HostGraph(stream.steps)
+
+    recorded = 0  # graphs recorded
+
 
 class HostStream:
-    """The default stream: each copy done at once, which keeps the order of a stream."""
+    """A stream whose copies and launches are done at once (which keeps a stream's order),
+    or, recording for a graph, kept in ``steps``."""
 
     handle = 0
 
-    def __init__(self, context: HostContext) -> None:
+    def __init__(self, context: HostContext, steps: list | None = None) -> None:
         self.context = context
+        self.steps = steps
+
+    def _do(self, step) -> None:
+        if self.steps is None:
+            step()
+        else:
+            self.steps.append(step)
 
     def copy_htod(self, dst: int, src: int, nbytes: int) -> None:
-        self.context.memcpy_htod(dst, src, nbytes)
+        self._do(lambda: self.context.memcpy_htod(dst, src, nbytes))
 
     def copy_dtoh(self, dst: int, src: int, nbytes: int) -> None:
-        self.context.memcpy_dtoh(dst, src, nbytes)
+        self._do(lambda: self.context.memcpy_dtoh(dst, src, nbytes))
+
+    def launch(self, kernel: HostKernel, grid, block, args: KernelParams) -> None:
+        values = args.values  # a graph keeps the arguments it was recorded with
+        self._do(lambda: kernel.run(values))
 
     def synchronize(self) -> None:
+        pass
+
+
+class HostGraph:
+    def __init__(self, steps: list) -> None:
+        self.steps = steps
+        self.launches = 0
+
+    def launch(self, stream: int = 0) -> None:
+        self.launches += 1
+        for step in self.steps:
+            step()
+
+    def destroy(self) -> None:
         pass
 
 
@@ -103,7 +144,9 @@ class HostKernel:
         self.launches = 0
 
     def launch(self, grid, block, args, stream=None) -> None:
-        values = args.values if isinstance(args, KernelParams) else [value for _, value in args]
+        self.run(args.values if isinstance(args, KernelParams) else [value for _, value in args])
+
+    def run(self, values: list[int]) -> None:
         ctx, params, trip, *nest, out = values
         self.entry(ctx, params, 0, trip, *nest, out)
         self.launches += 1
@@ -115,6 +158,7 @@ def simulate_gpu(offload: OffloadModule) -> HostContext:
         raise ValueError("only a module prepared for the host backend can run on the simulated device")
     context = HostContext()
     offload.device = "gpu"
+    offload.pin = True  # "page-locking" is free here: launches take the GPU's recorded path
     offload.context = context
     offload.mirror = DeviceMirror(context)
     offload.mirror.allocator = HostAllocator()

@@ -18,7 +18,7 @@ import ctypes
 import logging
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar, Self
@@ -265,6 +265,7 @@ class Context:
         self._lock = threading.Lock()
         # Bumped by reset(): objects from an older generation hold dangling handles.
         self.generation = 0
+        self._capture: tuple[int, Stream] | None = None  # (generation, stream) for record()
 
     @classmethod
     def get(cls, ordinal: int = 0) -> Context:
@@ -379,6 +380,46 @@ class Context:
     def stream(self) -> Stream:
         """The default stream, for copies and launches waited for together."""
         return Stream(self)
+
+    def host_register(self, base: int, nbytes: int) -> bool:
+        """Page-lock the ordinary host memory ``[base, base + nbytes)``; False where the
+        driver refuses (the copies from and to it then stay pageable)."""
+        self.bind()
+        (err,) = cu.cuMemHostRegister(base, nbytes, 0)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            logger.info("host memory stays pageable: cuMemHostRegister failed (%s)", err.name)
+            return False
+        return True
+
+    def host_unregister(self, base: int) -> None:
+        """Undo :meth:`host_register` (a no-op once the mapping is gone)."""
+        self.bind()
+        cu.cuMemHostUnregister(base)
+
+    def record(self, queue: Callable[[Stream], None]) -> Graph:
+        """What ``queue(stream)`` queues (copies between device and page-locked host memory,
+        launches), recorded as a graph instead of run: one driver call replays it all, and
+        the GPU runs its steps back to back. Kernel arguments are taken as they are now."""
+        self.bind()
+        if self._capture is None or self._capture[0] != self.generation:
+            flags = cu.CUstream_flags.CU_STREAM_NON_BLOCKING
+            handle = check("cuStreamCreate", cu.cuStreamCreate(flags))
+            self._capture = (self.generation, Stream(self, int(handle)))
+        stream = self._capture[1]
+        mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        check("cuStreamBeginCapture", cu.cuStreamBeginCapture(stream.handle, mode))
+        try:
+            queue(stream)
+        except BaseException:
+            err, graph = cu.cuStreamEndCapture(stream.handle)
+            if err == cu.CUresult.CUDA_SUCCESS:
+                cu.cuGraphDestroy(graph)
+            raise
+        graph = check("cuStreamEndCapture", cu.cuStreamEndCapture(stream.handle))
+        try:
+            return Graph(self, check("cuGraphInstantiate", cu.cuGraphInstantiate(graph, 0)))
+        finally:
+            cu.cuGraphDestroy(graph)
 
     def memset_d8(self, ptr: int, value: int, nbytes: int) -> None:
         """Set ``nbytes`` bytes at device address ``ptr`` to ``value``."""
@@ -535,18 +576,22 @@ class PinnedBuffer(_ContextObject):
 
 
 class Stream:
-    """Copies queued in order on the context's default stream, with the launches given
-    ``stream=0``, and waited for together: the offload path's one synchronisation a launch.
+    """Copies and launches queued in order, and waited for together: the offload path's one
+    synchronisation a launch. The context's default stream (``handle`` 0) unless
+    :meth:`Context.record` made it.
 
     Unlike :class:`Context`'s methods, these do not bind the context: each would double
     the driver calls of a launch. Call :meth:`Context.bind` on the thread before queueing.
     Copies from or to pageable host memory are correct too, only not asynchronous.
     """
 
-    handle = 0
-
-    def __init__(self, context: Context) -> None:
+    def __init__(self, context: Context, handle: int = 0) -> None:
         self.context = context
+        self.handle = handle
+
+    def launch(self, kernel: Kernel, grid: Sequence[int], block: Sequence[int], args: KernelParams) -> None:
+        """Queue a launch of ``kernel`` (see :meth:`Kernel.launch`)."""
+        kernel.launch(grid, block, args, stream=self.handle)
 
     def copy_htod(self, dst: int, src: int, nbytes: int) -> None:
         """Queue a copy of ``nbytes`` from host address ``src`` to device address ``dst``."""
@@ -559,6 +604,27 @@ class Stream:
     def synchronize(self) -> None:
         """Wait for everything queued; surfaces asynchronous kernel faults."""
         check("cuStreamSynchronize", cu.cuStreamSynchronize(self.handle))
+
+
+class Graph(_ContextObject):
+    """Copies and launches recorded once by :meth:`Context.record`, replayed by one call."""
+
+    def __init__(self, context: Context, handle: Any) -> None:
+        super().__init__(context, "CUDA graph")
+        self._handle = handle
+
+    def launch(self, stream: int = 0) -> None:
+        """Queue the recorded steps on ``stream``."""
+        (err,) = cu.cuGraphLaunch(self._handle, stream)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise CudaError("cuGraphLaunch", err)
+
+    def destroy(self) -> None:
+        """Free the graph; idempotent, and a no-op after a context reset."""
+        if self._live():
+            self.context.bind()
+            cu.cuGraphExecDestroy(self._handle)
+        self._released = True
 
 
 class Module(_ContextObject):

@@ -25,6 +25,7 @@ import wasmtime
 import wasmtime._func
 from wasmtime import _ffi as ffi
 
+from compiler.rewrite import MEMORY_EXPORT
 from dialect.types import Type
 
 _dll = ffi.dll
@@ -95,12 +96,13 @@ def func(store: wasmtime.Store, params: Sequence[Type], results: Sequence[Type],
     return wasmtime.Func._from_raw(raw)
 
 
-def memory(caller: int) -> tuple[int, int] | None:
-    """``(base address, bytes)`` of the calling instance's exported "memory", or None where it
-    exports no (unshared) linear memory under that name."""
+def memory(caller: int, export: bytes = MEMORY_EXPORT.encode()) -> tuple[int, int] | None:
+    """``(base address, bytes)`` of the calling instance's memory exported as ``export``
+    (the rewritten module exports its memory 0 so), or None where there is no (unshared)
+    linear memory by that name."""
     item = ffi.wasmtime_extern_t()
     address = ctypes.addressof(item)
-    if not _export_get(caller, b"memory", 6, address) or item.kind != _MEMORY_KIND:
+    if not _export_get(caller, export, len(export), address) or item.kind != _MEMORY_KIND:
         return None
     context = _caller_context(caller)
     handle = address + _MEMORY_OFFSET

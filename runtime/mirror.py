@@ -28,10 +28,8 @@ import ctypes
 import logging
 from dataclasses import dataclass
 
-from cuda.bindings import driver as cu
-
 from compiler.lower import abi
-from runtime.driver import Context, DeviceBuffer, PinnedBuffer
+from runtime.driver import Context, CudaError, DeviceBuffer, PinnedBuffer
 from runtime.limits import DeviceAllocator
 
 log = logging.getLogger(__name__)
@@ -64,6 +62,8 @@ class DeviceMirror:
         # until they are dropped, so a launch repeated inside a region skips the span arithmetic.
         self._inside_valid: set[tuple[Span, ...]] = set()
         self._inside_dirty: set[tuple[Span, ...]] = set()
+        self._graphs: dict[tuple, object] = {}  # recorded launches; see launch()
+        self.graphs_off = False
 
     @property
     def holds_results(self) -> bool:
@@ -80,6 +80,7 @@ class DeviceMirror:
             if self.memory is not None:
                 self.allocator.free(self.memory)
                 self.memory = None
+            self.drop_graphs()
             self.memory = self.allocator.alloc(max(size, abi.PAGE_SIZE), "mirrored linear memory")
             self.memory_ptr = self.memory.ptr
         nbytes = 8 * scratch_slots
@@ -87,12 +88,14 @@ class DeviceMirror:
             if self.scratch is not None:
                 self.allocator.free(self.scratch)
                 self.scratch = None
+            self.drop_graphs()
             self.scratch = self.allocator.alloc(max(nbytes, 4096), "launch arguments")
             self.scratch_ptr = self.scratch.ptr
             self.scratch_holds = None
         nbytes += staged_bytes
         if self.staging is None or self.staging.nbytes < nbytes:
             if self.staging is not None:
+                self.drop_graphs()
                 self.staging.free()
                 self.staging = self.staged = None
             self.staging = self.context.host_alloc(max(nbytes, 4096))
@@ -103,19 +106,73 @@ class DeviceMirror:
         if self.pin_failed or self.pinned == (base, size):
             return
         self.unpin()
-        self.context.bind()
-        (err,) = cu.cuMemHostRegister(base, size, 0)
-        if err != cu.CUresult.CUDA_SUCCESS:
+        if not self.context.host_register(base, size):
             self.pin_failed = True
-            log.info("linear memory stays pageable: cuMemHostRegister failed (%s)", err.name)
             return
         self.pinned = (base, size)
 
     def unpin(self) -> None:
         if self.pinned is not None:
-            self.context.bind()
-            cu.cuMemHostUnregister(self.pinned[0])  # fails only if the mapping is gone
+            self.drop_graphs()  # they copy from the pages unpinned here
+            self.context.host_unregister(self.pinned[0])
             self.pinned = None
+
+    def launch(self, key: tuple | None, base: int, copies: tuple[Span, ...], upload: int, kernel,
+               grid, block, params, back: int, staged: tuple[Span, ...], at: int) -> None:  # fmt: skip
+        """Queue one launch: ``copies`` from linear memory at ``base`` in, ``upload`` bytes of
+        the staging buffer into the scratch buffer, the kernel, the first ``back`` bytes of
+        the scratch buffer back into the staging buffer, and the ``staged`` spans into it
+        from byte ``at`` on.
+
+        With a ``key`` (the caller's promise that every argument but ``base`` follows from
+        it), the steps are recorded once as a graph and replayed by one driver call, where
+        every host side of a copy is page-locked; otherwise they are queued one by one.
+        """
+
+        def queue(stream) -> None:
+            memory, scratch, staging = self.memory_ptr, self.scratch_ptr, self.staging.ptr
+            for span in copies:
+                stream.copy_htod(memory + span.lo, base + span.lo, span.hi - span.lo)
+            if upload:
+                stream.copy_htod(scratch, staging, upload)
+            stream.launch(kernel, grid, block, params)
+            stream.copy_dtoh(staging, scratch, back)
+            offset = at
+            for span in staged:
+                stream.copy_dtoh(staging + offset, memory + span.lo, span.hi - span.lo)
+                offset += span.hi - span.lo
+
+        graph = None
+        if key is not None and not self.graphs_off and (not copies or self.pinned is not None):
+            key = (key, base, self.memory_ptr, self.scratch_ptr, self.staging.ptr)
+            graph = self._graphs.get(key) or self._record(key, queue)
+        if graph is None:
+            queue(self.stream)
+        else:
+            graph.launch(self.stream.handle)
+
+    # Graphs kept per mirror (each holds a little driver memory): past this many, all go.
+    GRAPHS_KEPT = 64
+
+    def _record(self, key: tuple, queue):
+        """Record ``queue`` as a graph under ``key``; None (and no more graphs) where the
+        driver cannot record it."""
+        if len(self._graphs) >= self.GRAPHS_KEPT:
+            self.drop_graphs()
+        try:
+            graph = self._graphs[key] = self.context.record(queue)
+        except CudaError as exc:
+            if exc.sticky:
+                raise
+            self.graphs_off = True
+            log.info("launches are queued step by step: recording one as a graph failed (%s)", exc)
+            return None
+        return graph
+
+    def drop_graphs(self) -> None:
+        for graph in self._graphs.values():
+            graph.destroy()
+        self._graphs.clear()
 
     def copy_in(self, base: int, spans) -> int:
         """Queue host linear memory -> device, span by span; returns the bytes moved."""
@@ -125,23 +182,26 @@ class DeviceMirror:
             moved += span.hi - span.lo
         return moved
 
-    def copy_in_missing(self, base: int, spans) -> int:
-        """Inside a region: queue the copy of the parts of ``spans`` the device does not
-        hold; they are valid from then on. Returns the bytes moved."""
-        spans = tuple(spans)
+    def missing(self, spans: tuple[Span, ...]) -> tuple[Span, ...]:
+        """Inside a region: the parts of ``spans`` the device does not hold (all of them,
+        or none, after a launch repeated inside the region)."""
         if spans in self._inside_valid:
-            return 0
-        missing = subtract([(s.lo, s.hi) for s in spans], self.valid)
-        moved = self.copy_in(base, [Span(lo, hi) for lo, hi in missing])
-        self.valid = union(self.valid, missing)
+            return ()
+        lacking = subtract([(s.lo, s.hi) for s in spans], self.valid)
+        if lacking == [(s.lo, s.hi) for s in spans]:
+            return spans
+        return tuple(Span(lo, hi) for lo, hi in lacking)
+
+    def now_valid(self, spans: tuple[Span, ...], copied: tuple[Span, ...]) -> None:
+        """Inside a region: ``copied``, the parts of ``spans`` the device lacked, were queued
+        in; the device holds all of ``spans`` from then on."""
+        if copied:
+            self.valid = union(self.valid, [(s.lo, s.hi) for s in copied])
         self._inside_valid.add(spans)
-        return moved
 
     def missing_bytes(self, spans) -> int:
         """How many bytes of ``spans`` a launch inside a region would copy in."""
-        if tuple(spans) in self._inside_valid:
-            return 0
-        return sum(hi - lo for lo, hi in subtract([(s.lo, s.hi) for s in spans], self.valid))
+        return sum(s.hi - s.lo for s in self.missing(tuple(spans)))
 
     def keep(self, spans) -> None:
         """Inside a region: a launch wrote ``spans``; the device now has them newer."""
@@ -177,15 +237,15 @@ class DeviceMirror:
             moved += span.hi - span.lo
         return moved
 
-    def upload_scratch(self, image: bytes) -> None:
-        """Queue ``image`` (a launch's context, parameters, reduction slots and written
-        ranges) into the scratch buffer, through the staging buffer: one copy, none where
-        the buffer holds it already."""
+    def stage_scratch(self, image: bytes) -> int:
+        """Put ``image`` (a launch's context, parameters, reduction slots and written ranges)
+        in the staging buffer for :meth:`launch` to upload; the bytes to upload, 0 where the
+        scratch buffer holds it already."""
         if image == self.scratch_holds:
-            return
+            return 0
         ctypes.memmove(self.staging.ptr, image, len(image))
-        self.stream.copy_htod(self.scratch_ptr, self.staging.ptr, len(image))
         self.scratch_holds = None  # until a launch is seen to leave it as it is
+        return len(image)
 
     def check_scratch(self, image: bytes, slots: int) -> None:
         """After the wait for :meth:`download_scratch`: whether the launch left the scratch
@@ -195,21 +255,9 @@ class DeviceMirror:
         unchanged = ctypes.string_at(self.staging.ptr, nbytes) == image[:nbytes]
         self.scratch_holds = image if unchanged else None
 
-    def download_scratch(self, slots: int) -> None:
-        """Queue the first ``slots`` u64s of the scratch buffer back into the staging
-        buffer (:attr:`staged`), after the launch queued before."""
-        self.stream.copy_dtoh(self.staging.ptr, self.scratch_ptr, 8 * slots)
-
-    def stage_out(self, spans, at: int) -> None:
-        """Queue device -> staging buffer for ``spans``, packed from byte ``at`` on: results
-        of a launch that may still have trapped, so not yet for linear memory."""
-        for span in spans:
-            self.stream.copy_dtoh(self.staging.ptr + at, self.memory_ptr + span.lo, span.hi - span.lo)
-            at += span.hi - span.lo
-
     def unstage(self, base: int, spans, at: int) -> int:
-        """After :meth:`stage_out` and the wait: the staged ranges into linear memory at
-        ``base``; returns the bytes moved."""
+        """After a :meth:`launch` that staged ``spans`` from byte ``at`` on, and the wait:
+        the staged ranges into linear memory at ``base``; returns the bytes moved."""
         moved = 0
         for span in spans:
             ctypes.memmove(base + span.lo, self.staging.ptr + at + moved, span.hi - span.lo)
@@ -222,6 +270,7 @@ class DeviceMirror:
     def release(self) -> None:
         """Free everything (a reset context has freed it already: then only forget it)."""
         self.unpin()
+        self.drop_graphs()
         for buffer in (self.memory, self.scratch):
             if buffer is not None:
                 self.allocator.free(buffer)

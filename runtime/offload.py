@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import logging
 import math
 import os
@@ -50,7 +51,9 @@ from compiler.target import HostTarget, nvptx_for_device
 from compiler.traps import TrapKind, trap_message
 from dialect.types import F32, Type
 from runtime import hostfunc, prepared
-from runtime.driver import CudaError, KernelParams
+from runtime.cache import default_cache, load_kernels, make_key
+from runtime.driver import CudaError, KernelParams, ModuleLoadError
+from runtime.executor import _describe
 from runtime.guards import GuardFailed, Launch, check, inputs
 from runtime.limits import DeviceMemoryLimitError, DeviceOutOfMemory
 from runtime.mirror import DeviceMirror, Span, union
@@ -137,6 +140,7 @@ class OffloadModule:
         self.pin = pin
         self.device_memory_limit = device_memory_limit
         self.gpu_lost: str | None = None  # why the GPU cannot be used any more
+        self._kernels: dict | None = None  # see the kernels property
         self.mode = mode
         self.options = options or AnalysisOptions()
         self._pool: ThreadPoolExecutor | None = None  # host threads, made on first need
@@ -145,9 +149,6 @@ class OffloadModule:
         self._wasm_bytes = bytes(wasm)
         self._wasm = None
         self.target = self._target()
-        from runtime.cache import default_cache, make_key
-        from runtime.executor import _describe
-
         cache = default_cache()
         digest = hashlib.sha256(self._wasm_bytes).hexdigest()
         self._key = make_key("offload", digest, _describe(self.target), self.options)
@@ -220,9 +221,8 @@ class OffloadModule:
     def _compile(self, cache, must: bool = False) -> bool:
         """Load the kernels' code from the cache, or (``must``) compile it; False on a miss."""
         if not self.loops:
+            self._kernels = {}
             return True
-        from runtime.cache import make_key
-
         target = self.target
         key = make_key("kernels", self._key, [lp.kernel_index for lp in self.loops])
         gpu = self.device == "gpu"
@@ -248,7 +248,8 @@ class OffloadModule:
                 cache.put("ptx", key, cached)
             self.ptx = cached
             self.mirror = DeviceMirror(self.context, self.device_memory_limit)
-            self._load_kernels()
+            if not self.cached:  # code just compiled is loaded now, so a JIT error shows here
+                self._load_kernels()
         else:
             self.code = HostTarget().jit(None, cached) if cached is not None else HostTarget().jit(llvm_ir)
             if cached is None:
@@ -256,11 +257,21 @@ class OffloadModule:
             self.kernels = {lp.entry: _host_entry_type(lp)(self.code.address(lp.entry)) for lp in self.loops}
         return True
 
-    def _load_kernels(self) -> None:
-        from runtime.cache import load_kernels
+    @property
+    def kernels(self) -> dict:
+        """The kernels by entry name. Cached GPU code is loaded at the first launch: a
+        program whose loops all stay on the CPU never pays for it."""
+        if self._kernels is None:
+            self._load_kernels()
+        return self._kernels
 
+    @kernels.setter
+    def kernels(self, kernels: dict) -> None:
+        self._kernels = kernels
+
+    def _load_kernels(self) -> None:
         self.cu_module = load_kernels(self.context, self.ptx)
-        self.kernels = {lp.entry: self.cu_module.function(lp.entry) for lp in self.loops}
+        self._kernels = {lp.entry: self.cu_module.function(lp.entry) for lp in self.loops}
 
     def close(self) -> None:
         """Give back device memory and unpin linear memory (call before the store dies)."""
@@ -345,7 +356,7 @@ class OffloadModule:
             return [0, *args[n_live:]]
         memory = hostfunc.memory(caller)
         if memory is None:
-            stats.decline("linear memory is not exported")
+            stats.decline("the module has no (unshared) linear memory")
             return [0, *args[n_live:]]
         base, size = memory
         live = args[:n_live]
@@ -491,6 +502,9 @@ class OffloadModule:
             return self._launch_gpu(lp, ready, arrival, base, size)
         except (DeviceMemoryLimitError, DeviceOutOfMemory) as exc:
             self._fall_back(lp, f"device memory: {exc}")
+        except ModuleLoadError as exc:  # cached code the driver refuses: no loop can run there
+            self.gpu_lost = f"the kernels failed to load: {exc}"
+            self._fall_back(lp, self.gpu_lost)
         except CudaError as exc:
             if exc.sticky:
                 lost = self.mirror.holds_results
@@ -505,7 +519,8 @@ class OffloadModule:
     def _launch_gpu(
         self, lp: OffloadedLoop, ready: Ready, arrival: Arrival, base: int, size: int
     ) -> list[int] | None:
-        """Queue the copies in, the launch and the copies back on one stream, and wait once.
+        """Queue the copies in, the launch and the copies back on one stream, and wait once
+        (a launch repeated with the same copies replays them all from one recorded graph).
 
         The results come back to linear memory only once the kernel is known not to have
         trapped: small written ranges land in the staging buffer with the trap slot and are
@@ -521,16 +536,20 @@ class OffloadModule:
         if self.pin:
             mirror.pin(base, size)
         image, params = ready.device_args(mirror, arrival)
+        copies = mirror.missing(ready.needed) if resident else ready.needed
         self.context.bind()
-        moved_in = (
-            mirror.copy_in_missing(base, ready.needed) if resident else mirror.copy_in(base, ready.needed)
-        )
-        mirror.upload_scratch(image)
+        upload = mirror.stage_scratch(image)
+        # Every argument of the launch follows from the Ready launch, these three flags and
+        # the buffers (which the mirror adds to the key); copies in part only do not.
+        whole = copies is ready.needed or not copies
+        key = (ready.token, bool(copies), bool(upload), staged) if whole else None
         launched = time.perf_counter()
-        self.kernels[lp.entry].launch(ready.grid, ready.block, params, stream=mirror.stream.handle)
-        mirror.download_scratch(ready.back_slots)
-        if staged:
-            mirror.stage_out(ready.written, 8 * ready.slots)
+        mirror.launch(
+            key, base, copies, upload, self.kernels[lp.entry], ready.grid, ready.block, params,
+            8 * ready.back_slots, ready.written if staged else (), 8 * ready.slots,
+        )  # fmt: skip
+        if resident:
+            mirror.now_valid(ready.needed, copies)
         mirror.synchronize()
         done = time.perf_counter()
         stats.kernel_seconds += done - launched
@@ -550,7 +569,7 @@ class OffloadModule:
             moved_out = mirror.copy_out(base, ready.written)
             mirror.synchronize()
         stats.transfer_seconds += launched - start + time.perf_counter() - done
-        stats.bytes_in += moved_in
+        stats.bytes_in += sum(s.hi - s.lo for s in copies) if copies is not ready.needed else ready.in_bytes
         stats.bytes_out += moved_out
         stats.pinned = mirror.pinned is not None
         return partials
@@ -609,6 +628,8 @@ class Ready:
         # Gathered loads may read anywhere: then the device gets all of memory.
         self.needed = (Span(0, size),) if launch.gathers else tuple(_merge(launch.reads + launch.writes))
         self.moved = sum(r.hi - r.lo for r in launch.reads + launch.writes)
+        self.in_bytes = sum(r.hi - r.lo for r in self.needed)
+        self.token = next(_tokens)  # names it in the mirror's recorded launches
         self.out_bytes = sum(r.hi - r.lo for r in self.written)
         self.ops = work(lp.plan, launch)
         self.reductions = len(lp.plan.reductions)
@@ -666,6 +687,8 @@ class Ready:
             self._host = (bytes(ctx), chunks)
         return self._host
 
+
+_tokens = itertools.count()
 
 # Live-ins kept per Ready launch: a time step's counter makes a new set every step.
 ARRIVALS_KEPT = 16

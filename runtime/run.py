@@ -121,22 +121,18 @@ def _parse_arg(text: str, ty: wasmtime.ValType) -> int | float:
 
 
 def report(prepared: OffloadModule, timings: dict, fmt: str) -> str:
-    rows = []
-    for r in prepared.reports:
-        chosen = next((lp for lp in prepared.loops if lp.plan is r.plan), None)
-        row = {"func": r.func.name, "offset": r.loop.offset, "depth": r.loop.depth, "verdict": r.verdict,
-               "reason": r.reason}  # fmt: skip
-        if chosen is not None:
-            row.update({k: v for k, v in asdict(chosen.stats).items() if k != "warned"})
-        rows.append(row)
-    regions = [asdict(r) for r in prepared.region_stats]
+    from runtime.api import offload_report
+
+    found = offload_report(prepared)
+    rows = [asdict(row) for row in found.loops]
+    regions = found.regions
     if fmt == "json":
         return json.dumps({"device": prepared.device, **timings, "loops": rows, "regions": regions})
     lines = [f"tensorwasm: offload report (device {prepared.device}; compile {timings['compile_seconds'] * 1e3:.0f} ms, "
              f"run {timings['run_seconds'] * 1e3:.0f} ms)"]  # fmt: skip
     for row in rows:
         where = f"{row['func']} +0x{row['offset']:x}"
-        if "arrivals" not in row:
+        if row["device"] is None:
             if row["verdict"] == "offload":
                 lines.append(f"  {where}: parallel, runs inside an offloaded outer loop")
             else:

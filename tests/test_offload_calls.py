@@ -37,7 +37,7 @@ def test_a_raw_host_function_gets_and_returns_exact_values_and_finds_memory() ->
     seen = []
 
     def body(caller: int, args: tuple[int, ...]) -> list[int]:
-        seen.append((args, hostfunc.memory(caller)))
+        seen.append((args, hostfunc.memory(caller, b"memory")))
         return [args[0] ^ 1, ~args[1]]
 
     store, exports = _instance(HOST_CALL, body)
@@ -53,7 +53,7 @@ def test_a_raw_host_function_without_memory_and_its_exception_reach_the_caller()
     def body(caller: int, args: tuple[int, ...]) -> list[int]:
         if args[0] == 7:
             raise Stop("from the host")
-        assert hostfunc.memory(caller) is None
+        assert hostfunc.memory(caller, b"memory") is None
         return [args[0], args[1]]
 
     store, exports = _instance(HOST_CALL.replace('(memory (export "memory") 2)', ""), body)

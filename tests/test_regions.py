@@ -14,7 +14,7 @@ from compiler.analysis.regions import find_regions
 from compiler.frontend import load
 from dialect.types import I32
 from oracle.simulated import HostAllocator, HostContext, simulate_gpu
-from runtime.mirror import DeviceMirror, subtract, union
+from runtime.mirror import DeviceMirror, Span, subtract, union
 from runtime.offload import OffloadInstance, OffloadModule
 from runtime.reference import ReferenceInstance
 from tests.conftest import wat
@@ -139,26 +139,31 @@ def test_a_trap_in_a_region_leaves_memory_as_wasmtime_does(device: str) -> None:
     assert any("bounds" in reason or "memory" in reason for reason in loop.stats.declined)
 
 
-class _Span:
-    def __init__(self, lo: int, hi: int) -> None:
-        self.lo, self.hi = lo, hi
-
-
 def test_the_mirror_copies_in_only_what_the_device_lacks_and_flushes_what_it_wrote() -> None:
     mirror = DeviceMirror(HostContext())
     mirror.allocator = HostAllocator()
     host = ctypes.create_string_buffer(bytes(range(256)) * 16)
     base = ctypes.addressof(host)
     mirror.ensure(4096, 8)
-    assert mirror.copy_in_missing(base, [_Span(0, 1024)]) == 1024
-    assert mirror.copy_in_missing(base, [_Span(512, 2048)]) == 1024  # only [1024, 2048)
-    assert mirror.missing_bytes([_Span(0, 2048)]) == 0
+
+    def copy_in_missing(spans: tuple[Span, ...]) -> int:
+        missing = mirror.missing(spans)
+        moved = mirror.copy_in(base, missing)
+        mirror.now_valid(spans, missing)
+        return moved
+
+    assert copy_in_missing((Span(0, 1024),)) == 1024
+    assert copy_in_missing((Span(512, 2048),)) == 1024  # only [1024, 2048)
+    assert ctypes.string_at(mirror.memory.ptr, 2048) == host.raw[:2048]
+    assert mirror.missing_bytes([Span(0, 2048)]) == 0
+    assert copy_in_missing((Span(512, 2048),)) == 0  # the same spans again: nothing to test
     ctypes.memmove(mirror.memory.ptr + 2048, b"\xff" * 64, 64)  # a launch writes [2048, 2112)
-    mirror.keep([_Span(2048, 2112)])
-    assert mirror.holds_results and mirror.missing_bytes([_Span(2048, 2112)]) == 0
+    mirror.keep([Span(2048, 2112)])
+    assert mirror.holds_results and mirror.missing_bytes([Span(2048, 2112)]) == 0
     assert mirror.flush(base) == 64
     assert host.raw[2048:2112] == b"\xff" * 64 and host.raw[2112] == 2112 % 256
     assert not mirror.holds_results and mirror.valid == []
+    assert mirror.missing((Span(0, 1024),)) == (Span(0, 1024),)
 
 
 def test_span_arithmetic() -> None:

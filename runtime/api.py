@@ -1,0 +1,134 @@
+"""The Python entry point: wasmtime-py with one call changed.
+
+    instance = wasmtime.Instance(store, wasmtime.Module(engine, wasm), imports)
+becomes
+    instance = runtime.instantiate(store, wasm, imports)
+
+and the instance's parallel loops run on the GPU (or the host backend) where it pays.
+``runtime.report(instance)`` says, per loop, where it ran, how often, what it moved and
+cost, and why it stayed on the CPU where it did.
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import wasmtime
+
+from compiler.analysis.loops import AnalysisOptions
+from compiler.rewrite import HOST_MODULE
+from dialect.errors import TensorWasmError
+from runtime.offload import OffloadModule
+
+# The offload module behind each instance made here (it lives as long as its instance).
+_PREPARED: weakref.WeakKeyDictionary[wasmtime.Instance, OffloadModule] = weakref.WeakKeyDictionary()
+
+
+def instantiate(
+    store: wasmtime.Store,
+    wasm: bytes,
+    imports: Sequence[wasmtime.Func | wasmtime.Table | wasmtime.Memory | wasmtime.Global] = (),
+    *,
+    device: str = "auto",
+    offload: str = "auto",
+    relaxed_float: bool = False,
+    device_memory_limit: int | None = None,
+) -> wasmtime.Instance:
+    """Instantiate the module ``wasm`` (its bytes, which are rewritten) in ``store`` with its
+    own ``imports`` in order, as ``wasmtime.Instance`` takes them.
+
+    ``device``: "gpu", "cpu" (the host backend) or "auto" (the GPU where one is usable);
+    ``offload``: "auto" (where the estimate says a launch pays), "always" or "off". Linear
+    memory stays pageable: the copies run at pageable speed, and the instance may be
+    dropped at any time (``tensorwasm run`` page-locks it, knowing when its store ends).
+    """
+    from runtime.run import pick_device
+
+    if offload not in ("auto", "always", "off"):
+        raise TensorWasmError(f"offload must be auto, always or off, not {offload!r}")
+    prepared = OffloadModule(
+        bytes(wasm), device=pick_device(device), mode=offload,
+        options=AnalysisOptions(relaxed_float=relaxed_float), device_memory_limit=device_memory_limit,
+    )  # fmt: skip
+    module = wasmtime.Module(store.engine, prepared.rewritten)
+    ours = prepared.host_functions(store)
+    theirs = iter(imports)
+    externs = []
+    for item in module.imports:
+        if item.module == HOST_MODULE:
+            externs.append(ours[item.name])
+            continue
+        extern = next(theirs, None)
+        if extern is None:
+            raise TensorWasmError(f"missing import {item.module}.{item.name}: the module takes "
+                                  f"{len(module.imports) - len(ours)} imports")  # fmt: skip
+        externs.append(extern)
+    if next(theirs, None) is not None:
+        raise TensorWasmError(f"too many imports: the module takes {len(module.imports) - len(ours)}")
+    instance = wasmtime.Instance(store, module, externs)
+    _PREPARED[instance] = prepared
+    weakref.finalize(instance, prepared.close)
+    return instance
+
+
+@dataclass
+class LoopRecord:
+    """One loop of the module: where it is, the detector's verdict, and (for an offloaded
+    loop) what its arrivals did."""
+
+    func: str
+    offset: int
+    depth: int
+    verdict: str  # "offload" or "reject"
+    reason: str
+    device: str | None = None  # where its launches ran; None: not offloaded on its own
+    arrivals: int = 0
+    offloaded: int = 0
+    declined: dict[str, int] | None = None  # reason -> arrivals
+    iterations: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    kernel_seconds: float = 0.0
+    transfer_seconds: float = 0.0
+    threads: int = 1  # host backend: the most threads one launch used
+    pinned: bool = False  # GPU: copies from page-locked linear memory
+    region: int | None = None  # the device-resident region it is in
+
+
+@dataclass
+class OffloadReport:
+    """Per loop of the module (its loops in libc included), in the order of the code."""
+
+    device: str
+    loops: list[LoopRecord]
+    regions: list[dict]
+
+    def json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+def report(instance: wasmtime.Instance) -> OffloadReport:
+    """What the loops of an instance made by :func:`instantiate` did so far."""
+    prepared = _PREPARED.get(instance)
+    if prepared is None:
+        raise TensorWasmError("the instance was not made by runtime.instantiate")
+    return offload_report(prepared)
+
+
+def offload_report(prepared: OffloadModule) -> OffloadReport:
+    loops = []
+    for r in prepared.reports:
+        row = LoopRecord(r.func.name, r.loop.offset, r.loop.depth, r.verdict, r.reason)
+        chosen = next((lp for lp in prepared.loops if lp.plan is r.plan), None)
+        if chosen is not None:
+            stats = chosen.stats
+            row.device, row.arrivals, row.offloaded = stats.device, stats.arrivals, stats.offloaded
+            row.declined, row.iterations = dict(stats.declined), stats.iterations
+            row.bytes_in, row.bytes_out, row.region = stats.bytes_in, stats.bytes_out, stats.region
+            row.kernel_seconds, row.transfer_seconds = stats.kernel_seconds, stats.transfer_seconds
+            row.threads, row.pinned = stats.threads, stats.pinned
+        loops.append(row)
+    return OffloadReport(prepared.device, loops, [asdict(r) for r in prepared.region_stats])

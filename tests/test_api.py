@@ -1,0 +1,97 @@
+"""runtime.instantiate: wasmtime's Instance with one call changed; runtime.report."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+import wasmtime
+
+import runtime
+from dialect.errors import TensorWasmError
+from tests.conftest import wat
+
+# An import before and after the memory, a parallel loop scaling n f32s in place and adding
+# an imported value to each, the import called outside the loop: the imports must reach
+# their own slots though the runtime adds its own.
+MODULE = wat("""
+(module
+  (import "env" "offset" (func $offset (result f32)))
+  (import "env" "memory" (memory 1))
+  (import "env" "seen" (func $seen (param i32)))
+  (func (export "scale") (param $p i32) (param $n i32) (param $k f32)
+    (local $i i32) (local $c f32)
+    (local.set $c (call $offset))
+    (block $done
+      (br_if $done (i32.le_s (local.get $n) (i32.const 0)))
+      (loop $next
+        (f32.store (local.get $p)
+          (f32.add (f32.mul (f32.load (local.get $p)) (local.get $k)) (local.get $c)))
+        (local.set $p (i32.add (local.get $p) (i32.const 4)))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br_if $next (i32.lt_s (local.get $i) (local.get $n)))))
+    (call $seen (local.get $i))))
+""")
+N = 1000
+
+
+def imports(store: wasmtime.Store, seen: list[int]):
+    memory = wasmtime.Memory(store, wasmtime.MemoryType(wasmtime.Limits(1, None)))
+    offset = wasmtime.Func(store, wasmtime.FuncType([], [wasmtime.ValType.f32()]), lambda: 0.25)
+    record = wasmtime.Func(store, wasmtime.FuncType([wasmtime.ValType.i32()], []), seen.append)
+    return memory, [offset, memory, record]
+
+
+def run(make) -> tuple[bytes, list[int], wasmtime.Instance]:
+    store = wasmtime.Store(wasmtime.Engine())
+    seen: list[int] = []
+    memory, externs = imports(store, seen)
+    memory.write(store, struct.pack(f"<{N}f", *(i * 0.5 - 7 for i in range(N))), 64)
+    instance = make(store, externs)
+    for k in (1.5, -3.0):
+        instance.exports(store)["scale"](store, 64, N, k)
+    return memory.read(store, 0, 64 + 4 * N), seen, instance
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_instantiate_offloads_and_matches_wasmtime(device: str) -> None:
+    expected, expected_seen, _ = run(
+        lambda store, ext: wasmtime.Instance(store, wasmtime.Module(store.engine, MODULE), ext)
+    )
+    got, seen, instance = run(
+        lambda store, ext: runtime.instantiate(store, MODULE, ext, device=device, offload="always")
+    )
+    assert got == expected and seen == expected_seen == [N, N]
+    found = runtime.report(instance)
+    assert found.device == device
+    (loop,) = found.loops
+    assert loop.verdict == "offload" and loop.device.startswith(device)
+    assert (loop.arrivals, loop.offloaded, loop.iterations) == (2, 2, 2 * N)
+    assert json.loads(found.json())["loops"][0]["offloaded"] == 2
+
+
+def test_offload_off_runs_every_loop_on_wasmtime_and_says_why() -> None:
+    got, _, instance = run(
+        lambda store, ext: runtime.instantiate(store, MODULE, ext, device="cpu", offload="off")
+    )
+    expected, _, _ = run(
+        lambda store, ext: wasmtime.Instance(store, wasmtime.Module(store.engine, MODULE), ext)
+    )
+    assert got == expected
+    (loop,) = runtime.report(instance).loops
+    assert loop.offloaded == 0 and loop.declined == {"offload is off": 2}
+
+
+def test_wrong_imports_and_foreign_instances_are_refused() -> None:
+    store = wasmtime.Store(wasmtime.Engine())
+    _, externs = imports(store, [])
+    with pytest.raises(TensorWasmError, match=r"missing import env\.seen: the module takes 3 imports"):
+        runtime.instantiate(store, MODULE, externs[:2], device="cpu")
+    with pytest.raises(TensorWasmError, match="too many imports: the module takes 3"):
+        runtime.instantiate(store, MODULE, [*externs, externs[0]], device="cpu")
+    with pytest.raises(TensorWasmError, match="offload must be auto, always or off"):
+        runtime.instantiate(store, MODULE, externs, device="cpu", offload="sometimes")
+    plain = wasmtime.Instance(store, wasmtime.Module(store.engine, MODULE), externs)
+    with pytest.raises(TensorWasmError, match=r"not made by runtime\.instantiate"):
+        runtime.report(plain)
