@@ -184,7 +184,8 @@ class LaunchEvents:
 
     While active, :meth:`runtime.driver.Kernel.launch` is wrapped: an event is recorded on the
     launch's stream just before and just after it. The device time between the two is the
-    kernel's, plus the few microseconds the host takes to submit the launch.
+    kernel's, plus the few microseconds the host takes to submit the launch. Launches are
+    not recorded as graphs meanwhile (a replay makes no launch call to time).
     """
 
     def __init__(self) -> None:
@@ -195,6 +196,7 @@ class LaunchEvents:
         from cuda.bindings import driver as cu
 
         from runtime import driver
+        from runtime.mirror import DeviceMirror
 
         original = driver.Kernel.launch
         pending = self.pending
@@ -212,7 +214,13 @@ class LaunchEvents:
             pending.append((kernel.name, start, stop))
 
         driver.Kernel.launch = launch
-        self._restore = lambda: setattr(driver.Kernel, "launch", original)
+        DeviceMirror.RECORD = False  # every launch through Kernel.launch, none from a graph
+
+        def restore() -> None:
+            driver.Kernel.launch = original
+            DeviceMirror.RECORD = True
+
+        self._restore = restore
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -25,6 +25,7 @@ memory. Outside a region both are empty.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -40,6 +41,10 @@ class DeviceMirror:
     """Device memory for one offloaded module's launches, and the copies between it and
     linear memory, queued on one stream (the caller binds the context first and waits with
     :meth:`synchronize`)."""
+
+    # Whether mirrors made from now on record launches as graphs (a profiler timing each
+    # kernel launch with events turns it off: a replayed graph makes no launch call).
+    RECORD = True
 
     def __init__(self, context: Context, limit: int | None = None) -> None:
         self.context = context
@@ -63,7 +68,8 @@ class DeviceMirror:
         self._inside_valid: set[tuple[Span, ...]] = set()
         self._inside_dirty: set[tuple[Span, ...]] = set()
         self._graphs: dict[tuple, object] = {}  # recorded launches; see launch()
-        self.graphs_off = False
+        self.graphs_off = not self.RECORD
+        self.epoch = 0
 
     @property
     def holds_results(self) -> bool:
@@ -129,27 +135,30 @@ class DeviceMirror:
         every host side of a copy is page-locked; otherwise they are queued one by one.
         """
 
-        def queue(stream) -> None:
-            memory, scratch, staging = self.memory_ptr, self.scratch_ptr, self.staging.ptr
-            for span in copies:
-                stream.copy_htod(memory + span.lo, base + span.lo, span.hi - span.lo)
-            if upload:
-                stream.copy_htod(scratch, staging, upload)
-            stream.launch(kernel, grid, block, params)
-            stream.copy_dtoh(staging, scratch, back)
-            offset = at
-            for span in staged:
-                stream.copy_dtoh(staging + offset, memory + span.lo, span.hi - span.lo)
-                offset += span.hi - span.lo
-
-        graph = None
         if key is not None and not self.graphs_off and (not copies or self.pinned is not None):
-            key = (key, base, self.memory_ptr, self.scratch_ptr, self.staging.ptr)
-            graph = self._graphs.get(key) or self._record(key, queue)
-        if graph is None:
-            queue(self.stream)
-        else:
-            graph.launch(self.stream.handle)
+            key = (key, base, self.epoch)
+            graph = self._graphs.get(key)
+            if graph is None:
+                queue = functools.partial(self._queue, base=base, copies=copies, upload=upload, kernel=kernel,
+                                          grid=grid, block=block, params=params, back=back, staged=staged,
+                                          at=at)  # fmt: skip
+                graph = self._record(key, queue)
+            if graph is not None:
+                graph.launch(self.stream.handle)
+                return
+        self._queue(self.stream, base, copies, upload, kernel, grid, block, params, back, staged, at)
+
+    def _queue(self, stream, base, copies, upload, kernel, grid, block, params, back, staged, at) -> None:
+        memory, scratch, staging = self.memory_ptr, self.scratch_ptr, self.staging.ptr
+        for span in copies:
+            stream.copy_htod(memory + span.lo, base + span.lo, span.hi - span.lo)
+        if upload:
+            stream.copy_htod(scratch, staging, upload)
+        stream.launch(kernel, grid, block, params)
+        stream.copy_dtoh(staging, scratch, back)
+        for span in staged:
+            stream.copy_dtoh(staging + at, memory + span.lo, span.hi - span.lo)
+            at += span.hi - span.lo
 
     # Graphs kept per mirror (each holds a little driver memory): past this many, all go.
     GRAPHS_KEPT = 64
@@ -173,6 +182,7 @@ class DeviceMirror:
         for graph in self._graphs.values():
             graph.destroy()
         self._graphs.clear()
+        self.epoch += 1  # buffers or page-locking changed: recorded launches are stale
 
     def copy_in(self, base: int, spans) -> int:
         """Queue host linear memory -> device, span by span; returns the bytes moved."""
@@ -247,13 +257,14 @@ class DeviceMirror:
         self.scratch_holds = None  # until a launch is seen to leave it as it is
         return len(image)
 
-    def check_scratch(self, image: bytes, slots: int) -> None:
-        """After the wait for :meth:`download_scratch`: whether the launch left the scratch
-        buffer holding ``image`` (it wrote no trap code and no reduction result there; the
-        written ranges behind the first ``slots`` u64s it only reads)."""
-        nbytes = 8 * slots
+    def check_scratch(self, image: bytes, nbytes: int) -> ctypes.Array:
+        """After the wait for a :meth:`launch`: note whether the launch left the scratch
+        buffer holding ``image`` (it wrote no trap code and no reduction result in its first
+        ``nbytes``; the written ranges behind them it only reads). Returns the staging buffer
+        as u64s, the scratch's first ``nbytes`` at its start."""
         unchanged = ctypes.string_at(self.staging.ptr, nbytes) == image[:nbytes]
         self.scratch_holds = image if unchanged else None
+        return self.staged
 
     def unstage(self, base: int, spans, at: int) -> int:
         """After a :meth:`launch` that staged ``spans`` from byte ``at`` on, and the wait:

@@ -23,10 +23,12 @@ import hashlib
 import itertools
 import logging
 import math
+import operator
 import os
 import pickle
 import struct
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -145,7 +147,7 @@ class OffloadModule:
         self.options = options or AnalysisOptions()
         self._pool: ThreadPoolExecutor | None = None  # host threads, made on first need
         self._guard_cache: dict[int, dict[tuple, Ready | str]] = {}  # per loop: see _guards
-        self._guard_reads: dict[int, list[int]] = {}  # per loop: the live-ins the guards read
+        self._guard_reads: dict[int, Callable] = {}  # per loop: the live-ins the guards read
         self._wasm_bytes = bytes(wasm)
         self._wasm = None
         self.target = self._target()
@@ -297,11 +299,14 @@ class OffloadModule:
     def _callback(self, lp: OffloadedLoop):
         def run(caller: int, args: tuple[int, ...]) -> list[int]:
             try:
-                return self.arrive(lp, caller, args)
+                results = self._arrive(lp, caller, args)
             except BaseException:
                 if lp.region is not None:  # the guest stops here: its memory must be current
                     self._flush(caller, lp.region)
                 raise
+            if not results[0] and lp.region is not None:
+                self._flush(caller, lp.region)  # wasmtime runs this loop: memory must be current
+            return results
 
         return run
 
@@ -338,16 +343,10 @@ class OffloadModule:
 
     # -- one arrival at a loop ------------------------------------------------------------------
 
-    def arrive(self, lp: OffloadedLoop, caller: int, args: tuple[int, ...]) -> list[int]:
+    def _arrive(self, lp: OffloadedLoop, caller: int, args: tuple[int, ...]) -> list[int]:
         """One call of loop ``lp``'s host function: ``args`` are its live-ins, then the current
         values of the locals it returns; the result is the flag (1: the loop ran here), then
         those locals' values after the loop."""
-        results = self._arrive(lp, caller, args)
-        if not results[0] and lp.region is not None:
-            self._flush(caller, lp.region)  # wasmtime runs this loop: memory must be current
-        return results
-
-    def _arrive(self, lp: OffloadedLoop, caller: int, args: tuple[int, ...]) -> list[int]:
         stats = lp.stats
         stats.arrivals += 1
         n_live = len(lp.plan.live_ins)
@@ -400,10 +399,9 @@ class OffloadModule:
         if cache is None:
             cache = self._guard_cache[lp.kernel_index] = {}
             read = inputs(lp.plan)
-            self._guard_reads[lp.kernel_index] = [
-                i for i, (_, sym, _, _) in enumerate(lp.plan.live_ins) if sym in read
-            ]
-        key = (tuple(live[i] for i in self._guard_reads[lp.kernel_index]), size)
+            indices = [i for i, (_, sym, _, _) in enumerate(lp.plan.live_ins) if sym in read]
+            self._guard_reads[lp.kernel_index] = operator.itemgetter(*indices) if indices else _nothing
+        key = (self._guard_reads[lp.kernel_index](live), size)
         outcome = cache.get(key)
         if outcome is None:
             env = _environment(lp.plan, live)
@@ -536,40 +534,39 @@ class OffloadModule:
         if self.pin:
             mirror.pin(base, size)
         image, params = ready.device_args(mirror, arrival)
-        copies = mirror.missing(ready.needed) if resident else ready.needed
+        needed = ready.needed
+        copies = mirror.missing(needed) if resident else needed
         self.context.bind()
         upload = mirror.stage_scratch(image)
         # Every argument of the launch follows from the Ready launch, these three flags and
         # the buffers (which the mirror adds to the key); copies in part only do not.
-        whole = copies is ready.needed or not copies
-        key = (ready.token, bool(copies), bool(upload), staged) if whole else None
+        key = (ready.token, bool(copies), bool(upload), staged) if copies is needed or not copies else None
         launched = time.perf_counter()
         mirror.launch(
             key, base, copies, upload, self.kernels[lp.entry], ready.grid, ready.block, params,
-            8 * ready.back_slots, ready.written if staged else (), 8 * ready.slots,
+            ready.back_bytes, ready.written if staged else (), ready.staged_at,
         )  # fmt: skip
         if resident:
-            mirror.now_valid(ready.needed, copies)
+            mirror.now_valid(needed, copies)
         mirror.synchronize()
         done = time.perf_counter()
         stats.kernel_seconds += done - launched
-        mirror.check_scratch(image, ready.back_slots)
-        back = mirror.staged
+        back = mirror.check_scratch(image, ready.back_bytes)
         if back[abi.CTX_TRAP]:
             stats.transfer_seconds += launched - start
             stats.decline(_trap_reason(back[abi.CTX_TRAP]))
             return None
-        partials = back[ready.out_at : ready.out_at + ready.reductions]
+        partials = back[ready.out_at : ready.out_at + ready.reductions] if ready.reductions else ()
         if resident:  # the results stay on the device until the region ends
             mirror.keep(ready.written)
             moved_out = 0
         elif staged:
-            moved_out = mirror.unstage(base, ready.written, 8 * ready.slots)
+            moved_out = mirror.unstage(base, ready.written, ready.staged_at)
         else:
             moved_out = mirror.copy_out(base, ready.written)
             mirror.synchronize()
         stats.transfer_seconds += launched - start + time.perf_counter() - done
-        stats.bytes_in += sum(s.hi - s.lo for s in copies) if copies is not ready.needed else ready.in_bytes
+        stats.bytes_in += ready.in_bytes if copies is needed else sum(s.hi - s.lo for s in copies)
         stats.bytes_out += moved_out
         stats.pinned = mirror.pinned is not None
         return partials
@@ -641,6 +638,7 @@ class Ready:
         self.out_at = abi.CTX_SLOTS + max(1, len(lp.plan.live_ins))
         self.back_slots = self.out_at + len(self.out_words)  # what comes back after a launch
         self.slots = self.back_slots + len(self.range_words)
+        self.back_bytes, self.staged_at = 8 * self.back_slots, 8 * self.slots
         self._device: tuple[tuple[int, int], bytes, bytes, KernelParams] | None = None
         self._host: tuple | None = None
         self._arrivals: dict[tuple[int, ...], Arrival] = {}
@@ -671,7 +669,9 @@ class Ready:
             params.set([scratch, scratch + 8 * abi.CTX_SLOTS, *counts, scratch + 8 * self.out_at])
             self._device = (buffers, _words(ctx), _words(tail), params)
         _, head, tail, params = self._device
-        return head + arrival.param_bytes + tail, params
+        if arrival.image[0] is not params:  # made for other buffers
+            arrival.image = (params, head + arrival.param_bytes + tail)
+        return arrival.image[1], params
 
     def host_args(self, module: OffloadModule) -> tuple[bytes, list[tuple[int, int]]]:
         """For the host backend: the context's image (all but the memory base) and the
@@ -704,6 +704,7 @@ class Arrival:
         env = _environment(plan, live)
         bits = [v & MASKS[64] for v in live] or [0]
         self.param_bytes = _words(bits)
+        self.image = (None, b"")  # (kernel arguments, scratch image) of its last GPU launch
         self.params = (U64 * len(bits))(*bits)  # the host backend's
         k_exit = launch.trip if plan.trip.top else launch.trip - 1
         at_exit = dict(env)
@@ -737,6 +738,10 @@ def _environment(plan: LoopPlan, live: tuple[int, ...]) -> dict:
             (sym, MASKS.get(value.type.bits, MASKS[64])) for value, sym, _, _ in plan.live_ins
         ]
     return {sym: bits & mask for (sym, mask), bits in zip(masks, live, strict=True)}
+
+
+def _nothing(live: tuple[int, ...]) -> tuple[()]:
+    return ()
 
 
 def _words(values: list[int]) -> bytes:
