@@ -12,8 +12,7 @@ import random
 import sys
 from pathlib import Path
 
-from oracle.fuzz import REGRESSIONS, Stats, fuzz
-from oracle.generators import GENERATORS
+from oracle import GENERATOR_NAMES, REGRESSIONS
 
 
 def add_fuzz_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -32,7 +31,7 @@ def add_fuzz_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
         "the GPU path on a device simulated in host memory)",
     )
     parser.add_argument(
-        "--generator", choices=[*GENERATORS, "all"], default="all", help="generator family (default all)"
+        "--generator", choices=[*GENERATOR_NAMES, "all"], default="all", help="generator family (default all)"
     )
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--seconds", type=float, help="time budget, shared by the generators")
@@ -73,7 +72,9 @@ def run_fuzz(args: argparse.Namespace) -> int:
     module batches several, so a line per generator, and one for all, gives cases, modules
     and calls.
     """
-    generators = list(GENERATORS) if args.generator == "all" else [args.generator]
+    from oracle.fuzz import fuzz
+
+    generators = list(GENERATOR_NAMES) if args.generator == "all" else [args.generator]
     max_examples = args.max_examples
     if args.seconds is None and max_examples is None:
         max_examples = 100
@@ -109,7 +110,7 @@ def run_fuzz(args: argparse.Namespace) -> int:
     return 1 if report.failures else 0
 
 
-def _rates(stats: Stats) -> str:
+def _rates(stats) -> str:
     seconds = max(stats.seconds, 1e-9)
     return (
         f"{stats.cases} cases ({stats.modules} modules), {stats.calls} calls compared in {stats.seconds:.1f} s: "

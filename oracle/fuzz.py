@@ -32,13 +32,13 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.internal.conjecture import engine as hypothesis_engine
 
+from oracle import REGRESSIONS
 from oracle.case import Case
 from oracle.compare import ExecutorFactory, Outcome, make_factory, run_case
 from oracle.generators import GENERATORS
 
 log = logging.getLogger(__name__)
 
-REGRESSIONS = Path(__file__).resolve().parents[1] / "tests" / "regressions"
 CHUNK = 100  # examples (modules) per Hypothesis run at most
 FIRST_CHUNK = 4  # the first run for a budget of cases, which measures the cases per module
 

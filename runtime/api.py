@@ -53,7 +53,7 @@ def instantiate(
         bytes(wasm), device=pick_device(device), mode=offload,
         options=AnalysisOptions(relaxed_float=relaxed_float), device_memory_limit=device_memory_limit,
     )  # fmt: skip
-    module = wasmtime.Module(store.engine, prepared.rewritten)
+    module = prepared.compiled(store.engine)
     ours = prepared.host_functions(store)
     theirs = iter(imports)
     externs = []

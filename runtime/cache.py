@@ -59,7 +59,9 @@ def make_key(*parts: object) -> str:
 
 class Cache:
     """Compiled code by key; ``kind`` ("ptx", "cubin", "obj", "prepared": see
-    :mod:`runtime.prepared`) names the subdirectory."""
+    :mod:`runtime.prepared`, "cwasm": wasmtime's code for a rewritten module) names the
+    subdirectory. Each entry carries its hash, which finds corruption (not tampering: like
+    wasmtime's own cache, the directory is trusted as the user's own files are)."""
 
     def __init__(self, directory: Path | None = None, enabled: bool = True):
         self.directory = directory or cache_dir()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.metadata
 import itertools
 import logging
 import math
@@ -258,6 +259,22 @@ class OffloadModule:
                 cache.put("obj", key, self.code.object)
             self.kernels = {lp.entry: _host_entry_type(lp)(self.code.address(lp.entry)) for lp in self.loops}
         return True
+
+    def compiled(self, engine: wasmtime.Engine) -> wasmtime.Module:
+        """The rewritten module compiled by ``engine``, through the cache (wasmtime's own
+        serialized code, for this wasmtime release: a warm start skips compiling it)."""
+        cache = default_cache()
+        key = make_key("cwasm", self._key, _WASMTIME_RELEASE)
+        blob = cache.get("cwasm", key)
+        if blob is not None:
+            try:
+                return wasmtime.Module.deserialize(engine, blob)
+            except wasmtime.WasmtimeError as exc:  # another engine configuration made it
+                log.info("recompiling the module: wasmtime refuses its cached code (%s)", exc)
+                cache.drop("cwasm", key)
+        module = wasmtime.Module(engine, self.rewritten)
+        cache.put("cwasm", key, module.serialize())
+        return module
 
     @property
     def kernels(self) -> dict:
@@ -603,6 +620,8 @@ class OffloadModule:
             )
             log.warning("%s", self.gpu_lost)
 
+
+_WASMTIME_RELEASE = importlib.metadata.version("wasmtime")
 
 # Written ranges up to this size come back through the staging buffer, with the trap slot,
 # in the launch's one wait (a memmove of 64 KiB costs less than a second wait); larger ones

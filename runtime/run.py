@@ -75,7 +75,7 @@ def run(
     store.set_wasi(wasi)
     prepared.define(linker, store)
     try:
-        module = wasmtime.Module(engine, prepared.rewritten)
+        module = prepared.compiled(engine)
         define_if_imported(linker, store, module)  # a guest that ships its own PTX
         linker.define_unknown_imports_as_traps(module)
         instance = linker.instantiate(store, module)

@@ -94,3 +94,44 @@ def test_unreadable_prepared_entry_is_prepared_again(cache_dir: Path) -> None:
     default_cache().memory.clear()
     again = OffloadModule(wasm, device="cpu")
     assert again.loops and again._wasm is not None  # prepared from scratch
+
+
+def test_the_rewritten_module_compiled_by_wasmtime_is_cached_and_refused_code_recompiled(
+    cache_dir: Path, monkeypatch
+) -> None:
+    import wasmtime
+
+    from runtime.offload import OffloadModule
+    from tests.offload_cases import module_bytes
+
+    prepared = OffloadModule(module_bytes("blas1", "O2"), device="cpu")
+    engine = wasmtime.Engine()
+    first = prepared.compiled(engine)
+    (entry,) = (cache_dir / "cwasm").iterdir()
+    default_cache().memory.clear()
+
+    def refuse(*args):
+        raise AssertionError("a cached module must not be compiled again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(wasmtime.Module, "__init__", refuse)
+        again = prepared.compiled(engine)  # deserialized
+    assert [e.name for e in again.exports] == [e.name for e in first.exports]
+    Cache(cache_dir).put("cwasm", entry.stem, b"\0asm not wasmtime's code")  # intact, but refused
+    default_cache().memory.clear()
+    rebuilt = prepared.compiled(engine)
+    assert [e.name for e in rebuilt.exports] == [e.name for e in first.exports]
+    assert Cache(cache_dir).get("cwasm", entry.stem) == rebuilt.serialize()
+
+
+def test_tensorwasm_run_does_not_import_the_fuzzer() -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    code = (
+        "import sys; from runtime.cli import build_parser; build_parser(); print('hypothesis' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert done.stdout.strip() == "False"

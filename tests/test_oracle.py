@@ -250,3 +250,9 @@ def test_offloaded_loops_match_wasmtime_and_really_offload(device: str) -> None:
         regions = [r for i in instances for r in i.offload.region_stats]
         assert sum(r.exits for r in regions) > 0, "no generated region ran"
         assert sum(r.bytes_out for r in regions) > 0, "no region kept results on the device"
+
+
+def test_the_command_line_names_every_generator() -> None:
+    from oracle import GENERATOR_NAMES
+
+    assert tuple(GENERATORS) == GENERATOR_NAMES
