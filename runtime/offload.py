@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import importlib.metadata
 import itertools
 import logging
 import math
@@ -262,9 +261,10 @@ class OffloadModule:
 
     def compiled(self, engine: wasmtime.Engine) -> wasmtime.Module:
         """The rewritten module compiled by ``engine``, through the cache (wasmtime's own
-        serialized code, for this wasmtime release: a warm start skips compiling it)."""
+        serialized code: a warm start skips compiling it; wasmtime refuses code made by
+        another release or engine configuration, which is then compiled again)."""
         cache = default_cache()
-        key = make_key("cwasm", self._key, _WASMTIME_RELEASE)
+        key = make_key("cwasm", self._key)
         blob = cache.get("cwasm", key)
         if blob is not None:
             try:
@@ -620,8 +620,6 @@ class OffloadModule:
             )
             log.warning("%s", self.gpu_lost)
 
-
-_WASMTIME_RELEASE = importlib.metadata.version("wasmtime")
 
 # Written ranges up to this size come back through the staging buffer, with the trap slot,
 # in the launch's one wait (a memmove of 64 KiB costs less than a second wait); larger ones

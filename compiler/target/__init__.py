@@ -14,10 +14,23 @@ import logging
 import threading
 from dataclasses import dataclass
 
-import llvmlite.binding as llvm
 from llvmlite import ir
 
 from compiler.errors import CompileError
+
+
+class _Binding:
+    """``llvmlite.binding``, loaded at first use: loading LLVM's library takes ~0.2 s, which a
+    warm start (code from the cache, kernels for the GPU) does not need."""
+
+    def __getattr__(self, name: str):
+        import llvmlite.binding
+
+        globals()["llvm"] = llvmlite.binding
+        return getattr(llvmlite.binding, name)
+
+
+llvm = _Binding()
 
 log = logging.getLogger(__name__)
 
