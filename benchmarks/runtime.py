@@ -138,6 +138,8 @@ def launch_overhead(device: str, calls: int = 2000, rounds: int = 5) -> dict:
 
     call, prepared, memory = saxpy("always")
     on = best(call)
+    mirror = getattr(prepared, "mirror", None)
+    recorded = 0 if mirror is None or mirror.graphs_off else len(mirror._graphs)
     kernel = best(_bare_launch(prepared, memory))
     prepared.close()
     off = best(saxpy("off")[0])
@@ -147,6 +149,7 @@ def launch_overhead(device: str, calls: int = 2000, rounds: int = 5) -> dict:
         "offloaded_call_us": on * 1e6, "declined_call_us": off * 1e6, "wasmtime_call_us": plain * 1e6,
         "wasmtime_py_call_us": plain_py * 1e6, "bare_launch_us": kernel * 1e6,
         "hook_us": (off - plain) * 1e6, "runtime_overhead_us": (on - plain - kernel) * 1e6,
+        "graphs_recorded": recorded,
     }  # fmt: skip
 
 
@@ -204,7 +207,8 @@ def main() -> int:
     print(
         f"per offloaded call: {ln['offloaded_call_us']:.1f} us; the original module on wasmtime "
         f"{ln['wasmtime_call_us']:.1f} us; bare kernel launch+wait {ln['bare_launch_us']:.1f} us; "
-        f"runtime overhead {ln['runtime_overhead_us']:.1f} us"
+        f"runtime overhead {ln['runtime_overhead_us']:.1f} us ({ln['graphs_recorded']} launch graph(s) recorded "
+        f"and replayed)"
     )
     print(
         f"a declined arrival (offload off) costs {ln['hook_us']:.1f} us over wasmtime; wasmtime-py's own "

@@ -387,7 +387,7 @@ class OffloadModule:
             gpu = self.device == "gpu"
             nbytes = self._bytes_to_move(lp, ready) if gpu else 0
             pinned = gpu and self.pin and not self.mirror.pin_failed
-            go, why, model, cpu = lp.estimate.decide(self.device, ready.ops, nbytes, pinned)
+            go, why, model, cpu = lp.estimate.decide(self.device, ready.ops, nbytes, pinned, ready.cells)
             if not go:
                 stats.decline(why)
                 return [0, *args[n_live:]]
@@ -646,6 +646,7 @@ class Ready:
         self.token = next(_tokens)  # names it in the mirror's recorded launches
         self.out_bytes = sum(r.hi - r.lo for r in self.written)
         self.ops = work(lp.plan, launch)
+        self.cells = launch.trip * math.prod(launch.nest)  # iterations in parallel
         self.reductions = len(lp.plan.reductions)
         self.identities = _identities(lp)
         self.grid, self.block = _grid(launch)

@@ -23,6 +23,11 @@ from runtime.guards import Launch
 # the share of a CPU op's time one op takes there (many threads in parallel).
 FIXED_SECONDS = {"gpu": 60e-6, "cpu": 40e-6}
 OP_SHARE = {"gpu": 0.002, "cpu": 0.5}
+# How much slower than wasmtime one device thread runs the ops it runs in sequence (an
+# iteration's own, its inner loops' included): a launch takes at least that long, however
+# many threads it has. A GPU thread runs dependent scalar code at a third of the clock and
+# without a CPU core's out-of-order issue.
+THREAD_SLOWDOWN = {"gpu": 8.0, "cpu": 1.0}
 # Bytes per second between linear memory and the device: page-locked linear memory copies
 # at ~55 GB/s each way on the H100 (and page-locking it runs at ~48 GB/s, once), pageable
 # memory at 9 to 13 GB/s. A little below what was measured.
@@ -86,14 +91,18 @@ class Estimate:
     launches: int = 0
 
     def decide(
-        self, device: str, ops: int, nbytes: int, pinned: bool = True
+        self, device: str, ops: int, nbytes: int, pinned: bool = True, iterations: int = 1 << 62
     ) -> tuple[bool, str, float, float]:
         """(offload?, reason if not, modelled device seconds, estimated CPU seconds) for an
-        arrival running ``ops`` dialect ops (:func:`work`) and copying ``nbytes`` (from
-        page-locked linear memory when ``pinned``)."""
-        cpu = ops * cpu_seconds_per_op()
+        arrival running ``ops`` dialect ops (:func:`work`) over ``iterations`` parallel
+        iterations (grid cells) and copying ``nbytes`` (from page-locked linear memory when
+        ``pinned``)."""
+        per_op = cpu_seconds_per_op()
+        cpu = ops * per_op
         copies = nbytes / COPY_BYTES_PER_SECOND["pinned" if pinned else "pageable"] if nbytes else 0.0
-        model = FIXED_SECONDS[device] + copies + ops * cpu_seconds_per_op() * OP_SHARE[device]
+        spread = ops * per_op * OP_SHARE[device]
+        serial = ops / max(1, iterations) * per_op * THREAD_SLOWDOWN[device]
+        model = FIXED_SECONDS[device] + copies + max(spread, serial)
         pays = model * self.correction < cpu
         if self.launches >= 2 and (not pays or self.slower >= SLOWER_LIMIT):
             # Measured: the device is slower for this loop. Stay on the CPU, retrying now and then.
@@ -102,6 +111,8 @@ class Estimate:
                 return False, "its launches ran slower than the CPU would", model, cpu
             return True, "", model, cpu
         if not pays:
+            if serial > spread and FIXED_SECONDS[device] + copies + spread < cpu:
+                return False, "too few iterations to spread the work over the device's threads", model, cpu
             return False, "too little work to pay for a launch", model, cpu
         self.parked = 0
         return True, "", model, cpu

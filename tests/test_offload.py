@@ -152,6 +152,44 @@ def test_gpu_copies_are_page_locked() -> None:
     assert offload.mirror.pinned is None and offload.mirror.allocator.used == 0
 
 
+@pytest.mark.parametrize("device", ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_repeated_launches_replay_one_recorded_graph_with_exact_results(device: str) -> None:
+    import random
+    import struct
+
+    from oracle.simulated import simulate_gpu
+    from tests.offload_cases import instantiate
+
+    wasm = module_bytes("blas1", "O2")
+    offload = OffloadModule(wasm, device="cpu" if device == "simulated" else "gpu", pin=True)
+    if device == "simulated":
+        simulate_gpu(offload)
+    store, ours = instantiate(offload.rewritten, offload)
+    plain_store, plain = instantiate(wasm)
+    rng = random.Random(7)
+    try:
+        for a in (1.5, 1.5, 1.5, -2.0, -2.0, 1.5):  # new data each call; `a` changes the arguments
+            data = struct.pack("<512f", *(rng.uniform(-4, 4) for _ in range(512)))
+            results = []
+            for st, inst in ((store, ours), (plain_store, plain)):
+                exports = inst.exports(st)
+                base = exports["scratch_base"](st)
+                exports["memory"].write(st, data, base)
+                exports["saxpy"](st, 256, a, base, base + 1024)
+                results.append(exports["memory"].read(st, base, base + 2048))
+            assert results[0] == results[1]
+        loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
+        assert loop.stats.offloaded == 6 and loop.stats.pinned
+        mirror = offload.mirror
+        assert not mirror.graphs_off, "recording the launch as a graph failed"
+        # One graph per set of steps: the kernel arguments uploaded or already there.
+        assert 1 <= len(mirror._graphs) <= 3
+        if device == "simulated":
+            assert sum(graph.launches for graph in mirror._graphs.values()) == 6
+    finally:
+        offload.close()
+
+
 @pytest.mark.gpu
 def test_over_the_device_memory_cap_the_loop_runs_on_the_cpu(caplog) -> None:
     capped = OffloadModule(module_bytes("blas1", "O2"), device="gpu", device_memory_limit=64 << 10)
@@ -267,6 +305,20 @@ def test_a_loop_the_device_makes_slower_goes_back_to_the_cpu(monkeypatch) -> Non
     for _ in range(profit.RETRY_EVERY):
         run_case(offload.rewritten, "saxpy", spec, case, offload)
     assert loop.stats.offloaded == 3  # tried on the device again once
+
+
+def test_a_launch_of_few_iterations_is_modelled_by_its_slowest_thread(monkeypatch) -> None:
+    import runtime.profit as profit
+
+    monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: 1e-9)
+    second = 10**9  # ops: a second on wasmtime
+    go, why, model, cpu = profit.Estimate().decide("gpu", second, 0, True, iterations=1)
+    assert not go and why == "too few iterations to spread the work over the device's threads"
+    assert model > profit.THREAD_SLOWDOWN["gpu"] * cpu * 0.99  # one thread runs it all
+    go, why, model, cpu = profit.Estimate().decide("gpu", second, 0, True, iterations=1 << 20)
+    assert go and model < cpu / 100
+    go, why, _, _ = profit.Estimate().decide("gpu", 1000, 0, True, iterations=1000)
+    assert not go and why == "too little work to pay for a launch"
 
 
 def test_profitability_is_calibrated_against_wasmtime() -> None:
