@@ -290,7 +290,7 @@ def _body(
             out += b"\x10" + uleb(host)
             for n in reversed(ins.assigned):
                 out += FROM_BITS.get(types[n], b"") + b"\x21" + uleb(n)
-            out += b"\x0d" + uleb(0 if exit_label is None else exit_label)
+            out += b"\x0d" + uleb(0 if exit_label is None else _fix(exit_label, depth, wrapped))
             if exit_label is None:
                 wrapped.append((ins.end, depth))
         name_ = instr.op.name
@@ -312,17 +312,17 @@ def _body(
     return bytes(out)
 
 
+def _fix(label: int, depth: int, wrapped: list[tuple[int, int]]) -> int:
+    """A label at ``depth`` that leaves wrapped loops passes one more block for each."""
+    return label + sum(1 for _, at in wrapped if label > depth - at - 1)
+
+
 def _relabel(instr: Instr, depth: int, wrapped: list[tuple[int, int]]) -> bytes:
     """Labels that leave a wrapped loop pass one more block."""
-
-    def fix(label: int) -> int:
-        extra = sum(1 for _, at in wrapped if label > depth - at - 1)
-        return label + extra
-
     if instr.op.name == "br_table":
         labels, default = instr.imm
-        return b"\x0e" + vec([uleb(fix(x)) for x in labels]) + uleb(fix(default))
-    return bytes([0x0C if instr.op.name == "br" else 0x0D]) + uleb(fix(instr.imm))
+        return b"\x0e" + vec([uleb(_fix(x, depth, wrapped)) for x in labels]) + uleb(_fix(default, depth, wrapped))
+    return bytes([0x0C if instr.op.name == "br" else 0x0D]) + uleb(_fix(instr.imm, depth, wrapped))
 
 
 def _exit_label(instrs: list[Instr], ins: Insertion) -> int | None:

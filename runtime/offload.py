@@ -195,7 +195,9 @@ class OffloadModule:
         # Only what the loops need: the functions with loops and what their loops call.
         self.module = translate_module(self.wasm, only=loop_closure(self.wasm))
         self.reports: list[LoopReport] = analyze_module(self.module, self.options)
-        chosen = _outermost([r.plan for r in self.reports if r.verdict == "offload"])
+        # Every accepted loop gets its host call, those inside another accepted loop too:
+        # they run when the outer one declines (its guards fail, or it is not worth it).
+        chosen = [r.plan for r in self.reports if r.verdict == "offload"]
         self.loops: list[OffloadedLoop] = []
         for n, plan in enumerate(chosen):
             kernel = outline(self.module, plan)
@@ -793,14 +795,6 @@ def _host_entry_type(lp: OffloadedLoop):
     """``(ctx, params, begin, end, [trip2, [trip3,]] out)``: see ``lower_loop_entry``."""
     counts = (ctypes.c_int64,) * (2 + len(lp.plan.collapse))
     return ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, *counts, ctypes.c_void_p)
-
-
-def _outermost(plans: list[LoopPlan]) -> list[LoopPlan]:
-    chosen = []
-    for plan in plans:
-        if not any(o is not plan and o.func is plan.func and plan.blocks < o.blocks for o in plans):
-            chosen.append(plan)
-    return chosen
 
 
 def _insertion(wasm, plan: LoopPlan, import_name: str) -> Insertion:

@@ -514,3 +514,52 @@ def test_inner_loop_exit_values_and_varying_counts_match_wasmtime(program: str, 
     call = [(I32, a) for a in args]
     assert actual.call("run", call) == expected.call("run", call)
     assert actual.memory() == expected.memory("memory")
+
+
+# Rows of A, each plus one, into B: a perfect nest, so one 2-D launch; with B one row past
+# A, a row's stores meet the next row's loads (the nest declines), but within a row nothing
+# meets (each row's inner loop launches on its own, in order).
+SHIFTED_ROWS = """(module (memory (export "memory") 2)
+  (func (export "run") (param $a i32) (param $b i32) (param $m i32) (param $n i32)
+    (local $i i32) (local $j i32) (local $k i32)
+    (block $done
+      (br_if $done (i32.le_s (local.get $m) (i32.const 0)))
+      (br_if $done (i32.le_s (local.get $n) (i32.const 0)))
+      (loop $rows
+        (local.set $j (i32.const 0))
+        (loop $cols
+          (local.set $k (i32.shl (i32.add (i32.mul (local.get $i) (local.get $n)) (local.get $j)) (i32.const 2)))
+          (i32.store (i32.add (local.get $b) (local.get $k))
+            (i32.add (i32.load (i32.add (local.get $a) (local.get $k))) (i32.const 1)))
+          (local.set $j (i32.add (local.get $j) (i32.const 1)))
+          (br_if $cols (i32.lt_s (local.get $j) (local.get $n))))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br_if $rows (i32.lt_s (local.get $i) (local.get $m)))))))"""
+
+
+@pytest.mark.parametrize("device", ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_the_loops_inside_a_declined_nest_launch_on_their_own(device: str) -> None:
+    import wasmtime
+
+    from oracle.simulated import simulate_gpu
+    from runtime.reference import ReferenceInstance
+    from tests.conftest import wat
+
+    wasm = wat(SHIFTED_ROWS)
+    m, n = 6, 300
+    for b in (4 * m * n + 64, 4 * n):  # apart: one 2-D launch; a row apart: a launch per row
+        expected = ReferenceInstance(wasm)
+        actual = OffloadInstance(wasm, device="cpu" if device == "simulated" else device)
+        if device == "simulated":
+            simulate_gpu(actual.offload)
+        args = [(I32, 0), (I32, b), (I32, m), (I32, n)]
+        for _ in range(2):  # memory starts at zero; the second call adds to the first's rows
+            assert actual.call("run", args) == expected.call("run", args)
+            assert actual.memory() == expected.memory("memory")
+        wasmtime.Module.validate(wasmtime.Engine(), actual.offload.rewritten)
+        nest, row = sorted(actual.offload.loops, key=lambda lp: lp.stats.offset)
+        if b > 4 * m * n:
+            assert (nest.stats.offloaded, row.stats.arrivals) == (2, 0)
+        else:
+            assert nest.stats.offloaded == 0 and any("overlap" in why for why in nest.stats.declined)
+            assert row.stats.offloaded == 2 * m
