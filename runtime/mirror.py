@@ -124,7 +124,7 @@ class DeviceMirror:
             self.pinned = None
 
     def launch(self, key: tuple | None, base: int, copies: tuple[Span, ...], upload: int, kernel,
-               grid, block, params, back: int, staged: tuple[Span, ...], at: int) -> None:  # fmt: skip
+               grid, block, params, back: int, staged: tuple[Span, ...], at: int):  # fmt: skip
         """Queue one launch: ``copies`` from linear memory at ``base`` in, ``upload`` bytes of
         the staging buffer into the scratch buffer, the kernel, the first ``back`` bytes of
         the scratch buffer back into the staging buffer, and the ``staged`` spans into it
@@ -133,6 +133,7 @@ class DeviceMirror:
         With a ``key`` (the caller's promise that every argument but ``base`` follows from
         it), the steps are recorded once as a graph and replayed by one driver call, where
         every host side of a copy is page-locked; otherwise they are queued one by one.
+        Returns the graph replayed, or None.
         """
 
         if key is not None and not self.graphs_off and (not copies or self.pinned is not None):
@@ -145,8 +146,9 @@ class DeviceMirror:
                 graph = self._record(key, queue)
             if graph is not None:
                 graph.launch(self.stream.handle)
-                return
+                return graph
         self._queue(self.stream, base, copies, upload, kernel, grid, block, params, back, staged, at)
+        return None
 
     def _queue(self, stream, base, copies, upload, kernel, grid, block, params, back, staged, at) -> None:
         memory, scratch, staging = self.memory_ptr, self.scratch_ptr, self.staging.ptr

@@ -546,6 +546,10 @@ class OffloadModule:
         """
         stats = lp.stats
         mirror = self.mirror
+        replay = arrival.replay
+        if (replay is not None and replay[0] is mirror and replay[1] == mirror.epoch and replay[2] == base
+                and mirror.scratch_holds is replay[3]):  # fmt: skip
+            return self._replay(lp, ready, replay[4], replay[3], base)
         start = time.perf_counter()
         resident = lp.region is not None
         staged = not resident and ready.out_bytes <= STAGED_RESULT_BYTES
@@ -561,7 +565,7 @@ class OffloadModule:
         # the buffers (which the mirror adds to the key); copies in part only do not.
         key = (ready.token, bool(copies), bool(upload), staged) if copies is needed or not copies else None
         launched = time.perf_counter()
-        mirror.launch(
+        graph = mirror.launch(
             key, base, copies, upload, self.kernels[lp.entry], ready.grid, ready.block, params,
             ready.back_bytes, ready.written if staged else (), ready.staged_at,
         )  # fmt: skip
@@ -588,6 +592,30 @@ class OffloadModule:
         stats.bytes_in += ready.in_bytes if copies is needed else sum(s.hi - s.lo for s in copies)
         stats.bytes_out += moved_out
         stats.pinned = mirror.pinned is not None
+        if graph is not None and staged and not upload:  # the same arrival again: _replay
+            arrival.replay = (mirror, mirror.epoch, base, image, graph)
+        return partials
+
+    def _replay(self, lp: OffloadedLoop, ready: Ready, graph, image: bytes, base: int) -> list[int] | None:
+        """:meth:`_launch_gpu` for an arrival whose last launch ran from a recorded graph with
+        nothing to upload and nothing changed since (buffers, page-locking, memory base,
+        the scratch buffer's contents): the same graph again."""
+        stats = lp.stats
+        mirror = self.mirror
+        self.context.bind()
+        launched = time.perf_counter()
+        graph.launch(mirror.stream.handle)
+        mirror.synchronize()
+        done = time.perf_counter()
+        stats.kernel_seconds += done - launched
+        back = mirror.check_scratch(image, ready.back_bytes)
+        if back[abi.CTX_TRAP]:
+            stats.decline(_trap_reason(back[abi.CTX_TRAP]))
+            return None
+        partials = back[ready.out_at : ready.out_at + ready.reductions] if ready.reductions else ()
+        stats.bytes_out += mirror.unstage(base, ready.written, ready.staged_at)
+        stats.transfer_seconds += time.perf_counter() - done
+        stats.bytes_in += ready.in_bytes
         return partials
 
     def _drain(self) -> None:
@@ -725,6 +753,7 @@ class Arrival:
         bits = [v & MASKS[64] for v in live] or [0]
         self.param_bytes = _words(bits)
         self.image = (None, b"")  # (kernel arguments, scratch image) of its last GPU launch
+        self.replay: tuple | None = None  # (mirror, its epoch, memory base, image, graph): _replay
         self.params = (U64 * len(bits))(*bits)  # the host backend's
         k_exit = launch.trip if plan.trip.top else launch.trip - 1
         at_exit = dict(env)

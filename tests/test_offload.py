@@ -186,6 +186,9 @@ def test_repeated_launches_replay_one_recorded_graph_with_exact_results(device: 
         assert 1 <= len(mirror._graphs) <= 3
         if device == "simulated":
             assert sum(graph.launches for graph in mirror._graphs.values()) == 6
+        # Both sets of arguments' launches were replayed once their arguments were on the device.
+        (ready,) = offload._guard_cache[loop.kernel_index].values()
+        assert all(arrival.replay for arrival in ready._arrivals.values()) and len(ready._arrivals) == 2
     finally:
         offload.close()
 
