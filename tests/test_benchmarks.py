@@ -180,3 +180,15 @@ def test_suite_on_the_gpu(tmp_path) -> None:
             peer = row["peers"][family]
             assert "error" not in peer, (row["program"], family, peer)
             assert "skipped" in peer or peer["check"]["passed"], (row["program"], family, peer)
+
+
+def test_the_example_programs_benchmark_runs_on_the_host_backend() -> None:
+    command = [sys.executable, "-m", "benchmarks.offload", "--device", "cpu", "--sizes", "small", "--json"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    rows = {row["program"]: row for row in json.loads(done.stdout)}
+    assert set(rows) == {"matmul", "stencil", "blur", "histogram", "nbody"}
+    for row in rows.values():
+        assert row["cold"]["identical_output"] and row["warm"]["identical_output"], row["program"]
+    assert rows["histogram"]["warm"]["launches"] == 0
+    assert rows["histogram"]["fresh_process"]["tensorwasm_seconds"] > 0
