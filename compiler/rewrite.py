@@ -321,7 +321,11 @@ def _relabel(instr: Instr, depth: int, wrapped: list[tuple[int, int]]) -> bytes:
     """Labels that leave a wrapped loop pass one more block."""
     if instr.op.name == "br_table":
         labels, default = instr.imm
-        return b"\x0e" + vec([uleb(_fix(x, depth, wrapped)) for x in labels]) + uleb(_fix(default, depth, wrapped))
+        return (
+            b"\x0e"
+            + vec([uleb(_fix(x, depth, wrapped)) for x in labels])
+            + uleb(_fix(default, depth, wrapped))
+        )
     return bytes([0x0C if instr.op.name == "br" else 0x0D]) + uleb(_fix(instr.imm, depth, wrapped))
 
 

@@ -145,8 +145,14 @@ class DeviceMirror:
                                           at=at)  # fmt: skip
                 graph = self._record(key, queue)
             if graph is not None:
-                graph.launch(self.stream.handle)
-                return graph
+                try:
+                    graph.launch(self.stream.handle)
+                    return graph
+                except CudaError as exc:
+                    if exc.sticky:
+                        raise
+                    self.forget_graph(graph)
+                    log.info("a recorded launch failed (%s): queued step by step instead", exc)
         self._queue(self.stream, base, copies, upload, kernel, grid, block, params, back, staged, at)
         return None
 
@@ -179,6 +185,13 @@ class DeviceMirror:
             log.info("launches are queued step by step: recording one as a graph failed (%s)", exc)
             return None
         return graph
+
+    def forget_graph(self, graph) -> None:
+        """Drop one recorded launch (it failed to launch)."""
+        for key, kept in list(self._graphs.items()):
+            if kept is graph:
+                del self._graphs[key]
+        graph.destroy()
 
     def drop_graphs(self) -> None:
         for graph in self._graphs.values():

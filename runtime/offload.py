@@ -266,7 +266,7 @@ class OffloadModule:
         serialized code: a warm start skips compiling it; wasmtime refuses code made by
         another release or engine configuration, which is then compiled again)."""
         cache = default_cache()
-        key = make_key("cwasm", self._key)
+        key = make_key("cwasm", hashlib.sha256(self.rewritten).hexdigest())
         blob = cache.get("cwasm", key)
         if blob is not None:
             try:
@@ -549,7 +549,7 @@ class OffloadModule:
         replay = arrival.replay
         if (replay is not None and replay[0] is mirror and replay[1] == mirror.epoch and replay[2] == base
                 and mirror.scratch_holds is replay[3]):  # fmt: skip
-            return self._replay(lp, ready, replay[4], replay[3], base)
+            return self._replay(lp, ready, arrival, base)
         start = time.perf_counter()
         resident = lp.region is not None
         staged = not resident and ready.out_bytes <= STAGED_RESULT_BYTES
@@ -596,15 +596,22 @@ class OffloadModule:
             arrival.replay = (mirror, mirror.epoch, base, image, graph)
         return partials
 
-    def _replay(self, lp: OffloadedLoop, ready: Ready, graph, image: bytes, base: int) -> list[int] | None:
+    def _replay(self, lp: OffloadedLoop, ready: Ready, arrival: Arrival, base: int) -> list[int] | None:
         """:meth:`_launch_gpu` for an arrival whose last launch ran from a recorded graph with
         nothing to upload and nothing changed since (buffers, page-locking, memory base,
         the scratch buffer's contents): the same graph again."""
         stats = lp.stats
         mirror = self.mirror
+        *_, image, graph = arrival.replay
         self.context.bind()
         launched = time.perf_counter()
-        graph.launch(mirror.stream.handle)
+        try:
+            graph.launch(mirror.stream.handle)
+        except CudaError as exc:
+            arrival.replay = None  # the next arrival takes the whole path
+            if not exc.sticky:  # (a reset context takes the graphs with it)
+                mirror.forget_graph(graph)
+            raise
         mirror.synchronize()
         done = time.perf_counter()
         stats.kernel_seconds += done - launched

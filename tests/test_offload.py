@@ -171,12 +171,12 @@ def test_repeated_launches_replay_one_recorded_graph_with_exact_results(device: 
         for a in (1.5, 1.5, 1.5, -2.0, -2.0, 1.5):  # new data each call; `a` changes the arguments
             data = struct.pack("<512f", *(rng.uniform(-4, 4) for _ in range(512)))
             results = []
-            for st, inst in ((store, ours), (plain_store, plain)):
-                exports = inst.exports(st)
-                base = exports["scratch_base"](st)
-                exports["memory"].write(st, data, base)
-                exports["saxpy"](st, 256, a, base, base + 1024)
-                results.append(exports["memory"].read(st, base, base + 2048))
+            for where, inst in ((store, ours), (plain_store, plain)):
+                exports = inst.exports(where)
+                base = exports["scratch_base"](where)
+                exports["memory"].write(where, data, base)
+                exports["saxpy"](where, 256, a, base, base + 1024)
+                results.append(exports["memory"].read(where, base, base + 2048))
             assert results[0] == results[1]
         loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
         assert loop.stats.offloaded == 6 and loop.stats.pinned
@@ -191,6 +191,50 @@ def test_repeated_launches_replay_one_recorded_graph_with_exact_results(device: 
         assert all(arrival.replay for arrival in ready._arrivals.values()) and len(ready._arrivals) == 2
     finally:
         offload.close()
+
+
+def test_a_recorded_launch_that_fails_runs_on_the_cpu_or_step_by_step(monkeypatch) -> None:
+    import random
+    import struct
+
+    from oracle.simulated import HostGraph, simulate_gpu
+    from runtime.driver import CudaError
+    from tests.offload_cases import instantiate
+
+    wasm = module_bytes("blas1", "O2")
+    offload = OffloadModule(wasm, device="cpu", pin=True)
+    simulate_gpu(offload)
+    failures = {"left": 0}
+    replay = HostGraph.launch
+
+    def flaky(graph: HostGraph, stream: int = 0) -> None:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise CudaError("cuGraphLaunch", 1)  # CUDA_ERROR_INVALID_VALUE: nothing sticky
+        replay(graph, stream)
+
+    monkeypatch.setattr(HostGraph, "launch", flaky)
+    store, ours = instantiate(offload.rewritten, offload)
+    plain_store, plain = instantiate(wasm)
+    rng = random.Random(3)
+    for call in range(8):
+        # Call 3 fails as a replay (the arrival runs on wasmtime); call 5 as a freshly
+        # recorded launch (its steps are queued one by one instead).
+        failures["left"] = int(call in (3, 5))
+        data = struct.pack("<512f", *(rng.uniform(-4, 4) for _ in range(512)))
+        results = []
+        for where, inst in ((store, ours), (plain_store, plain)):
+            exports = inst.exports(where)
+            base = exports["scratch_base"](where)
+            exports["memory"].write(where, data, base)
+            exports["saxpy"](where, 256, 1.5, base, base + 1024)
+            results.append(exports["memory"].read(where, base, base + 2048))
+        assert results[0] == results[1], call
+    loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
+    assert loop.stats.offloaded == 7
+    ((reason, count),) = loop.stats.declined.items()
+    assert "cuGraphLaunch" in reason and count == 1
+    offload.close()
 
 
 @pytest.mark.gpu

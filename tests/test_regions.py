@@ -171,3 +171,48 @@ def test_span_arithmetic() -> None:
     assert subtract([(0, 100)], [(10, 20), (30, 40), (90, 120)]) == [(0, 10), (20, 30), (40, 90)]
     assert subtract([(0, 10), (15, 25)], [(5, 20)]) == [(0, 5), (20, 25)]
     assert subtract([(5, 8)], [(0, 10)]) == []
+
+
+# A time loop around a row loop whose body loads a value before its own parallel inner loop;
+# with b one row past a, the row loop's guards decline and each inner loop launches alone,
+# between wasmtime's loads: the inner loop must not keep its results on the device.
+NESTED_IN_REGION = """(module (memory (export "memory") 2)
+  (func (export "run") (param $a i32) (param $b i32) (param $m i32) (param $n i32) (param $steps i32)
+    (local $i i32) (local $j i32) (local $k i32) (local $x i32) (local $t i32) (local $tmp i32)
+    (block $done
+      (br_if $done (i32.le_s (local.get $m) (i32.const 0)))
+      (br_if $done (i32.le_s (local.get $n) (i32.const 0)))
+      (br_if $done (i32.le_s (local.get $steps) (i32.const 0)))
+      (loop $time
+        (local.set $i (i32.const 0))
+        (loop $rows
+          (local.set $j (i32.const 0))
+          (local.set $x (i32.load (i32.add (local.get $a)
+            (i32.shl (i32.add (i32.mul (local.get $i) (local.get $n)) (i32.const 1)) (i32.const 2)))))
+          (loop $cols
+            (local.set $k (i32.shl (i32.add (i32.mul (local.get $i) (local.get $n)) (local.get $j)) (i32.const 2)))
+            (i32.store (i32.add (local.get $b) (local.get $k))
+              (i32.add (i32.add (i32.load (i32.add (local.get $a) (local.get $k))) (local.get $x)) (i32.const 1)))
+            (local.set $j (i32.add (local.get $j) (i32.const 1)))
+            (br_if $cols (i32.lt_s (local.get $j) (local.get $n))))
+          (local.set $i (i32.add (local.get $i) (i32.const 1)))
+          (br_if $rows (i32.lt_s (local.get $i) (local.get $m))))
+        (local.set $tmp (local.get $a)) (local.set $a (local.get $b)) (local.set $b (local.get $tmp))
+        (local.set $t (i32.add (local.get $t) (i32.const 1)))
+        (br_if $time (i32.lt_s (local.get $t) (local.get $steps)))))))"""
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("apart", [True, False])
+def test_loops_inside_a_region_child_are_not_region_children(device: str, apart: bool) -> None:
+    m, n = 6, 300
+    b = 8192 + (4 * m * n + 64 if apart else 4 * n)
+    actual = _compare(wat(NESTED_IN_REGION), device, [8192, b, m, n, 3])
+    rows, cols = sorted(actual.offload.loops, key=lambda lp: lp.stats.offset)
+    (region,) = actual.offload.regions
+    assert region.children == (actual.offload.loops.index(rows),)
+    assert rows.region == 0 and cols.region is None
+    if apart:  # the row nest launches whole, each step
+        assert rows.stats.offloaded == 3 and cols.stats.arrivals == 0
+    else:  # it declines; each row's inner loop launches on its own
+        assert rows.stats.offloaded == 0 and cols.stats.offloaded == 3 * m

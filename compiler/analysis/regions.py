@@ -166,14 +166,17 @@ def check(body: list[Instr], start: int, end: int, spans: list[tuple[int, int]])
 def find_regions(wasm: WasmModule, loops: list[tuple[int, int, int, bool]]) -> list[Region]:
     """The outermost regions around ``loops`` (``(func_index, start, end, gathers)`` of
     each offloaded loop, ``gathers`` true where it has a load the kernel checks): for each
-    function, every ``loop`` that encloses some of them and passes :func:`check`, none
-    inside another."""
+    function, every ``loop`` that encloses some of them (those not inside another of them)
+    and passes :func:`check`, none inside another."""
     regions = []
     by_func: dict[int, list[tuple[int, int, int]]] = {}
     gathering = {n for n, loop in enumerate(loops) if loop[3]}
     for n, (func, start, end, _) in enumerate(loops):
         by_func.setdefault(func, []).append((start, end, n))
     for func, spans in by_func.items():
+        # A loop inside another offloaded loop launches only when that one declines and runs
+        # on wasmtime, which reads memory between its launches: it is no region's child.
+        spans = [(lo, hi, n) for lo, hi, n in spans if not any(a < lo and hi < b for a, b, _ in spans)]
         body = wasm.codes[func - wasm.num_imported_funcs].body
         taken_until = -1
         for i, instr in enumerate(body):
