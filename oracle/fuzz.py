@@ -323,22 +323,31 @@ def _fuzz_serial(
 
 
 def _progress_line(stream: TextIO | None) -> Callable[[Report, str], None] | None:
-    """A callback that rewrites one status line on ``stream``, twice a second at most."""
+    """A callback that reports progress on ``stream``: on a terminal one status line
+    rewritten twice a second at most, elsewhere (a log) a line every 10 seconds."""
     if stream is None:
         return None
-    last = [0.0]
+    try:
+        terminal = stream.isatty()
+    except (AttributeError, ValueError):
+        terminal = False
+    every, start, end = (0.5, "\r", "") if terminal else (PROGRESS_LOG_SECONDS, "", "\n")
+    last = [time.perf_counter() if not terminal else 0.0]
 
     def progress(rep: Report, name: str) -> None:
         now = time.perf_counter()
-        if now - last[0] > 0.5:
+        if now - last[0] > every:
             last[0] = now
             stream.write(
-                f"\r[{name}] {rep.cases} cases passed, {len(rep.failures)} failed, "
-                f"{rep.calls} calls compared, {rep.cases_skipped} cases skipped"
+                f"{start}[{name}] {rep.cases} cases passed, {len(rep.failures)} failed, "
+                f"{rep.calls} calls compared, {rep.cases_skipped} cases skipped{end}"
             )
             stream.flush()
 
     return progress
+
+
+PROGRESS_LOG_SECONDS = 10.0
 
 
 JOB_SEED_STRIDE = 1_000_003  # seeds of job k: seed + k * stride, far from the chunks' seed + n

@@ -256,3 +256,25 @@ def test_the_command_line_names_every_generator() -> None:
     from oracle import GENERATOR_NAMES
 
     assert tuple(GENERATORS) == GENERATOR_NAMES
+
+
+def test_fuzz_progress_is_whole_lines_in_a_log_and_one_line_on_a_terminal(monkeypatch) -> None:
+    import io
+    from types import SimpleNamespace
+
+    import oracle.fuzz as fuzz
+
+    report = SimpleNamespace(cases=7, failures=[], calls=9, cases_skipped=0)
+    monkeypatch.setattr(fuzz, "PROGRESS_LOG_SECONDS", -1.0)
+    log = io.StringIO()
+    progress = fuzz._progress_line(log)
+    progress(report, "loops")
+    progress(report, "smith")
+    assert log.getvalue().splitlines() == [
+        "[loops] 7 cases passed, 0 failed, 9 calls compared, 0 cases skipped",
+        "[smith] 7 cases passed, 0 failed, 9 calls compared, 0 cases skipped",
+    ]
+    terminal = io.StringIO()
+    terminal.isatty = lambda: True
+    fuzz._progress_line(terminal)(report, "loops")
+    assert terminal.getvalue().startswith("\r[loops]") and "\n" not in terminal.getvalue()
