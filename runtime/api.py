@@ -32,13 +32,15 @@ def instantiate(
     wasm: bytes,
     imports: Sequence[wasmtime.Func | wasmtime.Table | wasmtime.Memory | wasmtime.Global] = (),
     *,
+    linker: wasmtime.Linker | None = None,
     device: str = "auto",
     offload: str = "auto",
     relaxed_float: bool = False,
     device_memory_limit: int | None = None,
 ) -> wasmtime.Instance:
     """Instantiate the module ``wasm`` (its bytes, which are rewritten) in ``store`` with its
-    own ``imports`` in order, as ``wasmtime.Instance`` takes them.
+    own ``imports`` in order, as ``wasmtime.Instance`` takes them, or with what ``linker``
+    defines (WASI, say), as ``linker.instantiate`` would; the linker itself is left as it is.
 
     ``device``: "gpu", "cpu" (the host backend) or "auto" (the GPU where one is usable);
     ``offload``: "auto" (where the estimate says a launch pays), "always" or "off". Linear
@@ -49,6 +51,8 @@ def instantiate(
 
     if offload not in ("auto", "always", "off"):
         raise TensorWasmError(f"offload must be auto, always or off, not {offload!r}")
+    if linker is not None and imports:
+        raise TensorWasmError("give the imports or a linker, not both")
     prepared = OffloadModule(
         bytes(wasm), device=pick_device(device), mode=offload,
         options=AnalysisOptions(relaxed_float=relaxed_float), device_memory_limit=device_memory_limit,
@@ -60,6 +64,12 @@ def instantiate(
     for item in module.imports:
         if item.module == HOST_MODULE:
             externs.append(ours[item.name])
+            continue
+        if linker is not None:
+            try:
+                externs.append(linker.get(store, item.module, item.name or ""))
+            except wasmtime.WasmtimeError:
+                raise TensorWasmError(f"the linker defines no import {item.module}.{item.name}") from None
             continue
         extern = next(theirs, None)
         if extern is None:

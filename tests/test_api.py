@@ -95,3 +95,38 @@ def test_wrong_imports_and_foreign_instances_are_refused() -> None:
     plain = wasmtime.Instance(store, wasmtime.Module(store.engine, MODULE), externs)
     with pytest.raises(TensorWasmError, match=r"not made by runtime\.instantiate"):
         runtime.report(plain)
+
+
+def test_a_wasi_program_through_a_linker_prints_what_it_prints_on_wasmtime(tmp_path) -> None:
+    from tests.conftest import ROOT
+
+    wasm = (ROOT / "examples/wasi/build/matmul.O2.wasm").read_bytes()
+
+    def run_program(make, name: str) -> tuple[str, wasmtime.Instance]:
+        engine = wasmtime.Engine()
+        store = wasmtime.Store(engine)
+        linker = wasmtime.Linker(engine)
+        linker.define_wasi()
+        wasi = wasmtime.WasiConfig()
+        wasi.argv = ["matmul", "40"]
+        wasi.stdout_file = str(tmp_path / name)
+        store.set_wasi(wasi)
+        instance = make(store, linker)
+        try:
+            instance.exports(store)["_start"](store)
+        except wasmtime.ExitTrap as exc:
+            assert exc.code == 0
+        return (tmp_path / name).read_text(), instance
+
+    expected, _ = run_program(
+        lambda store, linker: linker.instantiate(store, wasmtime.Module(store.engine, wasm)), "a"
+    )
+    got, instance = run_program(
+        lambda store, linker: runtime.instantiate(store, wasm, linker=linker, device="cpu", offload="always"),
+        "b",
+    )
+    assert got == expected and expected.startswith("matmul")
+    assert sum(loop.offloaded for loop in runtime.report(instance).loops if loop.func == "main") > 0
+    engine = wasmtime.Engine()
+    with pytest.raises(TensorWasmError, match=r"the linker defines no import wasi_snapshot_preview1\."):
+        runtime.instantiate(wasmtime.Store(engine), wasm, linker=wasmtime.Linker(engine), device="cpu")
