@@ -152,6 +152,15 @@ def test_gpu_copies_are_page_locked() -> None:
     assert offload.mirror.pinned is None and offload.mirror.allocator.used == 0
 
 
+def _saxpy_256(store, instance, a: float, data: bytes) -> bytes:
+    """blas1's saxpy over 256 floats, x and y from ``data``: the memory it leaves."""
+    exports = instance.exports(store)
+    base = exports["scratch_base"](store)
+    exports["memory"].write(store, data, base)
+    exports["saxpy"](store, 256, a, base, base + 1024)
+    return exports["memory"].read(store, base, base + 2048)
+
+
 @pytest.mark.parametrize("device", ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_repeated_launches_replay_one_recorded_graph_with_exact_results(device: str) -> None:
     import random
@@ -170,14 +179,7 @@ def test_repeated_launches_replay_one_recorded_graph_with_exact_results(device: 
     try:
         for a in (1.5, 1.5, 1.5, -2.0, -2.0, 1.5):  # new data each call; `a` changes the arguments
             data = struct.pack("<512f", *(rng.uniform(-4, 4) for _ in range(512)))
-            results = []
-            for where, inst in ((store, ours), (plain_store, plain)):
-                exports = inst.exports(where)
-                base = exports["scratch_base"](where)
-                exports["memory"].write(where, data, base)
-                exports["saxpy"](where, 256, a, base, base + 1024)
-                results.append(exports["memory"].read(where, base, base + 2048))
-            assert results[0] == results[1]
+            assert _saxpy_256(store, ours, a, data) == _saxpy_256(plain_store, plain, a, data)
         loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
         assert loop.stats.offloaded == 6 and loop.stats.pinned
         mirror = offload.mirror
@@ -222,14 +224,7 @@ def test_a_recorded_launch_that_fails_runs_on_the_cpu_or_step_by_step(monkeypatc
         # recorded launch (its steps are queued one by one instead).
         failures["left"] = int(call in (3, 5))
         data = struct.pack("<512f", *(rng.uniform(-4, 4) for _ in range(512)))
-        results = []
-        for where, inst in ((store, ours), (plain_store, plain)):
-            exports = inst.exports(where)
-            base = exports["scratch_base"](where)
-            exports["memory"].write(where, data, base)
-            exports["saxpy"](where, 256, 1.5, base, base + 1024)
-            results.append(exports["memory"].read(where, base, base + 2048))
-        assert results[0] == results[1], call
+        assert _saxpy_256(store, ours, 1.5, data) == _saxpy_256(plain_store, plain, 1.5, data), call
     loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
     assert loop.stats.offloaded == 7
     ((reason, count),) = loop.stats.declined.items()
