@@ -130,3 +130,21 @@ def test_a_wasi_program_through_a_linker_prints_what_it_prints_on_wasmtime(tmp_p
     engine = wasmtime.Engine()
     with pytest.raises(TensorWasmError, match=r"the linker defines no import wasi_snapshot_preview1\."):
         runtime.instantiate(wasmtime.Store(engine), wasm, linker=wasmtime.Linker(engine), device="cpu")
+
+
+def test_without_a_gpu_auto_takes_the_host_backend_and_gpu_says_why(monkeypatch, capsys) -> None:
+    from runtime import driver
+
+    def no_gpu(*args):
+        raise driver.NoGPU("no usable GPU (this test)")
+
+    monkeypatch.setattr(driver.Context, "get", staticmethod(no_gpu))  # the same on a GPU machine
+    got, _, instance = run(lambda store, ext: runtime.instantiate(store, MODULE, ext, offload="always"))
+    expected, _, _ = run(
+        lambda store, ext: wasmtime.Instance(store, wasmtime.Module(store.engine, MODULE), ext)
+    )
+    assert got == expected and runtime.report(instance).device == "cpu"
+    assert "no usable GPU (this test); loops run on the host backend" in capsys.readouterr().err
+    store = wasmtime.Store()
+    with pytest.raises(driver.NoGPU, match="no usable GPU"):
+        runtime.instantiate(store, MODULE, imports(store, [])[1], device="gpu")
