@@ -148,3 +148,18 @@ def test_without_a_gpu_auto_takes_the_host_backend_and_gpu_says_why(monkeypatch,
     store = wasmtime.Store()
     with pytest.raises(driver.NoGPU, match="no usable GPU"):
         runtime.instantiate(store, MODULE, imports(store, [])[1], device="gpu")
+
+
+def test_the_python_example_runs_a_wasi_program_with_its_loop_offloaded() -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run(
+        [sys.executable, "examples/python/offload_matmul.py", "48", "--device", "cpu"],
+        capture_output=True, text=True, cwd=ROOT, check=True,
+    )  # fmt: skip
+    first, *loops = done.stdout.splitlines()
+    assert first.startswith("matmul n=48 checksum=")
+    assert any(line.startswith("main +0x") and "ran 1 of 1 times on cpu" in line for line in loops)
