@@ -879,6 +879,20 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
     for a in reads[1:]:
         op = draw(st.sampled_from(BINARY[out_type]))
         value = f"({out_type}.{op} {value} {load(a, out_type)})"
+    # Sometimes the outer loop of a nest loads a value before its inner loop (no perfect
+    # nest): the outer loop launches with its inner loops in the thread, or where it
+    # declines (overlapping buffers), each inner loop launches between wasmtime's loads.
+    hoisted = None
+    if nested and draw(st.integers(0, 2)) == 0:
+        a = draw(st.sampled_from(reads))
+        vt, load_op, _, size = ELEMENTS[kinds[a.buffer]]
+        at = f"(i32.add (i32.mul (local.get $i) (i32.const {a.stride_i})) (i32.const {a.offset}))"
+        hoisted = convert(
+            f"({load_op} (i32.add (i32.const {bases[a.buffer]}) (i32.mul {at} (i32.const {size}))))",
+            vt,
+            out_type,
+        )
+        value = f"({out_type}.{draw(st.sampled_from(BINARY[out_type]))} {value} (local.get $h))"
     if out_type in ("f32", "f64"):  # a float stored to memory is compared bit for bit
         value = f"(local.set $c{out_type} {value}) (select ({out_type}.const nan) (local.get $c{out_type}) ({out_type}.ne (local.get $c{out_type}) (local.get $c{out_type})))"
     _, _, store_op, _ = ELEMENTS[kinds[-1]]
@@ -897,6 +911,8 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
         inner = _counted("$k", "$m", inner, "            ")
     if nested:
         inner = _counted("$j", "$m", inner, "          ")
+        if hoisted is not None:
+            inner = f"(local.set $h {hoisted})\n          {inner}"
     func_body = _counted("$i", "$n", inner, "      ")
     # Repeated over time steps, the loop makes a device-resident region: its data stays on
     # the device from one step to the next.
@@ -912,7 +928,8 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
     acc_type = reduce_type or "i32"
     func = (
         f'  (func (export "{name}") (param $n i32) (param $m i32) (result {acc_type})\n'
-        f"    (local $i i32) (local $j i32) (local $k i32) (local $s i32) (local $acc {acc_type}) {SCRATCH_LOCALS}\n"
+        f"    (local $i i32) (local $j i32) (local $k i32) (local $s i32) (local $acc {acc_type}) (local $h {out_type})"
+        f" {SCRATCH_LOCALS}\n"
         f"    {func_body}\n    (local.get $acc))"
     )
     data = []
@@ -948,6 +965,7 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
         "reduction": [reduce_type, reduce_op] if reduce_type else None,
         "conditional": conditional,
         "time_steps": steps,
+        "hoisted_load": hoisted is not None,
     }
     return func, data, calls, meta
 
