@@ -857,6 +857,13 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
         bases[-1] = PAGE - lengths[-1] * ELEMENTS[kinds[-1]][3]
     reads = [draw(_access(b, depth)) for b in range(n_inputs)]
     write = draw(_access(n_inputs, depth))
+    # One kernel in four takes its buffers' addresses as parameters: whether the written one
+    # meets another (a call may pass it overlapping one) is then known only at run time.
+    parametric = draw(st.integers(0, 3)) == 0
+
+    def base(b: int) -> str:
+        return f"(local.get $p{b})" if parametric else f"(i32.const {bases[b]})"
+
     out_type = ELEMENTS[kinds[-1]][0]
     reduce_type = draw(st.sampled_from([None, "i32", "i64", "f32", "f64"]))
     reduce_op = draw(st.sampled_from(REDUCTIONS[reduce_type])) if reduce_type else None
@@ -869,7 +876,7 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
             index = f"(i32.add {index} (i32.mul (local.get $j) (i32.const {a.stride_j})))"
         if depth > 2:
             index = f"(i32.add {index} (i32.mul (local.get $k) (i32.const {a.stride_k})))"
-        return f"(i32.add (i32.const {bases[a.buffer]}) (i32.mul (i32.add {index} (i32.const {a.offset})) (i32.const {size})))"
+        return f"(i32.add {base(a.buffer)} (i32.mul (i32.add {index} (i32.const {a.offset})) (i32.const {size})))"
 
     def load(a: Access, ty: str) -> str:
         vt, op, _, _ = ELEMENTS[kinds[a.buffer]]
@@ -888,7 +895,7 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
         vt, load_op, _, size = ELEMENTS[kinds[a.buffer]]
         at = f"(i32.add (i32.mul (local.get $i) (i32.const {a.stride_i})) (i32.const {a.offset}))"
         hoisted = convert(
-            f"({load_op} (i32.add (i32.const {bases[a.buffer]}) (i32.mul {at} (i32.const {size}))))",
+            f"({load_op} (i32.add {base(a.buffer)} (i32.mul {at} (i32.const {size}))))",
             vt,
             out_type,
         )
@@ -926,8 +933,9 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
             f"      (br_if $time (i32.lt_u (local.get $s) (i32.const {steps}))))"
         )
     acc_type = reduce_type or "i32"
+    pointer_params = "".join(f" (param $p{b} i32)" for b in range(len(kinds))) if parametric else ""
     func = (
-        f'  (func (export "{name}") (param $n i32) (param $m i32) (result {acc_type})\n'
+        f'  (func (export "{name}") (param $n i32) (param $m i32){pointer_params} (result {acc_type})\n'
         f"    (local $i i32) (local $j i32) (local $k i32) (local $s i32) (local $acc {acc_type}) (local $h {out_type})"
         f" {SCRATCH_LOCALS}\n"
         f"    {func_body}\n    (local.get $acc))"
@@ -950,7 +958,18 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
         m = draw(st.sampled_from([fit_m, fit_m + 1, 1, 0]) | st.integers(0, 8)) if nested else 1
         trips.append((n, m))
     exact = reduce_type not in ("f32", "f64")
-    calls = [Call(name, ((I32, n), (I32, m)), exact, index) for n, m in trips]
+    pointers = []
+    for _ in trips:
+        at = list(bases)
+        if parametric and draw(st.booleans()):  # the written buffer over an input, a few elements off
+            at[-1] = (
+                bases[draw(st.integers(0, n_inputs - 1))] + draw(st.integers(-2, 2)) * ELEMENTS[kinds[-1]][3]
+            )
+        pointers.append(tuple(at) if parametric else ())
+    calls = [
+        Call(name, ((I32, n), (I32, m), *((I32, b & 0xFFFFFFFF) for b in at)), exact, index)
+        for (n, m), at in zip(trips, pointers, strict=True)
+    ]
     meta: dict[str, Any] = {
         "function": name,
         "buffers": [
@@ -966,6 +985,7 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
         "conditional": conditional,
         "time_steps": steps,
         "hoisted_load": hoisted is not None,
+        "pointers": [list(at) for at in pointers] if parametric else None,
     }
     return func, data, calls, meta
 

@@ -1,7 +1,9 @@
 """Replay every failure the oracle ever saved (``tests/regressions/*.wat`` + ``.json``).
 
 Each file pair is a shrunk case from ``tensorwasm fuzz`` (or a test run); it must pass on
-the host backend and, where a GPU is present, on the GPU, forever after its bug is fixed.
+the host backend, with its loops offloaded from wasmtime (to the host backend and to the
+device simulated in host memory) and, where a GPU is present, on the GPU and offloaded to
+it, forever after its bug is fixed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,13 @@ REGRESSIONS = Path(__file__).resolve().parent / "regressions"
 CASES = sorted(REGRESSIONS.glob("*.json"))
 
 
-@pytest.mark.parametrize("backend", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+BACKENDS = [
+    "cpu", "offload-cpu", "offload-sim",
+    pytest.param("gpu", marks=pytest.mark.gpu), pytest.param("offload-gpu", marks=pytest.mark.gpu),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_regression(path: Path, backend: str) -> None:
     case = Case.load(path)

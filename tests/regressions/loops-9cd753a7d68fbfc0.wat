@@ -1,0 +1,31 @@
+(module
+  (memory (export "memory") 1 1)
+  (global $phase (export "phase") (mut i32) (i32.const 0))
+  (data (i32.const 64) "\ff\ff\40\00")
+  (data (i32.const 76) "\00\00\00\00\00\00\00\00")
+  (func (export "kernel0") (param $n i32) (param $m i32) (param $p0 i32) (param $p1 i32) (result i32)
+    (local $i i32) (local $j i32) (local $k i32) (local $s i32) (local $acc i32) (local $h f32) (local $cf32 f32) (local $cf64 f64)
+    (local.set $s (i32.const 0))
+    (loop $time
+      (local.set $i (i32.const 0))
+      (block $exit$i (loop $loop$i
+        (br_if $exit$i (i32.ge_s (local.get $i) (local.get $n)))
+        (local.set $h (f32.convert_i32_s (i32.load16_s (i32.add (local.get $p0) (i32.mul (i32.add (i32.mul (local.get $i) (i32.const 1)) (i32.const 0)) (i32.const 2))))))
+          (local.set $j (i32.const 0))
+          (block $exit$j (loop $loop$j
+            (br_if $exit$j (i32.ge_s (local.get $j) (local.get $m)))
+            (local.set $k (i32.const 0))
+            (block $exit$k (loop $loop$k
+              (br_if $exit$k (i32.ge_s (local.get $k) (local.get $m)))
+              (f32.store (i32.add (local.get $p1) (i32.mul (i32.add (i32.add (i32.add (i32.mul (local.get $i) (i32.const 1)) (i32.mul (local.get $j) (i32.const 1))) (i32.mul (local.get $k) (i32.const 1))) (i32.const 0)) (i32.const 4))) (local.set $cf32 (f32.add (f32.convert_i32_s (i32.load16_s (i32.add (local.get $p0) (i32.mul (i32.add (i32.add (i32.add (i32.mul (local.get $i) (i32.const 1)) (i32.mul (local.get $j) (i32.const 1))) (i32.mul (local.get $k) (i32.const 1))) (i32.const 0)) (i32.const 2))))) (local.get $h))) (select (f32.const nan) (local.get $cf32) (f32.ne (local.get $cf32) (local.get $cf32))))
+              (local.set $k (i32.add (local.get $k) (i32.const 1)))
+              (br $loop$k)))
+            (local.set $j (i32.add (local.get $j) (i32.const 1)))
+            (br $loop$j)))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $loop$i)))
+      (global.set $phase (i32.add (i32.mul (global.get $phase) (i32.const 5)) (i32.const 1)))
+      (local.set $s (i32.add (local.get $s) (i32.const 1)))
+      (br_if $time (i32.lt_u (local.get $s) (i32.const 1))))
+    (local.get $acc))
+)
