@@ -106,6 +106,7 @@ class LoopRecord:
     threads: int = 1  # host backend: the most threads one launch used
     pinned: bool = False  # GPU: copies from page-locked linear memory
     region: int | None = None  # the device-resident region it is in
+    inside: int | None = None  # the offset of the offloaded loop around it, if any
 
 
 @dataclass
@@ -129,6 +130,7 @@ def report(instance: wasmtime.Instance) -> OffloadReport:
 
 
 def offload_report(prepared: OffloadModule) -> OffloadReport:
+    around = _enclosing(prepared)
     loops = []
     for r in prepared.reports:
         row = LoopRecord(r.func.name, r.loop.offset, r.loop.depth, r.verdict, r.reason)
@@ -140,5 +142,21 @@ def offload_report(prepared: OffloadModule) -> OffloadReport:
             row.bytes_in, row.bytes_out, row.region = stats.bytes_in, stats.bytes_out, stats.region
             row.kernel_seconds, row.transfer_seconds = stats.kernel_seconds, stats.transfer_seconds
             row.threads, row.pinned = stats.threads, stats.pinned
+            row.inside = around.get(id(chosen))
         loops.append(row)
     return OffloadReport(prepared.device, loops, [asdict(r) for r in prepared.region_stats])
+
+
+def _enclosing(prepared: OffloadModule) -> dict[int, int]:
+    """For each offloaded loop inside another, by ``id``: the offset of the innermost one
+    around it (its host call is reached only when that one declines)."""
+    around = {}
+    for lp in prepared.loops:
+        ins = lp.insertion
+        outer = [
+            o for o in prepared.loops
+            if o.insertion.func_index == ins.func_index and o.insertion.start < ins.start and ins.end < o.insertion.end
+        ]  # fmt: skip
+        if outer:
+            around[id(lp)] = max(outer, key=lambda o: o.insertion.start).stats.offset
+    return around

@@ -138,6 +138,13 @@ def report(prepared: OffloadModule, timings: dict, fmt: str) -> str:
             else:
                 lines.append(f"  {where}: stays on the CPU: {row['reason']}")
             continue
+        if not row["arrivals"]:
+            inside = row["inside"]
+            lines.append(
+                f"  {where}: parallel, inside the offloaded loop at +0x{inside:x}: launches on its own only "
+                "where that one declines (not reached)" if inside is not None else f"  {where}: parallel, never reached"
+            )  # fmt: skip
+            continue
         declined = ", ".join(f"{n}x {why}" for why, n in row["declined"].items()) or "none"
         lines.append(
             f"  {where}: ran {row['offloaded']}/{row['arrivals']} times on {row['device']}, "

@@ -584,6 +584,7 @@ def test_the_loops_inside_a_declined_nest_launch_on_their_own(device: str) -> No
     import wasmtime
 
     from oracle.simulated import simulate_gpu
+    from runtime.api import offload_report
     from runtime.reference import ReferenceInstance
     from tests.conftest import wat
 
@@ -600,6 +601,11 @@ def test_the_loops_inside_a_declined_nest_launch_on_their_own(device: str) -> No
             assert actual.memory() == expected.memory("memory")
         wasmtime.Module.validate(wasmtime.Engine(), actual.offload.rewritten)
         nest, row = sorted(actual.offload.loops, key=lambda lp: lp.stats.offset)
+        records = {loop.offset: loop for loop in offload_report(actual.offload).loops}
+        assert (
+            records[row.stats.offset].inside == nest.stats.offset
+            and records[nest.stats.offset].inside is None
+        )
         if b > 4 * m * n:
             assert (nest.stats.offloaded, row.stats.arrivals) == (2, 0)
         else:
