@@ -159,12 +159,11 @@ def _bare_launch(prepared, memory):
     import ctypes
 
     from compiler.lower import abi
-    from runtime.offload import _nest
 
     loop = next(lp for lp in prepared.loops if lp.stats.offloaded)
     ((_, ready),) = prepared._guard_cache[loop.kernel_index].items()
     ((_, arrival),) = ready._arrivals.items()
-    kernel, counts = prepared.kernels[loop.entry], (ready.launch.trip, *_nest(ready.launch))
+    kernel, counts = prepared.kernels[loop.entry], (ready.launch.trip, *ready.launch.nest)
     if prepared.device != "gpu":
         ctx_image, _ = ready.host_args(prepared)
         ctx = (ctypes.c_uint64 * (len(ctx_image) // 8)).from_buffer_copy(ctx_image)

@@ -84,10 +84,7 @@ class HostContext:
         """What ``queue(stream)`` queues, kept to be done on each :meth:`HostGraph.launch`."""
         stream = HostStream(self, steps=[])
         queue(stream)
-        self.recorded += 1
         return HostGraph(stream.steps)
-
-    recorded = 0  # graphs recorded
 
 
 class HostStream:

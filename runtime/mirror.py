@@ -158,8 +158,7 @@ class DeviceMirror:
 
     def _queue(self, stream, base, copies, upload, kernel, grid, block, params, back, staged, at) -> None:
         memory, scratch, staging = self.memory_ptr, self.scratch_ptr, self.staging.ptr
-        for span in copies:
-            stream.copy_htod(memory + span.lo, base + span.lo, span.hi - span.lo)
+        self.copy_in(base, copies, stream)
         if upload:
             stream.copy_htod(scratch, staging, upload)
         stream.launch(kernel, grid, block, params)
@@ -199,11 +198,13 @@ class DeviceMirror:
         self._graphs.clear()
         self.epoch += 1  # buffers or page-locking changed: recorded launches are stale
 
-    def copy_in(self, base: int, spans) -> int:
-        """Queue host linear memory -> device, span by span; returns the bytes moved."""
+    def copy_in(self, base: int, spans, stream=None) -> int:
+        """Queue host linear memory -> device, span by span, on ``stream`` (default: the
+        mirror's); returns the bytes moved."""
+        stream = stream or self.stream
         moved = 0
         for span in spans:
-            self.stream.copy_htod(self.memory_ptr + span.lo, base + span.lo, span.hi - span.lo)
+            stream.copy_htod(self.memory_ptr + span.lo, base + span.lo, span.hi - span.lo)
             moved += span.hi - span.lo
         return moved
 

@@ -458,7 +458,7 @@ class OffloadModule:
         if len(chunks) == 1:
             out = (U64 * len(ready.out_words))(*ready.out_words)
             self.kernels[lp.entry](
-                ctypes.addressof(ctx), ctypes.addressof(params), 0, launch.trip, *_nest(launch),
+                ctypes.addressof(ctx), ctypes.addressof(params), 0, launch.trip, *launch.nest,
                 ctypes.addressof(out),
             )  # fmt: skip
         else:
@@ -495,7 +495,7 @@ class OffloadModule:
                 ctypes.addressof(params),
                 lo,
                 hi,
-                *_nest(launch),
+                *launch.nest,
                 ctypes.addressof(o),
             )
             for (lo, hi), o in zip(chunks, outs, strict=True)
@@ -574,12 +574,10 @@ class OffloadModule:
         mirror.synchronize()
         done = time.perf_counter()
         stats.kernel_seconds += done - launched
-        back = mirror.check_scratch(image, ready.back_bytes)
-        if back[abi.CTX_TRAP]:
+        partials = self._partials(lp, ready, image)
+        if partials is None:
             stats.transfer_seconds += launched - start
-            stats.decline(_trap_reason(back[abi.CTX_TRAP]))
             return None
-        partials = back[ready.out_at : ready.out_at + ready.reductions] if ready.reductions else ()
         if resident:  # the results stay on the device until the region ends
             mirror.keep(ready.written)
             moved_out = 0
@@ -615,15 +613,22 @@ class OffloadModule:
         mirror.synchronize()
         done = time.perf_counter()
         stats.kernel_seconds += done - launched
-        back = mirror.check_scratch(image, ready.back_bytes)
-        if back[abi.CTX_TRAP]:
-            stats.decline(_trap_reason(back[abi.CTX_TRAP]))
+        partials = self._partials(lp, ready, image)
+        if partials is None:
             return None
-        partials = back[ready.out_at : ready.out_at + ready.reductions] if ready.reductions else ()
         stats.bytes_out += mirror.unstage(base, ready.written, ready.staged_at)
         stats.transfer_seconds += time.perf_counter() - done
         stats.bytes_in += ready.in_bytes
         return partials
+
+    def _partials(self, lp: OffloadedLoop, ready: Ready, image: bytes) -> list[int] | None:
+        """After a launch's wait: its reductions' partial results from the scratch buffer
+        brought back, or None where the kernel trapped (the arrival is declined)."""
+        back = self.mirror.check_scratch(image, ready.back_bytes)
+        if back[abi.CTX_TRAP]:
+            lp.stats.decline(_trap_reason(back[abi.CTX_TRAP]))
+            return None
+        return back[ready.out_at : ready.out_at + ready.reductions] if ready.reductions else ()
 
     def _drain(self) -> None:
         """After a failed call in a launch: wait for what was queued before it (copies into
@@ -719,7 +724,7 @@ class Ready:
             ctx[abi.CTX_WRITTEN] = scratch + 8 * self.back_slots
             ctx[abi.CTX_WRITTEN_COUNT] = len(self.written)
             tail = [*self.out_words, *self.range_words]
-            counts = (self.launch.trip, *_nest(self.launch))
+            counts = (self.launch.trip, *self.launch.nest)
             params = KernelParams([U64, U64, *(ctypes.c_int64 for _ in counts), U64])
             params.set([scratch, scratch + 8 * abi.CTX_SLOTS, *counts, scratch + 8 * self.out_at])
             self._device = (buffers, _words(ctx), _words(tail), params)
@@ -738,7 +743,7 @@ class Ready:
             self._spans = (U64 * len(self.range_words))(*self.range_words)  # the context points at it
             ctx[abi.CTX_WRITTEN] = ctypes.addressof(self._spans)
             ctx[abi.CTX_WRITTEN_COUNT] = len(self.written)
-            chunks = module._chunks(self.launch.trip, math.prod(_nest(self.launch)))
+            chunks = module._chunks(self.launch.trip, math.prod(self.launch.nest))
             self._host = (bytes(ctx), chunks)
         return self._host
 
@@ -802,11 +807,6 @@ def _nothing(live: tuple[int, ...]) -> tuple[()]:
 
 def _words(values: list[int]) -> bytes:
     return struct.pack(f"<{len(values)}Q", *values)
-
-
-def _nest(launch: Launch) -> tuple[int, ...]:
-    """The inner trip count arguments of a collapsed nest's entry (none otherwise)."""
-    return launch.nest
 
 
 # Threads per block, and the grid's limit in y and z (x allows 2**31 - 1 blocks; the
