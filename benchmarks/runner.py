@@ -77,7 +77,7 @@ def _cpu_model() -> str:
 
 def environment(device: str) -> dict:
     """What the numbers were measured on: machine, GPU, driver, toolkit, library versions."""
-    from compiler.pipeline import COMPILER_VERSION
+    from compiler import COMPILER_VERSION
 
     env: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

@@ -12,9 +12,10 @@ import hashlib
 import json
 from pathlib import Path
 
+from compiler import COMPILER_VERSION
 from compiler.errors import CompileError
 from compiler.frontend import load, read_wasm, translate_module
-from compiler.pipeline import COMPILER_VERSION, compile_entries
+from compiler.pipeline import compile_entries
 from compiler.target import ARCH_PTX, ARCHES, NVPTXTarget
 
 

@@ -13,17 +13,17 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from compiler.callgraph import reachable
 from compiler.errors import NotCompilable
 from compiler.frontend.module import WasmModule
 from compiler.lower.abi import entry_name
-from compiler.lower.function import LowerOptions, ModuleLowering, reachable
+from compiler.lower.function import LowerOptions, ModuleLowering
 from compiler.target import NVPTXTarget, Target
 from dialect.ir import Module
 
 log = logging.getLogger(__name__)
 
 STAGES = ("wasm", "dialect", "llvm", "ptx")
-COMPILER_VERSION = "0.1.0"
 
 
 @dataclass

@@ -153,13 +153,14 @@ def simulate_gpu(offload: OffloadModule) -> HostContext:
     """Make ``offload`` (prepared for the host backend) take the GPU path on host memory."""
     if offload.device != "cpu":
         raise ValueError("only a module prepared for the host backend can run on the simulated device")
+    host = offload.kernels  # loaded now, while the module still takes the host path
     context = HostContext()
     offload.device = "gpu"
     offload.pin = True  # "page-locking" is free here: launches take the GPU's recorded path
     offload.context = context
     offload.mirror = DeviceMirror(context)
     offload.mirror.allocator = HostAllocator()
-    offload.kernels = {name: HostKernel(entry) for name, entry in getattr(offload, "kernels", {}).items()}
+    offload.kernels = {name: HostKernel(entry) for name, entry in host.items()}
     for lp in offload.loops:
         lp.stats.device = "gpu (simulated)"
     return context

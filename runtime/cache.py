@@ -25,7 +25,7 @@ from pathlib import Path
 
 import llvmlite
 
-from compiler.pipeline import COMPILER_VERSION
+from compiler import COMPILER_VERSION
 
 log = logging.getLogger(__name__)
 MAGIC = b"TWC1"

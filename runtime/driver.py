@@ -15,6 +15,7 @@ made in and refuses to touch a handle from an earlier one.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import re
 import threading
@@ -23,10 +24,12 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
-from cuda.bindings import driver as cu
-from cuda.pathfinder import DynamicLibNotFoundError
-
 from dialect.errors import TensorWasmError
+from dialect.lazy import LazyModule
+
+# cuda-python's bindings take ~40 ms to import, which a run whose loops stay on the CPU,
+# or run on the host backend, does not need.
+cu = LazyModule("cuda.bindings.driver", globals(), "cu")
 
 logger = logging.getLogger(__name__)
 
@@ -35,38 +38,42 @@ JIT_LOG_BYTES = 64 * 1024
 
 # Errors after which the context is unusable until it is reset (CUDA programming
 # guide: "sticky" errors corrupt the context and are returned by every later call).
-_STICKY_ERRORS = frozenset(
-    int(getattr(cu.CUresult, f"CUDA_ERROR_{name}"))
-    for name in (
-        "ILLEGAL_ADDRESS",
-        "LAUNCH_TIMEOUT",
-        "ASSERT",
-        "HARDWARE_STACK_ERROR",
-        "ILLEGAL_INSTRUCTION",
-        "MISALIGNED_ADDRESS",
-        "INVALID_ADDRESS_SPACE",
-        "INVALID_PC",
-        "LAUNCH_FAILED",
-        "TENSOR_MEMORY_LEAK",
-        "ECC_UNCORRECTABLE",
-        "NVLINK_UNCORRECTABLE",
-        "CONTAINED",
-    )
+_STICKY_NAMES = (
+    "ILLEGAL_ADDRESS",
+    "LAUNCH_TIMEOUT",
+    "ASSERT",
+    "HARDWARE_STACK_ERROR",
+    "ILLEGAL_INSTRUCTION",
+    "MISALIGNED_ADDRESS",
+    "INVALID_ADDRESS_SPACE",
+    "INVALID_PC",
+    "LAUNCH_FAILED",
+    "TENSOR_MEMORY_LEAK",
+    "ECC_UNCORRECTABLE",
+    "NVLINK_UNCORRECTABLE",
+    "CONTAINED",
 )
 
 # cuInit results that mean "this machine has no usable GPU" rather than a bug.
-_NO_GPU_REASONS = {
-    int(getattr(cu.CUresult, f"CUDA_ERROR_{name}")): reason
-    for name, reason in (
-        ("NO_DEVICE", "the driver sees no device (check CUDA_VISIBLE_DEVICES)"),
-        ("STUB_LIBRARY", "libcuda.so is the CUDA toolkit's stub, not a driver"),
-        ("SYSTEM_DRIVER_MISMATCH", "the kernel module and libcuda.so differ"),
-        ("COMPAT_NOT_SUPPORTED_ON_DEVICE", "the compat driver lacks this device"),
-        ("CALL_REQUIRES_NEWER_DRIVER", "the NVIDIA driver is too old"),
-        ("DEVICE_UNAVAILABLE", "the device is busy or in exclusive mode"),
-        ("SYSTEM_NOT_READY", "the system is not ready (nvidia-fabricmanager?)"),
-    )
-}
+_NO_GPU_NAMES = (
+    ("NO_DEVICE", "the driver sees no device (check CUDA_VISIBLE_DEVICES)"),
+    ("STUB_LIBRARY", "libcuda.so is the CUDA toolkit's stub, not a driver"),
+    ("SYSTEM_DRIVER_MISMATCH", "the kernel module and libcuda.so differ"),
+    ("COMPAT_NOT_SUPPORTED_ON_DEVICE", "the compat driver lacks this device"),
+    ("CALL_REQUIRES_NEWER_DRIVER", "the NVIDIA driver is too old"),
+    ("DEVICE_UNAVAILABLE", "the device is busy or in exclusive mode"),
+    ("SYSTEM_NOT_READY", "the system is not ready (nvidia-fabricmanager?)"),
+)
+
+
+@functools.cache
+def _sticky_errors() -> frozenset[int]:
+    return frozenset(int(getattr(cu.CUresult, f"CUDA_ERROR_{name}")) for name in _STICKY_NAMES)
+
+
+@functools.cache
+def _no_gpu_reasons() -> dict[int, str]:
+    return {int(getattr(cu.CUresult, f"CUDA_ERROR_{name}")): reason for name, reason in _NO_GPU_NAMES}
 
 
 class CudaError(TensorWasmError):
@@ -90,7 +97,7 @@ class CudaError(TensorWasmError):
     @property
     def sticky(self) -> bool:
         """Whether the error poisoned the context, so only :meth:`Context.reset` helps."""
-        return self.code in _STICKY_ERRORS
+        return self.code in _sticky_errors()
 
 
 class ModuleLoadError(CudaError):
@@ -162,12 +169,15 @@ def _ensure_init() -> None:
 
 
 def _try_init() -> str:
+    from cuda.pathfinder import DynamicLibNotFoundError
+
     try:
         (err,) = cu.cuInit(0)
     except (DynamicLibNotFoundError, OSError) as exc:
         return f"no usable GPU: the NVIDIA driver library (libcuda) is not installed ({exc})"
-    if int(err) in _NO_GPU_REASONS:
-        return f"no usable GPU: {_NO_GPU_REASONS[int(err)]} [{err.name}]"
+    reasons = _no_gpu_reasons()
+    if int(err) in reasons:
+        return f"no usable GPU: {reasons[int(err)]} [{err.name}]"
     check("cuInit", (err,))
     if check("cuDeviceGetCount", cu.cuDeviceGetCount()) == 0:
         return "no usable GPU: the driver reports zero devices"

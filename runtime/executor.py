@@ -21,7 +21,7 @@ from compiler.frontend import load, translate_module
 from compiler.lower import abi
 from compiler.lower.function import LowerOptions
 from compiler.pipeline import Compilation, compile_entries, exported_functions
-from compiler.target import HostTarget, NVPTXTarget, nvptx_for_device
+from compiler.target import HostTarget, NVPTXTarget, describe, nvptx_for_device
 from compiler.traps import trap_message
 from dialect.types import Type
 from runtime.instance import InstanceState, InstantiationError, initial_state
@@ -53,7 +53,7 @@ class Executor(ABC):
 
         target = self.target()
         self.cache = default_cache()
-        self.cache_key = make_key("whole", hashlib.sha256(wasm).hexdigest(), _describe(target), options or "")
+        self.cache_key = make_key("whole", hashlib.sha256(wasm).hexdigest(), describe(target), options or "")
         self.compilation: Compilation = compile_entries(
             self.module, target, roots, options, self.cache, self.cache_key
         )
@@ -112,15 +112,6 @@ class Executor(ABC):
         current = len(self.state.memory) // abi.PAGE_SIZE if self.state.memory is not None else 0
         limit = self.state.max_pages
         return limit if headroom is None else min(limit, current + headroom)
-
-
-def _describe(target) -> str:
-    """Everything about a target that changes the code made for it."""
-    if target.is_gpu:
-        return f"{target.arch} ptx{target.ptx_isa}"
-    import llvmlite.binding as llvm
-
-    return f"host {llvm.get_process_triple()} {llvm.get_host_cpu_name()} {llvm.get_host_cpu_features().flatten()}"
 
 
 def _from_slot(ty: Type, bits: int) -> WasmValue:

@@ -36,26 +36,16 @@ import wasmtime
 
 from compiler.analysis.loops import AnalysisOptions, LoopPlan, LoopReport, analyze_module
 from compiler.analysis.regions import Region, find_regions
-from compiler.frontend import load, translate_module
-from compiler.frontend.translate import loop_closure
+from compiler.frontend import load
 from compiler.lower import abi
-from compiler.lower.function import (
-    FunctionLowering,
-    ModuleLowering,
-    loop_entry_name,
-    lower_loop_entry,
-    reachable,
-    recursive_functions,
-)
 from compiler.outline import identity_bits, outline
 from compiler.rewrite import HOST_MODULE, Insertion, RegionExit, rewrite
-from compiler.target import HostTarget, nvptx_for_device
+from compiler.target import HostTarget, describe, nvptx_for_device
 from compiler.traps import TrapKind, trap_message
 from dialect.types import F32, Type
 from runtime import hostfunc, prepared
 from runtime.cache import default_cache, load_kernels, make_key
 from runtime.driver import CudaError, KernelParams, ModuleLoadError
-from runtime.executor import _describe
 from runtime.guards import GuardFailed, Launch, check, inputs
 from runtime.limits import DeviceMemoryLimitError, DeviceOutOfMemory
 from runtime.mirror import DeviceMirror, Span, union
@@ -153,7 +143,7 @@ class OffloadModule:
         self.target = self._target()
         cache = default_cache()
         digest = hashlib.sha256(self._wasm_bytes).hexdigest()
-        self._key = make_key("offload", digest, _describe(self.target), self.options)
+        self._key = make_key("offload", digest, describe(self.target), self.options)
         state = None
         blob = cache.get("prepared", self._key)
         if blob is not None:
@@ -193,6 +183,8 @@ class OffloadModule:
     def _prepare(self) -> None:
         """Translate, analyse, outline every outermost accepted loop, rewrite the module."""
         # Only what the loops need: the functions with loops and what their loops call.
+        from compiler.frontend.translate import loop_closure, translate_module
+
         self.module = translate_module(self.wasm, only=loop_closure(self.wasm))
         self.reports: list[LoopReport] = analyze_module(self.module, self.options)
         # Every accepted loop gets its host call, those inside another accepted loop too:
@@ -231,12 +223,15 @@ class OffloadModule:
         key = make_key("kernels", self._key, [lp.kernel_index for lp in self.loops])
         gpu = self.device == "gpu"
         for lp in self.loops:
-            lp.entry = loop_entry_name(lp.kernel_index, gpu)
+            lp.entry = abi.loop_entry_name(lp.kernel_index, gpu)
         cached = cache.get("ptx" if gpu else "obj", key)
         if cached is None and not must:
             return False
         self.cached = cached is not None
         if cached is None:
+            from compiler.callgraph import reachable, recursive_functions
+            from compiler.lower.function import FunctionLowering, ModuleLowering, lower_loop_entry
+
             lowering = ModuleLowering(self.module, target)
             indices = [lp.kernel_index for lp in self.loops]
             closure = reachable(self.module, indices)
@@ -255,10 +250,11 @@ class OffloadModule:
             if not self.cached:  # code just compiled is loaded now, so a JIT error shows here
                 self._load_kernels()
         else:
-            self.code = HostTarget().jit(None, cached) if cached is not None else HostTarget().jit(llvm_ir)
+            self.code = None if cached is not None else HostTarget().jit(llvm_ir)
+            self.host_object = cached if cached is not None else self.code.object
             if cached is None:
-                cache.put("obj", key, self.code.object)
-            self.kernels = {lp.entry: _host_entry_type(lp)(self.code.address(lp.entry)) for lp in self.loops}
+                cache.put("obj", key, self.host_object)
+                self._load_kernels()
         return True
 
     def compiled(self, engine: wasmtime.Engine) -> wasmtime.Module:
@@ -280,8 +276,8 @@ class OffloadModule:
 
     @property
     def kernels(self) -> dict:
-        """The kernels by entry name. Cached GPU code is loaded at the first launch: a
-        program whose loops all stay on the CPU never pays for it."""
+        """The kernels by entry name. Cached code is loaded at the first launch: a program
+        whose loops all stay on the CPU never pays for it (nor for loading LLVM)."""
         if self._kernels is None:
             self._load_kernels()
         return self._kernels
@@ -291,6 +287,11 @@ class OffloadModule:
         self._kernels = kernels
 
     def _load_kernels(self) -> None:
+        if self.device != "gpu":
+            if self.code is None:
+                self.code = HostTarget().jit(None, self.host_object)
+            self._kernels = {lp.entry: _host_entry_type(lp)(self.code.address(lp.entry)) for lp in self.loops}
+            return
         self.cu_module = load_kernels(self.context, self.ptx)
         self._kernels = {lp.entry: self.cu_module.function(lp.entry) for lp in self.loops}
 

@@ -49,7 +49,33 @@ CALIBRATION_WAT = """(module (memory (export "memory") 48)
 
 @functools.cache
 def cpu_seconds_per_op() -> float:
-    """wasmtime's seconds per dialect op, measured on the calibration loop (once)."""
+    """wasmtime's seconds per dialect op on this machine: measured on the calibration loop
+    once, and kept in the cache for later processes (keyed by the processor, wasmtime's
+    library and the compiler, whose analysis counts the ops)."""
+    import os
+
+    import wasmtime
+
+    from compiler.target import HostTarget, describe
+    from runtime.cache import default_cache, make_key
+
+    library = os.stat(wasmtime._ffi.dll._name)
+    key = make_key(
+        "calibration", CALIBRATION_WAT, describe(HostTarget()), library.st_size, library.st_mtime_ns
+    )
+    cache = default_cache()
+    kept = cache.get("calibration", key)
+    if kept is not None:
+        try:
+            return float(kept.decode("ascii"))
+        except ValueError:
+            cache.drop("calibration", key)
+    measured = _measure_seconds_per_op()
+    cache.put("calibration", key, repr(measured).encode("ascii"))
+    return measured
+
+
+def _measure_seconds_per_op() -> float:
     import wasmtime
 
     from compiler.analysis.loops import analyze_module

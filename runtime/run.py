@@ -16,9 +16,9 @@ from dataclasses import asdict
 import wasmtime
 
 from compiler.analysis.loops import AnalysisOptions
+from compiler.rewrite import HOST_MODULE
 from dialect.errors import TensorWasmError
 from runtime.offload import OffloadModule
-from runtime.wasi_cuda import define_if_imported
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,10 @@ def run(
     prepared.define(linker, store)
     try:
         module = prepared.compiled(engine)
-        define_if_imported(linker, store, module)  # a guest that ships its own PTX
+        if {imp.module for imp in module.imports} - {HOST_MODULE, "wasi_snapshot_preview1"}:
+            from runtime.wasi_cuda import define_if_imported  # a guest that ships its own PTX
+
+            define_if_imported(linker, store, module)
         linker.define_unknown_imports_as_traps(module)
         instance = linker.instantiate(store, module)
     except wasmtime.WasmtimeError as exc:

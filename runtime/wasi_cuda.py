@@ -39,9 +39,9 @@ from enum import IntEnum
 from typing import Any, TypeVar
 
 import wasmtime
-from cuda.bindings import driver as cu
 
 from dialect.errors import TensorWasmError
+from dialect.lazy import LazyModule
 
 from .driver import (
     Context,
@@ -55,6 +55,8 @@ from .driver import (
     check,
 )
 from .limits import DeviceAllocator, DeviceMemoryLimitError, DeviceOutOfMemory
+
+cu = LazyModule("cuda.bindings.driver", globals(), "cu")  # imported at first use
 
 log = logging.getLogger(__name__)
 
@@ -744,15 +746,12 @@ def _decode_arg(index: int, tag: int, handle: int, payload: int) -> _Arg:
     return _Arg(index, kind, handle, payload)
 
 
-_NOT_AN_ALLOCATION = (cu.CUresult.CUDA_ERROR_NOT_FOUND, cu.CUresult.CUDA_ERROR_INVALID_VALUE)
-
-
 def _refuse_device_address(context: Context, arg: _Arg) -> None:
     """An I64 argument that points into a live allocation is a raw device address: refuse it."""
     context.bind()
     err, *_ = cu.cuMemGetAddressRange(arg.payload)
-    if err in _NOT_AN_ALLOCATION:
-        return
+    if err in (cu.CUresult.CUDA_ERROR_NOT_FOUND, cu.CUresult.CUDA_ERROR_INVALID_VALUE):
+        return  # not an allocation
     if err == cu.CUresult.CUDA_SUCCESS:
         raise _Refusal(
             Status.BAD_ARGUMENT,

@@ -59,7 +59,7 @@ def test_cache_info_and_clear(cache_dir: Path, capsys) -> None:
 
 
 def test_warm_offload_start_skips_the_compiler_and_runs_the_same(cache_dir: Path, monkeypatch) -> None:
-    import runtime.offload as offload_module
+    import compiler.frontend.translate as translate
     from runtime.offload import OffloadModule
     from tests.offload_cases import SPECS, Case, module_bytes, run_case
 
@@ -70,9 +70,10 @@ def test_warm_offload_start_skips_the_compiler_and_runs_the_same(cache_dir: Path
     def refuse(*args):
         raise AssertionError("a warm start must not translate the module")
 
-    monkeypatch.setattr(offload_module, "translate_module", refuse)
+    monkeypatch.setattr(translate, "translate_module", refuse)
     warm = OffloadModule(wasm, device="cpu")
     assert warm._wasm is None  # not even decoded
+    assert warm.code is None and warm._kernels is None  # its code is loaded at the first launch
     assert [lp.stats.offset for lp in warm.loops] == [lp.stats.offset for lp in cold.loops]
     assert [(r.func.name, r.loop.offset, r.verdict, r.reason) for r in warm.reports] == [
         (r.func.name, r.loop.offset, r.verdict, r.reason) for r in cold.reports
@@ -81,6 +82,7 @@ def test_warm_offload_start_skips_the_compiler_and_runs_the_same(cache_dir: Path
     case = Case({"m": 19, "n": 23, "k": 1}, [0.0] * len(spec), [0, 4], seed=2)
     assert run_case(warm.rewritten, "jacobi2d", spec, case, warm) == run_case(wasm, "jacobi2d", spec, case)
     assert sum(lp.stats.offloaded for lp in warm.loops) == 1
+    assert warm.code is not None
 
 
 def test_unreadable_prepared_entry_is_prepared_again(cache_dir: Path) -> None:
@@ -135,3 +137,71 @@ def test_tensorwasm_run_does_not_import_the_fuzzer() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert done.stdout.strip() == "False"
+
+
+# What a warm run of a program whose loops all stay on the CPU never needs: LLVM, the
+# CUDA bindings, the decoder and translation, the lowering, the wasi:cuda layer.
+NOT_NEEDED_WARM = (
+    "llvmlite.binding",
+    "cuda.bindings.driver",
+    "compiler.frontend.decoder",
+    "compiler.frontend.translate",
+    "compiler.lower.function",
+    "runtime.wasi_cuda",
+)
+
+_WARM_RUN = """
+import sys
+from runtime.run import run
+status, prepared, _ = run(open(sys.argv[1], "rb").read(), [sys.argv[1], sys.argv[2]], device="cpu")
+assert sum(lp.stats.arrivals for lp in prepared.loops) > 0
+assert sum(lp.stats.offloaded for lp in prepared.loops) == 0
+print(status, [name for name in sys.argv[3:] if name in sys.modules], file=sys.stderr)
+"""
+
+
+def test_a_warm_run_whose_loops_decline_loads_neither_llvm_nor_cuda(cache_dir: Path, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    from tests.test_run import plain_wasmtime
+
+    path = ROOT / "examples/wasi/build/histogram.O2.wasm"
+    env = dict(os.environ, TENSORWASM_CACHE_DIR=str(cache_dir))
+    command = [sys.executable, "-c", _WARM_RUN, str(path), "3000", *NOT_NEEDED_WARM]
+    cold = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, check=True)
+    assert "llvmlite.binding" in cold.stderr  # it compiled the kernels
+    warm = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, check=True)
+    assert warm.stderr.splitlines()[-1] == "0 []"
+    assert warm.stdout == plain_wasmtime(path, ["3000"], tmp_path)[1]
+    assert list((cache_dir / "calibration").iterdir())  # measured once, by the cold run
+
+
+def test_the_host_is_described_by_its_processor_not_its_clock() -> None:
+    from compiler.target import cpuinfo_signature
+
+    block = "processor\t: {n}\nvendor_id\t: GenuineIntel\nmodel\t\t: 143\ncpu MHz\t\t: {mhz}\nflags\t\t: fpu {extra}\n"
+    first = cpuinfo_signature(
+        block.format(n=0, mhz="2100.000", extra="avx2") + "\n" + block.format(n=1, mhz="1.0", extra="")
+    )
+    assert first == cpuinfo_signature(block.format(n=0, mhz="3400.123", extra="avx2"))  # clock, other cores
+    assert first != cpuinfo_signature(block.format(n=0, mhz="2100.000", extra="avx2 avx512f"))
+    assert cpuinfo_signature("") is None  # LLVM is asked instead
+
+
+def test_the_calibration_is_measured_once_per_machine(cache_dir: Path, monkeypatch) -> None:
+    import runtime.profit as profit
+
+    measured = []
+    monkeypatch.setattr(profit, "_measure_seconds_per_op", lambda: measured.append(1) or 2.5e-10)
+    profit.cpu_seconds_per_op.cache_clear()
+    try:
+        assert profit.cpu_seconds_per_op() == 2.5e-10
+        profit.cpu_seconds_per_op.cache_clear()
+        default_cache().memory.clear()  # as a new process would start
+        assert profit.cpu_seconds_per_op() == 2.5e-10
+        assert measured == [1]
+    finally:
+        profit.cpu_seconds_per_op.cache_clear()

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from compiler.analysis.poly import Poly, Symbol
+from compiler.callgraph import reachable
 from compiler.errors import NotCompilable
-from compiler.lower.function import reachable
 from dialect import arith
 from dialect.ir import Block, Function, LoopInfo, Module, Op, Value
 from dialect.verifier import dominators, reverse_postorder

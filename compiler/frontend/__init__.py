@@ -3,13 +3,32 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import wasmtime
 
 from compiler.errors import DecodeError, ValidationError
-from compiler.frontend.decoder import decode
-from compiler.frontend.module import WasmModule
-from compiler.frontend.translate import translate_function, translate_module
+
+if TYPE_CHECKING:
+    from compiler.frontend.module import WasmModule
+
+# The decoder and the translation load at first use: a warm start, whose analysis comes
+# from the cache, imports only the module classes its plans refer to.
+_LAZY = {
+    "decode": "compiler.frontend.decoder",
+    "WasmModule": "compiler.frontend.module",
+    "translate_function": "compiler.frontend.translate",
+    "translate_module": "compiler.frontend.translate",
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_LAZY[name]), name)
+
 
 __all__ = ["decode", "load", "read_wasm", "translate_function", "translate_module", "validate"]
 
@@ -47,6 +66,8 @@ def validate(data: bytes) -> None:
 
 def load(data: bytes) -> WasmModule:
     """Decode and validate: the module every later stage may rely on."""
+    from compiler.frontend.decoder import decode
+
     module = decode(data)
     validate(data)
     return module

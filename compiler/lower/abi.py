@@ -47,3 +47,8 @@ ENTRY_PREFIX = "tw_call_"
 
 def entry_name(func_index: int) -> str:
     return f"{ENTRY_PREFIX}{func_index}"
+
+
+def loop_entry_name(index: int, gpu: bool) -> str:
+    """The launch entry of the iteration kernel outlined as function ``index``."""
+    return f"tw_kernel_{index}" if gpu else f"tw_loop_{index}"

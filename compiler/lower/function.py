@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+from compiler.callgraph import indirect_candidates, reachable, recursive_functions
 from compiler.errors import CompileError, NotCompilable
 from compiler.lower import abi, control, convert, memory, numeric
 from compiler.lower.env import Environment, i64_const
@@ -41,94 +42,6 @@ class LowerOptions:
     """Options that change the generated code (part of every cache key)."""
 
     max_call_depth: int = 10_000
-
-
-def callees(module: Module, func: Function) -> Iterable[int]:
-    """Every function ``func`` may call, directly or through a table."""
-    for op in func.ops():
-        if op.name == "func.call":
-            yield op.attrs["callee"]
-        elif op.name == "func.call_indirect":
-            yield from indirect_candidates(module, op.attrs["sig"])
-
-
-def indirect_candidates(module: Module, sig: FuncSig) -> list[int]:
-    """Functions of type ``sig`` that a table can hold (Wasm compares types structurally)."""
-    return sorted(
-        i
-        for i in module.table_funcs
-        if module.functions[i].params == sig.params and module.functions[i].results == sig.results
-    )
-
-
-def reachable(module: Module, roots: Iterable[int]) -> list[int]:
-    """The functions reachable from ``roots``; NotCompilable if that includes an import."""
-    seen: dict[int, int | None] = {}
-    stack = [(root, None) for root in roots]
-    order = []
-    while stack:
-        index, caller = stack.pop()
-        if index in seen:
-            continue
-        seen[index] = caller
-        func = module.functions[index]
-        if func.is_import:
-            chain = []
-            at: int | None = index
-            while at is not None:
-                chain.append(module.functions[at].name)
-                at = seen[at]
-            mod, name = func.import_name
-            path = " -> ".join(reversed(chain))
-            raise NotCompilable(f"calls host import {mod}.{name} ({path})", func.import_name)
-        order.append(index)
-        stack.extend((callee, index) for callee in callees(module, func))
-    return order
-
-
-def recursive_functions(module: Module, functions: list[int]) -> set[int]:
-    """Functions on a call-graph cycle (Tarjan's strongly connected components, iteratively)."""
-    graph = {f: sorted(set(callees(module, module.functions[f]))) for f in functions}
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    on_stack: set[int] = set()
-    stack: list[int] = []
-    result: set[int] = set()
-    counter = 0
-    for root in functions:
-        if root in index:
-            continue
-        work = [(root, 0)]
-        while work:
-            node, i = work.pop()
-            if i == 0:
-                index[node] = low[node] = counter
-                counter += 1
-                stack.append(node)
-                on_stack.add(node)
-            succs = graph.get(node, [])
-            if i < len(succs):
-                work.append((node, i + 1))
-                nxt = succs[i]
-                if nxt not in index:
-                    work.append((nxt, 0))
-                elif nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-                continue
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1 or node in graph.get(node, []):
-                    result.update(component)
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-    return result
 
 
 class ModuleLowering:
@@ -334,10 +247,6 @@ def _read_sreg(module: ir.Module, b: ir.IRBuilder, name: str) -> ir.Value:
     return b.zext(read_sreg(module, b, name), I64_T)
 
 
-def loop_entry_name(index: int, gpu: bool) -> str:
-    return f"tw_kernel_{index}" if gpu else f"tw_loop_{index}"
-
-
 def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]) -> str:
     """The launch entry of an iteration kernel.
 
@@ -359,7 +268,7 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
     if getattr(kernel.attrs.get("loop_plan"), "collapse", ()):
         return _lower_nest_entry(lowering, index)
     gpu = lowering.target.is_gpu
-    name = loop_entry_name(index, gpu)
+    name = abi.loop_entry_name(index, gpu)
     params = [PTR_T, PTR_T, I64_T, PTR_T] if gpu else [PTR_T, PTR_T, I64_T, I64_T, PTR_T]
     fn = ir.Function(lowering.llvm, ir.FunctionType(VOID_T, params), name=name)
     lowering.target.mark_entry(fn)
@@ -483,7 +392,7 @@ def _lower_nest_entry(lowering: ModuleLowering, index: int) -> str:
     kernel = lowering.dialect.functions[index]
     dims = len(kernel.attrs["loop_plan"].collapse) + 1
     gpu = lowering.target.is_gpu
-    name = loop_entry_name(index, gpu)
+    name = abi.loop_entry_name(index, gpu)
     params = [PTR_T, PTR_T, *[I64_T] * (dims if gpu else dims + 1), PTR_T]
     fn = ir.Function(lowering.llvm, ir.FunctionType(VOID_T, params), name=name)
     lowering.target.mark_entry(fn)

@@ -10,27 +10,21 @@ for this machine with MCJIT, so every kernel also runs where there is no GPU.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
+import platform
+import sys
 import threading
 from dataclasses import dataclass
 
-from llvmlite import ir
-
 from compiler.errors import CompileError
+from dialect.lazy import LazyModule
 
+ir = LazyModule("llvmlite.ir", globals(), "ir")  # the lowering's IR: a warm start needs none
 
-class _Binding:
-    """``llvmlite.binding``, loaded at first use: loading LLVM's library takes ~0.2 s, which a
-    warm start (code from the cache, kernels for the GPU) does not need."""
-
-    def __getattr__(self, name: str):
-        import llvmlite.binding
-
-        globals()["llvm"] = llvmlite.binding
-        return getattr(llvmlite.binding, name)
-
-
-llvm = _Binding()
+# Loading LLVM's library takes ~0.2 s, which a warm start (code from the cache, kernels
+# for the GPU) does not need.
+llvm = LazyModule("llvmlite.binding", globals(), "llvm")
 
 log = logging.getLogger(__name__)
 
@@ -293,6 +287,50 @@ def _host_target() -> tuple[llvm.Target, str, str]:
         llvm.initialize_native_asmprinter()
         target = llvm.Target.from_default_triple()
     return target, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+
+
+# What a processor reports to the operating system that LLVM's host CPU name and features
+# derive from (x86: cpuid's family, model and stepping, and its flags; Arm: the ID registers).
+_CPUINFO_FIELDS = frozenset({
+    "vendor_id", "cpu family", "model", "model name", "stepping", "flags",
+    "CPU implementer", "CPU architecture", "CPU variant", "CPU part", "CPU revision", "Features",
+})  # fmt: skip
+
+
+def describe(target: Target) -> str:
+    """Everything about a target that changes the code made for it, for cache keys. The
+    host is named by what its processor reports to the operating system, read without
+    loading LLVM (a warm start never loads it); LLVM is asked where that cannot be read."""
+    if target.is_gpu:
+        return f"{target.arch} ptx{target.ptx_isa}"
+    return f"host {sys.platform} {platform.machine()} {_host_signature()}"
+
+
+@functools.cache
+def _host_signature() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            signature = cpuinfo_signature(f.read())
+    except OSError:
+        signature = None
+    if signature is None:
+        _, cpu, features = _host_target()
+        return f"llvm {cpu} {features}"
+    return signature
+
+
+def cpuinfo_signature(text: str) -> str | None:
+    """A hash of the first processor's identity and features in ``/proc/cpuinfo`` text
+    (not its clock or load), or None where it names none."""
+    first = text.split("\n\n", 1)[0]
+    fields = sorted(
+        (key.strip(), value.strip())
+        for key, _, value in (line.partition(":") for line in first.splitlines())
+        if key.strip() in _CPUINFO_FIELDS
+    )
+    if not fields:
+        return None
+    return "cpuinfo " + hashlib.sha256(repr(fields).encode()).hexdigest()[:32]
 
 
 class HostCode:
