@@ -28,6 +28,7 @@ from pathlib import Path
 
 import wasmtime
 
+from benchmarks import compile_bytecode
 from runtime.cache import default_cache
 from runtime.run import run
 
@@ -184,6 +185,8 @@ except wasmtime.ExitTrap:
 def fresh_processes(path: Path, args: list[str], device: str, mode: str, runs: int = 3) -> dict:
     """The best of ``runs`` fresh processes each: plain wasmtime, and ``tensorwasm run`` with
     the cache this benchmark filled."""
+
+    compile_bytecode()
 
     def best(command: list[str]) -> float:
         times = []

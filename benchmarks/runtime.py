@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import compile_bytecode
+
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = [
     *sorted((ROOT / "examples/loops/build").glob("*.O2.wasm")),
@@ -65,6 +67,7 @@ def prepare_in_fresh_process(device: str, cache_dir: str) -> dict:
 
 
 def cold_warm(device: str) -> dict:
+    compile_bytecode()
     with tempfile.TemporaryDirectory() as cache:
         cold = prepare_in_fresh_process(device, cache)
         warm = prepare_in_fresh_process(device, cache)
