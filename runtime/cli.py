@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -225,9 +226,15 @@ def _start_cuda() -> None:
         pass
 
 
+# The thread making the CUDA context for the last run (see entry).
+_cuda_start: threading.Thread | None = None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    global _cuda_start
     if args.device != "cpu" and args.offload != "off":
-        threading.Thread(target=_start_cuda, name="tensorwasm-cuda-start", daemon=True).start()
+        _cuda_start = threading.Thread(target=_start_cuda, name="tensorwasm-cuda-start", daemon=True)
+        _cuda_start.start()
     from compiler.frontend import read_wasm
     from runtime.run import report, run
 
@@ -341,5 +348,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def entry() -> None:
+    """The ``tensorwasm`` command. Where the CUDA context is still being made when the
+    command is done (every loop stayed on the CPU before one was needed, so nothing of the
+    program's is on the device), the process ends at once: it neither waits for the driver
+    nor exits while the driver initialises on the other thread."""
+    status = main()
+    if _cuda_start is not None and _cuda_start.is_alive():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(status)
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

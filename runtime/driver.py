@@ -278,6 +278,11 @@ class Context:
         self._capture: tuple[int, Stream] | None = None  # (generation, stream) for record()
 
     @classmethod
+    def made(cls, ordinal: int = 0) -> Context | None:
+        """Device ``ordinal``'s :class:`Context` if it has been created (never waits)."""
+        return cls._instances.get(ordinal)
+
+    @classmethod
     def get(cls, ordinal: int = 0) -> Context:
         """The one :class:`Context` of device ``ordinal``, created on first use."""
         with cls._instances_lock:

@@ -42,10 +42,11 @@ from compiler.outline import identity_bits, outline
 from compiler.rewrite import HOST_MODULE, Insertion, RegionExit, rewrite
 from compiler.target import HostTarget, describe, nvptx_for_device
 from compiler.traps import TrapKind, trap_message
+from dialect.errors import TensorWasmError
 from dialect.types import F32, Type
 from runtime import hostfunc, prepared
 from runtime.cache import default_cache, load_kernels, make_key
-from runtime.driver import CudaError, KernelParams, ModuleLoadError
+from runtime.driver import CudaError, KernelParams, ModuleLoadError, NoGPU
 from runtime.guards import GuardFailed, Launch, check, inputs
 from runtime.limits import DeviceMemoryLimitError, DeviceOutOfMemory
 from runtime.mirror import DeviceMirror, Span, union
@@ -132,6 +133,9 @@ class OffloadModule:
         self.pin = pin
         self.device_memory_limit = device_memory_limit
         self.gpu_lost: str | None = None  # why the GPU cannot be used any more
+        self._context = None  # see the context property
+        self._mirror: DeviceMirror | None = None  # see the mirror property
+        self._assumed = None  # the remembered device the target was made for (known_gpu)
         self._kernels: dict | None = None  # see the kernels property
         self.mode = mode
         self.options = options or AnalysisOptions()
@@ -172,13 +176,71 @@ class OffloadModule:
         return self._wasm
 
     def _target(self):
+        """The code's target. For the GPU: the device's, from its context if one is made,
+        else from the description its last context gave on this machine (a run waits for
+        the context only at its first launch), else from a new context."""
         if self.device != "gpu":
             return HostTarget()
-        from runtime import driver
+        from runtime import driver, known_gpu
 
-        self.context = driver.Context.get()
-        info = self.context.info
+        info = None
+        if driver.Context.made() is None:
+            info = self._assumed = known_gpu.remembered()
+        if info is None:
+            self._context = driver.Context.get()
+            info = self._context.info
+            known_gpu.remember(info)
         return nvptx_for_device(info.compute_capability, info.driver_version)
+
+    @property
+    def context(self):
+        """The CUDA context, made (or waited for) at first need: a launch, a cold compile's
+        load. Where the target came from a remembered description, it is checked here."""
+        if self._context is None:
+            from runtime import driver
+
+            self._context = driver.Context.get()  # NoGPU: the launch falls back
+            if self._assumed is not None:
+                self._check_assumed()
+        return self._context
+
+    @context.setter
+    def context(self, context) -> None:
+        self._context = context
+
+    def _check_assumed(self) -> None:
+        """The context's device against the remembered one the code was made for: where
+        their targets differ, the code made for the real one is taken (same loops, same
+        entries: the preparation does not depend on the GPU)."""
+        info = self._context.info
+        real = nvptx_for_device(info.compute_capability, info.driver_version)
+        if describe(real) == describe(self.target):
+            return
+        log.info("the GPU is not the one remembered (%s, not %s): its own code is used",
+                 describe(real), describe(self.target))  # fmt: skip
+        try:
+            fresh = OffloadModule(
+                self._wasm_bytes, device="gpu", mode=self.mode, options=self.options,
+                device_memory_limit=self.device_memory_limit, pin=self.pin,
+            )  # fmt: skip
+        except TensorWasmError as exc:
+            raise NoGPU(f"the kernels could not be made for this GPU: {exc}") from exc
+        if [lp.entry for lp in fresh.loops] != [lp.entry for lp in self.loops]:
+            raise NoGPU("the GPU is not the one the module's kernels were prepared for")
+        self.target, self._key, self.ptx, self.cached = fresh.target, fresh._key, fresh.ptx, fresh.cached
+        self._kernels = None  # loaded from the new code at the first launch
+        self._assumed = None
+
+    @property
+    def mirror(self) -> DeviceMirror | None:
+        """Device memory and the copies (GPU only), made at the first launch."""
+        if self._mirror is None and self.device == "gpu":
+            self._mirror = DeviceMirror(self.context, self.device_memory_limit)
+        return self._mirror
+
+    @mirror.setter
+    def mirror(self, mirror: DeviceMirror) -> None:
+        self._mirror = mirror
 
     def _prepare(self) -> None:
         """Translate, analyse, outline every outermost accepted loop, rewrite the module."""
@@ -246,7 +308,6 @@ class OffloadModule:
                 cached = target.emit_ptx(llvm_ir).encode("ascii")
                 cache.put("ptx", key, cached)
             self.ptx = cached
-            self.mirror = DeviceMirror(self.context, self.device_memory_limit)
             if not self.cached:  # code just compiled is loaded now, so a JIT error shows here
                 self._load_kernels()
         else:
@@ -297,8 +358,8 @@ class OffloadModule:
 
     def close(self) -> None:
         """Give back device memory and unpin linear memory (call before the store dies)."""
-        if getattr(self, "mirror", None) is not None:
-            self.mirror.release()
+        if self._mirror is not None:
+            self._mirror.release()
 
     # -- instantiation --------------------------------------------------------------------------
 
@@ -340,7 +401,7 @@ class OffloadModule:
 
     def _flush(self, caller: int, k: int) -> None:
         """Bring region ``k``'s results on the device back into linear memory."""
-        mirror = getattr(self, "mirror", None)
+        mirror = self._mirror
         if mirror is None or not mirror.holds_results:
             return
         base, _ = hostfunc.memory(caller)  # a launch found it, so it is there
@@ -389,7 +450,7 @@ class OffloadModule:
         if self.mode == "auto" and launch.trip:
             gpu = self.device == "gpu"
             nbytes = self._bytes_to_move(lp, ready) if gpu else 0
-            pinned = gpu and self.pin and not self.mirror.pin_failed
+            pinned = gpu and self.pin and not (self._mirror is not None and self._mirror.pin_failed)
             go, why, model, cpu = lp.estimate.decide(self.device, ready.ops, nbytes, pinned, ready.cells)
             if not go:
                 stats.decline(why)
@@ -440,7 +501,9 @@ class OffloadModule:
         """The bytes a GPU launch would copy (inside a region: only in, what the device lacks)."""
         if lp.region is None:
             return ready.moved
-        return self.mirror.missing_bytes(ready.needed)
+        if self._mirror is None:  # nothing is on the device yet
+            return sum(hi - lo for lo, hi in union([], [(s.lo, s.hi) for s in ready.needed]))
+        return self._mirror.missing_bytes(ready.needed)
 
     def _run(
         self, lp: OffloadedLoop, ready: Ready, arrival: Arrival, base: int, size: int
@@ -518,6 +581,9 @@ class OffloadModule:
             return None
         try:
             return self._launch_gpu(lp, ready, arrival, base, size)
+        except NoGPU as exc:  # the context a remembered device promised cannot be made
+            self.gpu_lost = str(exc)
+            self._fall_back(lp, self.gpu_lost)
         except (DeviceMemoryLimitError, DeviceOutOfMemory) as exc:
             self._fall_back(lp, f"device memory: {exc}")
         except ModuleLoadError as exc:  # cached code the driver refuses: no loop can run there

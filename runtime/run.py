@@ -28,11 +28,15 @@ class RunError(TensorWasmError):
 
 
 def pick_device(device: str) -> str:
-    """``auto`` is the GPU when one is usable, else the host backend, said on stderr."""
+    """``auto`` is the GPU when one is usable, else the host backend, said on stderr. A GPU
+    remembered on this machine (:mod:`runtime.known_gpu`) is taken without waiting for its
+    context; should that context fail at the first launch, the loops stay on the CPU."""
     if device != "auto":
         return device
-    from runtime import driver
+    from runtime import driver, known_gpu
 
+    if driver.Context.made() is None and known_gpu.remembered() is not None:
+        return "gpu"  # the GPU this machine had last time: checked at the first launch
     try:
         driver.Context.get()
     except driver.NoGPU as exc:

@@ -1,0 +1,98 @@
+"""The GPU this machine's last process found, so a warm start need not wait for CUDA.
+
+Creating the CUDA context takes ~0.24 s on an H100. A warm ``tensorwasm run`` needs the
+device's compute capability and driver version (its cache keys name the target) long
+before its first launch, and a run whose loops all stay on the CPU needs nothing else.
+So the description a context gave is kept in the cache, under a fingerprint of what the
+operating system says without the driver: the kernel module's version, the NVIDIA PCI
+devices (with each GPU's UUID where the driver's proc files show it) and the device
+selection in the environment. A new driver, another GPU or another selection finds
+nothing and waits for the context; what is found is checked against the context at the
+first launch (:class:`runtime.offload.OffloadModule`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+
+from runtime.cache import default_cache, make_key
+from runtime.driver import DeviceInfo
+
+log = logging.getLogger(__name__)
+
+# Where the operating system describes the driver and the devices (patched by the tests).
+PROC = Path("/proc/driver/nvidia")
+SYS_MODULE = Path("/sys/module/nvidia/version")
+PCI = Path("/sys/bus/pci/devices")
+NVIDIA_VENDOR = "0x10de"
+SELECTION = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+
+
+def fingerprint() -> str | None:
+    """A hash of the driver's version and the NVIDIA devices, or None where the operating
+    system does not say (then nothing is remembered). Read once per process and selection."""
+    return _fingerprint(PROC, SYS_MODULE, PCI, tuple(os.environ.get(name, "") for name in SELECTION))
+
+
+@functools.cache
+def _fingerprint(proc: Path, sys_module: Path, pci: Path, selection: tuple[str, ...]) -> str | None:
+    driver = _read(proc / "version") or _read(sys_module)
+    if not driver:
+        return None
+    gpus = []
+    try:
+        entries = sorted(pci.iterdir())
+    except OSError:
+        return None
+    for entry in entries:
+        if _read(entry / "vendor").strip() != NVIDIA_VENDOR or not _read(entry / "class").startswith("0x03"):
+            continue  # not an NVIDIA display or 3D controller
+        gpus.append(
+            f"{entry.name} {_read(entry / 'device').strip()} {_read(proc / 'gpus' / entry.name / 'information')}"
+        )
+    if not gpus:
+        return None
+    parts = [driver, *gpus, *(f"{name}={value}" for name, value in zip(SELECTION, selection, strict=True))]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def remembered() -> DeviceInfo | None:
+    """The description the last context on this machine gave, if nothing has changed."""
+    key = _key()
+    blob = None if key is None else default_cache().get("device", key)
+    if blob is None:
+        return None
+    try:
+        fields = json.loads(blob)
+        fields["compute_capability"] = tuple(fields["compute_capability"])
+        return DeviceInfo(**fields)
+    except (ValueError, TypeError, KeyError) as exc:
+        log.info("dropping an unreadable device description: %s", exc)
+        default_cache().drop("device", key)
+        return None
+
+
+def remember(info: DeviceInfo) -> None:
+    """Keep what a context found (for ordinal 0, the device a run uses)."""
+    key = _key()
+    if key is None or remembered() == info:
+        return
+    fields = {name: getattr(info, name) for name in info.__dataclass_fields__}
+    default_cache().put("device", key, json.dumps(fields).encode())
+
+
+def _key() -> str | None:
+    found = fingerprint()
+    return None if found is None else make_key("device", found)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,206 @@
+"""A remembered GPU: a warm start makes its target without waiting for the CUDA context,
+checks the context at the first launch, and a run that never launches never waits."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import runtime.offload as offload_module
+from runtime import driver, known_gpu
+from runtime.cache import default_cache
+from runtime.driver import DeviceInfo, NoGPU
+from runtime.offload import OffloadModule
+from tests.conftest import ROOT
+from tests.offload_cases import module_bytes, run_case
+from tests.test_offload import _saxpy_case
+
+H100 = DeviceInfo(0, "NVIDIA H100 80GB HBM3", (9, 0), 13000, 80 << 30, 132)
+A100 = DeviceInfo(0, "NVIDIA A100-SXM4-40GB", (8, 0), 13000, 40 << 30, 108)
+
+
+def _fake_system(root: Path, driver_version: str = "580.95.05", uuid: str = "GPU-1") -> None:
+    (root / "proc/gpus/0000:1a:00.0").mkdir(parents=True, exist_ok=True)
+    (root / "proc/version").write_text(f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {driver_version}\n")
+    (root / "proc/gpus/0000:1a:00.0/information").write_text(f"Model: NVIDIA H100\nGPU UUID: {uuid}\n")
+    for name, vendor, klass, device in (("0000:1a:00.0", "0x10de", "0x030200", "0x2330"),
+                                        ("0000:00:1f.0", "0x8086", "0x060100", "0x1234")):  # fmt: skip
+        entry = root / "pci" / name
+        entry.mkdir(parents=True, exist_ok=True)
+        for field, value in (("vendor", vendor), ("class", klass), ("device", device)):
+            (entry / field).write_text(value + "\n")
+    known_gpu._fingerprint.cache_clear()  # read once per process otherwise
+
+
+@pytest.fixture
+def system(tmp_path: Path, monkeypatch) -> Path:
+    """A machine with one NVIDIA GPU as the operating system describes it, and a cache."""
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    _fake_system(tmp_path)
+    monkeypatch.setattr(known_gpu, "PROC", tmp_path / "proc")
+    monkeypatch.setattr(known_gpu, "SYS_MODULE", tmp_path / "absent")
+    monkeypatch.setattr(known_gpu, "PCI", tmp_path / "pci")
+    return tmp_path
+
+
+def test_a_device_is_remembered_until_the_driver_the_gpus_or_the_selection_change(
+    system, monkeypatch
+) -> None:
+    assert known_gpu.remembered() is None
+    known_gpu.remember(H100)
+    assert known_gpu.remembered() == H100
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert known_gpu.remembered() is None
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    _fake_system(system, uuid="GPU-2")  # another GPU in the same slot
+    assert known_gpu.remembered() is None
+    _fake_system(system, uuid="GPU-1", driver_version="590.1")
+    assert known_gpu.remembered() is None
+    _fake_system(system)
+    assert known_gpu.remembered() == H100
+
+
+def test_nothing_is_remembered_where_the_system_names_no_nvidia_device(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(known_gpu, "PROC", tmp_path / "no-proc")
+    monkeypatch.setattr(known_gpu, "SYS_MODULE", tmp_path / "no-module")
+    assert known_gpu.fingerprint() is None
+    known_gpu.remember(H100)
+    assert known_gpu.remembered() is None
+
+
+class FakeContext:
+    """The CUDA context as far as preparing and checking code needs one."""
+
+    def __init__(self, info: DeviceInfo) -> None:
+        self.info = info
+
+
+class FakeCode:
+    def __init__(self, ptx: bytes) -> None:
+        self.ptx = ptx
+
+    def function(self, name: str) -> str:
+        return name
+
+
+@pytest.fixture
+def contexts(monkeypatch):
+    """Context.get made to count its calls and hand out a fake context (``made`` reports
+    it only once it was asked for); the driver's JIT load faked."""
+    made: list[FakeContext] = []
+    device = {"info": H100}
+
+    def get(ordinal: int = 0):
+        if not made:
+            made.append(FakeContext(device["info"]))
+        return made[0]
+
+    monkeypatch.setattr(driver.Context, "get", staticmethod(get))
+    monkeypatch.setattr(driver.Context, "made", staticmethod(lambda ordinal=0: made[0] if made else None))
+    monkeypatch.setattr(offload_module, "load_kernels", lambda context, ptx: FakeCode(ptx))
+    return made, device
+
+
+def _warm(wasm: bytes, made: list, **options) -> OffloadModule:
+    """A module prepared once with the context, then again as a new process would."""
+    OffloadModule(wasm, device="gpu", **options)
+    made.clear()
+    default_cache().memory.clear()
+    return OffloadModule(wasm, device="gpu", **options)
+
+
+def test_a_warm_start_on_a_remembered_gpu_waits_for_no_context(system, contexts) -> None:
+    made, _ = contexts
+    prepared = _warm(module_bytes("blas1", "O2"), made)
+    assert not made  # the target came from the remembered description
+    assert prepared.target.arch == "sm_90" and prepared._mirror is None
+    assert prepared.context is made[0]  # made at first need
+    assert b".target sm_90" in prepared.ptx
+
+
+def test_a_context_unlike_the_remembered_gpu_gets_code_made_for_it(system, contexts) -> None:
+    made, device = contexts
+    wasm = module_bytes("blas1", "O2")
+    device["info"] = A100
+    prepared = _warm(wasm, made)  # remembered: the A100
+    device["info"] = H100  # the machine's GPU now, its /proc files unchanged
+    assert prepared.target.arch == "sm_80" and not made
+    entries = [lp.entry for lp in prepared.loops]
+    assert prepared.context is made[0]
+    assert prepared.target.arch == "sm_90" and b".target sm_90" in prepared.ptx
+    assert [lp.entry for lp in prepared.loops] == entries
+    assert set(prepared.kernels) == set(entries)
+
+
+def test_declined_arrivals_on_a_remembered_gpu_make_no_context(system, contexts) -> None:
+    made, _ = contexts
+    wasm = module_bytes("blas1", "O2")
+    prepared = _warm(wasm, made, mode="auto")
+    spec, case = _saxpy_case(8)  # far too little work for a launch
+    assert run_case(prepared.rewritten, "saxpy", spec, case, prepared) == run_case(wasm, "saxpy", spec, case)
+    loop = next(lp for lp in prepared.loops if lp.plan.func.name == "saxpy")
+    assert loop.stats.declined == {"too little work to pay for a launch": 1}
+    assert not made
+
+
+def test_a_remembered_gpu_that_is_gone_sends_the_loops_to_the_cpu(system, contexts, monkeypatch) -> None:
+    made, _ = contexts
+    wasm = module_bytes("blas1", "O2")
+    prepared = _warm(wasm, made)
+
+    def gone(ordinal: int = 0):
+        raise NoGPU("no usable GPU: the driver sees no device (check CUDA_VISIBLE_DEVICES)")
+
+    monkeypatch.setattr(driver.Context, "get", staticmethod(gone))
+    spec, case = _saxpy_case(4096)
+    for _ in range(2):
+        assert run_case(prepared.rewritten, "saxpy", spec, case, prepared) == run_case(
+            wasm, "saxpy", spec, case
+        )
+    loop = next(lp for lp in prepared.loops if lp.plan.func.name == "saxpy")
+    assert loop.stats.offloaded == 0
+    assert loop.stats.declined == {"no usable GPU: the driver sees no device (check CUDA_VISIBLE_DEVICES)": 2}
+
+
+def test_auto_picks_a_remembered_gpu_without_waiting_for_it(system, contexts) -> None:
+    from runtime.run import pick_device
+
+    made, _ = contexts
+    known_gpu.remember(H100)
+    assert pick_device("auto") == "gpu" and not made
+
+
+_SLOW_CUDA = """
+import atexit, sys, time, runtime.cli as cli
+cli._start_cuda = lambda: time.sleep(60)  # a driver still initialising when the run ends
+atexit.register(lambda: print("python finalization", file=sys.stderr))
+cli.entry()
+"""
+
+
+def test_a_run_done_before_the_cuda_context_ends_without_waiting_for_it(tmp_path) -> None:
+    from tests.test_run import plain_wasmtime
+
+    path = ROOT / "examples/wasi/build/histogram.O2.wasm"
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", _SLOW_CUDA, "run", str(path), "3000", "--device", "auto", "--report", "text"],
+        capture_output=True, text=True, cwd=ROOT, check=False, timeout=50,
+    )  # fmt: skip
+    assert time.perf_counter() - start < 50
+    status, expected = plain_wasmtime(path, ["3000"], tmp_path)
+    assert done.returncode == status, done.stderr
+    assert done.stdout == expected  # flushed before the process ended
+    assert "offload report" in done.stderr
+    assert "python finalization" not in done.stderr  # it ended at once
+    on_cpu = subprocess.run(
+        [sys.executable, "-c", _SLOW_CUDA, "run", str(path), "3000", "--device", "cpu"],
+        capture_output=True, text=True, cwd=ROOT, check=False, timeout=50,
+    )  # fmt: skip
+    assert on_cpu.stdout == expected and "python finalization" in on_cpu.stderr  # no thread: a normal exit
