@@ -47,14 +47,14 @@ def instantiate(
     memory stays pageable: the copies run at pageable speed, and the instance may be
     dropped at any time (``tensorwasm run`` page-locks it, knowing when its store ends).
     """
-    from runtime.run import pick_device
+    from runtime.run import prepare
 
     if offload not in ("auto", "always", "off"):
         raise TensorWasmError(f"offload must be auto, always or off, not {offload!r}")
     if linker is not None and imports:
         raise TensorWasmError("give the imports or a linker, not both")
-    prepared = OffloadModule(
-        bytes(wasm), device=pick_device(device), mode=offload,
+    prepared = prepare(
+        bytes(wasm), device, mode=offload,
         options=AnalysisOptions(relaxed_float=relaxed_float), device_memory_limit=device_memory_limit,
     )  # fmt: skip
     module = prepared.compiled(store.engine)

@@ -355,8 +355,11 @@ def entry() -> None:
     nor exits while the driver initialises on the other thread."""
     status = main()
     if _cuda_start is not None and _cuda_start.is_alive():
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except OSError:  # a closed pipe: nothing more can reach it
+                pass
         logging.shutdown()
         os._exit(status)
     sys.exit(status)

@@ -36,11 +36,11 @@ SELECTION = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 def fingerprint() -> str | None:
     """A hash of the driver's version and the NVIDIA devices, or None where the operating
     system does not say (then nothing is remembered). Read once per process and selection."""
-    return _fingerprint(PROC, SYS_MODULE, PCI, tuple(os.environ.get(name, "") for name in SELECTION))
+    return _fingerprint(PROC, SYS_MODULE, PCI, tuple(os.environ.get(name) for name in SELECTION))
 
 
 @functools.cache
-def _fingerprint(proc: Path, sys_module: Path, pci: Path, selection: tuple[str, ...]) -> str | None:
+def _fingerprint(proc: Path, sys_module: Path, pci: Path, selection: tuple[str | None, ...]) -> str | None:
     driver = _read(proc / "version") or _read(sys_module)
     if not driver:
         return None
@@ -57,7 +57,8 @@ def _fingerprint(proc: Path, sys_module: Path, pci: Path, selection: tuple[str, 
         )
     if not gpus:
         return None
-    parts = [driver, *gpus, *(f"{name}={value}" for name, value in zip(SELECTION, selection, strict=True))]
+    # An empty CUDA_VISIBLE_DEVICES hides every GPU: it differs from one not set.
+    parts = [driver, *gpus, *(f"{name}={value!r}" for name, value in zip(SELECTION, selection, strict=True))]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 

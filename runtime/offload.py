@@ -48,7 +48,7 @@ from runtime import hostfunc, prepared
 from runtime.cache import default_cache, load_kernels, make_key
 from runtime.driver import CudaError, KernelParams, ModuleLoadError, NoGPU
 from runtime.guards import GuardFailed, Launch, check, inputs
-from runtime.limits import DeviceMemoryLimitError, DeviceOutOfMemory
+from runtime.limits import DeviceMemoryLimitError, DeviceOutOfMemory, default_limit
 from runtime.mirror import DeviceMirror, Span, union
 from runtime.profit import Estimate, work
 
@@ -132,6 +132,8 @@ class OffloadModule:
         self.device = device
         self.pin = pin
         self.device_memory_limit = device_memory_limit
+        if device == "gpu" and device_memory_limit is None:
+            default_limit()  # a malformed TENSORWASM_DEVICE_MEMORY_LIMIT fails here, not at a launch
         self.gpu_lost: str | None = None  # why the GPU cannot be used any more
         self._context = None  # see the context property
         self._mirror: DeviceMirror | None = None  # see the mirror property
@@ -199,22 +201,26 @@ class OffloadModule:
         if self._context is None:
             from runtime import driver
 
-            self._context = driver.Context.get()  # NoGPU: the launch falls back
+            context = driver.Context.get()
             if self._assumed is not None:
-                self._check_assumed()
+                self._check_assumed(context.info)
+            self._context = context
         return self._context
 
     @context.setter
     def context(self, context) -> None:
         self._context = context
 
-    def _check_assumed(self) -> None:
+    def _check_assumed(self, info) -> None:
         """The context's device against the remembered one the code was made for: where
         their targets differ, the code made for the real one is taken (same loops, same
         entries: the preparation does not depend on the GPU)."""
-        info = self._context.info
-        real = nvptx_for_device(info.compute_capability, info.driver_version)
+        try:
+            real = nvptx_for_device(info.compute_capability, info.driver_version)
+        except TensorWasmError as exc:  # a device or driver too old for any target
+            raise NoGPU(str(exc)) from exc
         if describe(real) == describe(self.target):
+            self._assumed = None
             return
         log.info("the GPU is not the one remembered (%s, not %s): its own code is used",
                  describe(real), describe(self.target))  # fmt: skip
@@ -227,8 +233,9 @@ class OffloadModule:
             raise NoGPU(f"the kernels could not be made for this GPU: {exc}") from exc
         if [lp.entry for lp in fresh.loops] != [lp.entry for lp in self.loops]:
             raise NoGPU("the GPU is not the one the module's kernels were prepared for")
-        self.target, self._key, self.ptx, self.cached = fresh.target, fresh._key, fresh.ptx, fresh.cached
-        self._kernels = None  # loaded from the new code at the first launch
+        self.target, self._key, self.cached = fresh.target, fresh._key, fresh.cached
+        self.ptx = getattr(fresh, "ptx", None)  # None: no loops, nothing to load
+        self._kernels = fresh._kernels  # loaded if it compiled them; else at the first launch
         self._assumed = None
 
     @property
@@ -579,11 +586,15 @@ class OffloadModule:
         if self.gpu_lost is not None:
             lp.stats.decline(self.gpu_lost)
             return None
+        if self._mirror is None:
+            try:
+                self.mirror  # noqa: B018 (the context and device memory, made at the first launch)
+            except TensorWasmError as exc:  # no usable GPU after all, or one unlike the remembered
+                self.gpu_lost = str(exc) if isinstance(exc, NoGPU) else f"the GPU cannot be used: {exc}"
+                self._fall_back(lp, self.gpu_lost)
+                return None
         try:
             return self._launch_gpu(lp, ready, arrival, base, size)
-        except NoGPU as exc:  # the context a remembered device promised cannot be made
-            self.gpu_lost = str(exc)
-            self._fall_back(lp, self.gpu_lost)
         except (DeviceMemoryLimitError, DeviceOutOfMemory) as exc:
             self._fall_back(lp, f"device memory: {exc}")
         except ModuleLoadError as exc:  # cached code the driver refuses: no loop can run there
@@ -591,7 +602,7 @@ class OffloadModule:
             self._fall_back(lp, self.gpu_lost)
         except CudaError as exc:
             if exc.sticky:
-                lost = self.mirror.holds_results
+                lost = self._mirror.holds_results
                 self._recover(exc)
                 if lost:  # the reset took the region's results with it
                     raise RegionLost(self._lost_message(lp.region, exc)) from exc
@@ -700,9 +711,12 @@ class OffloadModule:
     def _drain(self) -> None:
         """After a failed call in a launch: wait for what was queued before it (copies into
         linear memory among them), so none lands once wasmtime runs the loop."""
-        self.mirror.scratch_holds = None
+        mirror = self._mirror
+        if mirror is None:
+            return
+        mirror.scratch_holds = None
         try:
-            self.mirror.synchronize()
+            mirror.synchronize()
         except CudaError as exc:
             log.info("waiting for the stream after a failed launch: %s", exc)
 

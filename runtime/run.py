@@ -18,6 +18,7 @@ import wasmtime
 from compiler.analysis.loops import AnalysisOptions
 from compiler.rewrite import HOST_MODULE
 from dialect.errors import TensorWasmError
+from runtime.driver import CudaError, NoGPU
 from runtime.offload import OffloadModule
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,20 @@ def pick_device(device: str) -> str:
     return "gpu"
 
 
+def prepare(wasm: bytes, device: str, **options) -> OffloadModule:
+    """The module prepared for offload on the device :func:`pick_device` names. Where that
+    is a remembered GPU whose context cannot be made when a cold start loads its kernels,
+    on the host backend instead, said on stderr."""
+    picked = pick_device(device)
+    try:
+        return OffloadModule(wasm, device=picked, **options)
+    except (NoGPU, CudaError) as exc:
+        if device != "auto":
+            raise
+        print(f"tensorwasm: {exc}; loops run on the host backend (cpu)", file=sys.stderr)
+        return OffloadModule(wasm, device="cpu", **options)
+
+
 def run(
     wasm: bytes,
     argv: list[str],
@@ -58,9 +73,8 @@ def run(
 ) -> tuple[int, OffloadModule, dict]:
     """Run the program; returns (exit status, the offload module, timings)."""
     started = time.perf_counter()
-    device = pick_device(device)
-    prepared = OffloadModule(
-        wasm, device=device, mode="off" if offload == "off" else offload,
+    prepared = prepare(
+        wasm, device, mode="off" if offload == "off" else offload,
         options=AnalysisOptions(relaxed_float=relaxed_float), pin=True,
     )  # fmt: skip
     compiled = time.perf_counter()

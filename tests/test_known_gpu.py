@@ -56,6 +56,8 @@ def test_a_device_is_remembered_until_the_driver_the_gpus_or_the_selection_chang
     assert known_gpu.remembered() == H100
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     assert known_gpu.remembered() is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # every GPU hidden
+    assert known_gpu.remembered() is None
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     _fake_system(system, uuid="GPU-2")  # another GPU in the same slot
     assert known_gpu.remembered() is None
@@ -166,6 +168,55 @@ def test_a_remembered_gpu_that_is_gone_sends_the_loops_to_the_cpu(system, contex
     loop = next(lp for lp in prepared.loops if lp.plan.func.name == "saxpy")
     assert loop.stats.offloaded == 0
     assert loop.stats.declined == {"no usable GPU: the driver sees no device (check CUDA_VISIBLE_DEVICES)": 2}
+
+
+def test_a_device_failing_at_the_first_launch_sends_the_loops_to_the_cpu(
+    system, contexts, monkeypatch
+) -> None:
+    from runtime.driver import CudaError
+
+    made, _ = contexts
+    wasm = module_bytes("blas1", "O2")
+    prepared = _warm(wasm, made)
+
+    def out_of_memory(ordinal: int = 0):
+        raise CudaError("cuDevicePrimaryCtxRetain", 2)  # CUDA_ERROR_OUT_OF_MEMORY: not sticky
+
+    monkeypatch.setattr(driver.Context, "get", staticmethod(out_of_memory))
+    spec, case = _saxpy_case(4096)
+    assert run_case(prepared.rewritten, "saxpy", spec, case, prepared) == run_case(wasm, "saxpy", spec, case)
+    loop = next(lp for lp in prepared.loops if lp.plan.func.name == "saxpy")
+    (reason,) = loop.stats.declined
+    assert reason.startswith("the GPU cannot be used: cuDevicePrimaryCtxRetain failed")
+
+
+def test_a_driver_too_old_for_any_target_sends_the_loops_to_the_cpu(system, contexts) -> None:
+    made, device = contexts
+    wasm = module_bytes("blas1", "O2")
+    prepared = _warm(wasm, made)
+    device["info"] = DeviceInfo(0, "NVIDIA H100", (9, 0), 10020, 80 << 30, 132)  # CUDA 10.2
+    spec, case = _saxpy_case(4096)
+    assert run_case(prepared.rewritten, "saxpy", spec, case, prepared) == run_case(wasm, "saxpy", spec, case)
+    loop = next(lp for lp in prepared.loops if lp.plan.func.name == "saxpy")
+    assert loop.stats.offloaded == 0 and "driver" in prepared.gpu_lost
+
+
+def test_a_cold_start_on_a_remembered_gpu_that_is_gone_runs_on_the_host_backend(
+    system, contexts, monkeypatch, capsys
+) -> None:
+    from runtime.run import prepare
+
+    known_gpu.remember(H100)
+
+    def gone(ordinal: int = 0):
+        raise NoGPU("no usable GPU: the driver sees no device (check CUDA_VISIBLE_DEVICES)")
+
+    monkeypatch.setattr(driver.Context, "get", staticmethod(gone))
+    prepared = prepare(module_bytes("blas1", "O2"), "auto")  # compiles, then loads: no context
+    assert prepared.device == "cpu"
+    assert "loops run on the host backend (cpu)" in capsys.readouterr().err
+    with pytest.raises(NoGPU):
+        prepare(module_bytes("stencil", "O2"), "gpu")  # asked for by name (and cold): the error stands
 
 
 def test_auto_picks_a_remembered_gpu_without_waiting_for_it(system, contexts) -> None:

@@ -320,17 +320,21 @@ def _host_signature() -> str:
 
 
 def cpuinfo_signature(text: str) -> str | None:
-    """A hash of the first processor's identity and features in ``/proc/cpuinfo`` text
-    (not its clock or load), or None where it names none."""
-    first = text.split("\n\n", 1)[0]
-    fields = sorted(
-        (key.strip(), value.strip())
-        for key, _, value in (line.partition(":") for line in first.splitlines())
-        if key.strip() in _CPUINFO_FIELDS
-    )
-    if not fields:
+    """A hash of the processors' identities and features in ``/proc/cpuinfo`` text (each
+    kind once: cores of several kinds all count; not their clocks or load), or None where
+    it names none."""
+    kinds = set()
+    for block in text.split("\n\n"):
+        fields = tuple(sorted(
+            (key.strip(), value.strip())
+            for key, _, value in (line.partition(":") for line in block.splitlines())
+            if key.strip() in _CPUINFO_FIELDS
+        ))  # fmt: skip
+        if fields:
+            kinds.add(fields)
+    if not kinds:
         return None
-    return "cpuinfo " + hashlib.sha256(repr(fields).encode()).hexdigest()[:32]
+    return "cpuinfo " + hashlib.sha256(repr(sorted(kinds)).encode()).hexdigest()[:32]
 
 
 class HostCode:
