@@ -255,3 +255,38 @@ def test_a_run_done_before_the_cuda_context_ends_without_waiting_for_it(tmp_path
         capture_output=True, text=True, cwd=ROOT, check=False, timeout=50,
     )  # fmt: skip
     assert on_cpu.stdout == expected and "python finalization" in on_cpu.stderr  # no thread: a normal exit
+
+
+_RUN = """
+import sys
+from runtime import driver, known_gpu
+from runtime.run import run
+status, prepared, _ = run(open(sys.argv[1], "rb").read(), sys.argv[1:3], device="gpu", offload=sys.argv[3])
+offloaded = sum(lp.stats.offloaded for lp in prepared.loops)
+print(known_gpu.fingerprint() is not None, driver.Context.made() is not None, offloaded, file=sys.stderr)
+"""
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_warm_run_makes_its_context_only_to_launch(tmp_path) -> None:
+    import os
+
+    from tests.test_run import plain_wasmtime
+
+    env = dict(os.environ, TENSORWASM_CACHE_DIR=str(tmp_path / "cache"))
+
+    def tensorwasm(name: str, arg: str, offload: str) -> tuple[str, list[str]]:
+        path = ROOT / f"examples/wasi/build/{name}.O2.wasm"
+        done = subprocess.run([sys.executable, "-c", _RUN, str(path), arg, offload],
+                              capture_output=True, text=True, cwd=ROOT, env=env, check=True)  # fmt: skip
+        assert done.stdout == plain_wasmtime(path, [arg], tmp_path)[1]
+        return done.stdout, done.stderr.splitlines()[-1].split()
+
+    assert tensorwasm("histogram", "3000", "auto")[1] == ["True", "True", "0"]  # cold: it asked the context
+    assert tensorwasm("histogram", "3000", "auto")[1] == [
+        "True",
+        "False",
+        "0",
+    ]  # warm: remembered, never needed
+    _, (known, made, offloaded) = tensorwasm("matmul", "64", "always")
+    assert (known, made) == ("True", "True") and int(offloaded) > 0
