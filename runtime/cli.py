@@ -243,7 +243,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     name, *values = args.invoke or [None]
     status, prepared, timings = run(
         wasm, argv, invoke=name, invoke_args=values, offload=args.offload,
-        device=args.device, dirs=args.dir, relaxed_float=args.relaxed_float,
+        device=args.device, dirs=args.dir, env=args.env, relaxed_float=args.relaxed_float,
     )  # fmt: skip
     if args.report:
         print(report(prepared, timings, args.report), file=sys.stderr)
@@ -308,6 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--device", choices=["auto", "gpu", "cpu"], default="auto",
                      help="where offloaded loops run (auto: the GPU if there is one)")  # fmt: skip
     run.add_argument("--dir", action="append", help="preopen HOST[::GUEST] for WASI")
+    run.add_argument("--env", action="append", metavar="NAME=VALUE",
+                     help="an environment variable for the program (WASI; repeatable)")  # fmt: skip
     run.add_argument("--report", choices=["text", "json"], help="print the offload report to stderr")
     run.add_argument("--relaxed-float", action="store_true", help="allow float reductions to be reordered")
     run.set_defaults(run=cmd_run)

@@ -69,6 +69,7 @@ def run(
     offload: str = "auto",
     device: str = "auto",
     dirs: list[str] | None = None,
+    env: list[str] | None = None,
     relaxed_float: bool = False,
 ) -> tuple[int, OffloadModule, dict]:
     """Run the program; returns (exit status, the offload module, timings)."""
@@ -87,6 +88,13 @@ def run(
     wasi.inherit_stdout()
     wasi.inherit_stderr()
     wasi.inherit_stdin()
+    variables = []
+    for spec in env or []:
+        name, eq, value = spec.partition("=")
+        if not eq or not name:
+            raise RunError(f"--env takes NAME=VALUE, not {spec!r}")
+        variables.append((name, value))
+    wasi.env = variables
     for spec in dirs or []:
         host, _, guest = spec.partition("::")
         wasi.preopen_dir(host, guest or host)

@@ -83,6 +83,31 @@ def test_run_invoke_and_bad_input(tmp_path) -> None:
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
 
 
+ENV_WAT = """(module
+  (import "wasi_snapshot_preview1" "environ_sizes_get" (func $sizes (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "env") (result i32 i32)
+    (drop (call $sizes (i32.const 0) (i32.const 4)))
+    (i32.load (i32.const 0)) (i32.load (i32.const 4))))"""
+
+
+def test_run_passes_environment_variables(tmp_path) -> None:
+    path = tmp_path / "env.wat"
+    path.write_text(ENV_WAT)
+
+    def run(*options: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "runtime.cli", "run", str(path), "--invoke", "env", "--device", "cpu", *options],
+            capture_output=True, text=True, cwd=ROOT, check=False,
+        )  # fmt: skip
+
+    assert run().stdout.strip() == "0 0"  # the host's environment is not the program's
+    done = run("--env", "A=1", "--env", "BB=2=2")
+    assert done.stdout.strip() == "2 11", done.stderr  # "A=1\\0" (4 bytes) and "BB=2=2\\0" (7)
+    bad = run("--env", "NOVALUE")
+    assert bad.returncode == 2 and "NAME=VALUE" in bad.stderr
+
+
 @pytest.mark.parametrize("name", ["stencil", "blur", "matmul", "nbody"])
 def test_program_output_on_a_simulated_device_is_identical(name: str, tmp_path, capfd, monkeypatch) -> None:
     """The GPU path's data movement (per launch, and kept on the device inside the
