@@ -15,7 +15,8 @@ host backend's kernels; see :mod:`oracle.simulated`).
   its arguments made once). The calls go through wasmtime's raw call API: wasmtime-py's
   ``Func.__call__`` costs tens of microseconds itself (type lookups, a ``Val`` per
   argument), as much as everything measured here, and is reported apart. Also reported:
-  the call with offload off, i.e. the host function a declined arrival costs.
+  the call with offload off and the filter unset, i.e. the host function a declined arrival
+  costs, and the call in auto mode, where the Wasm-side filter keeps it from the host.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def launch_overhead(device: str, calls: int = 2000, rounds: int = 5) -> dict:
             times.append((time.perf_counter() - start) / calls)
         return min(times)
 
-    def saxpy(mode: str | None, raw: bool = True):
+    def saxpy(mode: str | None, raw: bool = True, bound: bool = False):
         prepared = None
         if mode is not None:
             on = "cpu" if device == "sim" else device
@@ -131,6 +132,8 @@ def launch_overhead(device: str, calls: int = 2000, rounds: int = 5) -> dict:
                 simulate_gpu(prepared)
         store, inst = instantiate(prepared.rewritten if prepared else wasm, prepared)
         exports = inst.exports(store)
+        if bound:  # the Wasm-side filters set as tensorwasm run sets them
+            prepared.bind(store, exports)
         base = exports["scratch_base"](store)
         params = [("i", 256), ("f", 1.5), ("i", base), ("i", base + 1024)]
         if raw:
@@ -146,12 +149,14 @@ def launch_overhead(device: str, calls: int = 2000, rounds: int = 5) -> dict:
     kernel = best(_bare_launch(prepared, memory))
     prepared.close()
     off = best(saxpy("off")[0])
+    filtered = best(saxpy("auto", bound=True)[0])  # 256 elements: kept from the host
     plain = best(saxpy(None)[0])
     plain_py = best(saxpy(None, raw=False)[0])
     return {
         "offloaded_call_us": on * 1e6, "declined_call_us": off * 1e6, "wasmtime_call_us": plain * 1e6,
         "wasmtime_py_call_us": plain_py * 1e6, "bare_launch_us": kernel * 1e6,
-        "hook_us": (off - plain) * 1e6, "runtime_overhead_us": (on - plain - kernel) * 1e6,
+        "hook_us": (off - plain) * 1e6, "filtered_us": (filtered - plain) * 1e6,
+        "runtime_overhead_us": (on - plain - kernel) * 1e6,
         "graphs_recorded": recorded,
     }  # fmt: skip
 
@@ -213,7 +218,8 @@ def main() -> int:
         f"and replayed)"
     )
     print(
-        f"a declined arrival (offload off) costs {ln['hook_us']:.1f} us over wasmtime; wasmtime-py's own "
+        f"a declined arrival costs {ln['hook_us']:.1f} us over wasmtime where the host decides, "
+        f"{ln['filtered_us']:.2f} us where the Wasm-side filter keeps it from the host; wasmtime-py's own "
         f"Func.__call__ of the same call: {ln['wasmtime_py_call_us']:.1f} us (raw: {ln['wasmtime_call_us']:.1f} us)"
     )
     return 0

@@ -19,14 +19,19 @@ nothing: the host brings the device's results back into linear memory there.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from compiler.frontend.module import Instr, WasmModule
 from dialect.ir import FuncSig
 from dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
 
+if TYPE_CHECKING:
+    from compiler.analysis.loops import LoopPlan
+
 VALTYPE_BYTES = {I32: 0x7F, I64: 0x7E, F32: 0x7D, F64: 0x7C, FUNCREF: 0x70, EXTERNREF: 0x6F}
 HOST_MODULE = "tensorwasm"
 MEMORY_EXPORT = "tensorwasm:memory"  # memory 0, for the host functions
+FILTER_EXPORT = "tensorwasm:"  # then min_<n> / skipped_<n>: see Filter
 
 
 def uleb(value: int) -> bytes:
@@ -39,6 +44,17 @@ def uleb(value: int) -> bytes:
         else:
             out.append(byte)
             return bytes(out)
+
+
+def sleb(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if (value == 0 and not byte & 0x40) or (value == -1 and byte & 0x40):
+            out.append(byte)
+            return bytes(out)
+        out.append(byte | 0x80)
 
 
 def vec(items: list[bytes]) -> bytes:
@@ -62,6 +78,64 @@ def functype(sig: FuncSig) -> bytes:
     )
 
 
+# An affine i32 expression of the values at the loop's entry: (coefficient, "const" |
+# "local" | "global", index) terms, computed with Wasm's wrapping i32 arithmetic.
+Affine = list[tuple[int, str, int]]
+
+
+@dataclass
+class Filter:
+    """A test in Wasm before the host call: how far the loop's counter has to go, as an i64
+    (``bound - start``, or ``start - bound`` for a counter that steps down; one more where
+    the bound is inclusive; for ``ne``, the distance modulo 2^32). Below the threshold held
+    in the exported global ``tensorwasm:min_<n>`` the host is not asked (it would decline
+    the launch as too little work) and ``tensorwasm:skipped_<n>`` counts the arrival."""
+
+    start: Affine
+    bound: Affine
+    signed: bool  # how the i32 values compare (ignored for "ne")
+    down: bool
+    inclusive: bool
+    modular: bool  # "ne": the distance modulo 2^32
+
+
+def loop_filter(plan: LoopPlan) -> Filter | None:
+    """The Wasm-side test before the host call (:class:`Filter`), where the
+    loop's work per iteration is fixed (no inner loop repeats any of it) and its counter an
+    i32 running towards a bound, both affine in i32 live-ins."""
+    trip = plan.trip
+    if any(around for _, around in plan.work) or trip.bits != 32 or trip.pred == "eq":
+        return None
+    up = trip.step > 0
+    if trip.pred != "ne" and (trip.pred[1:] in ("lt", "le")) != up:
+        return None  # it moves away from its bound: the guards decline it
+    where = {sym: (kind, index, value.type) for value, sym, kind, index in plan.live_ins}
+
+    def affine(poly) -> Affine | None:
+        terms = []
+        for monomial, coefficient in poly.terms.items():
+            if not monomial:
+                terms.append((coefficient, "const", 0))
+                continue
+            if len(monomial) != 1 or monomial[0] not in where:
+                return None
+            kind, index, ty = where[monomial[0]]
+            if ty.name != "i32":
+                return None
+            terms.append((coefficient, kind, index))
+        return terms
+
+    start, bound = affine(trip.start), affine(trip.bound)
+    if start is None or bound is None:
+        return None
+    return Filter(start, bound, signed=trip.pred.startswith("s"), down=not up,
+                  inclusive=trip.pred[1:] in ("le", "ge"), modular=trip.pred == "ne")  # fmt: skip
+
+
+# The initial threshold: every arrival asks the host (a distance is never below it).
+NEVER_SKIP = -(1 << 63)
+
+
 @dataclass
 class Insertion:
     """One loop to guard: where it is and what the inserted call passes and receives."""
@@ -74,6 +148,7 @@ class Insertion:
     assigned: list[int]
     local_types: list[Type]  # every local of the function, parameters first
     import_name: str
+    filter: Filter | None = None
 
 
 @dataclass
@@ -120,9 +195,21 @@ def rewrite(wasm: WasmModule, insertions: list[Insertion], exits: list[RegionExi
     def func_index(old: int) -> int:
         return old if old < first_defined else old + shift
 
-    by_func: dict[int, list[tuple[int, Insertion]]] = {}
+    # Two globals per filter, after the module's own (no index moves): its threshold and
+    # its count of arrivals it kept from the host.
+    filters: dict[int, int] = {}  # insertion number -> its threshold global's index
     for n, ins in enumerate(insertions):
-        by_func.setdefault(ins.func_index, []).append((first_defined + n, ins, global_types))
+        if ins.filter is not None:
+            filters[n] = len(global_types) + 2 * len(filters)
+    extra_globals = [b"\x7e\x01\x42" + sleb(NEVER_SKIP) + b"\x0b", b"\x7e\x01\x42\x00\x0b"] * len(filters)
+    extra_exports = []
+    for n, index in filters.items():
+        extra_exports.append(name(f"{FILTER_EXPORT}min_{n}") + b"\x03" + uleb(index))
+        extra_exports.append(name(f"{FILTER_EXPORT}skipped_{n}") + b"\x03" + uleb(index + 1))
+    by_func: dict[int, list[tuple[int, Insertion, list[Type], int | None]]] = {}
+    for n, ins in enumerate(insertions):
+        by_func.setdefault(ins.func_index, []).append((first_defined + n, ins, global_types, filters.get(n)))
+
     exits_by_func: dict[int, dict[int, list[int]]] = {}
     for n, ex in enumerate(exits):
         calls = exits_by_func.setdefault(ex.func_index, {})
@@ -132,14 +219,21 @@ def rewrite(wasm: WasmModule, insertions: list[Insertion], exits: list[RegionExi
     names = [ins.import_name for ins in insertions] + [ex.import_name for ex in exits]
     # The host functions find linear memory through an export of their own (the module's
     # memory may be imported and not exported, or exported under another name).
-    exported = names and wasm.memory_limits() and all(e.name != MEMORY_EXPORT for e in wasm.exports)
+    exported = bool(names and wasm.memory_limits() and all(e.name != MEMORY_EXPORT for e in wasm.exports))
     out = bytearray(data[:8])
     emitted_imports = False
+    emitted_globals = False
     emitted_exports = False
     for sid, start, end in wasm.sections:
         payload = data[start:end]
-        if sid in (8, 9, 10, 11, 12) and exported and not emitted_exports:
-            out += section(7, _exports(wasm, func_index, exported))
+        if sid in (7, 8, 9, 10, 11, 12) and extra_globals and not emitted_globals:
+            if not emitted_imports and names:
+                out += section(2, _imports(wasm, names, type_index))
+                emitted_imports = True
+            out += section(6, vec(extra_globals))  # the module has no global section
+            emitted_globals = True
+        if sid in (8, 9, 10, 11, 12) and (exported or extra_exports) and not emitted_exports:
+            out += section(7, _exports(wasm, func_index, exported, extra_exports))
             emitted_exports = True
         if sid == 0:
             if wasm.raw[start:end].startswith(name("name")):
@@ -155,9 +249,10 @@ def rewrite(wasm: WasmModule, insertions: list[Insertion], exits: list[RegionExi
                 out += section(2, _imports(wasm, names, type_index))
                 emitted_imports = True
             if sid == 6:
-                out += section(6, _globals(wasm, func_index))
+                out += section(6, _globals(wasm, func_index, extra_globals))
+                emitted_globals = True
             elif sid == 7:
-                out += section(7, _exports(wasm, func_index, exported))
+                out += section(7, _exports(wasm, func_index, exported, extra_exports))
                 emitted_exports = True
             elif sid == 8:
                 out += section(8, uleb(func_index(wasm.start)))
@@ -170,8 +265,12 @@ def rewrite(wasm: WasmModule, insertions: list[Insertion], exits: list[RegionExi
                 out += section(2, _imports(wasm, names, type_index))
                 emitted_imports = True
             out += section(sid, payload)
-    if exported and not emitted_exports:
-        out += section(7, _exports(wasm, func_index, exported))
+    if extra_globals and not emitted_globals:  # no section from the export section on
+        if not emitted_imports and names:
+            out += section(2, _imports(wasm, names, type_index))
+        out += section(6, vec(extra_globals))
+    if (exported or extra_exports) and not emitted_exports:
+        out += section(7, _exports(wasm, func_index, exported, extra_exports))
     return bytes(out)
 
 
@@ -209,15 +308,15 @@ def _expr_end(instrs: list[Instr], data: bytes) -> int:
     return instrs[-1].offset + 1
 
 
-def _globals(wasm: WasmModule, func_index) -> bytes:
+def _globals(wasm: WasmModule, func_index, extra: list[bytes]) -> bytes:
     items = []
     for g in wasm.globals:
         header = bytes([VALTYPE_BYTES[g.type.type], 1 if g.type.mutable else 0])
         items.append(header + _expr(g.init, wasm.raw, _expr_end(g.init, wasm.raw), func_index))
-    return vec(items)
+    return vec(items + extra)
 
 
-def _exports(wasm: WasmModule, func_index, memory: bool) -> bytes:
+def _exports(wasm: WasmModule, func_index, memory: bool, extra: list[bytes]) -> bytes:
     kinds = {"func": 0, "table": 1, "memory": 2, "global": 3}
     items = [
         name(e.name) + bytes([kinds[e.kind]]) + uleb(func_index(e.index) if e.kind == "func" else e.index)
@@ -225,7 +324,7 @@ def _exports(wasm: WasmModule, func_index, memory: bool) -> bytes:
     ]  # fmt: skip
     if memory:
         items.append(name(MEMORY_EXPORT) + bytes([kinds["memory"]]) + uleb(0))
-    return vec(items)
+    return vec(items + extra)
 
 
 def _elements(wasm: WasmModule, func_index) -> bytes:
@@ -269,18 +368,22 @@ def _code(wasm: WasmModule, func_index, by_func, exits_by_func) -> bytes:
 def _body(
     instrs: list[Instr], data: bytes, end: int, func_index, insertions, exits: dict[int, list[int]]
 ) -> bytes:
-    starts = {ins.start: (host, ins, gtypes) for host, ins, gtypes in insertions}
+    starts = {ins.start: (host, ins, gtypes, at) for host, ins, gtypes, at in insertions}
     out = bytearray()
     wrapped: list[tuple[int, int]] = []  # (loop end index, nesting depth at the loop start)
     depth = 0
     for i, instr in enumerate(instrs):
         stop = instrs[i + 1].offset if i + 1 < len(instrs) else end
         if i in starts:
-            host, ins, gtypes = starts[i]
+            host, ins, gtypes, at = starts[i]
             types = ins.local_types
             exit_label = _exit_label(instrs, ins)
             if exit_label is None:
                 out += b"\x02\x40"  # block: the skip lands after the loop
+            if at is not None:  # ask the host only past the threshold; else count and run it
+                out += (
+                    _distance(ins.filter) + b"\x23" + uleb(at) + b"\x59\x04\x7f"
+                )  # i64.ge_s; if (result i32)
             for n in ins.live_in_locals:
                 out += b"\x20" + uleb(n) + TO_BITS.get(types[n], b"")
             for g in ins.live_in_globals:
@@ -290,6 +393,9 @@ def _body(
             out += b"\x10" + uleb(host)
             for n in reversed(ins.assigned):
                 out += FROM_BITS.get(types[n], b"") + b"\x21" + uleb(n)
+            if at is not None:  # else: skipped += 1; the flag 0 (the loop runs here)
+                counter = uleb(at + 1)
+                out += b"\x05\x23" + counter + b"\x42\x01\x7c\x24" + counter + b"\x41\x00\x0b"
             out += b"\x0d" + uleb(0 if exit_label is None else _fix(exit_label, depth, wrapped))
             if exit_label is None:
                 wrapped.append((ins.end, depth))
@@ -310,6 +416,38 @@ def _body(
         for host in exits.get(i, ()):
             out += b"\x10" + uleb(host)
     return bytes(out)
+
+
+def _affine(terms: Affine) -> bytes:
+    """Code leaving the i32 value of ``terms`` (wrapping, as Wasm computes)."""
+    out = bytearray(b"\x41\x00")  # i32.const 0
+    for coefficient, kind, index in terms:
+        c = _signed32(coefficient)
+        if kind == "const":
+            out += b"\x41" + sleb(c)
+        else:
+            out += (b"\x20" if kind == "local" else b"\x23") + uleb(index)
+            if c != 1:
+                out += b"\x41" + sleb(c) + b"\x6c"  # i32.mul
+        out += b"\x6a"  # i32.add
+    return bytes(out)
+
+
+def _signed32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >> 31 else value
+
+
+def _distance(f: Filter) -> bytes:
+    """Code leaving the filter's i64 distance (see :class:`Filter`)."""
+    first, second = (f.start, f.bound) if f.down else (f.bound, f.start)
+    if f.modular:  # (first - second) mod 2^32
+        return _affine(first) + _affine(second) + b"\x6b\xad"  # i32.sub; i64.extend_i32_u
+    extend = b"\xac" if f.signed else b"\xad"  # i64.extend_i32_s / _u
+    out = _affine(first) + extend + _affine(second) + extend + b"\x7d"  # i64.sub
+    if f.inclusive:
+        out += b"\x42\x01\x7c"  # i64.const 1; i64.add
+    return out
 
 
 def _fix(label: int, depth: int, wrapped: list[tuple[int, int]]) -> int:

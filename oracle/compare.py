@@ -113,11 +113,11 @@ def make_factory(backend: str) -> ExecutorFactory:
         from runtime.offload import OffloadInstance
 
         device = backend.split("-")[1]
-        return lambda wasm: OffloadInstance(wasm, device)
+        return lambda wasm: OffloadInstance(wasm, device, filters=True)
     if backend == "offload-sim":
         from oracle.simulated import SimulatedOffloadInstance
 
-        return SimulatedOffloadInstance
+        return lambda wasm: SimulatedOffloadInstance(wasm, filters=True)
     raise ValueError(
         f"unknown backend {backend!r} (expected cpu, gpu, offload-cpu, offload-sim or offload-gpu)"
     )

@@ -170,9 +170,9 @@ class SimulatedOffloadInstance:
     """The oracle's ``offload-sim`` backend: an :class:`~runtime.offload.OffloadInstance`
     whose launches take the GPU path on the simulated device."""
 
-    def __new__(cls, wasm: bytes):
+    def __new__(cls, wasm: bytes, filters: bool = False):
         from runtime.offload import OffloadInstance
 
-        instance = OffloadInstance(wasm, device="cpu")
+        instance = OffloadInstance(wasm, device="cpu", filters=filters)
         simulate_gpu(instance.offload)
         return instance

@@ -25,6 +25,9 @@ from runtime.offload import OffloadModule
 
 # The offload module behind each instance made here (it lives as long as its instance).
 _PREPARED: weakref.WeakKeyDictionary[wasmtime.Instance, OffloadModule] = weakref.WeakKeyDictionary()
+# Each instance's store, kept while the instance is: its report reads the counts the
+# Wasm-side filters keep in the instance's globals.
+_STORES: weakref.WeakKeyDictionary[wasmtime.Instance, wasmtime.Store] = weakref.WeakKeyDictionary()
 
 
 def instantiate(
@@ -79,7 +82,9 @@ def instantiate(
     if next(theirs, None) is not None:
         raise TensorWasmError(f"too many imports: the module takes {len(module.imports) - len(ours)}")
     instance = wasmtime.Instance(store, module, externs)
+    prepared.bind(store, instance.exports(store))
     _PREPARED[instance] = prepared
+    _STORES[instance] = store
     weakref.finalize(instance, prepared.close)
     return instance
 
@@ -130,6 +135,7 @@ def report(instance: wasmtime.Instance) -> OffloadReport:
 
 
 def offload_report(prepared: OffloadModule) -> OffloadReport:
+    prepared.collect_skipped()
     around = _enclosing(prepared)
     loops = []
     for r in prepared.reports:

@@ -66,7 +66,9 @@ def _trampoline(env: int, caller: int, values: int, count: int) -> int:
 
 @_FINALIZER
 def _finalize(env: int) -> None:
-    _FUNCTIONS.pop(env, None)
+    functions = _FUNCTIONS
+    if functions is not None:  # None: the interpreter is shutting down, its stores with it
+        functions.pop(env, None)
 
 
 def raw_layout(types: Sequence[Type]) -> struct.Struct:

@@ -26,8 +26,10 @@ import math
 import operator
 import os
 import pickle
+import random
 import struct
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -39,18 +41,26 @@ from compiler.analysis.regions import Region, find_regions
 from compiler.frontend import load
 from compiler.lower import abi
 from compiler.outline import identity_bits, outline
-from compiler.rewrite import HOST_MODULE, Insertion, RegionExit, rewrite
+from compiler.rewrite import (
+    FILTER_EXPORT,
+    HOST_MODULE,
+    NEVER_SKIP,
+    Insertion,
+    RegionExit,
+    loop_filter,
+    rewrite,
+)
 from compiler.target import HostTarget, describe, nvptx_for_device
 from compiler.traps import TrapKind, trap_message
 from dialect.errors import TensorWasmError
 from dialect.types import F32, Type
-from runtime import hostfunc, prepared
+from runtime import hostfunc, prepared, profit
 from runtime.cache import default_cache, load_kernels, make_key
 from runtime.driver import CudaError, KernelParams, ModuleLoadError, NoGPU
 from runtime.guards import GuardFailed, Launch, check, inputs
 from runtime.limits import DeviceMemoryLimitError, DeviceOutOfMemory, default_limit
 from runtime.mirror import DeviceMirror, Span, union
-from runtime.profit import Estimate, work
+from runtime.profit import FIXED_SECONDS, Estimate, work
 
 log = logging.getLogger(__name__)
 U64 = ctypes.c_uint64
@@ -277,6 +287,8 @@ class OffloadModule:
                 self.loops[n].stats.region = k
             name = self.loops[region.children[0]].stats.func
             self.region_stats.append(RegionStats(name, region.offset, len(region.children)))
+        for lp in self.loops:  # a region's loops always call: a decline must bring results back
+            lp.insertion.filter = loop_filter(lp.plan) if lp.region is None else None
         exits = [RegionExit(r.func_index, r.exits, f"region_{k}") for k, r in enumerate(self.regions)]
         self.rewritten = (
             rewrite(self.wasm, [lp.insertion for lp in self.loops], exits) if self.loops else self._wasm_bytes
@@ -364,7 +376,9 @@ class OffloadModule:
         self._kernels = {lp.entry: self.cu_module.function(lp.entry) for lp in self.loops}
 
     def close(self) -> None:
-        """Give back device memory and unpin linear memory (call before the store dies)."""
+        """Give back device memory and unpin linear memory (call before the store dies);
+        the arrivals the Wasm-side filters kept from the host are counted in."""
+        self.collect_skipped()
         if self._mirror is not None:
             self._mirror.release()
 
@@ -383,6 +397,49 @@ class OffloadModule:
     def define(self, linker: wasmtime.Linker, store) -> None:
         for import_name, func in self.host_functions(store).items():
             linker.define(store, HOST_MODULE, import_name, func)
+
+    def bind(self, store, exports, thresholds: list[int] | None = None) -> None:
+        """Set the instance's Wasm-side filters (see :class:`compiler.rewrite.Filter`): in
+        auto mode an arrival whose counter has too little to go is kept from the host (it
+        would decline it), with offload off every arrival is, and in always mode none.
+        ``exports`` are the instance's; ``thresholds`` (per loop) overrides the mode's. An
+        instance left unbound asks the host at every arrival."""
+        self._skipped = []
+        for n, lp in enumerate(self.loops):
+            if lp.insertion.filter is None:
+                continue
+            threshold = thresholds[n] if thresholds is not None else self._threshold(lp)
+            exports[f"{FILTER_EXPORT}min_{n}"].set_value(store, wasmtime.Val.i64(threshold))
+            self._skipped.append((lp, exports[f"{FILTER_EXPORT}skipped_{n}"], weakref.ref(store), [0]))
+
+    # What share of a launch's fixed cost a CPU estimate must reach before the host is asked:
+    # well below break-even, so the Wasm-side test keeps from the host only arrivals it would
+    # decline even after its launches came out faster than modelled.
+    ASK_SHARE = 0.25
+
+    def _threshold(self, lp: OffloadedLoop) -> int:
+        if self.mode == "off":
+            return (1 << 63) - 1  # never asked: the host would decline
+        if self.mode != "auto":
+            return NEVER_SKIP
+        per_iteration = sum(ops for ops, _ in lp.plan.work) or 1
+        least = self.ASK_SHARE * FIXED_SECONDS[self.device] / profit.cpu_seconds_per_op()
+        # A distance d runs at most d / |step| + 2 iterations (see Filter).
+        iterations = math.ceil(least / per_iteration) - 2
+        return max(0, iterations) * abs(lp.plan.trip.step)
+
+    def collect_skipped(self) -> None:
+        """Fold the arrivals the Wasm-side filters kept from the host into the loops' counts."""
+        reason = "offload is off" if self.mode == "off" else "too little work to pay for a launch"
+        for lp, counter, store_ref, seen in getattr(self, "_skipped", ()):
+            store = store_ref()
+            if store is None:  # the instance is gone: its counts were collected or are lost
+                continue
+            total = counter.value(store)
+            if total > seen[0]:
+                lp.stats.arrivals += total - seen[0]
+                lp.stats.declined[reason] = lp.stats.declined.get(reason, 0) + total - seen[0]
+                seen[0] = total
 
     def _callback(self, lp: OffloadedLoop):
         def run(caller: int, args: tuple[int, ...]) -> list[int]:
@@ -993,12 +1050,20 @@ def _merge(ranges) -> list[Span]:
     return [Span(lo, hi) for lo, hi in merged]
 
 
+# Thresholds the fuzzer's offload instances give their filters: mostly never skip, else
+# skip only a loop with nowhere to go, a little, some, nearly all.
+FILTER_DRAWS = (NEVER_SKIP, NEVER_SKIP, NEVER_SKIP, NEVER_SKIP, 0, 3, 16, 1 << 20)
+
+
 class OffloadInstance:
     """An instance of the rewritten module on wasmtime, called with exact bit patterns, whose
     loops are offloaded: the differential oracle's "offload" backend. It answers the same
     calls as the executors (``call``, ``memory``, ``globals``)."""
 
-    def __init__(self, wasm: bytes, device: str = "cpu"):
+    def __init__(self, wasm: bytes, device: str = "cpu", filters: bool = False):
+        """``filters``: give the Wasm-side filters thresholds drawn per module (a fixed draw,
+        so a shrunk case keeps its own), as the fuzzer does: arrivals kept from the host
+        must run as they would there. Otherwise every arrival asks the host."""
         from runtime.instance import initial_state
         from runtime.reference import ReferenceInstance
 
@@ -1010,6 +1075,11 @@ class OffloadInstance:
             return {(HOST_MODULE, name): f for name, f in self.offload.host_functions(store).items()}
 
         self._instance = ReferenceInstance(self.offload.rewritten, host_funcs)
+        draws = None
+        if filters:
+            draw = random.Random(hashlib.sha256(self.offload.rewritten).digest())
+            draws = [draw.choice(FILTER_DRAWS) for _ in self.offload.loops]
+        self.offload.bind(self._instance._store, self._instance._exports, draws)
 
     def call(self, export: str, args):
         return self._instance.call(export, args)

@@ -108,6 +108,7 @@ def run(
             define_if_imported(linker, store, module)
         linker.define_unknown_imports_as_traps(module)
         instance = linker.instantiate(store, module)
+        prepared.bind(store, instance.exports(store))
     except wasmtime.WasmtimeError as exc:
         raise RunError(f"cannot instantiate: {str(exc).strip().splitlines()[0]}") from None
     status = 0
