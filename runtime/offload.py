@@ -100,6 +100,7 @@ class OffloadedLoop:
     insertion: Insertion
     stats: LoopStats
     estimate: Estimate = field(default_factory=Estimate)  # auto mode: does a launch pay?
+    again: Again | None = None  # its last arrival, to replay at once if the next is the same
 
     @property
     def region(self) -> int | None:
@@ -443,6 +444,11 @@ class OffloadModule:
 
     def _callback(self, lp: OffloadedLoop):
         def run(caller: int, args: tuple[int, ...]) -> list[int]:
+            again = lp.again
+            if again is not None and args[: again.n_live] == again.live:
+                results = self._again(lp, again, caller, args)
+                if results is not None:
+                    return results
             try:
                 results = self._arrive(lp, caller, args)
             except BaseException:
@@ -531,7 +537,41 @@ class OffloadModule:
             lp.estimate.record(time.perf_counter() - started, model, cpu)
         stats.offloaded += 1
         stats.iterations += launch.trip
-        return [1, *arrival.live_outs(partials)]
+        results = [1, *arrival.live_outs(partials)]
+        if arrival.replay is not None and not ready.reductions:
+            lp.again = Again(self, ready, arrival, live, memory, results)
+        return results
+
+    def _again(self, lp: OffloadedLoop, again: Again, caller: int, args: tuple[int, ...]) -> list[int] | None:
+        """An arrival with the live-ins of the loop's last one, whose launch can be replayed
+        as it was (:meth:`_replay`): the guards' outcome, the launch's arguments and its
+        results are those of that arrival, so only the replay and its checks are left. None
+        (and the loop disarmed) where anything it relied on changed: the whole path decides."""
+        mirror = self._mirror
+        if (hostfunc.memory(caller) != again.memory or mirror is not again.mirror
+                or mirror.epoch != again.epoch or mirror.scratch_holds is not again.image
+                or self.gpu_lost is not None or self.mode != again.mode):  # fmt: skip
+            lp.again = None
+            return None
+        stats = lp.stats
+        stats.arrivals += 1
+        ready = again.ready
+        started = time.perf_counter()
+        if again.mode == "auto":
+            pinned = self.pin and not mirror.pin_failed
+            go, why, model, cpu = lp.estimate.decide("gpu", ready.ops, ready.moved, pinned, ready.cells)
+            if not go:
+                stats.decline(why)
+                return [0, *args[again.n_live :]]
+        partials = self._guarded(lp, self._replay, lp, ready, again.arrival, again.memory[0])
+        if partials is None:  # it trapped or failed: the next arrival takes the whole path
+            lp.again = None
+            return [0, *args[again.n_live :]]
+        if again.mode == "auto":
+            lp.estimate.record(time.perf_counter() - started, model, cpu)
+        stats.offloaded += 1
+        stats.iterations += ready.launch.trip
+        return again.results
 
     # Guard outcomes kept per loop: a loop arrives again and again with the same live-ins
     # (a time step's pointers alternate between two arrays), and the outcome is a function
@@ -650,8 +690,13 @@ class OffloadModule:
                 self.gpu_lost = str(exc) if isinstance(exc, NoGPU) else f"the GPU cannot be used: {exc}"
                 self._fall_back(lp, self.gpu_lost)
                 return None
+        return self._guarded(lp, self._launch_gpu, lp, ready, arrival, base, size)
+
+    def _guarded(self, lp: OffloadedLoop, launch: Callable[..., list[int] | None], *args) -> list[int] | None:
+        """``launch(*args)``; a device failure declines the arrival (wasmtime runs the loop)
+        and says why, once per loop and reason."""
         try:
-            return self._launch_gpu(lp, ready, arrival, base, size)
+            return launch(*args)
         except (DeviceMemoryLimitError, DeviceOutOfMemory) as exc:
             self._fall_back(lp, f"device memory: {exc}")
         except ModuleLoadError as exc:  # cached code the driver refuses: no loop can run there
@@ -887,6 +932,34 @@ class Ready:
 
 
 _tokens = itertools.count()
+
+
+class Again:
+    """A loop's last arrival, kept to replay at once when the next one brings the same
+    live-ins (:meth:`OffloadModule._again`): what it ran with (the memory, the mirror and
+    its epoch, the scratch image, the mode) and what it returned. Only arrivals without
+    reductions, whose results are known before the launch."""
+
+    __slots__ = (
+        "arrival",
+        "epoch",
+        "image",
+        "live",
+        "memory",
+        "mirror",
+        "mode",
+        "n_live",
+        "ready",
+        "results",
+    )
+
+    def __init__(self, module: OffloadModule, ready: Ready, arrival: Arrival, live: tuple[int, ...],
+                 memory: tuple[int, int], results: list[int]) -> None:  # fmt: skip
+        mirror, epoch, _, image, _ = arrival.replay
+        self.ready, self.arrival, self.live, self.n_live = ready, arrival, live, len(live)
+        self.memory, self.mirror, self.epoch, self.image = memory, mirror, epoch, image
+        self.mode, self.results = module.mode, results
+
 
 # Live-ins kept per Ready launch: a time step's counter makes a new set every step.
 ARRIVALS_KEPT = 16

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import wasmtime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -191,6 +192,116 @@ def test_repeated_launches_replay_one_recorded_graph_with_exact_results(device: 
         # Both sets of arguments' launches were replayed once their arguments were on the device.
         (ready,) = offload._guard_cache[loop.kernel_index].values()
         assert all(arrival.replay for arrival in ready._arrivals.values()) and len(ready._arrivals) == 2
+    finally:
+        offload.close()
+
+
+def _counting_guards(offload: OffloadModule) -> list[int]:
+    """Count the arrivals that take the whole path (the guards' lookup) from now on."""
+    calls = [0]
+    whole = offload._guards
+
+    def guards(*args):
+        calls[0] += 1
+        return whole(*args)
+
+    offload._guards = guards
+    return calls
+
+
+@pytest.mark.parametrize("device", ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_an_arrival_like_the_last_replays_at_once_and_any_change_takes_the_whole_path(device: str) -> None:
+    import random
+    import struct
+
+    from oracle.simulated import simulate_gpu
+    from tests.offload_cases import instantiate
+
+    wasm = module_bytes("blas1", "O2")
+    offload = OffloadModule(wasm, device="cpu" if device == "simulated" else "gpu", pin=True)
+    if device == "simulated":
+        simulate_gpu(offload)
+    whole = _counting_guards(offload)
+    store, ours = instantiate(offload.rewritten, offload)
+    plain_store, plain = instantiate(wasm)
+    rng = random.Random(11)
+    loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
+
+    def call(a: float) -> None:
+        data = struct.pack("<512f", *(rng.uniform(-4, 4) for _ in range(512)))
+        assert _saxpy_256(store, ours, a, data) == _saxpy_256(plain_store, plain, a, data)
+
+    try:
+        for _ in range(5):
+            call(1.5)
+        # The first two take the whole path (the second records the replayable launch).
+        assert whole[0] == 2 and loop.again is not None
+        call(-2.0)  # other live-ins
+        assert whole[0] == 3
+        for store_, instance in ((store, ours), (plain_store, plain)):
+            instance.exports(store_)["memory"].grow(store_, 1)
+        call(-2.0)  # the same live-ins, a larger memory: the guards decide again
+        assert whole[0] == 4
+        for _ in range(3):
+            call(-2.0)
+        assert whole[0] == 5, "the launch after the memory grew was not replayed"
+        assert loop.stats.offloaded == loop.stats.arrivals == 10 and not loop.stats.declined
+    finally:
+        offload.close()
+
+
+DIVIDE_LOOP = """(module (memory (export "memory") 1)
+  (func (export "divide") (param $n i32) (local $i i32)
+    (loop $l
+      (i32.store (i32.shl (local.get $i) (i32.const 2))
+        (i32.div_s (i32.const 1000000) (i32.load offset=8192 (i32.shl (local.get $i) (i32.const 2)))))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (local.get $n))))))"""
+
+
+@pytest.mark.parametrize("device", ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_a_replayed_launch_that_traps_leaves_the_loop_to_wasmtime_and_its_trap(device: str) -> None:
+    import struct
+
+    from oracle.simulated import simulate_gpu
+    from tests.conftest import wat
+    from tests.offload_cases import instantiate
+
+    wasm = wat(DIVIDE_LOOP)
+    offload = OffloadModule(wasm, device="cpu" if device == "simulated" else "gpu", pin=True)
+    if device == "simulated":
+        simulate_gpu(offload)
+    whole = _counting_guards(offload)
+    (loop,) = offload.loops
+    runs = [instantiate(offload.rewritten, offload), instantiate(wasm)]
+
+    def call(divisors: list[int]) -> list[tuple[bytes, wasmtime.TrapCode | None]]:
+        outcomes = []
+        for store, instance in runs:
+            exports = instance.exports(store)
+            exports["memory"].write(store, struct.pack(f"<{len(divisors)}i", *divisors), 8192)
+            try:
+                exports["divide"](store, len(divisors))
+                trap = None
+            except wasmtime.Trap as exc:
+                trap = exc.trap_code
+            outcomes.append((bytes(exports["memory"].read(store, 0, 4096)), trap))
+        return outcomes
+
+    try:
+        divisors = list(range(1, 513))
+        for _ in range(3):
+            ours, plain = call(divisors)
+            assert ours == plain and ours[1] is None
+        assert whole[0] == 2 and loop.again is not None
+        divisors[300] = 0  # the same live-ins; the replayed kernel divides by zero
+        ours, plain = call(divisors)
+        assert ours == plain and ours[1] == wasmtime.TrapCode.INTEGER_DIVISION_BY_ZERO
+        assert loop.again is None and whole[0] == 2
+        divisors[300] = 7
+        ours, plain = call(divisors)  # the whole path again, and offloaded
+        assert ours == plain and ours[1] is None and whole[0] == 3
+        assert loop.stats.offloaded == 4 and sum(loop.stats.declined.values()) == 1
     finally:
         offload.close()
 
