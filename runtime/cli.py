@@ -230,9 +230,25 @@ def _start_cuda() -> None:
 _cuda_start: threading.Thread | None = None
 
 
+def _may_launch(raw: bytes | None) -> bool:
+    """Whether a run of the module ``raw`` (its file's bytes) makes the CUDA context on a
+    thread while it starts: not where the GPU is remembered, so that preparing the module
+    needs no context, and the module's last run here launched nothing (see
+    :mod:`runtime.known_gpu`)."""
+    from runtime import known_gpu
+
+    if raw is None or known_gpu.remembered() is None:
+        return True
+    return known_gpu.launched_last_time(raw) is not False
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     global _cuda_start
-    if args.device != "cpu" and args.offload != "off":
+    try:
+        raw = Path(args.module).read_bytes()
+    except OSError:
+        raw = None  # read_wasm says why
+    if args.device != "cpu" and args.offload != "off" and _may_launch(raw):
         _cuda_start = threading.Thread(target=_start_cuda, name="tensorwasm-cuda-start", daemon=True)
         _cuda_start.start()
     from compiler.frontend import read_wasm
@@ -245,6 +261,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         wasm, argv, invoke=name, invoke_args=values, offload=args.offload,
         device=args.device, dirs=args.dir, env=args.env, relaxed_float=args.relaxed_float,
     )  # fmt: skip
+    if raw is not None and prepared.device == "gpu" and args.offload != "off":
+        from runtime import known_gpu
+
+        known_gpu.remember_launches(raw, any(lp.stats.offloaded for lp in prepared.loops))
     if args.report:
         print(report(prepared, timings, args.report), file=sys.stderr)
     return status

@@ -9,6 +9,13 @@ devices (with each GPU's UUID where the driver's proc files show it) and the dev
 selection in the environment. A new driver, another GPU or another selection finds
 nothing and waits for the context; what is found is checked against the context at the
 first launch (:class:`runtime.offload.OffloadModule`).
+
+Whether a module's last run launched anything is kept too: ``tensorwasm run`` makes the
+context on a thread while it starts, which a run whose loops all stay on the CPU pays for
+(importing the CUDA bindings on that thread holds Python's interpreter lock: ~0.2 s of a
+0.5 s run on the H100 machine). Where the GPU is remembered and the module's last run here
+launched nothing, no thread is started; should this run launch after all, its first launch
+makes the context.
 """
 
 from __future__ import annotations
@@ -85,6 +92,26 @@ def remember(info: DeviceInfo) -> None:
         return
     fields = {name: getattr(info, name) for name in info.__dataclass_fields__}
     default_cache().put("device", key, json.dumps(fields).encode())
+
+
+def launched_last_time(wasm: bytes) -> bool | None:
+    """Whether the last run of ``wasm`` on this machine launched on its GPU (None: no run of
+    it is remembered, or the system does not describe its GPUs)."""
+    key = _module_key(wasm)
+    blob = None if key is None else default_cache().get("launched", key)
+    return None if blob is None else blob == b"1"
+
+
+def remember_launches(wasm: bytes, launched: bool) -> None:
+    """Keep whether this run of ``wasm`` launched on the GPU, for the next one."""
+    key = _module_key(wasm)
+    if key is not None and launched_last_time(wasm) is not launched:
+        default_cache().put("launched", key, b"1" if launched else b"0")
+
+
+def _module_key(wasm: bytes) -> str | None:
+    found = fingerprint()
+    return None if found is None else make_key("launched", found, hashlib.sha256(wasm).hexdigest())
 
 
 def _key() -> str | None:

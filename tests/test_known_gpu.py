@@ -290,3 +290,31 @@ def test_on_the_gpu_a_warm_run_makes_its_context_only_to_launch(tmp_path) -> Non
     ]  # warm: remembered, never needed
     _, (known, made, offloaded) = tensorwasm("matmul", "64", "always")
     assert (known, made) == ("True", "True") and int(offloaded) > 0
+
+
+def test_a_run_makes_no_cuda_thread_where_the_modules_last_run_here_launched_nothing(
+    system, contexts, monkeypatch, capfd
+) -> None:
+    import runtime.cli as cli
+
+    started: list[int] = []
+    monkeypatch.setattr(cli, "_start_cuda", lambda: started.append(1))
+    monkeypatch.setattr(cli, "_cuda_start", None)
+    path = ROOT / "examples/wasi/build/histogram.O2.wasm"
+
+    def threads_of_a_run() -> int:
+        before = len(started)
+        assert cli.main(["run", str(path), "3000", "--device", "auto"]) == 0
+        if cli._cuda_start is not None:
+            cli._cuda_start.join()
+        return len(started) - before
+
+    assert threads_of_a_run() == 1  # nothing remembered: the context is needed to pick the target
+    known_gpu.remember(H100)
+    assert known_gpu.launched_last_time(path.read_bytes()) is False  # every loop declined
+    assert threads_of_a_run() == 0
+    known_gpu.remember_launches(path.read_bytes(), True)
+    assert threads_of_a_run() == 1
+    assert known_gpu.launched_last_time(path.read_bytes()) is False
+    assert known_gpu.launched_last_time(path.read_bytes() + b"\0") is None  # another module
+    capfd.readouterr()
