@@ -19,7 +19,7 @@ from compiler.analysis.loops import LoopPlan
 from runtime.guards import Launch
 
 # Device model before any measurement: fixed seconds per launch (driver launch, copies of
-# the launch arguments, synchronisation, Python: 38 us per offloaded call on the H100) and
+# the launch arguments, synchronisation, Python: 32 to 38 us per offloaded call on the H100) and
 # the share of a CPU op's time one op takes there (many threads in parallel).
 FIXED_SECONDS = {"gpu": 60e-6, "cpu": 40e-6}
 OP_SHARE = {"gpu": 0.002, "cpu": 0.5}
@@ -29,7 +29,7 @@ OP_SHARE = {"gpu": 0.002, "cpu": 0.5}
 # without a CPU core's out-of-order issue.
 THREAD_SLOWDOWN = {"gpu": 8.0, "cpu": 1.0}
 # Bytes per second between linear memory and the device: page-locked linear memory copies
-# at ~55 GB/s each way on the H100 (and page-locking it runs at ~48 GB/s, once), pageable
+# at ~55 GB/s each way on the H100 (and page-locking it runs at ~21 GB/s, once), pageable
 # memory at 9 to 13 GB/s. A little below what was measured.
 COPY_BYTES_PER_SECOND = {"pinned": 45e9, "pageable": 8e9}
 SLOWER_LIMIT = 2  # launches slower than the CPU estimate, in a row, before going back
