@@ -162,18 +162,26 @@ def _saxpy_256(store, instance, a: float, data: bytes) -> bytes:
     return exports["memory"].read(store, base, base + 2048)
 
 
+def _pinned_offload(wasm: bytes, device: str) -> OffloadModule:
+    """``wasm`` prepared to launch from page-locked memory on the GPU, or on the simulated
+    device ("simulated")."""
+    from oracle.simulated import simulate_gpu
+
+    offload = OffloadModule(wasm, device="cpu" if device == "simulated" else "gpu", pin=True)
+    if device == "simulated":
+        simulate_gpu(offload)
+    return offload
+
+
 @pytest.mark.parametrize("device", ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_repeated_launches_replay_one_recorded_graph_with_exact_results(device: str) -> None:
     import random
     import struct
 
-    from oracle.simulated import simulate_gpu
     from tests.offload_cases import instantiate
 
     wasm = module_bytes("blas1", "O2")
-    offload = OffloadModule(wasm, device="cpu" if device == "simulated" else "gpu", pin=True)
-    if device == "simulated":
-        simulate_gpu(offload)
+    offload = _pinned_offload(wasm, device)
     store, ours = instantiate(offload.rewritten, offload)
     plain_store, plain = instantiate(wasm)
     rng = random.Random(7)
@@ -214,13 +222,10 @@ def test_an_arrival_like_the_last_replays_at_once_and_any_change_takes_the_whole
     import random
     import struct
 
-    from oracle.simulated import simulate_gpu
     from tests.offload_cases import instantiate
 
     wasm = module_bytes("blas1", "O2")
-    offload = OffloadModule(wasm, device="cpu" if device == "simulated" else "gpu", pin=True)
-    if device == "simulated":
-        simulate_gpu(offload)
+    offload = _pinned_offload(wasm, device)
     whole = _counting_guards(offload)
     store, ours = instantiate(offload.rewritten, offload)
     plain_store, plain = instantiate(wasm)
@@ -263,14 +268,11 @@ DIVIDE_LOOP = """(module (memory (export "memory") 1)
 def test_a_replayed_launch_that_traps_leaves_the_loop_to_wasmtime_and_its_trap(device: str) -> None:
     import struct
 
-    from oracle.simulated import simulate_gpu
     from tests.conftest import wat
     from tests.offload_cases import instantiate
 
     wasm = wat(DIVIDE_LOOP)
-    offload = OffloadModule(wasm, device="cpu" if device == "simulated" else "gpu", pin=True)
-    if device == "simulated":
-        simulate_gpu(offload)
+    offload = _pinned_offload(wasm, device)
     whole = _counting_guards(offload)
     (loop,) = offload.loops
     runs = [instantiate(offload.rewritten, offload), instantiate(wasm)]
