@@ -113,7 +113,8 @@ def make_factory(backend: str) -> ExecutorFactory:
         from runtime.offload import OffloadInstance
 
         device = backend.split("-")[1]
-        return lambda wasm: OffloadInstance(wasm, device, filters=True)
+        # Linear memory page-locked on the GPU, as `tensorwasm run` has it: launches replay.
+        return lambda wasm: OffloadInstance(wasm, device, filters=True, pin=device == "gpu")
     if backend == "offload-sim":
         from oracle.simulated import SimulatedOffloadInstance
 

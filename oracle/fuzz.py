@@ -101,9 +101,10 @@ class _Failed(Exception):
     pass
 
 
-class _OutOfTime(BaseException):
-    """Ends a Hypothesis run when the time is up. Hypothesis takes an ``Exception`` for a
-    failure, to shrink; anything else it lets through at once."""
+class _EndRun(BaseException):
+    """Ends a Hypothesis run when the time is up or the budget of cases is spent.
+    Hypothesis takes an ``Exception`` for a failure, to shrink; anything else it lets
+    through at once."""
 
 
 def fuzz_generator(
@@ -137,7 +138,7 @@ def fuzz_generator(
                 break
             modules = stats.modules
             failure = _run_chunk(name, strategy, factory, examples, seed + chunk, shrink_seconds,
-                                 report, stats, start, seconds, progress)  # fmt: skip
+                                 report, stats, start, seconds, progress, max_examples)  # fmt: skip
             chunk += 1
             if failure is not None:
                 if save_dir is not None:
@@ -184,7 +185,11 @@ def _run_chunk(
     start: float,
     seconds: float | None,
     progress: Callable[[Report, str], None] | None,
+    budget: int | None = None,
 ) -> Failure | None:
+    """Up to ``examples`` modules in one Hypothesis run; it stops early once ``budget`` cases
+    have run (the estimate of cases per module that sized it can be far off: then it passes
+    the budget by one module at most)."""
     state: dict = {"best": None, "first": None}
 
     @settings(
@@ -202,7 +207,9 @@ def _run_chunk(
     def check(case: Case) -> None:
         best = state["best"]
         if best is None and seconds is not None and time.perf_counter() - start >= seconds:
-            raise _OutOfTime
+            raise _EndRun
+        if best is None and budget is not None and stats.generated >= budget:
+            raise _EndRun
         outcome = run_case(case, factory)
         if outcome.failed:
             if best is None:
@@ -219,7 +226,7 @@ def _run_chunk(
     try:
         with _shrink_limit(shrink_seconds):
             check()
-    except (_Failed, _OutOfTime):
+    except (_Failed, _EndRun):
         pass
     except Exception as exc:  # a Hypothesis error (e.g. every example rejected): report, go on
         log.warning("generator %s, seed %d: %s: %s", name, seed, type(exc).__name__, exc)

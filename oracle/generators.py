@@ -860,12 +860,17 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
     # One kernel in four takes its buffers' addresses as parameters: whether the written one
     # meets another (a call may pass it overlapping one) is then known only at run time.
     parametric = draw(st.integers(0, 3)) == 0
+    # One kernel in four (without a reduction or time steps) has its last call made again,
+    # with the same arguments, and bumps a byte its first iteration reads on every call: the
+    # runtime replays a launch like the last one without the whole path, and must still see
+    # what changed in memory.
+    repeats = draw(st.sampled_from([0, 0, 0, 4]))
 
     def base(b: int) -> str:
         return f"(local.get $p{b})" if parametric else f"(i32.const {bases[b]})"
 
     out_type = ELEMENTS[kinds[-1]][0]
-    reduce_type = draw(st.sampled_from([None, "i32", "i64", "f32", "f64"]))
+    reduce_type = None if repeats else draw(st.sampled_from([None, "i32", "i64", "f32", "f64"]))
     reduce_op = draw(st.sampled_from(REDUCTIONS[reduce_type])) if reduce_type else None
     conditional = draw(st.booleans())
 
@@ -923,7 +928,7 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
     func_body = _counted("$i", "$n", inner, "      ")
     # Repeated over time steps, the loop makes a device-resident region: its data stays on
     # the device from one step to the next.
-    steps = draw(st.sampled_from([0, 0, 1, 2, 3]))
+    steps = 0 if repeats else draw(st.sampled_from([0, 0, 1, 2, 3]))
     if steps:
         func_body = (
             f"(local.set $s (i32.const 0))\n    (loop $time\n      {func_body}\n"
@@ -931,6 +936,12 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
             f"      (global.set $phase (i32.add (i32.mul (global.get $phase) (i32.const 5)) (i32.const 1)))\n"
             f"      (local.set $s (i32.add (local.get $s) (i32.const 1)))\n"
             f"      (br_if $time (i32.lt_u (local.get $s) (i32.const {steps}))))"
+        )
+    if repeats:
+        first = bases[0] + reads[0].offset * ELEMENTS[kinds[0]][3]
+        func_body = (
+            f"(i32.store8 (i32.const {first}) (i32.add (i32.load8_u (i32.const {first})) (i32.const 1)))\n"
+            f"    {func_body}"
         )
     acc_type = reduce_type or "i32"
     pointer_params = "".join(f" (param $p{b} i32)" for b in range(len(kinds))) if parametric else ""
@@ -966,6 +977,8 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
                 bases[draw(st.integers(0, n_inputs - 1))] + draw(st.integers(-2, 2)) * ELEMENTS[kinds[-1]][3]
             )
         pointers.append(tuple(at) if parametric else ())
+    trips += [trips[-1]] * repeats
+    pointers += [pointers[-1]] * repeats
     calls = [
         Call(name, ((I32, n), (I32, m), *((I32, b & 0xFFFFFFFF) for b in at)), exact, index)
         for (n, m), at in zip(trips, pointers, strict=True)

@@ -77,6 +77,7 @@ class LoopStats:
     device: str
     arrivals: int = 0
     offloaded: int = 0
+    replayed: int = 0  # of the offloaded: replayed as the last arrival's launch (OffloadModule._again)
     declined: dict[str, int] = field(default_factory=dict)
     iterations: int = 0
     bytes_in: int = 0
@@ -570,6 +571,7 @@ class OffloadModule:
         if again.mode == "auto":
             lp.estimate.record(time.perf_counter() - started, model, cpu)
         stats.offloaded += 1
+        stats.replayed += 1
         stats.iterations += ready.launch.trip
         return again.results
 
@@ -1133,14 +1135,16 @@ class OffloadInstance:
     loops are offloaded: the differential oracle's "offload" backend. It answers the same
     calls as the executors (``call``, ``memory``, ``globals``)."""
 
-    def __init__(self, wasm: bytes, device: str = "cpu", filters: bool = False):
+    def __init__(self, wasm: bytes, device: str = "cpu", filters: bool = False, pin: bool = False):
         """``filters``: give the Wasm-side filters thresholds drawn per module (a fixed draw,
         so a shrunk case keeps its own), as the fuzzer does: arrivals kept from the host
-        must run as they would there. Otherwise every arrival asks the host."""
+        must run as they would there. Otherwise every arrival asks the host. ``pin``: on the
+        GPU, page-lock linear memory as ``tensorwasm run`` does (launches then replay from
+        recorded graphs); :meth:`close` must then be called before the instance goes."""
         from runtime.instance import initial_state
         from runtime.reference import ReferenceInstance
 
-        self.offload = OffloadModule(wasm, device=device, mode="always")
+        self.offload = OffloadModule(wasm, device=device, mode="always", pin=pin)
         self.wasm = self.offload.wasm
         self.state = initial_state(self.wasm)
 
@@ -1156,6 +1160,10 @@ class OffloadInstance:
 
     def call(self, export: str, args):
         return self._instance.call(export, args)
+
+    def close(self) -> None:
+        """Give back device memory and unpin linear memory (the oracle calls it per module)."""
+        self.offload.close()
 
     def memory(self) -> bytes | None:
         names = self.wasm.export_names("memory", 0)

@@ -11,6 +11,7 @@ import hashlib
 import inspect
 import pickle
 import re
+import sys
 import textwrap
 from pathlib import Path
 
@@ -27,10 +28,12 @@ from runtime.executor import HostExecutor
 SHRINK_SECONDS = 3.0
 
 
-def mutant(module, name: str, old: str, new: str):
-    """``module.name`` recompiled with ``old`` replaced by ``new`` in its source."""
-    source = textwrap.dedent(inspect.getsource(getattr(module, name)))
-    assert old in source, f"{module.__name__}.{name} changed: update the planted bug"
+def mutant(owner, name: str, old: str, new: str):
+    """``owner.name`` (a module's function, or a class's method) recompiled with ``old``
+    replaced by ``new`` in its source."""
+    module = owner if inspect.ismodule(owner) else sys.modules[owner.__module__]
+    source = textwrap.dedent(inspect.getsource(getattr(owner, name)))
+    assert old in source, f"{owner.__name__}.{name} changed: update the planted bug"
     namespace = dict(vars(module))
     exec(
         compile("from __future__ import annotations\n" + source.replace(old, new), module.__file__, "exec"),
@@ -121,6 +124,30 @@ def test_planted_miscompile_is_found_and_shrunk(
         replayed = Case.load(failure.saved)
         assert run_case(replayed).failed  # the saved files reproduce the failure...
     assert not run_case(replayed).failed  # ...which is the planted bug's, and only its
+
+
+def test_a_replay_that_skips_its_launch_is_found_on_the_simulated_device(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The runtime's teeth too: an arrival replayed as the last one (the same live-ins)
+    that returns the last results without launching leaves memory as it was, which the
+    loops family's repeated calls on changed memory catch."""
+    from runtime.offload import OffloadModule
+
+    launch = "partials = self._guarded(lp, self._replay, lp, ready, again.arrival, again.memory[0])"
+    with monkeypatch.context() as mp:
+        mp.setattr(OffloadModule, "_again", mutant(OffloadModule, "_again", launch, "partials = ()"))
+        report = fuzz_generator(
+            "loops", "offload-sim", max_examples=2000, seed=20240, shrink_seconds=SHRINK_SECONDS,
+            save_dir=tmp_path,
+        )  # fmt: skip
+        assert report.failures, "the loops family did not find a replay without its launch"
+        shrunk = report.failures[0].case
+        assert shrunk.programs == 1, shrunk.text()
+        assert shrunk.calls[-1] == shrunk.calls[-2]  # found by a call made again
+        replayed = Case.load(report.failures[0].saved)
+        assert run_case(replayed, "offload-sim").failed
+    assert not run_case(replayed, "offload-sim").failed
 
 
 @pytest.mark.parametrize("generator", sorted(GENERATORS))
@@ -250,6 +277,8 @@ def test_offloaded_loops_match_wasmtime_and_really_offload(device: str) -> None:
         regions = [r for i in instances for r in i.offload.region_stats]
         assert sum(r.exits for r in regions) > 0, "no generated region ran"
         assert sum(r.bytes_out for r in regions) > 0, "no region kept results on the device"
+        loops = [lp for i in instances for lp in i.offload.loops]
+        assert sum(lp.stats.replayed for lp in loops) > 0, "no arrival replayed the last one's launch"
 
 
 def test_the_command_line_names_every_generator() -> None:
