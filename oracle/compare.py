@@ -163,6 +163,9 @@ def _run_case(case: Case, factory: ExecutorFactory, outcome: Outcome) -> set[int
             outcome.mismatch = f"invalid module (a generator bug): {reference_error}"
         elif reference is None:
             outcome.notes.append(f"both refused the module: {reference_error} / {exc}")
+        elif getattr(exc, "crashed", False):  # NVIDIA's assembler died on the module: nothing ran
+            outcome.skipped = len(case.calls)
+            outcome.notes.append(f"ptxas crashed: {exc}")
         elif "instantiation failed" in str(exc) or "start function failed" in str(exc):
             outcome.mismatch = f"instantiation: wasmtime succeeded, backend failed: {exc}"
         elif case.generator != "smith" and not isinstance(exc, UnsupportedFeature):

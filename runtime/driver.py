@@ -101,13 +101,19 @@ class CudaError(TensorWasmError):
 
 
 class ModuleLoadError(CudaError):
-    """The driver JIT rejected a PTX module; ``log`` holds its error log."""
+    """The driver JIT rejected a PTX module, or ptxas crashed on it before the driver saw it
+    (``crashed``; see :mod:`runtime.assembler`); ``log`` holds the JIT's error log, or how
+    ptxas died."""
 
-    def __init__(self, call: str, code: int, log: str, arch: str) -> None:
+    def __init__(self, call: str, code: int, log: str, arch: str, kept: str | None = None) -> None:
         self.log = log
+        self.crashed = kept is not None
+        what = (
+            "ptxas crashed on the module" if self.crashed else f"the PTX JIT for {arch} rejected the module"
+        )
         detail = (
-            f"the PTX JIT for {arch} rejected the module\n{log or '(empty JIT log)'}\n"
-            f"reproduce offline with: ptxas -arch={arch} module.ptx"
+            f"{what}\n{log or '(empty JIT log)'}\n"
+            f"reproduce offline with: ptxas -arch={arch} {kept or 'module.ptx'}"
         )
         super().__init__(call, code, detail)
 
@@ -442,8 +448,18 @@ class Context:
         check("cuMemsetD8", cu.cuMemsetD8(ptr, value & 0xFF, nbytes))
 
     def load_module(self, ptx: bytes | str) -> Module:
-        """JIT-compile and load a PTX module; raises :class:`ModuleLoadError` with the log."""
+        """JIT-compile and load a PTX module; raises :class:`ModuleLoadError` with the log.
+        Where ptxas is found it assembles the module in a process of its own first (see
+        :mod:`runtime.assembler`), and the driver loads its cubin."""
         image = _ptx_image(ptx)
+        cubin = self._assembled(image)
+        if cubin is not None:
+            try:
+                return self.load_cubin(cubin, ptx_entries(image))
+            except CudaError as exc:
+                if exc.sticky:
+                    raise
+                logger.info("the driver refuses ptxas's cubin (%s): its JIT compiles the module", exc)
         logs = _JitLogs()
         self.bind()
         err, handle = cu.cuModuleLoadDataEx(image, *logs.options())
@@ -454,8 +470,12 @@ class Context:
 
     def link_cubin(self, ptx: bytes | str) -> bytes:
         """Compile PTX to this device's cubin with the driver's JIT linker (what
-        :meth:`load_module` does internally), returning the image for :meth:`load_cubin`."""
+        :meth:`load_module` does internally), returning the image for :meth:`load_cubin`;
+        where ptxas is found, its cubin, made in a process of its own."""
         image = _ptx_image(ptx)
+        cubin = self._assembled(image)
+        if cubin is not None:
+            return cubin
         logs = _JitLogs()
         self.bind()
         state = check("cuLinkCreate", cu.cuLinkCreate(*logs.options()))
@@ -471,6 +491,17 @@ class Context:
             return ctypes.string_at(int(cubin), size)
         finally:
             cu.cuLinkDestroy(state)
+
+    def _assembled(self, image: bytes) -> bytes | None:
+        """ptxas's cubin of the module, or None (the driver's JIT compiles it); a crash of
+        ptxas is a :class:`ModuleLoadError` and the module never reaches the driver."""
+        from runtime.assembler import AssemblerCrash, assemble
+
+        try:
+            return assemble(image, self.info.arch, self.info.driver_version)
+        except AssemblerCrash as exc:
+            invalid = int(cu.CUresult.CUDA_ERROR_INVALID_PTX)
+            raise ModuleLoadError("ptxas", invalid, exc.detail, self.info.arch, str(exc.kept)) from None
 
     def load_cubin(self, cubin: bytes, entries: tuple[str, ...]) -> Module:
         """Load a cubin made by :meth:`link_cubin` on a device of the same capability."""

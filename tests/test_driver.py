@@ -86,8 +86,10 @@ def fresh_driver(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _fake_context(monkeypatch: pytest.MonkeyPatch) -> Context:
-    """A Context over no device, for tests that replace the driver calls it makes."""
+    """A Context over no device, for tests that replace the driver calls it makes (PTX goes
+    to the driver's JIT: no ptxas runs first)."""
     monkeypatch.setattr(cu, "cuCtxSetCurrent", lambda handle: SUCCESS)
+    monkeypatch.setenv("TENSORWASM_PTXAS", "off")
     info = DeviceInfo(0, "fake", (9, 0), 13000, 1 << 30, 132)
     return Context(info, device=None, handle=None)
 

@@ -505,6 +505,7 @@ class FakeGPU:
         }
         for name, fake in fakes.items():
             monkeypatch.setattr(cu, name, self._logged(name, fake))
+        monkeypatch.setenv("TENSORWASM_PTXAS", "off")  # modules go to the fake driver's JIT
 
     def _logged(self, name: str, fake: Any) -> Any:
         def call(*args: Any) -> Any:
