@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ctypes
 
-from runtime.driver import KernelParams
+from runtime.driver import KernelParams, PageLocks
 from runtime.mirror import DeviceMirror
 from runtime.offload import OffloadModule
 
@@ -51,6 +51,7 @@ class HostContext:
 
     def __init__(self) -> None:
         self.copies: list[tuple[str, int]] = []
+        self.locks = PageLocks()
 
     def bind(self) -> None:
         pass
@@ -60,22 +61,30 @@ class HostContext:
 
     def memcpy_htod(self, dst: int, src, nbytes: int | None = None) -> None:
         nbytes = ctypes.sizeof(src) if nbytes is None else nbytes
+        self._one_registration(src, nbytes)
         ctypes.memmove(dst, src, nbytes)
         self.copies.append(("in", nbytes))
 
     def memcpy_dtoh(self, dst, src: int, nbytes: int | None = None) -> None:
         nbytes = ctypes.sizeof(dst) if nbytes is None else nbytes
+        self._one_registration(dst, nbytes)
         ctypes.memmove(dst, src, nbytes)
         self.copies.append(("out", nbytes))
+
+    def _one_registration(self, host, nbytes: int) -> None:
+        """The driver's rule: no copy runs across two page-locked registrations."""
+        if isinstance(host, int) and len(self.locks.pieces(host, nbytes)) > 1:
+            raise AssertionError(f"a copy of [{host:#x}, +{nbytes}) runs across page-locked registrations")
 
     def host_alloc(self, nbytes: int) -> HostBuffer:
         return HostBuffer(nbytes)
 
     def host_register(self, base: int, nbytes: int) -> bool:
-        return True  # host memory is as good as page-locked here
+        self.locks.add(base, nbytes)  # host memory is as good as page-locked here
+        return True
 
     def host_unregister(self, base: int) -> None:
-        pass
+        self.locks.remove(base)
 
     def stream(self) -> HostStream:
         return HostStream(self)
@@ -104,10 +113,12 @@ class HostStream:
             self.steps.append(step)
 
     def copy_htod(self, dst: int, src: int, nbytes: int) -> None:
-        self._do(lambda: self.context.memcpy_htod(dst, src, nbytes))
+        for at, n in self.context.locks.pieces(src, nbytes):  # as runtime.driver.Stream cuts them
+            self._do(lambda at=at, n=n: self.context.memcpy_htod(dst + at, src + at, n))
 
     def copy_dtoh(self, dst: int, src: int, nbytes: int) -> None:
-        self._do(lambda: self.context.memcpy_dtoh(dst, src, nbytes))
+        for at, n in self.context.locks.pieces(dst, nbytes):
+            self._do(lambda at=at, n=n: self.context.memcpy_dtoh(dst + at, src + at, n))
 
     def launch(self, kernel: HostKernel, grid, block, args: KernelParams) -> None:
         values = args.values  # a graph keeps the arguments it was recorded with

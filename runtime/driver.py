@@ -14,8 +14,10 @@ made in and refuses to touch a handle from an earlier one.
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import functools
+import itertools
 import logging
 import re
 import threading
@@ -265,6 +267,35 @@ def _host_view(data: Any, writable: bool) -> memoryview:
     return view
 
 
+class PageLocks:
+    """Host ranges page-locked by ``cuMemHostRegister``, and where they begin and end: the
+    driver refuses a copy that runs across two registrations (CUDA_ERROR_INVALID_VALUE),
+    so copies are cut there."""
+
+    def __init__(self) -> None:
+        self._ends: dict[int, int] = {}  # base -> end
+        self._cuts: list[int] = []  # every base and end, sorted
+
+    def add(self, base: int, nbytes: int) -> None:
+        self._ends[base] = base + nbytes
+        self._cuts = sorted({edge for span in self._ends.items() for edge in span})
+
+    def remove(self, base: int) -> None:
+        if self._ends.pop(base, None) is not None:
+            self._cuts = sorted({edge for span in self._ends.items() for edge in span})
+
+    def pieces(self, host: int, nbytes: int) -> list[tuple[int, int]]:
+        """``[host, host + nbytes)`` as ``(offset, length)`` pieces cut where a page-locked
+        range begins or ends; one piece where none does."""
+        cuts = self._cuts
+        end = host + nbytes
+        first, last = bisect.bisect_right(cuts, host), bisect.bisect_left(cuts, end)
+        if first == last:
+            return [(0, nbytes)]
+        edges = [host, *cuts[first:last], end]
+        return [(lo - host, hi - lo) for lo, hi in itertools.pairwise(edges)]
+
+
 class Context:
     """The process-wide wrapper of one device's primary context; see :meth:`get`.
 
@@ -282,6 +313,7 @@ class Context:
         # Bumped by reset(): objects from an older generation hold dangling handles.
         self.generation = 0
         self._capture: tuple[int, Stream] | None = None  # (generation, stream) for record()
+        self.locks = PageLocks()  # what host_register page-locked
 
     @classmethod
     def made(cls, ordinal: int = 0) -> Context | None:
@@ -330,6 +362,7 @@ class Context:
             cu.cuDevicePrimaryCtxReset(self._device)
             err, handle = cu.cuDevicePrimaryCtxRetain(self._device)
             self.generation += 1
+            self.locks = PageLocks()  # the reset undid every registration
             if err != cu.CUresult.CUDA_SUCCESS:
                 # Some faults (an illegal address, a failed launch) poison CUDA for the rest
                 # of the process: the driver refuses every context from now on.
@@ -370,13 +403,21 @@ class Context:
         """
         host, nbytes = self._host_source(src, nbytes, writable=False)
         self.bind()
-        check("cuMemcpyHtoD", cu.cuMemcpyHtoD(dst_ptr, host, nbytes))
+        if not isinstance(host, int):
+            check("cuMemcpyHtoD", cu.cuMemcpyHtoD(dst_ptr, host, nbytes))
+            return
+        for at, length in self.locks.pieces(host, nbytes):
+            check("cuMemcpyHtoD", cu.cuMemcpyHtoD(dst_ptr + at, host + at, length))
 
     def memcpy_dtoh(self, dst: Any, src_ptr: int, nbytes: int | None = None) -> None:
         """Copy ``nbytes`` (default: all of ``dst``) from device ``src_ptr`` into ``dst``."""
         host, nbytes = self._host_source(dst, nbytes, writable=True)
         self.bind()
-        check("cuMemcpyDtoH", cu.cuMemcpyDtoH(host, src_ptr, nbytes))
+        if not isinstance(host, int):
+            check("cuMemcpyDtoH", cu.cuMemcpyDtoH(host, src_ptr, nbytes))
+            return
+        for at, length in self.locks.pieces(host, nbytes):
+            check("cuMemcpyDtoH", cu.cuMemcpyDtoH(host + at, src_ptr + at, length))
 
     @staticmethod
     def _host_source(data: Any, nbytes: int | None, writable: bool) -> tuple[Any, int]:
@@ -410,12 +451,14 @@ class Context:
         if err != cu.CUresult.CUDA_SUCCESS:
             logger.info("host memory stays pageable: cuMemHostRegister failed (%s)", err.name)
             return False
+        self.locks.add(base, nbytes)
         return True
 
     def host_unregister(self, base: int) -> None:
         """Undo :meth:`host_register` (a no-op once the mapping is gone)."""
         self.bind()
         cu.cuMemHostUnregister(base)
+        self.locks.remove(base)
 
     def record(self, queue: Callable[[Stream], None]) -> Graph:
         """What ``queue(stream)`` queues (copies between device and page-locked host memory,
@@ -640,12 +683,16 @@ class Stream:
         kernel.launch(grid, block, args, stream=self.handle)
 
     def copy_htod(self, dst: int, src: int, nbytes: int) -> None:
-        """Queue a copy of ``nbytes`` from host address ``src`` to device address ``dst``."""
-        check("cuMemcpyHtoDAsync", cu.cuMemcpyHtoDAsync(dst, src, nbytes, self.handle))
+        """Queue a copy of ``nbytes`` from host address ``src`` to device address ``dst``
+        (one per piece of page-locked memory it spans: :meth:`PageLocks.pieces`)."""
+        for at, length in self.context.locks.pieces(src, nbytes):
+            check("cuMemcpyHtoDAsync", cu.cuMemcpyHtoDAsync(dst + at, src + at, length, self.handle))
 
     def copy_dtoh(self, dst: int, src: int, nbytes: int) -> None:
-        """Queue a copy of ``nbytes`` from device address ``src`` to host address ``dst``."""
-        check("cuMemcpyDtoHAsync", cu.cuMemcpyDtoHAsync(dst, src, nbytes, self.handle))
+        """Queue a copy of ``nbytes`` from device address ``src`` to host address ``dst``
+        (one per piece of page-locked memory it spans: :meth:`PageLocks.pieces`)."""
+        for at, length in self.context.locks.pieces(dst, nbytes):
+            check("cuMemcpyDtoHAsync", cu.cuMemcpyDtoHAsync(dst + at, src + at, length, self.handle))
 
     def synchronize(self) -> None:
         """Wait for everything queued; surfaces asynchronous kernel faults."""

@@ -60,6 +60,7 @@ class DeviceMirror:
         self.memory_ptr = self.scratch_ptr = 0
         self.scratch_holds: bytes | None = None  # the image the scratch buffer is known to hold
         self.pinned: tuple[int, int] | None = None  # (host base, bytes) registered
+        self.pieces: list[int] = []  # where each registration of it begins, from the base
         self.pin_failed = False
         self.valid: list[tuple[int, int]] = []  # sorted, disjoint byte ranges
         self.dirty: list[tuple[int, int]] = []
@@ -107,21 +108,35 @@ class DeviceMirror:
             self.staging = self.context.host_alloc(max(nbytes, 4096))
             self.staged = (U64 * (self.staging.nbytes // 8)).from_address(self.staging.ptr)
 
+    # Registrations linear memory may be page-locked in, one more each time it grows, before
+    # it is page-locked again as one.
+    PIECES_KEPT = 8
+
     def pin(self, base: int, size: int) -> None:
-        """Page-lock ``[base, base + size)`` (wasmtime's linear memory) for fast copies."""
+        """Page-lock ``[base, base + size)`` (wasmtime's linear memory) for fast copies. Where
+        the memory grew in place, only its new pages are registered (the rest stays as it
+        is, and recorded launches stay valid); copies are cut where two registrations meet."""
         if self.pin_failed or self.pinned == (base, size):
             return
+        if (self.pinned is not None and self.pinned[0] == base and self.pinned[1] < size
+                and len(self.pieces) < self.PIECES_KEPT):  # fmt: skip
+            grown = self.pinned[1]
+            if self.context.host_register(base + grown, size - grown):
+                self.pieces.append(grown)
+                self.pinned = (base, size)
+                return
         self.unpin()
         if not self.context.host_register(base, size):
             self.pin_failed = True
             return
-        self.pinned = (base, size)
+        self.pinned, self.pieces = (base, size), [0]
 
     def unpin(self) -> None:
         if self.pinned is not None:
             self.drop_graphs()  # they copy from the pages unpinned here
-            self.context.host_unregister(self.pinned[0])
-            self.pinned = None
+            for at in self.pieces:
+                self.context.host_unregister(self.pinned[0] + at)
+            self.pinned, self.pieces = None, []
 
     def launch(self, key: tuple | None, base: int, copies: tuple[Span, ...], upload: int, kernel,
                grid, block, params, back: int, staged: tuple[Span, ...], at: int):  # fmt: skip

@@ -229,6 +229,31 @@ def test_module_remembers_its_entries(monkeypatch: pytest.MonkeyPatch) -> None:
         module.function("missing")
 
 
+def test_copies_are_cut_where_page_locked_registrations_meet(monkeypatch: pytest.MonkeyPatch) -> None:
+    from runtime.driver import Stream
+
+    context = _fake_context(monkeypatch)
+    copies: list[tuple[str, int, int, int]] = []
+    monkeypatch.setattr(cu, "cuMemHostRegister", lambda base, nbytes, flags: SUCCESS)
+    monkeypatch.setattr(cu, "cuMemHostUnregister", lambda base: SUCCESS)
+    for name, way in (("cuMemcpyHtoDAsync", "in"), ("cuMemcpyDtoHAsync", "out")):
+        monkeypatch.setattr(
+            cu, name, lambda dst, src, n, s, way=way: copies.append((way, dst, src, n)) or SUCCESS
+        )
+    assert context.host_register(0x10000, 0x1000) and context.host_register(0x11000, 0x1000)
+    stream = Stream(context, 7)
+    stream.copy_htod(0xD0000, 0x10800, 0x1000)  # across the point where the two meet
+    stream.copy_dtoh(0x10100, 0xD0100, 0x100)  # inside one
+    assert copies == [
+        ("in", 0xD0000, 0x10800, 0x800), ("in", 0xD0800, 0x11000, 0x800), ("out", 0x10100, 0xD0100, 0x100)
+    ]  # fmt: skip
+    context.host_unregister(0x10000)
+    context.host_unregister(0x11000)
+    copies.clear()
+    stream.copy_htod(0xD0000, 0x10800, 0x1000)  # nothing page-locked: one copy
+    assert copies == [("in", 0xD0000, 0x10800, 0x1000)]
+
+
 def test_launch_packs_each_argument_behind_a_pointer(monkeypatch: pytest.MonkeyPatch) -> None:
     context = _fake_context(monkeypatch)
     buffer = DeviceBuffer(context, 0xDEAD0000, 64)

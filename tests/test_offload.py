@@ -255,6 +255,59 @@ def test_an_arrival_like_the_last_replays_at_once_and_any_change_takes_the_whole
         offload.close()
 
 
+@pytest.mark.parametrize("device", ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_grown_memory_is_page_locked_piece_by_piece_and_copies_across_pieces_are_exact(device: str) -> None:
+    import random
+    import struct
+
+    from runtime.mirror import DeviceMirror
+    from tests.offload_cases import instantiate
+
+    wasm = module_bytes("blas1", "O2")
+    offload = _pinned_offload(wasm, device)
+    store, ours = instantiate(offload.rewritten, offload)
+    plain_store, plain = instantiate(wasm)
+    rng = random.Random(5)
+    runs = ((store, ours), (plain_store, plain))
+
+    def saxpy(x: int, y: int) -> None:
+        data = struct.pack("<512f", *(rng.uniform(-4, 4) for _ in range(512)))
+        results = []
+        for store_, instance in runs:
+            exports = instance.exports(store_)
+            exports["memory"].write(store_, data[:1024], x)
+            exports["memory"].write(store_, data[1024:], y)
+            exports["saxpy"](store_, 256, 1.5, x, y)
+            results.append(bytes(exports["memory"].read(store_, 0, exports["memory"].data_len(store_))))
+        assert results[0] == results[1]
+
+    try:
+        memory = ours.exports(store)["memory"]
+        base = ours.exports(store)["scratch_base"](store)
+        saxpy(base, base + 1024)
+        mirror = offload.mirror
+        first = memory.data_len(store)
+        assert mirror.pinned[1] == first and mirror.pieces == [0]
+        ends = [first]
+        for _ in range(DeviceMirror.PIECES_KEPT - 1):
+            for store_, instance in runs:
+                instance.exports(store_)["memory"].grow(store_, 1)
+            end = ends[-1]
+            saxpy(end - 512, end + 512)  # x across the last piece's end, y in the new pages
+            ends.append(memory.data_len(store))
+            assert mirror.pinned[1] == ends[-1]
+        assert mirror.pieces == [0, *ends[:-1]]  # each growth's pages registered on their own
+        for store_, instance in runs:  # one more piece than kept: page-locked again as one
+            instance.exports(store_)["memory"].grow(store_, 1)
+        saxpy(ends[-1] - 512, ends[-1] + 512)
+        assert mirror.pieces == [0] and mirror.pinned[1] == memory.data_len(store)
+        host, size = mirror.pinned
+    finally:
+        offload.close()
+    assert offload.mirror.pinned is None
+    assert offload.mirror.context.locks.pieces(host, size) == [(0, size)]  # every registration undone
+
+
 DIVIDE_LOOP = """(module (memory (export "memory") 1)
   (func (export "divide") (param $n i32) (local $i i32)
     (loop $l
