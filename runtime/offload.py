@@ -101,7 +101,8 @@ class OffloadedLoop:
     insertion: Insertion
     stats: LoopStats
     estimate: Estimate = field(default_factory=Estimate)  # auto mode: does a launch pay?
-    again: Again | None = None  # its last arrival, to replay at once if the next is the same
+    # Its recent arrivals whose launch replays as it was, by live-ins (see OffloadModule._again).
+    again: dict[tuple[int, ...], Again] = field(default_factory=dict)
 
     @property
     def region(self) -> int | None:
@@ -444,9 +445,11 @@ class OffloadModule:
                 seen[0] = total
 
     def _callback(self, lp: OffloadedLoop):
+        n_live = len(lp.plan.live_ins)
+
         def run(caller: int, args: tuple[int, ...]) -> list[int]:
-            again = lp.again
-            if again is not None and args[: again.n_live] == again.live:
+            again = lp.again.get(args[:n_live]) if lp.again else None
+            if again is not None:
                 results = self._again(lp, again, caller, args)
                 if results is not None:
                     return results
@@ -539,20 +542,24 @@ class OffloadModule:
         stats.offloaded += 1
         stats.iterations += launch.trip
         results = [1, *arrival.live_outs(partials)]
-        if arrival.replay is not None and not ready.reductions:
-            lp.again = Again(self, ready, arrival, live, memory, results)
+        if launch.trip and arrival.replay is not None and not ready.reductions:  # this launch replays
+            if len(lp.again) >= ARRIVALS_KEPT:
+                lp.again.clear()
+            lp.again[live] = Again(self, ready, arrival, live, memory, results)
         return results
 
     def _again(self, lp: OffloadedLoop, again: Again, caller: int, args: tuple[int, ...]) -> list[int] | None:
-        """An arrival with the live-ins of the loop's last one, whose launch can be replayed
-        as it was (:meth:`_replay`): the guards' outcome, the launch's arguments and its
-        results are those of that arrival, so only the replay and its checks are left. None
-        (and the loop disarmed) where anything it relied on changed: the whole path decides."""
+        """An arrival with the live-ins of one whose launch was recorded with nothing to upload
+        and nothing left to decide: the guards' outcome, the launch's arguments and its results
+        are that arrival's, so it replays the recorded graph, waits, checks the trap slot and
+        moves the staged results into linear memory. None (and the arrival forgotten) where
+        anything that relied on changed (linear memory, the mirror's buffers or page-locking,
+        the scratch buffer's contents, the mode, the GPU): the whole path decides."""
         mirror = self._mirror
         if (hostfunc.memory(caller) != again.memory or mirror is not again.mirror
                 or mirror.epoch != again.epoch or mirror.scratch_holds is not again.image
                 or self.gpu_lost is not None or self.mode != again.mode):  # fmt: skip
-            lp.again = None
+            lp.again.pop(again.live, None)
             return None
         stats = lp.stats
         stats.arrivals += 1
@@ -564,10 +571,32 @@ class OffloadModule:
             if not go:
                 stats.decline(why)
                 return [0, *args[again.n_live :]]
-        partials = self._guarded(lp, self._replay, lp, ready, again.arrival, again.memory[0])
-        if partials is None:  # it trapped or failed: the next arrival takes the whole path
-            lp.again = None
+        try:
+            again.bind()
+            launched = time.perf_counter()
+            again.launch(again.stream)
+            again.wait()
+        except CudaError as exc:
+            lp.again.pop(again.live, None)
+            if not exc.sticky:  # (a reset context takes the graphs with it)
+                mirror.forget_graph(again.graph)
+            self._device_error(lp, exc)
             return [0, *args[again.n_live :]]
+        done = time.perf_counter()
+        stats.kernel_seconds += done - launched
+        if ctypes.string_at(again.staging, again.back_bytes) != again.back:
+            mirror.scratch_holds = None  # the kernel wrote its scratch: the next launch uploads
+            lp.again.pop(again.live, None)
+            code = mirror.staged[abi.CTX_TRAP]
+            if code:  # it trapped: nothing reaches linear memory, wasmtime runs the loop
+                stats.decline(_trap_reason(code))
+                return [0, *args[again.n_live :]]
+        base = again.memory[0]
+        for lo, at, nbytes in again.staged:
+            ctypes.memmove(base + lo, at, nbytes)
+        stats.transfer_seconds += time.perf_counter() - done
+        stats.bytes_in += ready.in_bytes
+        stats.bytes_out += ready.out_bytes
         if again.mode == "auto":
             lp.estimate.record(time.perf_counter() - started, model, cpu)
         stats.offloaded += 1
@@ -705,15 +734,20 @@ class OffloadModule:
             self.gpu_lost = f"the kernels failed to load: {exc}"
             self._fall_back(lp, self.gpu_lost)
         except CudaError as exc:
-            if exc.sticky:
-                lost = self._mirror.holds_results
-                self._recover(exc)
-                if lost:  # the reset took the region's results with it
-                    raise RegionLost(self._lost_message(lp.region, exc)) from exc
-            else:
-                self._drain()
-            self._fall_back(lp, f"GPU error: {exc}")
+            self._device_error(lp, exc)
         return None
+
+    def _device_error(self, lp: OffloadedLoop, exc: CudaError) -> None:
+        """After a failed driver call in a launch: recover from a sticky fault (or wait for
+        what was queued), and decline the arrival, saying why once per loop."""
+        if exc.sticky:
+            lost = self._mirror.holds_results
+            self._recover(exc)
+            if lost:  # the reset took the region's results with it
+                raise RegionLost(self._lost_message(lp.region, exc)) from exc
+        else:
+            self._drain()
+        self._fall_back(lp, f"GPU error: {exc}")
 
     def _launch_gpu(
         self, lp: OffloadedLoop, ready: Ready, arrival: Arrival, base: int, size: int
@@ -728,10 +762,6 @@ class OffloadModule:
         """
         stats = lp.stats
         mirror = self.mirror
-        replay = arrival.replay
-        if (replay is not None and replay[0] is mirror and replay[1] == mirror.epoch and replay[2] == base
-                and mirror.scratch_holds is replay[3]):  # fmt: skip
-            return self._replay(lp, ready, arrival, base)
         start = time.perf_counter()
         resident = lp.region is not None
         staged = not resident and ready.out_bytes <= STAGED_RESULT_BYTES
@@ -772,35 +802,10 @@ class OffloadModule:
         stats.bytes_in += ready.in_bytes if copies is needed else sum(s.hi - s.lo for s in copies)
         stats.bytes_out += moved_out
         stats.pinned = mirror.pinned is not None
-        if graph is not None and staged and not upload:  # the same arrival again: _replay
-            arrival.replay = (mirror, mirror.epoch, base, image, graph)
-        return partials
-
-    def _replay(self, lp: OffloadedLoop, ready: Ready, arrival: Arrival, base: int) -> list[int] | None:
-        """:meth:`_launch_gpu` for an arrival whose last launch ran from a recorded graph with
-        nothing to upload and nothing changed since (buffers, page-locking, memory base,
-        the scratch buffer's contents): the same graph again."""
-        stats = lp.stats
-        mirror = self.mirror
-        *_, image, graph = arrival.replay
-        self.context.bind()
-        launched = time.perf_counter()
-        try:
-            graph.launch(mirror.stream.handle)
-        except CudaError as exc:
-            arrival.replay = None  # the next arrival takes the whole path
-            if not exc.sticky:  # (a reset context takes the graphs with it)
-                mirror.forget_graph(graph)
-            raise
-        mirror.synchronize()
-        done = time.perf_counter()
-        stats.kernel_seconds += done - launched
-        partials = self._partials(lp, ready, image)
-        if partials is None:
-            return None
-        stats.bytes_out += mirror.unstage(base, ready.written, ready.staged_at)
-        stats.transfer_seconds += time.perf_counter() - done
-        stats.bytes_in += ready.in_bytes
+        # What the same arrival again replays (OffloadModule._again): this launch, where it ran
+        # from a recorded graph with nothing to upload; else nothing.
+        replayable = graph is not None and staged and not upload
+        arrival.replay = (mirror, mirror.epoch, base, image, graph) if replayable else None
         return partials
 
     def _partials(self, lp: OffloadedLoop, ready: Ready, image: bytes) -> list[int] | None:
@@ -937,30 +942,32 @@ _tokens = itertools.count()
 
 
 class Again:
-    """A loop's last arrival, kept to replay at once when the next one brings the same
-    live-ins (:meth:`OffloadModule._again`): what it ran with (the memory, the mirror and
-    its epoch, the scratch image, the mode) and what it returned. Only arrivals without
-    reductions, whose results are known before the launch."""
+    """An arrival whose launch replays as it was, kept per loop by its live-ins
+    (:meth:`OffloadModule._again`): what it ran with (the memory, the mirror and its epoch,
+    the scratch image, the mode), the calls of its replay bound once, where its results wait
+    in the staging buffer, and what it returned. Only arrivals without reductions, whose
+    results are known before the launch."""
 
     __slots__ = (
-        "arrival",
-        "epoch",
-        "image",
-        "live",
-        "memory",
-        "mirror",
-        "mode",
-        "n_live",
-        "ready",
-        "results",
-    )
+        "arrival", "back", "back_bytes", "bind", "epoch", "graph", "image", "launch", "live",
+        "memory", "mirror", "mode", "n_live", "ready", "results", "staged", "staging", "stream", "wait",
+    )  # fmt: skip
 
     def __init__(self, module: OffloadModule, ready: Ready, arrival: Arrival, live: tuple[int, ...],
                  memory: tuple[int, int], results: list[int]) -> None:  # fmt: skip
-        mirror, epoch, _, image, _ = arrival.replay
+        mirror, epoch, _, image, graph = arrival.replay
         self.ready, self.arrival, self.live, self.n_live = ready, arrival, live, len(live)
         self.memory, self.mirror, self.epoch, self.image = memory, mirror, epoch, image
         self.mode, self.results = module.mode, results
+        self.graph, self.launch, self.stream = graph, graph.launch, mirror.stream.handle
+        self.bind, self.wait = module.context.bind, mirror.synchronize
+        self.staging, self.back_bytes = mirror.staging.ptr, ready.back_bytes
+        self.back = image[: ready.back_bytes]  # the scratch as a launch that did not trap leaves it
+        at = self.staging + ready.staged_at
+        self.staged = []  # (offset in linear memory, staging address, bytes) of each written range
+        for span in ready.written:
+            self.staged.append((span.lo, at, span.hi - span.lo))
+            at += span.hi - span.lo
 
 
 # Live-ins kept per Ready launch: a time step's counter makes a new set every step.
@@ -978,7 +985,7 @@ class Arrival:
         bits = [v & MASKS[64] for v in live] or [0]
         self.param_bytes = _words(bits)
         self.image = (None, b"")  # (kernel arguments, scratch image) of its last GPU launch
-        self.replay: tuple | None = None  # (mirror, its epoch, memory base, image, graph): _replay
+        self.replay: tuple | None = None  # (mirror, its epoch, memory base, image, graph): see Again
         self.params = (U64 * len(bits))(*bits)  # the host backend's
         k_exit = launch.trip if plan.trip.top else launch.trip - 1
         at_exit = dict(env)

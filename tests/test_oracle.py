@@ -129,14 +129,14 @@ def test_planted_miscompile_is_found_and_shrunk(
 def test_a_replay_that_skips_its_launch_is_found_on_the_simulated_device(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The runtime's teeth too: an arrival replayed as the last one (the same live-ins)
-    that returns the last results without launching leaves memory as it was, which the
-    loops family's repeated calls on changed memory catch."""
+    """The runtime's teeth too: an arrival replayed as an earlier one (the same live-ins)
+    that skips the launch and takes the results staged last time leaves memory as that
+    launch did, which the loops family's repeated calls on changed memory catch."""
     from runtime.offload import OffloadModule
 
-    launch = "partials = self._guarded(lp, self._replay, lp, ready, again.arrival, again.memory[0])"
     with monkeypatch.context() as mp:
-        mp.setattr(OffloadModule, "_again", mutant(OffloadModule, "_again", launch, "partials = ()"))
+        skipped = mutant(OffloadModule, "_again", "again.launch(again.stream)", "again.stream")
+        mp.setattr(OffloadModule, "_again", skipped)
         report = fuzz_generator(
             "loops", "offload-sim", max_examples=2000, seed=20240, shrink_seconds=SHRINK_SECONDS,
             save_dir=tmp_path,
