@@ -564,7 +564,6 @@ class OffloadModule:
         stats = lp.stats
         stats.arrivals += 1
         ready = again.ready
-        started = time.perf_counter()
         if again.mode == "auto":
             pinned = self.pin and not mirror.pin_failed
             go, why, model, cpu = lp.estimate.decide("gpu", ready.ops, ready.moved, pinned, ready.cells)
@@ -594,11 +593,12 @@ class OffloadModule:
         base = again.memory[0]
         for lo, at, nbytes in again.staged:
             ctypes.memmove(base + lo, at, nbytes)
-        stats.transfer_seconds += time.perf_counter() - done
+        end = time.perf_counter()
+        stats.transfer_seconds += end - done
         stats.bytes_in += ready.in_bytes
         stats.bytes_out += ready.out_bytes
         if again.mode == "auto":
-            lp.estimate.record(time.perf_counter() - started, model, cpu)
+            lp.estimate.record(end - launched, model, cpu)
         stats.offloaded += 1
         stats.replayed += 1
         stats.iterations += ready.launch.trip
@@ -960,7 +960,7 @@ class Again:
         self.memory, self.mirror, self.epoch, self.image = memory, mirror, epoch, image
         self.mode, self.results = module.mode, results
         self.graph, self.launch, self.stream = graph, graph.launch, mirror.stream.handle
-        self.bind, self.wait = module.context.bind, mirror.synchronize
+        self.bind, self.wait = module.context.bind, mirror.stream.synchronize
         self.staging, self.back_bytes = mirror.staging.ptr, ready.back_bytes
         self.back = image[: ready.back_bytes]  # the scratch as a launch that did not trap leaves it
         at = self.staging + ready.staged_at
