@@ -104,15 +104,25 @@ def func(store: wasmtime.Store, params: Sequence[Type], results: Sequence[Type],
     return wasmtime.Func._from_raw(raw)
 
 
-def memory(caller: int, export: bytes = MEMORY_EXPORT.encode()) -> tuple[int, int] | None:
+def store_context(store: wasmtime.Store) -> int:
+    """The address of ``store``'s context: what ``wasmtime_caller_context`` answers for every
+    call of a host function of that store (so a caller need not ask, see :func:`memory`)."""
+    return ctypes.cast(store._context(), c_void_p).value
+
+
+def memory(
+    caller: int, export: bytes = MEMORY_EXPORT.encode(), context: int | None = None
+) -> tuple[int, int] | None:
     """``(base address, bytes)`` of the calling instance's memory exported as ``export``
     (the rewritten module exports its memory 0 so), or None where there is no (unshared)
-    linear memory by that name."""
+    linear memory by that name. ``context``: the caller's store's (:func:`store_context`),
+    where known."""
     item = ffi.wasmtime_extern_t()
     address = ctypes.addressof(item)
     if not _export_get(caller, export, len(export), address) or item.kind != _MEMORY_KIND:
         return None
-    context = _caller_context(caller)
+    if context is None:
+        context = _caller_context(caller)
     handle = address + _MEMORY_OFFSET
     return _memory_data(context, handle) or 0, _memory_size(context, handle)
 

@@ -392,7 +392,8 @@ class OffloadModule:
         funcs = {}
         for lp in self.loops:
             params, results = self._host_sigs[lp.insertion.import_name]
-            funcs[lp.insertion.import_name] = hostfunc.func(store, params, results, self._callback(lp))
+            callback = self._callback(lp, hostfunc.store_context(store))
+            funcs[lp.insertion.import_name] = hostfunc.func(store, params, results, callback)
         for k in range(len(self.regions)):
             funcs[f"region_{k}"] = hostfunc.func(store, [], [], self._region_end(k))
         return funcs
@@ -444,17 +445,18 @@ class OffloadModule:
                 lp.stats.declined[reason] = lp.stats.declined.get(reason, 0) + total - seen[0]
                 seen[0] = total
 
-    def _callback(self, lp: OffloadedLoop):
+    def _callback(self, lp: OffloadedLoop, context: int):
+        """Loop ``lp``'s host function's body, for a store whose context is at ``context``."""
         n_live = len(lp.plan.live_ins)
 
         def run(caller: int, args: tuple[int, ...]) -> list[int]:
             again = lp.again.get(args[:n_live]) if lp.again else None
             if again is not None:
-                results = self._again(lp, again, caller, args)
+                results = self._again(lp, again, caller, args, context)
                 if results is not None:
                     return results
             try:
-                results = self._arrive(lp, caller, args)
+                results = self._arrive(lp, caller, args, context)
             except BaseException:
                 if lp.region is not None:  # the guest stops here: its memory must be current
                     self._flush(caller, lp.region)
@@ -498,7 +500,9 @@ class OffloadModule:
 
     # -- one arrival at a loop ------------------------------------------------------------------
 
-    def _arrive(self, lp: OffloadedLoop, caller: int, args: tuple[int, ...]) -> list[int]:
+    def _arrive(
+        self, lp: OffloadedLoop, caller: int, args: tuple[int, ...], context: int | None = None
+    ) -> list[int]:
         """One call of loop ``lp``'s host function: ``args`` are its live-ins, then the current
         values of the locals it returns; the result is the flag (1: the loop ran here), then
         those locals' values after the loop."""
@@ -508,7 +512,7 @@ class OffloadModule:
         if self.mode == "off":
             stats.decline("offload is off")
             return [0, *args[n_live:]]
-        memory = hostfunc.memory(caller)
+        memory = hostfunc.memory(caller, context=context)
         if memory is None:
             stats.decline("the module has no (unshared) linear memory")
             return [0, *args[n_live:]]
@@ -548,7 +552,9 @@ class OffloadModule:
             lp.again[live] = Again(self, ready, arrival, live, memory, results)
         return results
 
-    def _again(self, lp: OffloadedLoop, again: Again, caller: int, args: tuple[int, ...]) -> list[int] | None:
+    def _again(
+        self, lp: OffloadedLoop, again: Again, caller: int, args: tuple[int, ...], context: int | None = None
+    ) -> list[int] | None:
         """An arrival with the live-ins of one whose launch was recorded with nothing to upload
         and nothing left to decide: the guards' outcome, the launch's arguments and its results
         are that arrival's, so it replays the recorded graph, waits, checks the trap slot and
@@ -556,7 +562,7 @@ class OffloadModule:
         anything that relied on changed (linear memory, the mirror's buffers or page-locking,
         the scratch buffer's contents, the mode, the GPU): the whole path decides."""
         mirror = self._mirror
-        if (hostfunc.memory(caller) != again.memory or mirror is not again.mirror
+        if (hostfunc.memory(caller, context=context) != again.memory or mirror is not again.mirror
                 or mirror.epoch != again.epoch or mirror.scratch_holds is not again.image
                 or self.gpu_lost is not None or self.mode != again.mode):  # fmt: skip
             lp.again.pop(again.live, None)

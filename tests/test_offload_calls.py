@@ -36,14 +36,18 @@ def _instance(text: str, body):
 def test_a_raw_host_function_gets_and_returns_exact_values_and_finds_memory() -> None:
     seen = []
 
+    context = []
+
     def body(caller: int, args: tuple[int, ...]) -> list[int]:
-        seen.append((args, hostfunc.memory(caller, b"memory")))
+        # Told its store's context, the lookup finds the same memory as when it asks the caller.
+        seen.append((args, hostfunc.memory(caller, b"memory"), hostfunc.memory(caller, b"memory", *context)))
         return [args[0] ^ 1, ~args[1]]
 
     store, exports = _instance(HOST_CALL, body)
+    context.append(hostfunc.store_context(store))
     assert exports["run"](store, -(2**31), 2**63 - 1) == [-(2**31) + 1, -(2**63)]
     base = ctypes.cast(exports["memory"].data_ptr(store), ctypes.c_void_p).value
-    assert seen == [((-(2**31), 2**63 - 1), (base, 2 << 16))]
+    assert seen == [((-(2**31), 2**63 - 1), (base, 2 << 16), (base, 2 << 16))]
 
 
 def test_a_raw_host_function_without_memory_and_its_exception_reach_the_caller() -> None:
