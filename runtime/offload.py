@@ -476,9 +476,13 @@ class OffloadModule:
         return run
 
     def _flush(self, caller: int, k: int) -> None:
-        """Bring region ``k``'s results on the device back into linear memory."""
+        """Bring region ``k``'s results on the device back into linear memory, and forget
+        what the device holds: wasmtime may write memory from here on."""
         mirror = self._mirror
-        if mirror is None or not mirror.holds_results:
+        if mirror is None:
+            return
+        if not mirror.holds_results:  # (a region whose loops only read: nothing comes back)
+            mirror.forget()
             return
         base, _ = hostfunc.memory(caller)  # a launch found it, so it is there
         start = time.perf_counter()

@@ -139,6 +139,49 @@ def test_a_trap_in_a_region_leaves_memory_as_wasmtime_does(device: str) -> None:
     assert any("bounds" in reason or "memory" in reason for reason in loop.stats.declined)
 
 
+READING_REGION = """(module (memory (export "memory") 1)
+  (func (export "run") (param $n i32) (result i32)
+    (local $s i32) (local $i i32) (local $acc i32) (local $t i32)
+    (loop $time
+      (local.set $i (i32.const 0))
+      (local.set $acc (i32.const 0))
+      (loop $l
+        (local.set $acc (i32.add (local.get $acc) (i32.load (i32.shl (local.get $i) (i32.const 2)))))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br_if $l (i32.lt_u (local.get $i) (local.get $n))))
+      (local.set $t (i32.add (i32.mul (local.get $t) (i32.const 3)) (local.get $acc)))
+      (local.set $s (i32.add (local.get $s) (i32.const 1)))
+      (br_if $time (i32.lt_u (local.get $s) (i32.const 3))))
+    (local.get $t)))"""
+
+
+@pytest.mark.parametrize("device", DEVICES[1:])
+def test_a_region_that_only_reads_sees_memory_written_between_its_calls(device: str) -> None:
+    """A region whose loop only reduces writes nothing back, yet what the device held must go
+    when it ends: the next call's data is new (the device once kept reading the first)."""
+    import struct
+
+    from tests.offload_cases import instantiate
+
+    wasm = wat(READING_REGION)
+    offload = OffloadModule(wasm, device="cpu" if device == "simulated" else "gpu", pin=True, mode="always")
+    if device == "simulated":
+        simulate_gpu(offload)
+    assert [lp.region for lp in offload.loops] == [0]
+    runs = [instantiate(offload.rewritten, offload), instantiate(wasm)]
+    try:
+        for k in range(3):
+            results = []
+            for store, instance in runs:
+                exports = instance.exports(store)
+                exports["memory"].write(store, struct.pack("<256i", *([k + 1] * 256)), 0)
+                results.append(exports["run"](store, 256))
+            assert results[0] == results[1], k
+        assert offload.loops[0].stats.offloaded == 9
+    finally:
+        offload.close()
+
+
 def test_the_mirror_copies_in_only_what_the_device_lacks_and_flushes_what_it_wrote() -> None:
     mirror = DeviceMirror(HostContext())
     mirror.allocator = HostAllocator()
