@@ -111,8 +111,8 @@ _CRASHES = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGABRT, signal
 
 def _signal(status: int) -> str | None:
     """The name of the signal that ended a process with exit ``status``, if one did."""
-    number = -status if status < 0 else status - 128 if status - 128 in _CRASHES else None
-    if number is None:
+    number = -status if status < 0 else status - 128
+    if number not in _CRASHES:  # (an interrupted or terminated ptxas did not crash)
         return None
     try:
         return signal.Signals(number).name

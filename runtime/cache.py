@@ -156,11 +156,21 @@ class Cache:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def cubin_key(ptx: bytes, arch: str, driver_version: int) -> str:
-    """Cubins are keyed by what the driver's JIT reads: the PTX, the device, the driver."""
-    return hashlib.sha256(
-        b"|".join([hashlib.sha256(ptx).digest(), arch.encode(), b"%d" % driver_version])
-    ).hexdigest()
+def cubin_key(ptx: bytes, arch: str, driver_version: int, assembler: str = "driver") -> str:
+    """Cubins are keyed by what makes them: the PTX, the device, the driver, and the
+    assembler (ptxas and its release, or the driver's JIT)."""
+    parts = [hashlib.sha256(ptx).digest(), arch.encode(), b"%d" % driver_version, assembler.encode()]
+    return hashlib.sha256(b"|".join(parts)).hexdigest()
+
+
+def kernels_cubin_key(context, ptx: bytes) -> str:
+    """The key :func:`load_kernels` files the cubin of ``ptx`` under on ``context``: made
+    by the ptxas found (:mod:`runtime.assembler`), or by the driver's JIT."""
+    from runtime import assembler
+
+    found = assembler.ptxas()
+    made_by = f"ptxas {found[1][0]}.{found[1][1]} {found[0]}" if found else "driver"
+    return cubin_key(ptx, context.info.arch, context.info.driver_version, made_by)
 
 
 def load_kernels(context, ptx: bytes, cache: Cache | None = None):
@@ -169,12 +179,14 @@ def load_kernels(context, ptx: bytes, cache: Cache | None = None):
     A cached cubin the driver refuses (another driver build wrote it) is dropped and
     rebuilt; with the cache off this is :meth:`runtime.driver.Context.load_module`.
     """
+    from runtime import assembler
     from runtime.driver import CudaError, ptx_entries
 
     cache = cache or default_cache()
     if not cache.enabled:
         return context.load_module(ptx)
-    key = cubin_key(ptx, context.info.arch, context.info.driver_version)
+    found = assembler.ptxas()
+    key = kernels_cubin_key(context, ptx)
     entries = ptx_entries(ptx)
     cubin = cache.get("cubin", key)
     if cubin is not None:
@@ -186,8 +198,17 @@ def load_kernels(context, ptx: bytes, cache: Cache | None = None):
             log.warning("dropping a cached cubin the driver refuses: %s", exc)
             cache.drop("cubin", key)
     cubin = context.link_cubin(ptx)
+    try:
+        module = context.load_cubin(cubin, entries)
+    except CudaError as exc:
+        if exc.sticky or found is None:
+            raise
+        # ptxas's cubin, which this driver refuses: the driver's own linker makes one.
+        log.info("the driver refuses ptxas's cubin (%s): its JIT links the module", exc)
+        cubin = context.link_cubin(ptx, assemble=False)
+        module = context.load_cubin(cubin, entries)
     cache.put("cubin", key, cubin)
-    return context.load_cubin(cubin, entries)
+    return module
 
 
 _DEFAULT: Cache | None = None

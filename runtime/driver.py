@@ -511,12 +511,12 @@ class Context:
         logs.debug()
         return Module(self, handle, ptx_entries(image))
 
-    def link_cubin(self, ptx: bytes | str) -> bytes:
+    def link_cubin(self, ptx: bytes | str, assemble: bool = True) -> bytes:
         """Compile PTX to this device's cubin with the driver's JIT linker (what
         :meth:`load_module` does internally), returning the image for :meth:`load_cubin`;
-        where ptxas is found, its cubin, made in a process of its own."""
+        where ptxas is found (and ``assemble``), its cubin, made in a process of its own."""
         image = _ptx_image(ptx)
-        cubin = self._assembled(image)
+        cubin = self._assembled(image) if assemble else None
         if cubin is not None:
             return cubin
         logs = _JitLogs()

@@ -129,3 +129,39 @@ def test_the_oracle_counts_a_module_ptxas_crashed_on_as_skipped_not_as_a_mismatc
     outcome = run_case(case, crashing)
     assert not outcome.failed and outcome.skipped == 1
     assert any("ptxas crashed" in note for note in outcome.notes)
+
+
+def test_an_interrupted_ptxas_did_not_crash(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TENSORWASM_PTXAS", _fake_ptxas(tmp_path, "kill -TERM $$"))
+    assert assemble(ADD_ONE_PTX.encode(), "sm_90", 13000) is None  # the driver's JIT takes it
+
+
+def test_the_cubin_cache_names_the_assembler_and_keeps_what_the_driver_accepts(
+    ptxas: str, tmp_path, monkeypatch
+) -> None:
+    from runtime.cache import Cache, kernels_cubin_key, load_kernels
+    from runtime.driver import Context, CudaError
+
+    context = _fake_context(monkeypatch)
+    monkeypatch.setenv("TENSORWASM_PTXAS", ptxas)
+    with_ptxas = kernels_cubin_key(context, ADD_ONE_PTX.encode())
+    monkeypatch.setenv("TENSORWASM_PTXAS", "off")
+    assert kernels_cubin_key(context, ADD_ONE_PTX.encode()) != with_ptxas
+    monkeypatch.setenv("TENSORWASM_PTXAS", ptxas)
+    links: list[bool] = []
+
+    def link(self, ptx, assemble: bool = True) -> bytes:
+        links.append(assemble)
+        return b"ptxas's" if assemble else b"the driver's"
+
+    def load(self, cubin: bytes, entries):
+        if cubin == b"ptxas's":  # a cubin this driver refuses
+            raise CudaError("cuModuleLoadData", 200)  # CUDA_ERROR_INVALID_IMAGE
+        return cubin
+
+    monkeypatch.setattr(Context, "link_cubin", link)
+    monkeypatch.setattr(Context, "load_cubin", load)
+    assert load_kernels(context, ADD_ONE_PTX.encode(), Cache(tmp_path)) == b"the driver's"
+    assert links == [True, False]
+    assert load_kernels(context, ADD_ONE_PTX.encode(), Cache(tmp_path)) == b"the driver's"
+    assert links == [True, False]  # the second load found the driver's cubin in the cache

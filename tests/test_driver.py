@@ -460,7 +460,7 @@ def test_cubin_from_the_jit_linker_loads_and_runs(ctx: Context) -> None:
 def test_cubin_cache_hit_skips_the_jit_and_a_refused_cubin_is_rebuilt(
     ctx: Context, tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runtime.cache import Cache, cubin_key, load_kernels
+    from runtime.cache import Cache, kernels_cubin_key, load_kernels
 
     cache = Cache(tmp_path)
     load_kernels(ctx, ADD_ONE_PTX.encode(), cache)
@@ -468,7 +468,7 @@ def test_cubin_cache_hit_skips_the_jit_and_a_refused_cubin_is_rebuilt(
     monkeypatch.setattr(Context, "link_cubin", lambda *a: pytest.fail("cubin cache missed"))
     assert "add_one" in load_kernels(ctx, ADD_ONE_PTX.encode(), Cache(tmp_path)).entries
     monkeypatch.undo()
-    key = cubin_key(ADD_ONE_PTX.encode(), ctx.info.arch, ctx.info.driver_version)
+    key = kernels_cubin_key(ctx, ADD_ONE_PTX.encode())
     Cache(tmp_path).put("cubin", key, b"\x7fELF not a cubin")  # hash-valid, driver-invalid
     fresh = Cache(tmp_path)
     module = load_kernels(ctx, ADD_ONE_PTX.encode(), fresh)
