@@ -278,11 +278,14 @@ class PageLocks:
 
     def add(self, base: int, nbytes: int) -> None:
         self._ends[base] = base + nbytes
-        self._cuts = sorted({edge for span in self._ends.items() for edge in span})
+        self._recut()
 
     def remove(self, base: int) -> None:
         if self._ends.pop(base, None) is not None:
-            self._cuts = sorted({edge for span in self._ends.items() for edge in span})
+            self._recut()
+
+    def _recut(self) -> None:
+        self._cuts = sorted({edge for span in self._ends.items() for edge in span})
 
     def pieces(self, host: int, nbytes: int) -> list[tuple[int, int]]:
         """``[host, host + nbytes)`` as ``(offset, length)`` pieces cut where a page-locked

@@ -731,13 +731,8 @@ class OffloadModule:
                 self.gpu_lost = str(exc) if isinstance(exc, NoGPU) else f"the GPU cannot be used: {exc}"
                 self._fall_back(lp, self.gpu_lost)
                 return None
-        return self._guarded(lp, self._launch_gpu, lp, ready, arrival, base, size)
-
-    def _guarded(self, lp: OffloadedLoop, launch: Callable[..., list[int] | None], *args) -> list[int] | None:
-        """``launch(*args)``; a device failure declines the arrival (wasmtime runs the loop)
-        and says why, once per loop and reason."""
         try:
-            return launch(*args)
+            return self._launch_gpu(lp, ready, arrival, base, size)
         except (DeviceMemoryLimitError, DeviceOutOfMemory) as exc:
             self._fall_back(lp, f"device memory: {exc}")
         except ModuleLoadError as exc:  # cached code the driver refuses: no loop can run there
@@ -815,7 +810,7 @@ class OffloadModule:
         # What the same arrival again replays (OffloadModule._again): this launch, where it ran
         # from a recorded graph with nothing to upload; else nothing.
         replayable = graph is not None and staged and not upload
-        arrival.replay = (mirror, mirror.epoch, base, image, graph) if replayable else None
+        arrival.replay = (mirror, mirror.epoch, image, graph) if replayable else None
         return partials
 
     def _partials(self, lp: OffloadedLoop, ready: Ready, image: bytes) -> list[int] | None:
@@ -959,14 +954,14 @@ class Again:
     results are known before the launch."""
 
     __slots__ = (
-        "arrival", "back", "back_bytes", "bind", "epoch", "graph", "image", "launch", "live",
+        "back", "back_bytes", "bind", "epoch", "graph", "image", "launch", "live",
         "memory", "mirror", "mode", "n_live", "ready", "results", "staged", "staging", "stream", "wait",
     )  # fmt: skip
 
     def __init__(self, module: OffloadModule, ready: Ready, arrival: Arrival, live: tuple[int, ...],
                  memory: tuple[int, int], results: list[int]) -> None:  # fmt: skip
-        mirror, epoch, _, image, graph = arrival.replay
-        self.ready, self.arrival, self.live, self.n_live = ready, arrival, live, len(live)
+        mirror, epoch, image, graph = arrival.replay
+        self.ready, self.live, self.n_live = ready, live, len(live)
         self.memory, self.mirror, self.epoch, self.image = memory, mirror, epoch, image
         self.mode, self.results = module.mode, results
         self.graph, self.launch, self.stream = graph, graph.launch, mirror.stream.handle
@@ -995,7 +990,7 @@ class Arrival:
         bits = [v & MASKS[64] for v in live] or [0]
         self.param_bytes = _words(bits)
         self.image = (None, b"")  # (kernel arguments, scratch image) of its last GPU launch
-        self.replay: tuple | None = None  # (mirror, its epoch, memory base, image, graph): see Again
+        self.replay: tuple | None = None  # (mirror, its epoch, scratch image, graph): see Again
         self.params = (U64 * len(bits))(*bits)  # the host backend's
         k_exit = launch.trip if plan.trip.top else launch.trip - 1
         at_exit = dict(env)
