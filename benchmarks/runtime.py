@@ -142,10 +142,12 @@ def launch_overhead(device: str, calls: int = 2000, rounds: int = 5) -> dict:
             call = lambda: exports["saxpy"](store, *(v for _, v in params))  # noqa: E731
         return call, prepared, exports["memory"].data_ptr(store)
 
-    call, prepared, memory = saxpy("always")
+    call, prepared, memory = saxpy("always", bound=True)  # bound: replays may go native
     on = best(call)
     mirror = getattr(prepared, "mirror", None)
     recorded = 0 if mirror is None or mirror.graphs_off else len(mirror._graphs)
+    prepared.collect_skipped()
+    native = sum(lp.stats.native for lp in prepared.loops)
     kernel = best(_bare_launch(prepared, memory))
     prepared.close()
     off = best(saxpy("off")[0])
@@ -157,7 +159,7 @@ def launch_overhead(device: str, calls: int = 2000, rounds: int = 5) -> dict:
         "wasmtime_py_call_us": plain_py * 1e6, "bare_launch_us": kernel * 1e6,
         "hook_us": (off - plain) * 1e6, "filtered_us": (filtered - plain) * 1e6,
         "runtime_overhead_us": (on - plain - kernel) * 1e6,
-        "graphs_recorded": recorded,
+        "graphs_recorded": recorded, "native_replays": native,
     }  # fmt: skip
 
 
@@ -215,7 +217,7 @@ def main() -> int:
         f"per offloaded call: {ln['offloaded_call_us']:.1f} us; the original module on wasmtime "
         f"{ln['wasmtime_call_us']:.1f} us; bare kernel launch+wait {ln['bare_launch_us']:.1f} us; "
         f"runtime overhead {ln['runtime_overhead_us']:.1f} us ({ln['graphs_recorded']} launch graph(s) recorded "
-        f"and replayed)"
+        f"and replayed, {ln['native_replays']} of the calls replayed in native code)"
     )
     print(
         f"a declined arrival costs {ln['hook_us']:.1f} us over wasmtime where the host decides, "

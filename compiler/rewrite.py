@@ -10,6 +10,12 @@ loop are renumbered for the extra label. Adding imports shifts the index of ever
 function, so calls, ``ref.func``, exports, element segments and the start function are
 renumbered; the "name" section, which would go stale, is dropped.
 
+The loops' host calls go through a table of the module's own, exported as
+``tensorwasm:hooks`` and filled with the imports by an element segment, so the host can
+replace a loop's host function while the instance runs (with native code: see
+:mod:`runtime.replay`); a ``call_indirect`` costs a few nanoseconds more than a ``call``.
+The table and the segment come after the module's own, so no table or segment index moves.
+
 Where control lands after leaving a device-resident region (:mod:`compiler.analysis.regions`):
 after its loop's ``end``, after the ``end`` of a block a branch leaves it for, at the top
 of a loop one does, it inserts a call to ``tensorwasm.region_<n>``, which takes and returns
@@ -32,6 +38,7 @@ VALTYPE_BYTES = {I32: 0x7F, I64: 0x7E, F32: 0x7D, F64: 0x7C, FUNCREF: 0x70, EXTE
 HOST_MODULE = "tensorwasm"
 MEMORY_EXPORT = "tensorwasm:memory"  # memory 0, for the host functions
 FILTER_EXPORT = "tensorwasm:"  # then min_<n> / skipped_<n>: see Filter
+HOOKS_EXPORT = "tensorwasm:hooks"  # the table through which the loops' host calls go
 
 
 def uleb(value: int) -> bytes:
@@ -206,9 +213,21 @@ def rewrite(wasm: WasmModule, insertions: list[Insertion], exits: list[RegionExi
     for n, index in filters.items():
         extra_exports.append(name(f"{FILTER_EXPORT}min_{n}") + b"\x03" + uleb(index))
         extra_exports.append(name(f"{FILTER_EXPORT}skipped_{n}") + b"\x03" + uleb(index + 1))
-    by_func: dict[int, list[tuple[int, Insertion, list[Type], int | None]]] = {}
+    # The hooks table: entry n holds insertion n's import until the host replaces it.
+    hooks = len(wasm.table_types())
+    if insertions:
+        extra_exports.append(name(HOOKS_EXPORT) + b"\x01" + uleb(hooks))
+    hook_table = b"\x70\x01" + uleb(len(insertions)) * 2
+    hook_segment = (
+        b"\x02"
+        + uleb(hooks)
+        + b"\x41\x00\x0b\x00"
+        + vec([uleb(first_defined + n) for n in range(len(insertions))])
+    )
+    by_func: dict[int, list[tuple[bytes, Insertion, list[Type], int | None]]] = {}
     for n, ins in enumerate(insertions):
-        by_func.setdefault(ins.func_index, []).append((first_defined + n, ins, global_types, filters.get(n)))
+        call = b"\x41" + sleb(n) + b"\x11" + uleb(type_index[n]) + uleb(hooks)  # i32.const n; call_indirect
+        by_func.setdefault(ins.func_index, []).append((call, ins, global_types, filters.get(n)))
 
     exits_by_func: dict[int, dict[int, list[int]]] = {}
     for n, ex in enumerate(exits):
@@ -224,8 +243,15 @@ def rewrite(wasm: WasmModule, insertions: list[Insertion], exits: list[RegionExi
     emitted_imports = False
     emitted_globals = False
     emitted_exports = False
+    present = {sid for sid, _, _ in wasm.sections}
     for sid, start, end in wasm.sections:
         payload = data[start:end]
+        if insertions and 4 not in present and sid in (5, 13, 6, 7, 8, 9, 12, 10, 11):
+            if not emitted_imports:
+                out += section(2, _imports(wasm, names, type_index))
+                emitted_imports = True
+            out += section(4, vec([hook_table]))
+            present.add(4)
         if sid in (7, 8, 9, 10, 11, 12) and extra_globals and not emitted_globals:
             if not emitted_imports and names:
                 out += section(2, _imports(wasm, names, type_index))
@@ -235,6 +261,9 @@ def rewrite(wasm: WasmModule, insertions: list[Insertion], exits: list[RegionExi
         if sid in (8, 9, 10, 11, 12) and (exported or extra_exports) and not emitted_exports:
             out += section(7, _exports(wasm, func_index, exported, extra_exports))
             emitted_exports = True
+        if insertions and 9 not in present and sid in (12, 10, 11):  # no element section
+            out += section(9, vec([hook_segment]))
+            present.add(9)
         if sid == 0:
             if wasm.raw[start:end].startswith(name("name")):
                 continue  # function indices in it would be stale
@@ -244,6 +273,8 @@ def rewrite(wasm: WasmModule, insertions: list[Insertion], exits: list[RegionExi
         elif sid == 2:
             out += section(2, _imports(wasm, names, type_index))
             emitted_imports = True
+        elif sid == 4 and insertions:
+            out += section(4, _appended(payload, hook_table))
         elif sid in (6, 7, 8, 9, 10):
             if sid >= 6 and not emitted_imports and names:
                 out += section(2, _imports(wasm, names, type_index))
@@ -257,7 +288,7 @@ def rewrite(wasm: WasmModule, insertions: list[Insertion], exits: list[RegionExi
             elif sid == 8:
                 out += section(8, uleb(func_index(wasm.start)))
             elif sid == 9:
-                out += section(9, _elements(wasm, func_index))
+                out += section(9, _elements(wasm, func_index, [hook_segment] if insertions else []))
             else:
                 out += section(10, _code(wasm, func_index, by_func, exits_by_func))
         else:
@@ -327,7 +358,24 @@ def _exports(wasm: WasmModule, func_index, memory: bool, extra: list[bytes]) -> 
     return vec(items + extra)
 
 
-def _elements(wasm: WasmModule, func_index) -> bytes:
+def _appended(payload: bytes, item: bytes) -> bytes:
+    """A section's vector ``payload`` with ``item`` added at its end."""
+    count, at = _read_uleb(payload, 0)
+    return uleb(count + 1) + payload[at:] + item
+
+
+def _read_uleb(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, at
+
+
+def _elements(wasm: WasmModule, func_index, extra: list[bytes]) -> bytes:
     items = []
     for seg in wasm.elements:
         # Always written in the general form: flags 4/5/6/7 with expressions.
@@ -341,7 +389,7 @@ def _elements(wasm: WasmModule, func_index) -> bytes:
             items.append(uleb(5) + ref + exprs)
         else:
             items.append(uleb(7) + ref + exprs)
-    return vec(items)
+    return vec(items + extra)
 
 
 def _ref_func(expr: list[Instr], func_index) -> bytes:
@@ -390,7 +438,7 @@ def _body(
                 out += b"\x23" + uleb(g) + TO_BITS.get(gtypes[g], b"")
             for n in ins.assigned:
                 out += b"\x20" + uleb(n) + TO_BITS.get(types[n], b"")
-            out += b"\x10" + uleb(host)
+            out += host
             for n in reversed(ins.assigned):
                 out += FROM_BITS.get(types[n], b"") + b"\x21" + uleb(n)
             if at is not None:  # else: skipped += 1; the flag 0 (the loop runs here)

@@ -11,10 +11,14 @@ host's; no CUDA call is made.
 from __future__ import annotations
 
 import ctypes
+import itertools
 
-from runtime.driver import KernelParams, PageLocks
+from runtime.driver import CudaError, KernelParams, PageLocks
 from runtime.mirror import DeviceMirror
 from runtime.offload import OffloadModule
+
+_STATUS_1 = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_uint64)
+_STATUS_2 = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint64)
 
 
 class HostBuffer:
@@ -52,6 +56,8 @@ class HostContext:
     def __init__(self) -> None:
         self.copies: list[tuple[str, int]] = []
         self.locks = PageLocks()
+        self.graphs: dict[int, HostGraph] = {}  # by handle, for native replays
+        self._native: tuple | None = None  # see native_calls
 
     def bind(self) -> None:
         pass
@@ -93,7 +99,25 @@ class HostContext:
         """What ``queue(stream)`` queues, kept to be done on each :meth:`HostGraph.launch`."""
         stream = HostStream(self, steps=[])
         queue(stream)
-        return HostGraph(stream.steps)
+        graph = HostGraph(stream.steps)
+        self.graphs[graph.handle] = graph
+        return graph
+
+    def native_calls(self) -> tuple[int, int, int, int]:
+        """What native replays (:mod:`runtime.replay`) call for the driver's
+        ``cuCtxSetCurrent``, ``cuGraphLaunch`` and ``cuStreamSynchronize``: callbacks into
+        this context (a failed launch answers its error code), and a context handle."""
+        if self._native is None:
+
+            def launch(handle: int, stream: int) -> int:
+                try:
+                    self.graphs[handle].launch(stream)
+                except CudaError as exc:
+                    return exc.code
+                return 0
+
+            self._native = (_STATUS_1(lambda context: 0), _STATUS_2(launch), _STATUS_1(lambda stream: 0))
+        return (*(ctypes.cast(c, ctypes.c_void_p).value for c in self._native), 1)
 
 
 class HostStream:
@@ -129,9 +153,12 @@ class HostStream:
 
 
 class HostGraph:
+    _handles = itertools.count(1)
+
     def __init__(self, steps: list) -> None:
         self.steps = steps
         self.launches = 0
+        self.handle = next(self._handles)
 
     def launch(self, stream: int = 0) -> None:
         self.launches += 1
@@ -184,6 +211,6 @@ class SimulatedOffloadInstance:
     def __new__(cls, wasm: bytes, filters: bool = False):
         from runtime.offload import OffloadInstance
 
-        instance = OffloadInstance(wasm, device="cpu", filters=filters)
-        simulate_gpu(instance.offload)
-        return instance
+        offload = OffloadModule(wasm, device="cpu", mode="always")
+        simulate_gpu(offload)  # before instantiation: its host functions are the GPU path's
+        return OffloadInstance(wasm, filters=filters, offload=offload)

@@ -378,6 +378,15 @@ class Context:
             check("cuCtxSetCurrent", cu.cuCtxSetCurrent(self._handle))
         logger.warning("GPU %d context reset (generation %d)", self.info.ordinal, self.generation)
 
+    def native_calls(self) -> tuple[int, int, int, int]:
+        """For native code that replays graphs (:mod:`runtime.replay`): the addresses of the
+        driver's ``cuCtxSetCurrent``, ``cuGraphLaunch`` and ``cuStreamSynchronize``, and this
+        context's handle (valid until a :meth:`reset`)."""
+        # The library the bindings loaded: dlopen of the same name finds it loaded.
+        library = ctypes.CDLL("libcuda.so.1")
+        calls = (library.cuCtxSetCurrent, library.cuGraphLaunch, library.cuStreamSynchronize)
+        return (*(ctypes.cast(c, ctypes.c_void_p).value for c in calls), int(self._handle))
+
     def set_stack_size(self, nbytes: int) -> None:
         """Per-thread stack for device calls; the driver reserves it for every resident thread."""
         self.bind()
@@ -708,6 +717,11 @@ class Graph(_ContextObject):
     def __init__(self, context: Context, handle: Any) -> None:
         super().__init__(context, "CUDA graph")
         self._handle = handle
+
+    @property
+    def handle(self) -> int:
+        """The executable graph's handle, for native code (:mod:`runtime.replay`)."""
+        return int(self._handle)
 
     def launch(self, stream: int = 0) -> None:
         """Queue the recorded steps on ``stream``."""

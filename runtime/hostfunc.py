@@ -38,7 +38,7 @@ _memory_size = CFUNCTYPE(c_size_t, c_void_p, c_void_p)(("wasmtime_memory_data_si
 _trap_new = CFUNCTYPE(c_void_p, c_char_p, c_size_t)(("wasmtime_trap_new", _dll))
 _CALLBACK = CFUNCTYPE(c_size_t, c_void_p, c_void_p, c_void_p, c_size_t)
 _FINALIZER = CFUNCTYPE(None, c_void_p)
-_func_new = CFUNCTYPE(None, c_void_p, c_void_p, _CALLBACK, c_void_p, _FINALIZER, c_void_p)(
+_func_new = CFUNCTYPE(None, c_void_p, c_void_p, c_void_p, c_void_p, _FINALIZER, c_void_p)(
     ("wasmtime_func_new_unchecked", _dll)
 )
 _MEMORY_OFFSET = ffi.wasmtime_extern_t.of.offset  # where the memory handle sits in an extern
@@ -49,8 +49,10 @@ _TRAP_MESSAGE = b"python exception"
 _RAW_FORMAT = {"i32": "i12x", "i64": "q8x"}
 
 # The live host functions by the key the C side holds (their ``env``); the finalizer drops one
-# when its store goes.
+# when its store goes. Native ones keep what their code reads in ``_KEPT``, by its address
+# (their ``env``).
 _FUNCTIONS: dict[int, Callable[[int, int], None]] = {}
+_KEPT: dict[int, object] = {}
 _keys = itertools.count(1)
 
 
@@ -64,11 +66,16 @@ def _trampoline(env: int, caller: int, values: int, count: int) -> int:
         return _trap_new(_TRAP_MESSAGE, len(_TRAP_MESSAGE))
 
 
+# The C address of the Python functions' callback.
+TRAMPOLINE = ctypes.cast(_trampoline, c_void_p).value
+
+
 @_FINALIZER
 def _finalize(env: int) -> None:
-    functions = _FUNCTIONS
+    functions, kept = _FUNCTIONS, _KEPT
     if functions is not None:  # None: the interpreter is shutting down, its stores with it
         functions.pop(env, None)
+        kept.pop(env, None)
 
 
 def raw_layout(types: Sequence[Type]) -> struct.Struct:
@@ -81,7 +88,13 @@ def func(store: wasmtime.Store, params: Sequence[Type], results: Sequence[Type],
     """A host function of i32/i64 ``params`` and ``results`` in ``store``:
     ``body(caller, values)`` gets the raw caller (for :func:`memory`) and the parameters as
     signed ints, and returns the results as signed ints."""
-    ty = wasmtime.FuncType([_valtype(t) for t in params], [_valtype(t) for t in results])
+    return keyed_func(store, params, results, body)[0]
+
+
+def keyed_func(store: wasmtime.Store, params: Sequence[Type], results: Sequence[Type],
+               body: Callable[[int, tuple[int, ...]], Sequence[int]]) -> tuple[wasmtime.Func, int]:  # fmt: skip
+    """:func:`func`, and the ``env`` its callback gets: with :data:`TRAMPOLINE`, what a
+    native host function calls to hand a call to it."""
     read, write = raw_layout(params), raw_layout(results)
     array = ctypes.c_char * max(read.size, write.size)
     views: dict[int, ctypes.Array] = {}  # the value array, by address (a few recur)
@@ -96,12 +109,32 @@ def func(store: wasmtime.Store, params: Sequence[Type], results: Sequence[Type],
 
     key = next(_keys)
     _FUNCTIONS[key] = call
+    return _new(store, params, results, TRAMPOLINE, key), key
+
+
+def native_func(store: wasmtime.Store, params: Sequence[Type], results: Sequence[Type], callback: int,
+                env: ctypes.Structure) -> wasmtime.Func:  # fmt: skip
+    """A host function whose callback is native code at address ``callback`` (wasmtime's
+    unchecked callback ABI), called with the address of ``env``, kept alive with the store."""
+    address = ctypes.addressof(env)
+    _KEPT[address] = env
+    return _new(store, params, results, callback, address)
+
+
+def _new(store, params, results, callback: int, env: int) -> wasmtime.Func:
+    ty = wasmtime.FuncType([_valtype(t) for t in params], [_valtype(t) for t in results])
     raw = ffi.wasmtime_func_t()
     _func_new(
-        ctypes.cast(store._context(), c_void_p), ctypes.cast(ty.ptr(), c_void_p), _trampoline, key,
+        ctypes.cast(store._context(), c_void_p), ctypes.cast(ty.ptr(), c_void_p), callback, env,
         _finalize, ctypes.addressof(raw),
     )  # fmt: skip
     return wasmtime.Func._from_raw(raw)
+
+
+def native_calls() -> tuple[int, int, int]:
+    """For native host functions: the addresses of wasmtime's ``wasmtime_caller_export_get``,
+    ``wasmtime_memory_data`` and ``wasmtime_memory_data_size`` (see :func:`memory`)."""
+    return tuple(ctypes.cast(f, c_void_p).value for f in (_export_get, _memory_data, _memory_size))
 
 
 def store_context(store: wasmtime.Store) -> int:

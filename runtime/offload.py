@@ -43,7 +43,9 @@ from compiler.lower import abi
 from compiler.outline import identity_bits, outline
 from compiler.rewrite import (
     FILTER_EXPORT,
+    HOOKS_EXPORT,
     HOST_MODULE,
+    MEMORY_EXPORT,
     NEVER_SKIP,
     Insertion,
     RegionExit,
@@ -54,7 +56,7 @@ from compiler.target import HostTarget, describe, nvptx_for_device
 from compiler.traps import TrapKind, trap_message
 from dialect.errors import TensorWasmError
 from dialect.types import F32, Type
-from runtime import hostfunc, prepared, profit
+from runtime import hostfunc, prepared, profit, replay
 from runtime.cache import default_cache, load_kernels, make_key
 from runtime.driver import CudaError, KernelParams, ModuleLoadError, NoGPU
 from runtime.guards import GuardFailed, Launch, check, inputs
@@ -78,6 +80,7 @@ class LoopStats:
     arrivals: int = 0
     offloaded: int = 0
     replayed: int = 0  # of the offloaded: replayed as the last arrival's launch (OffloadModule._again)
+    native: int = 0  # of the replayed: by native code, without Python (runtime.replay)
     declined: dict[str, int] = field(default_factory=dict)
     iterations: int = 0
     bytes_in: int = 0
@@ -157,6 +160,10 @@ class OffloadModule:
         self._pool: ThreadPoolExecutor | None = None  # host threads, made on first need
         self._guard_cache: dict[int, dict[tuple, Ready | str]] = {}  # per loop: see _guards
         self._guard_reads: dict[int, Callable] = {}  # per loop: the live-ins the guards read
+        # Bumped on whatever changes the device's state (a launch, a flush, closing): a native
+        # replay armed at another generation hands its call to Python (runtime.replay).
+        self._generation = (U64 * 1)()
+        self._natives: list[NativeReplay] = []
         self._wasm_bytes = bytes(wasm)
         self._wasm = None
         self.target = self._target()
@@ -344,18 +351,7 @@ class OffloadModule:
         """The rewritten module compiled by ``engine``, through the cache (wasmtime's own
         serialized code: a warm start skips compiling it; wasmtime refuses code made by
         another release or engine configuration, which is then compiled again)."""
-        cache = default_cache()
-        key = make_key("cwasm", hashlib.sha256(self.rewritten).hexdigest())
-        blob = cache.get("cwasm", key)
-        if blob is not None:
-            try:
-                return wasmtime.Module.deserialize(engine, blob)
-            except wasmtime.WasmtimeError as exc:  # another engine configuration made it
-                log.info("recompiling the module: wasmtime refuses its cached code (%s)", exc)
-                cache.drop("cwasm", key)
-        module = wasmtime.Module(engine, self.rewritten)
-        cache.put("cwasm", key, module.serialize())
-        return module
+        return _compiled(engine, self.rewritten)
 
     @property
     def kernels(self) -> dict:
@@ -382,18 +378,28 @@ class OffloadModule:
         """Give back device memory and unpin linear memory (call before the store dies);
         the arrivals the Wasm-side filters kept from the host are counted in."""
         self.collect_skipped()
+        self._generation[0] += 1
         if self._mirror is not None:
             self._mirror.release()
 
     # -- instantiation --------------------------------------------------------------------------
 
     def host_functions(self, store) -> dict[str, wasmtime.Func]:
-        """The ``tensorwasm`` imports of the rewritten module, bound to ``store``."""
+        """The ``tensorwasm`` imports of the rewritten module, bound to ``store``. On the GPU
+        a loop's becomes native code once its arrivals replay, where :meth:`bind` gave the
+        instance's table of hooks (see :mod:`compiler.rewrite`)."""
         funcs = {}
-        for lp in self.loops:
+        context = hostfunc.store_context(store)
+        self._unbound_hooks = []
+        for k, lp in enumerate(self.loops):
             params, results = self._host_sigs[lp.insertion.import_name]
-            callback = self._callback(lp, hostfunc.store_context(store))
-            funcs[lp.insertion.import_name] = hostfunc.func(store, params, results, callback)
+            hook = Hook(weakref.ref(store), k, context) if self.device == "gpu" else None
+            funcs[lp.insertion.import_name], key = hostfunc.keyed_func(
+                store, params, results, self._callback(lp, context, hook)
+            )
+            if hook is not None:
+                hook.key = key
+                self._unbound_hooks.append(hook)
         for k in range(len(self.regions)):
             funcs[f"region_{k}"] = hostfunc.func(store, [], [], self._region_end(k))
         return funcs
@@ -409,6 +415,9 @@ class OffloadModule:
         ``exports`` are the instance's; ``thresholds`` (per loop) overrides the mode's. An
         instance left unbound asks the host at every arrival."""
         self._skipped = []
+        for hook in getattr(self, "_unbound_hooks", ()):
+            hook.table = exports[HOOKS_EXPORT]
+        self._unbound_hooks = []
         for n, lp in enumerate(self.loops):
             if lp.insertion.filter is None:
                 continue
@@ -433,7 +442,10 @@ class OffloadModule:
         return max(0, iterations) * abs(lp.plan.trip.step)
 
     def collect_skipped(self) -> None:
-        """Fold the arrivals the Wasm-side filters kept from the host into the loops' counts."""
+        """Fold the arrivals the Wasm-side filters kept from the host, and those replayed in
+        native code, into the loops' counts."""
+        for native in self._natives:
+            self._fold(native)
         reason = "offload is off" if self.mode == "off" else "too little work to pay for a launch"
         for lp, counter, store_ref, seen in getattr(self, "_skipped", ()):
             store = store_ref()
@@ -445,15 +457,23 @@ class OffloadModule:
                 lp.stats.declined[reason] = lp.stats.declined.get(reason, 0) + total - seen[0]
                 seen[0] = total
 
-    def _callback(self, lp: OffloadedLoop, context: int):
-        """Loop ``lp``'s host function's body, for a store whose context is at ``context``."""
+    def _callback(self, lp: OffloadedLoop, context: int, hook: Hook | None = None):
+        """Loop ``lp``'s host function's body, for a store whose context is at ``context``
+        (``hook``: where that store's function may be made native)."""
         n_live = len(lp.plan.live_ins)
 
         def run(caller: int, args: tuple[int, ...]) -> list[int]:
+            native = hook.native if hook is not None else None
+            if native is not None:
+                self._fold(native)
+                if native.arm.pending:
+                    return self._finish_native(lp, native, args)
             again = lp.again.get(args[:n_live]) if lp.again else None
             if again is not None:
                 results = self._again(lp, again, caller, args, context)
                 if results is not None:
+                    if hook is not None:
+                        self._arm(lp, hook, again)
                     return results
             try:
                 results = self._arrive(lp, caller, args, context)
@@ -463,9 +483,77 @@ class OffloadModule:
                 raise
             if not results[0] and lp.region is not None:
                 self._flush(caller, lp.region)  # wasmtime runs this loop: memory must be current
+            elif hook is not None and results[0] and lp.again:
+                again = lp.again.get(args[:n_live])
+                if again is not None:
+                    self._arm(lp, hook, again)
             return results
 
         return run
+
+    # Replays of a loop (in Python) after which its host function becomes native code: the
+    # first costs compiling that code once per process (~10 ms, and ~45 ms to load LLVM where
+    # no compile loaded it), which a replay in native code repays at ~10 us saved.
+    NATIVE_AFTER = 256
+    # In auto mode, native replays between two in Python (which decide again and record).
+    NATIVE_BUDGET = 64
+
+    def _arm(self, lp: OffloadedLoop, hook: Hook, again: Again) -> None:
+        """After ``again``'s launch: let the next arrival with its live-ins replay it in
+        native code, where nothing changed since, and its loop replays often enough."""
+        if again.generation != self._generation[0] or not self._still_valid(again):
+            return
+        if lp.stats.replayed < self.NATIVE_AFTER:
+            return
+        native = hook.native
+        if native is None:
+            store = hook.store()
+            if store is None or hook.table is None:  # (an instance left unbound)
+                return
+            native = hook.native = NativeReplay(self, lp, hook)
+            params, results = self._host_sigs[lp.insertion.import_name]
+            func = hostfunc.native_func(store, params, results, replay.entry(), native.arm)
+            hook.table.set(store, hook.index, func)
+            self._natives.append(native)
+        decision, budget = None, 1 << 62
+        if again.mode == "auto":  # its replays are timed together, and every so many decided again
+            ready = again.ready
+            pinned = self.pin and not self._mirror.pin_failed
+            _, _, model, cpu = lp.estimate.decide("gpu", ready.ops, ready.moved, pinned, ready.cells)
+            decision, budget = (model, cpu), self.NATIVE_BUDGET
+        native.arm_with(again, self.context.native_calls(), budget, decision)
+
+    def _fold(self, native: NativeReplay) -> None:
+        """Count in what native replays did since the last fold."""
+        arm = native.arm
+        if not (arm.replays or arm.kernel_ns or arm.transfer_ns):
+            return
+        n, lp, ready = arm.replays, native.lp, native.again.ready
+        stats = lp.stats
+        stats.arrivals += n
+        stats.offloaded += n
+        stats.replayed += n
+        stats.native += n
+        stats.iterations += n * ready.launch.trip
+        stats.bytes_in += n * ready.in_bytes
+        stats.bytes_out += n * ready.out_bytes
+        seconds = (arm.kernel_ns + arm.transfer_ns) * 1e-9
+        stats.kernel_seconds += arm.kernel_ns * 1e-9
+        stats.transfer_seconds += arm.transfer_ns * 1e-9
+        if n and native.decision is not None:
+            lp.estimate.record(seconds / n, *native.decision)
+        arm.replays = arm.kernel_ns = arm.transfer_ns = 0
+
+    def _finish_native(self, lp: OffloadedLoop, native: NativeReplay, args: tuple[int, ...]) -> list[int]:
+        """A native replay launched and handed the rest to Python: its driver call failed, or
+        its kernel left the scratch changed (a trap, say)."""
+        arm, again = native.arm, native.again
+        pending, arm.pending = arm.pending, 0
+        lp.stats.arrivals += 1
+        self._generation[0] += 1
+        if pending == replay.PENDING_ERROR:
+            return self._replay_failed(lp, again, args, CudaError(replay.CALLS[arm.error_call], arm.error))
+        return self._replayed(lp, again, args)
 
     def _region_end(self, k: int):
         def run(caller: int, args: tuple[int, ...]) -> tuple[()]:
@@ -481,6 +569,7 @@ class OffloadModule:
         mirror = self._mirror
         if mirror is None:
             return
+        self._generation[0] += 1
         if not mirror.holds_results:  # (a region whose loops only read: nothing comes back)
             mirror.forget()
             return
@@ -556,6 +645,12 @@ class OffloadModule:
             lp.again[live] = Again(self, ready, arrival, live, memory, results)
         return results
 
+    def _still_valid(self, again: Again) -> bool:
+        """Whether nothing a recorded replay relies on changed, linear memory aside."""
+        mirror = self._mirror
+        return (mirror is again.mirror and mirror.epoch == again.epoch and mirror.scratch_holds is again.image
+                and self.gpu_lost is None and self.mode == again.mode)  # fmt: skip
+
     def _again(
         self, lp: OffloadedLoop, again: Again, caller: int, args: tuple[int, ...], context: int | None = None
     ) -> list[int] | None:
@@ -565,34 +660,48 @@ class OffloadModule:
         moves the staged results into linear memory. None (and the arrival forgotten) where
         anything that relied on changed (linear memory, the mirror's buffers or page-locking,
         the scratch buffer's contents, the mode, the GPU): the whole path decides."""
-        mirror = self._mirror
-        if (hostfunc.memory(caller, context=context) != again.memory or mirror is not again.mirror
-                or mirror.epoch != again.epoch or mirror.scratch_holds is not again.image
-                or self.gpu_lost is not None or self.mode != again.mode):  # fmt: skip
+        if hostfunc.memory(caller, context=context) != again.memory or not self._still_valid(again):
             lp.again.pop(again.live, None)
             return None
         stats = lp.stats
         stats.arrivals += 1
         ready = again.ready
+        decision = None
         if again.mode == "auto":
-            pinned = self.pin and not mirror.pin_failed
+            pinned = self.pin and not self._mirror.pin_failed
             go, why, model, cpu = lp.estimate.decide("gpu", ready.ops, ready.moved, pinned, ready.cells)
             if not go:
                 stats.decline(why)
                 return [0, *args[again.n_live :]]
+            decision = (model, cpu)
+        self._generation[0] += 1
         try:
             again.bind()
             launched = time.perf_counter()
             again.launch(again.stream)
             again.wait()
         except CudaError as exc:
-            lp.again.pop(again.live, None)
-            if not exc.sticky:  # (a reset context takes the graphs with it)
-                mirror.forget_graph(again.graph)
-            self._device_error(lp, exc)
-            return [0, *args[again.n_live :]]
+            return self._replay_failed(lp, again, args, exc)
+        stats.kernel_seconds += time.perf_counter() - launched
+        return self._replayed(lp, again, args, launched, decision)
+
+    def _replay_failed(
+        self, lp: OffloadedLoop, again: Again, args: tuple[int, ...], exc: CudaError
+    ) -> list[int]:
+        """A replay's driver call failed: decline, and recover (or wait for what was queued)."""
+        lp.again.pop(again.live, None)
+        if not exc.sticky:  # (a reset context takes the graphs with it)
+            self._mirror.forget_graph(again.graph)
+        self._device_error(lp, exc)
+        return [0, *args[again.n_live :]]
+
+    def _replayed(self, lp: OffloadedLoop, again: Again, args: tuple[int, ...], launched: float | None = None,
+                  decision: tuple[float, float] | None = None) -> list[int]:  # fmt: skip
+        """After a replay's wait: where the kernel trapped decline, else move the staged
+        results into linear memory and return the arrival's. ``launched`` (and, in auto mode,
+        ``decision``: the modelled and CPU seconds): when it was launched, where timed here."""
+        stats, mirror, ready = lp.stats, self._mirror, again.ready
         done = time.perf_counter()
-        stats.kernel_seconds += done - launched
         if ctypes.string_at(again.staging, again.back_bytes) != again.back:
             mirror.scratch_holds = None  # the kernel wrote its scratch: the next launch uploads
             lp.again.pop(again.live, None)
@@ -607,11 +716,12 @@ class OffloadModule:
         stats.transfer_seconds += end - done
         stats.bytes_in += ready.in_bytes
         stats.bytes_out += ready.out_bytes
-        if again.mode == "auto":
-            lp.estimate.record(end - launched, model, cpu)
+        if decision is not None:
+            lp.estimate.record(end - launched, *decision)
         stats.offloaded += 1
         stats.replayed += 1
         stats.iterations += ready.launch.trip
+        again.generation = self._generation[0]
         return again.results
 
     # Guard outcomes kept per loop: a loop arrives again and again with the same live-ins
@@ -724,6 +834,7 @@ class OffloadModule:
         if self.gpu_lost is not None:
             lp.stats.decline(self.gpu_lost)
             return None
+        self._generation[0] += 1
         if self._mirror is None:
             try:
                 self.mirror  # noqa: B018 (the context and device memory, made at the first launch)
@@ -858,6 +969,94 @@ class OffloadModule:
             log.warning("%s", self.gpu_lost)
 
 
+class Hook:
+    """Where one loop's host function is reached in one instance: entry ``index`` of its
+    ``table`` of hooks (known once :meth:`OffloadModule.bind` gives it), its Python
+    function's ``key`` (:func:`runtime.hostfunc.keyed_func`), and its native one once made."""
+
+    __slots__ = ("context", "index", "key", "native", "store", "table")
+
+    def __init__(self, store: weakref.ref, index: int, context: int) -> None:
+        self.store, self.index, self.context = store, index, context
+        self.table: wasmtime.Table | None = None
+        self.key = 0
+        self.native: NativeReplay | None = None
+
+
+class NativeReplay:
+    """A loop's native host function in one store (:mod:`runtime.replay`): its arm, the
+    buffers the arm points into, and the replay it is armed with."""
+
+    def __init__(self, module: OffloadModule, lp: OffloadedLoop, hook: Hook) -> None:
+        self.lp = lp
+        self.arm = arm = replay.Arm()
+        params, results = module._host_sigs[lp.insertion.import_name]
+        n_live = len(lp.plan.live_ins)
+        self._masks = [MASKS[t.bits] for t in params[:n_live]]
+        self._result_masks = [MASKS[t.bits] for t in results]
+        self._name = ctypes.create_string_buffer(MEMORY_EXPORT.encode())
+        self._live = (U64 * max(1, n_live))()
+        masks = (U64 * max(1, n_live))(*self._masks)
+        self._results = (U64 * max(1, len(results)))()
+        self._kept: list = [masks]  # what the arm points to, besides the above
+        export_get, memory_data, memory_size = hostfunc.native_calls()
+        memcmp, clock = replay.libc_calls()
+        for name, value in (
+            ("generation_at", ctypes.addressof(module._generation)), ("fallback", hostfunc.TRAMPOLINE),
+            ("fallback_env", hook.key), ("n_live", n_live), ("live", ctypes.addressof(self._live)),
+            ("masks", ctypes.addressof(masks)), ("export_get", export_get), ("memory_data", memory_data),
+            ("memory_size", memory_size), ("store_context", hook.context),
+            ("export_name", ctypes.addressof(self._name)), ("export_len", len(MEMORY_EXPORT.encode())),
+            ("memcmp", memcmp), ("clock", clock), ("n_results", len(results)),
+            ("results", ctypes.addressof(self._results)),
+        ):  # fmt: skip
+            setattr(arm, name, value)
+        self.again: Again | None = None
+        self.decision: tuple[float, float] | None = None  # auto mode: (modelled, CPU seconds)
+
+    def arm_with(self, again: Again, calls: tuple[int, int, int, int], budget: int,
+                 decision: tuple[float, float] | None) -> None:  # fmt: skip
+        """Replay ``again`` from the next arrival with its live-ins on, for up to ``budget``
+        arrivals; ``calls``: the driver's (see ``Context.native_calls``); ``decision``: the
+        modelled and CPU seconds its replays' time is recorded against (auto mode)."""
+        arm = self.arm
+        arm.armed = 0
+        self.again, self.decision = again, decision
+        for i, (value, mask) in enumerate(zip(again.live, self._masks, strict=True)):
+            self._live[i] = value & mask
+        for i, (value, mask) in enumerate(zip(again.results, self._result_masks, strict=True)):
+            self._results[i] = value & mask
+        staged = (U64 * max(1, 3 * len(again.staged)))(*(v for triple in again.staged for v in triple))
+        image = ctypes.create_string_buffer(again.back, max(1, len(again.back)))
+        self._kept[1:] = [staged, image]
+        arm.ctx_set_current, arm.graph_launch, arm.stream_sync, arm.cu_context = calls
+        arm.graph, arm.stream = again.graph.handle, again.stream
+        arm.base, arm.size = again.memory
+        arm.staging, arm.image, arm.back_bytes = again.staging, ctypes.addressof(image), again.back_bytes
+        arm.n_staged, arm.staged = len(again.staged), ctypes.addressof(staged)
+        arm.generation = again.generation
+        arm.budget = budget
+        arm.armed = 1
+
+
+def _compiled(engine: wasmtime.Engine, wasm: bytes) -> wasmtime.Module:
+    """``wasm`` compiled by ``engine``, through the cache (wasmtime's own serialized code: a
+    warm start skips compiling it; wasmtime refuses code made by another release or engine
+    configuration, which is then compiled again)."""
+    cache = default_cache()
+    key = make_key("cwasm", hashlib.sha256(wasm).hexdigest())
+    blob = cache.get("cwasm", key)
+    if blob is not None:
+        try:
+            return wasmtime.Module.deserialize(engine, blob)
+        except wasmtime.WasmtimeError as exc:  # another engine configuration made it
+            log.info("recompiling the module: wasmtime refuses its cached code (%s)", exc)
+            cache.drop("cwasm", key)
+    module = wasmtime.Module(engine, wasm)
+    cache.put("cwasm", key, module.serialize())
+    return module
+
+
 # Written ranges up to this size come back through the staging buffer, with the trap slot,
 # in the launch's one wait (a memmove of 64 KiB costs less than a second wait); larger ones
 # are copied straight into linear memory once the kernel is known not to have trapped.
@@ -954,7 +1153,7 @@ class Again:
     results are known before the launch."""
 
     __slots__ = (
-        "back", "back_bytes", "bind", "epoch", "graph", "image", "launch", "live",
+        "back", "back_bytes", "bind", "epoch", "generation", "graph", "image", "launch", "live",
         "memory", "mirror", "mode", "n_live", "ready", "results", "staged", "staging", "stream", "wait",
     )  # fmt: skip
 
@@ -964,6 +1163,7 @@ class Again:
         self.ready, self.live, self.n_live = ready, live, len(live)
         self.memory, self.mirror, self.epoch, self.image = memory, mirror, epoch, image
         self.mode, self.results = module.mode, results
+        self.generation = module._generation[0]  # the module's, just after its launch
         self.graph, self.launch, self.stream = graph, graph.launch, mirror.stream.handle
         self.bind, self.wait = module.context.bind, mirror.stream.synchronize
         self.staging, self.back_bytes = mirror.staging.ptr, ready.back_bytes
@@ -1147,7 +1347,8 @@ class OffloadInstance:
     loops are offloaded: the differential oracle's "offload" backend. It answers the same
     calls as the executors (``call``, ``memory``, ``globals``)."""
 
-    def __init__(self, wasm: bytes, device: str = "cpu", filters: bool = False, pin: bool = False):
+    def __init__(self, wasm: bytes, device: str = "cpu", filters: bool = False, pin: bool = False,
+                 offload: OffloadModule | None = None):  # fmt: skip
         """``filters``: give the Wasm-side filters thresholds drawn per module (a fixed draw,
         so a shrunk case keeps its own), as the fuzzer does: arrivals kept from the host
         must run as they would there. Otherwise every arrival asks the host. ``pin``: on the
@@ -1156,7 +1357,8 @@ class OffloadInstance:
         from runtime.instance import initial_state
         from runtime.reference import ReferenceInstance
 
-        self.offload = OffloadModule(wasm, device=device, mode="always", pin=pin)
+        self.offload = offload or OffloadModule(wasm, device=device, mode="always", pin=pin)
+        self.offload.NATIVE_AFTER = 1  # replays go native at once: the oracle compares them too
         self.wasm = self.offload.wasm
         self.state = initial_state(self.wasm)
 

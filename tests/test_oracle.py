@@ -150,6 +150,30 @@ def test_a_replay_that_skips_its_launch_is_found_on_the_simulated_device(
     assert not run_case(replayed, "offload-sim").failed
 
 
+def test_a_native_replay_that_moves_no_results_is_found_on_the_simulated_device(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The same teeth for replays in native code (:mod:`runtime.replay`): one that launches
+    but leaves its staged results out of linear memory is caught by the calls made again."""
+    from runtime.offload import NativeReplay
+
+    with monkeypatch.context() as mp:
+        lazy = mutant(NativeReplay, "arm_with", "arm.n_staged, arm.staged = len(again.staged),",
+                      "arm.n_staged, arm.staged = 0,")  # fmt: skip
+        mp.setattr(NativeReplay, "arm_with", lazy)
+        report = fuzz_generator(
+            "loops", "offload-sim", max_examples=2000, seed=20240, shrink_seconds=SHRINK_SECONDS,
+            save_dir=tmp_path,
+        )  # fmt: skip
+        assert report.failures, "the loops family did not find a native replay that moves no results"
+        shrunk = report.failures[0].case
+        assert shrunk.programs == 1, shrunk.text()
+        assert shrunk.calls[-1] == shrunk.calls[-2]  # found by a call made again
+        replayed = Case.load(report.failures[0].saved)
+        assert run_case(replayed, "offload-sim").failed
+    assert not run_case(replayed, "offload-sim").failed
+
+
 @pytest.mark.parametrize("generator", sorted(GENERATORS))
 def test_unmodified_compiler_passes(generator: str, tmp_path: Path) -> None:
     examples = {"numeric": 600, "control": 400, "loops": 250, "smith": 100}[generator]  # cases
@@ -279,6 +303,7 @@ def test_offloaded_loops_match_wasmtime_and_really_offload(device: str) -> None:
         assert sum(r.bytes_out for r in regions) > 0, "no region kept results on the device"
         loops = [lp for i in instances for lp in i.offload.loops]
         assert sum(lp.stats.replayed for lp in loops) > 0, "no arrival replayed the last one's launch"
+        assert sum(lp.stats.native for lp in loops) > 0, "no arrival replayed in native code"
 
 
 def test_the_command_line_names_every_generator() -> None:
