@@ -41,6 +41,7 @@ NEVER = (
     "llvmlite.ir",
     "cuda",
     "numpy",
+    "oracle",  # the fuzzer's command line: a run parses its own alone
 )
 # Nor, on the host backend, the runtime's GPU layers.
 NEVER_ON_THE_CPU = ("runtime.driver", "runtime.limits", "runtime.known_gpu")
