@@ -27,12 +27,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from compiler.frontend.module import Instr, WasmModule
-from dialect.ir import FuncSig
 from dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
 
+# A warm start reads only the declarations here (the host module's name, Insertion,
+# Filter); the IR's signatures load with the functions that build them.
 if TYPE_CHECKING:
-    from compiler.analysis.loops import LoopPlan
+    from compiler.analysis.plan import LoopPlan
+    from compiler.frontend.module import Instr, WasmModule
+    from dialect.ir import FuncSig
 
 VALTYPE_BYTES = {I32: 0x7F, I64: 0x7E, F32: 0x7D, F64: 0x7C, FUNCREF: 0x70, EXTERNREF: 0x6F}
 HOST_MODULE = "tensorwasm"
@@ -176,6 +178,8 @@ FROM_BITS = {F32: b"\xbe", F64: b"\xbf"}  # f32.reinterpret_i32, f64.reinterpret
 
 
 def host_signature(ins: Insertion, global_types: list[Type]) -> FuncSig:
+    from dialect.ir import FuncSig
+
     params = [ins.local_types[i] for i in ins.live_in_locals]
     params += [global_types[g] for g in ins.live_in_globals]
     params += [ins.local_types[i] for i in ins.assigned]
@@ -186,6 +190,8 @@ def host_signature(ins: Insertion, global_types: list[Type]) -> FuncSig:
 def rewrite(wasm: WasmModule, insertions: list[Insertion], exits: list[RegionExit] = ()) -> bytes:
     """The module with a guarded host call before each loop of ``insertions``, and a host
     call after each region's end in ``exits``."""
+    from dialect.ir import FuncSig
+
     data = wasm.raw
     exits = list(exits)
     shift = len(insertions) + len(exits)

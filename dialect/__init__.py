@@ -1,17 +1,31 @@
 """TensorWasm's typed SSA dialect: types, op definitions, IR, builder, verifier, printer.
 
-``OPS`` maps every op name to its definition; ``DIALECTS`` groups them as declared.
+``OPS`` maps every op name to its definition; ``DIALECTS`` groups them as declared. Both
+are built at their first use: importing one submodule (``dialect.errors``, say, for the
+project's exception type) loads that submodule alone, not every op definition.
 """
 
 from __future__ import annotations
 
-from dialect.arith import ARITH
-from dialect.cf import CF
-from dialect.func import FUNC
-from dialect.gpu import GPU
-from dialect.mem import MEM
-from dialect.opdef import Dialect, OpDef
-from dialect.variables import GLOBAL, REF, TABLE
+from typing import TYPE_CHECKING
 
-DIALECTS: tuple[Dialect, ...] = (ARITH, MEM, CF, FUNC, GLOBAL, TABLE, REF, GPU)
-OPS: dict[str, OpDef] = {name: op for d in DIALECTS for name, op in d.ops.items()}
+if TYPE_CHECKING:
+    from dialect.opdef import Dialect, OpDef
+
+    DIALECTS: tuple[Dialect, ...]
+    OPS: dict[str, OpDef]
+
+
+def __getattr__(name: str):
+    if name not in ("DIALECTS", "OPS"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from dialect.arith import ARITH
+    from dialect.cf import CF
+    from dialect.func import FUNC
+    from dialect.gpu import GPU
+    from dialect.mem import MEM
+    from dialect.variables import GLOBAL, REF, TABLE
+
+    dialects = (ARITH, MEM, CF, FUNC, GLOBAL, TABLE, REF, GPU)
+    globals().update(DIALECTS=dialects, OPS={op_name: op for d in dialects for op_name, op in d.ops.items()})
+    return globals()[name]

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 import wasmtime
 
-from compiler.analysis.loops import AnalysisOptions
+from compiler.analysis.plan import AnalysisOptions
 from compiler.rewrite import HOST_MODULE
 from dialect.errors import TensorWasmError
 from runtime.offload import OffloadModule

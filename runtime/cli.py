@@ -285,13 +285,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tensorwasm", description="Compile WebAssembly to NVIDIA PTX and run it on the GPU."
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_inspect(sub: argparse._SubParsersAction) -> None:
     inspect = sub.add_parser("inspect", help="print a stage of the pipeline for a module")
     inspect.add_argument("module", help="a .wasm or .wat file")
     inspect.add_argument("--stage", choices=["wasm", "dialect", "loops", "llvm", "ptx"], default="dialect")
@@ -304,6 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="loops stage: allow float reductions (they reorder operations)")  # fmt: skip
     inspect.set_defaults(run=cmd_inspect)
 
+
+def _add_invoke(sub: argparse._SubParsersAction) -> None:
     invoke = sub.add_parser("invoke", help="call exported functions, one JSON line per call")
     invoke.add_argument("module", help="a .wasm or .wat file")
     invoke.add_argument("--backend", choices=["auto", "wasmtime", "cpu", "gpu"], default="auto",
@@ -313,12 +309,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="GPU code for this architecture instead of the device's")  # fmt: skip
     invoke.set_defaults(run=cmd_invoke)
 
+
+def _add_compile(sub: argparse._SubParsersAction) -> None:
     compile_ = sub.add_parser("compile", help="compile ahead of time: PTX and a manifest")
     compile_.add_argument("module", help="a .wasm or .wat file")
     compile_.add_argument("-o", "--output", required=True, help="output directory")
     compile_.add_argument("--target", help="sm_75, sm_80, sm_90, or all (default: the GPU's, else all)")
     compile_.set_defaults(run=cmd_compile)
 
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="run a Wasm program on wasmtime with its parallel loops offloaded")
     run.add_argument("module", help="a .wasm or .wat file")
     run.add_argument("args", nargs="*", help="program arguments (or --invoke arguments)")
@@ -334,29 +334,63 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--relaxed-float", action="store_true", help="allow float reductions to be reordered")
     run.set_defaults(run=cmd_run)
 
+
+def _add_fuzz(sub: argparse._SubParsersAction) -> None:
     # The oracle sits above the runtime; its CLI is imported here, at parse time only.
     from oracle.cli import add_fuzz_parser
 
     add_fuzz_parser(sub)
 
+
+def _add_cache(sub: argparse._SubParsersAction) -> None:
     cache = sub.add_parser("cache", help="show or clear the compiled-code cache")
     cache.add_argument("action", choices=["info", "clear"])
     cache.set_defaults(run=cmd_cache)
 
+
+def _add_devices(sub: argparse._SubParsersAction) -> None:
     devices = sub.add_parser("devices", help="list GPUs, their targets and the driver's PTX ISA")
     devices.set_defaults(run=cmd_devices)
+
+
+# The subcommands, in the order the help lists them.
+SUBCOMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
+    "inspect": _add_inspect,
+    "invoke": _add_invoke,
+    "compile": _add_compile,
+    "run": _add_run,
+    "fuzz": _add_fuzz,
+    "cache": _add_cache,
+    "devices": _add_devices,
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; with ``only``, a subcommand's name, that subcommand alone
+    (its arguments parse the same, and the other subcommands cost nothing to build)."""
+    parser = argparse.ArgumentParser(
+        prog="tensorwasm", description="Compile WebAssembly to NVIDIA PTX and run it on the GPU."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, add in SUBCOMMANDS.items():
+        if only in (None, name):
+            add(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    # A command line that starts with its subcommand is parsed by that subcommand's parser
+    # alone: a run, whose start-up is part of the program's time, builds no other.
+    only = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    args, extra = build_parser(only).parse_known_args(argv)
     # Some argparse releases leave a run's program arguments unmatched when options come
     # first; whatever a run does not recognise belongs to the program.
-    args, extra = parser.parse_known_args(argv)
     if extra and getattr(args, "run", None) is cmd_run:
         args.args = [*args.args, *extra]
-    elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    elif extra:  # said as the whole parser says it, its usage naming every subcommand
+        build_parser().error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="tensorwasm: %(message)s"
     )

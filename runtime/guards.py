@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from compiler.analysis.loops import Access, LoopPlan, TripCount
+from compiler.analysis.plan import Access, LoopPlan, TripCount
 from compiler.analysis.poly import Symbol
 
 MAX_TRIP = (1 << 31) - 1

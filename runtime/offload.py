@@ -31,16 +31,14 @@ import struct
 import time
 import weakref
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import wasmtime
 
-from compiler.analysis.loops import AnalysisOptions, LoopPlan, LoopReport, analyze_module
-from compiler.analysis.regions import Region, find_regions
+from compiler.analysis.plan import AnalysisOptions, LoopPlan
 from compiler.frontend import load
 from compiler.lower import abi
-from compiler.outline import identity_bits, outline
 from compiler.rewrite import (
     FILTER_EXPORT,
     HOOKS_EXPORT,
@@ -53,16 +51,29 @@ from compiler.rewrite import (
     rewrite,
 )
 from compiler.target import HostTarget, describe, nvptx_for_device
-from compiler.traps import TrapKind, trap_message
 from dialect.errors import TensorWasmError
+from dialect.lazy import LazyModule
 from dialect.types import F32, Type
 from runtime import hostfunc, prepared, profit, replay
 from runtime.cache import default_cache, load_kernels, make_key
-from runtime.driver import CudaError, KernelParams, ModuleLoadError, NoGPU
-from runtime.guards import GuardFailed, Launch, check, inputs
-from runtime.limits import DeviceMemoryLimitError, DeviceOutOfMemory, default_limit
-from runtime.mirror import DeviceMirror, Span, union
 from runtime.profit import FIXED_SECONDS, Estimate, work
+
+# A warm start (its preparation cached) imports neither the analysis nor the outliner
+# (they load in _prepare), nor the guards until a loop asks the host, nor the GPU's
+# layers until it needs the GPU: a run on the host backend, or one whose loops all stay
+# on the CPU, never does.
+guards = LazyModule("runtime.guards", globals(), "guards")
+driver = LazyModule("runtime.driver", globals(), "driver")
+limits = LazyModule("runtime.limits", globals(), "limits")
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from compiler.analysis.plan import LoopReport
+    from compiler.analysis.regions import Region
+    from runtime.driver import CudaError
+    from runtime.guards import Launch
+    from runtime.mirror import DeviceMirror, Span
 
 log = logging.getLogger(__name__)
 U64 = ctypes.c_uint64
@@ -149,7 +160,7 @@ class OffloadModule:
         self.pin = pin
         self.device_memory_limit = device_memory_limit
         if device == "gpu" and device_memory_limit is None:
-            default_limit()  # a malformed TENSORWASM_DEVICE_MEMORY_LIMIT fails here, not at a launch
+            limits.default_limit()  # a malformed TENSORWASM_DEVICE_MEMORY_LIMIT fails here, not at a launch
         self.gpu_lost: str | None = None  # why the GPU cannot be used any more
         self._context = None  # see the context property
         self._mirror: DeviceMirror | None = None  # see the mirror property
@@ -203,7 +214,7 @@ class OffloadModule:
         the context only at its first launch), else from a new context."""
         if self.device != "gpu":
             return HostTarget()
-        from runtime import driver, known_gpu
+        from runtime import known_gpu
 
         info = None
         if driver.Context.made() is None:
@@ -219,8 +230,6 @@ class OffloadModule:
         """The CUDA context, made (or waited for) at first need: a launch, a cold compile's
         load. Where the target came from a remembered description, it is checked here."""
         if self._context is None:
-            from runtime import driver
-
             context = driver.Context.get()
             if self._assumed is not None:
                 self._check_assumed(context.info)
@@ -238,7 +247,7 @@ class OffloadModule:
         try:
             real = nvptx_for_device(info.compute_capability, info.driver_version)
         except TensorWasmError as exc:  # a device or driver too old for any target
-            raise NoGPU(str(exc)) from exc
+            raise driver.NoGPU(str(exc)) from exc
         if describe(real) == describe(self.target):
             self._assumed = None
             return
@@ -250,9 +259,9 @@ class OffloadModule:
                 device_memory_limit=self.device_memory_limit, pin=self.pin,
             )  # fmt: skip
         except TensorWasmError as exc:
-            raise NoGPU(f"the kernels could not be made for this GPU: {exc}") from exc
+            raise driver.NoGPU(f"the kernels could not be made for this GPU: {exc}") from exc
         if [lp.entry for lp in fresh.loops] != [lp.entry for lp in self.loops]:
-            raise NoGPU("the GPU is not the one the module's kernels were prepared for")
+            raise driver.NoGPU("the GPU is not the one the module's kernels were prepared for")
         self.target, self._key, self.cached = fresh.target, fresh._key, fresh.cached
         self.ptx = getattr(fresh, "ptx", None)  # None: no loops, nothing to load
         self._kernels = fresh._kernels  # loaded if it compiled them; else at the first launch
@@ -262,6 +271,8 @@ class OffloadModule:
     def mirror(self) -> DeviceMirror | None:
         """Device memory and the copies (GPU only), made at the first launch."""
         if self._mirror is None and self.device == "gpu":
+            from runtime.mirror import DeviceMirror
+
             self._mirror = DeviceMirror(self.context, self.device_memory_limit)
         return self._mirror
 
@@ -271,9 +282,12 @@ class OffloadModule:
 
     def _prepare(self) -> None:
         """Translate, analyse, outline every outermost accepted loop, rewrite the module."""
-        # Only what the loops need: the functions with loops and what their loops call.
+        from compiler.analysis.loops import analyze_module
+        from compiler.analysis.regions import find_regions
         from compiler.frontend.translate import loop_closure, translate_module
+        from compiler.outline import outline
 
+        # Only what the loops need: the functions with loops and what their loops call.
         self.module = translate_module(self.wasm, only=loop_closure(self.wasm))
         self.reports: list[LoopReport] = analyze_module(self.module, self.options)
         # Every accepted loop gets its host call, those inside another accepted loop too:
@@ -552,7 +566,7 @@ class OffloadModule:
         lp.stats.arrivals += 1
         self._generation[0] += 1
         if pending == replay.PENDING_ERROR:
-            return self._replay_failed(lp, again, args, CudaError(replay.CALLS[arm.error_call], arm.error))
+            return self._replay_failed(lp, again, args, driver.CudaError(replay.CALLS[arm.error_call], arm.error))
         return self._replayed(lp, again, args)
 
     def _region_end(self, k: int):
@@ -577,7 +591,7 @@ class OffloadModule:
         start = time.perf_counter()
         try:
             moved = mirror.flush(base)
-        except CudaError as exc:
+        except driver.CudaError as exc:
             mirror.forget()
             raise RegionLost(self._lost_message(k, exc)) from exc
         stats = self.region_stats[k]
@@ -680,7 +694,7 @@ class OffloadModule:
             launched = time.perf_counter()
             again.launch(again.stream)
             again.wait()
-        except CudaError as exc:
+        except driver.CudaError as exc:
             return self._replay_failed(lp, again, args, exc)
         stats.kernel_seconds += time.perf_counter() - launched
         return self._replayed(lp, again, args, launched, decision)
@@ -734,18 +748,18 @@ class OffloadModule:
         cache = self._guard_cache.get(lp.kernel_index)
         if cache is None:
             cache = self._guard_cache[lp.kernel_index] = {}
-            read = inputs(lp.plan)
+            read = guards.inputs(lp.plan)
             indices = [i for i, (_, sym, _, _) in enumerate(lp.plan.live_ins) if sym in read]
             self._guard_reads[lp.kernel_index] = operator.itemgetter(*indices) if indices else _nothing
         key = (self._guard_reads[lp.kernel_index](live), size)
         outcome = cache.get(key)
         if outcome is None:
             env = _environment(lp.plan, live)
-            env = {sym: env[sym] for sym in inputs(lp.plan) if sym in env}
+            env = {sym: env[sym] for sym in guards.inputs(lp.plan) if sym in env}
             try:
-                launch = check(lp.plan, env, size, strict_alignment=self.device == "gpu")
+                launch = guards.check(lp.plan, env, size, strict_alignment=self.device == "gpu")
                 outcome = Ready(lp, launch, size)
-            except GuardFailed as exc:
+            except guards.GuardFailed as exc:
                 outcome = str(exc)
             if len(cache) >= self.GUARD_CACHE_ENTRIES:
                 cache.clear()
@@ -757,6 +771,8 @@ class OffloadModule:
         if lp.region is None:
             return ready.moved
         if self._mirror is None:  # nothing is on the device yet
+            from runtime.mirror import union
+
             return sum(hi - lo for lo, hi in union([], [(s.lo, s.hi) for s in ready.needed]))
         return self._mirror.missing_bytes(ready.needed)
 
@@ -806,6 +822,8 @@ class OffloadModule:
         outs = [(U64 * count)(*_identities(lp)) for _ in chunks]
         entry = self.kernels[lp.entry]
         if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
             self._pool = ThreadPoolExecutor(max_workers=CPUS)
         futures = [
             self._pool.submit(
@@ -839,21 +857,23 @@ class OffloadModule:
             try:
                 self.mirror  # noqa: B018 (the context and device memory, made at the first launch)
             except TensorWasmError as exc:  # no usable GPU after all, or one unlike the remembered
-                self.gpu_lost = str(exc) if isinstance(exc, NoGPU) else f"the GPU cannot be used: {exc}"
+                self.gpu_lost = (
+                    str(exc) if isinstance(exc, driver.NoGPU) else f"the GPU cannot be used: {exc}"
+                )
                 self._fall_back(lp, self.gpu_lost)
                 return None
         try:
             return self._launch_gpu(lp, ready, arrival, base, size)
-        except (DeviceMemoryLimitError, DeviceOutOfMemory) as exc:
+        except (limits.DeviceMemoryLimitError, limits.DeviceOutOfMemory) as exc:
             self._fall_back(lp, f"device memory: {exc}")
-        except ModuleLoadError as exc:  # cached code the driver refuses: no loop can run there
+        except driver.ModuleLoadError as exc:  # cached code the driver refuses: no loop can run there
             self.gpu_lost = f"the kernels failed to load: {exc}"
             self._fall_back(lp, self.gpu_lost)
-        except CudaError as exc:
+        except driver.CudaError as exc:
             self._device_error(lp, exc)
         return None
 
-    def _device_error(self, lp: OffloadedLoop, exc: CudaError) -> None:
+    def _device_error(self, lp: OffloadedLoop, exc: driver.CudaError) -> None:
         """After a failed driver call in a launch: recover from a sticky fault (or wait for
         what was queued), and decline the arrival, saying why once per loop."""
         if exc.sticky:
@@ -942,7 +962,7 @@ class OffloadModule:
         mirror.scratch_holds = None
         try:
             mirror.synchronize()
-        except CudaError as exc:
+        except driver.CudaError as exc:
             log.info("waiting for the stream after a failed launch: %s", exc)
 
     def _fall_back(self, lp: OffloadedLoop, reason: str) -> None:
@@ -952,16 +972,18 @@ class OffloadModule:
             log.warning("loop at %s+0x%x runs on the CPU: %s", lp.stats.func, lp.stats.offset, reason)
         lp.stats.decline(reason)
 
-    def _recover(self, fault: CudaError) -> None:
+    def _recover(self, fault: driver.CudaError) -> None:
         """After a sticky fault: reset the context and reload the kernels, or, where the
         driver refuses the process any further GPU work, send every later loop to the CPU."""
+        from runtime.mirror import DeviceMirror
+
         self.mirror.forget()
         try:
             self.context.reset()
             self.mirror.allocator.free_all()
             self.mirror = DeviceMirror(self.context, self.device_memory_limit)
             self._load_kernels()
-        except CudaError as exc:
+        except driver.CudaError as exc:
             self.gpu_lost = (
                 f"the GPU faulted ({fault.call}: {fault.error_name}) and the driver refuses this "
                 f"process further GPU work ({exc.error_name}); loops run on the CPU"
@@ -1072,6 +1094,8 @@ class Ready:
     image and iteration ranges (host). What the other live-ins change is an :class:`Arrival`."""
 
     def __init__(self, lp: OffloadedLoop, launch: Launch, size: int) -> None:
+        from runtime.mirror import Span
+
         self.launch = launch
         self.size = size
         self.written = tuple(_merge(launch.writes))
@@ -1093,7 +1117,7 @@ class Ready:
         self.back_slots = self.out_at + len(self.out_words)  # what comes back after a launch
         self.slots = self.back_slots + len(self.range_words)
         self.back_bytes, self.staged_at = 8 * self.back_slots, 8 * self.slots
-        self._device: tuple[tuple[int, int], bytes, bytes, KernelParams] | None = None
+        self._device: tuple[tuple[int, int], bytes, bytes, driver.KernelParams] | None = None
         self._host: tuple | None = None
         self._arrivals: dict[tuple[int, ...], Arrival] = {}
 
@@ -1106,7 +1130,7 @@ class Ready:
             found = self._arrivals[live] = Arrival(lp, self.launch, live)
         return found
 
-    def device_args(self, mirror: DeviceMirror, arrival: Arrival) -> tuple[bytes, KernelParams]:
+    def device_args(self, mirror: DeviceMirror, arrival: Arrival) -> tuple[bytes, driver.KernelParams]:
         """The scratch image and the kernel's arguments for the mirror's current buffers."""
         buffers = (mirror.memory_ptr, mirror.scratch_ptr)
         if self._device is None or self._device[0] != buffers:
@@ -1119,7 +1143,7 @@ class Ready:
             ctx[abi.CTX_WRITTEN_COUNT] = len(self.written)
             tail = [*self.out_words, *self.range_words]
             counts = (self.launch.trip, *self.launch.nest)
-            params = KernelParams([U64, U64, *(ctypes.c_int64 for _ in counts), U64])
+            params = driver.KernelParams([U64, U64, *(ctypes.c_int64 for _ in counts), U64])
             params.set([scratch, scratch + 8 * abi.CTX_SLOTS, *counts, scratch + 8 * self.out_at])
             self._device = (buffers, _words(ctx), _words(tail), params)
         _, head, tail, params = self._device
@@ -1284,6 +1308,8 @@ def _host_sig(wasm, ins: Insertion):
 
 
 def _identities(lp: OffloadedLoop) -> list[int]:
+    from compiler.outline import identity_bits
+
     return [identity_bits(r.op, r.arg.type) for r in lp.plan.reductions]
 
 
@@ -1324,6 +1350,8 @@ def _combine(op: str, a: int, b: int, ty: Type) -> int:
 
 
 def _trap_reason(code: int) -> str:
+    from compiler.traps import TrapKind, trap_message
+
     if code == TrapKind.GATHER_CONFLICT:
         return "a gathered load read memory the loop writes; the loop re-ran on the CPU"
     return f"the kernel trapped ({trap_message(code)}); the loop re-ran on the CPU"
@@ -1331,6 +1359,8 @@ def _trap_reason(code: int) -> str:
 
 def _merge(ranges) -> list[Span]:
     """Sorted, coalesced byte ranges (one covering span past 128 of them)."""
+    from runtime.mirror import Span, union
+
     merged = union([(r.lo, r.hi) for r in ranges], [])
     if len(merged) > 128:
         merged = [(merged[0][0], merged[-1][1])]

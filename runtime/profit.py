@@ -14,9 +14,11 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from compiler.analysis.loops import LoopPlan
-from runtime.guards import Launch
+if TYPE_CHECKING:
+    from compiler.analysis.plan import LoopPlan
+    from runtime.guards import Launch
 
 # Device model before any measurement: fixed seconds per launch (driver launch, copies of
 # the launch arguments, synchronisation, Python: 32 to 38 us per offloaded call on the H100) and

@@ -15,10 +15,9 @@ from dataclasses import asdict
 
 import wasmtime
 
-from compiler.analysis.loops import AnalysisOptions
+from compiler.analysis.plan import AnalysisOptions
 from compiler.rewrite import HOST_MODULE
 from dialect.errors import TensorWasmError
-from runtime.driver import CudaError, NoGPU
 from runtime.offload import OffloadModule
 
 log = logging.getLogger(__name__)
@@ -51,11 +50,13 @@ def prepare(wasm: bytes, device: str, **options) -> OffloadModule:
     is a remembered GPU whose context cannot be made when a cold start loads its kernels,
     on the host backend instead, said on stderr."""
     picked = pick_device(device)
+    if device != "auto":
+        return OffloadModule(wasm, device=picked, **options)
+    from runtime.driver import CudaError, NoGPU  # (pick_device has imported the driver)
+
     try:
         return OffloadModule(wasm, device=picked, **options)
     except (NoGPU, CudaError) as exc:
-        if device != "auto":
-            raise
         print(f"tensorwasm: {exc}; loops run on the host backend (cpu)", file=sys.stderr)
         return OffloadModule(wasm, device="cpu", **options)
 

@@ -92,15 +92,15 @@ def test_parallel_loop_is_offloaded(mod: str, func: str, device: str) -> None:
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_a_collapsed_nest_runs_as_a_2d_launch(device: str, monkeypatch) -> None:
-    import runtime.offload as offload_module
+    import runtime.guards as guards_module
 
     offload = prepared("blas3", "O2", device)
     spec = SPECS["blas3"]["sgemm"]
     case = Case({"m": 33, "n": 70, "k": 9}, [0.0] * len(spec), [0, 8, 16], seed=9)
     launches = []
-    real_check = offload_module.check
+    real_check = guards_module.check
     monkeypatch.setattr(
-        offload_module, "check", lambda *a, **k: launches.append(real_check(*a, **k)) or launches[-1]
+        guards_module, "check", lambda *a, **k: launches.append(real_check(*a, **k)) or launches[-1]
     )
     assert run_case(offload.rewritten, "sgemm", spec, case, offload) == run_case(
         module_bytes("blas3", "O2"), "sgemm", spec, case
@@ -536,13 +536,13 @@ def test_profitability_is_calibrated_against_wasmtime() -> None:
 
 
 def test_guard_outcomes_are_reused_for_the_same_live_ins_and_memory_size(monkeypatch) -> None:
-    import runtime.offload as offload_module
+    import runtime.guards as guards_module
     from runtime.reference import ReferenceInstance
     from tests.conftest import wat
 
     calls = []
-    real_check = offload_module.check
-    monkeypatch.setattr(offload_module, "check", lambda *a, **k: calls.append(a[1]) or real_check(*a, **k))
+    real_check = guards_module.check
+    monkeypatch.setattr(guards_module, "check", lambda *a, **k: calls.append(a[1]) or real_check(*a, **k))
     wasm = wat(GLOBAL_BASE_LOOP)
     actual = OffloadInstance(wasm, device="cpu")
     expected = ReferenceInstance(wasm)

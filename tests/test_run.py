@@ -150,14 +150,14 @@ def test_a_3d_stencil_runs_as_a_3d_launch_with_wasmtimes_output(
 ) -> None:
     """The benchmark's 7-point stencil: its x, y and z loops form one 3-D grid (x over z,
     the contiguous index), repeated over the time steps inside a device-resident region."""
-    import runtime.offload as offload_module
+    import runtime.guards as guards_module
     from oracle.simulated import simulate_gpu
     from runtime import run as run_module
 
     launches = []
-    real_check = offload_module.check
+    real_check = guards_module.check
     monkeypatch.setattr(
-        offload_module, "check", lambda *a, **k: launches.append(real_check(*a, **k)) or launches[-1]
+        guards_module, "check", lambda *a, **k: launches.append(real_check(*a, **k)) or launches[-1]
     )
     if device == "simulated":
         real_module = run_module.OffloadModule

@@ -35,16 +35,27 @@ This works on the instructions of the original module, the same ones the rewrite
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from compiler.frontend.module import Instr, WasmModule
-from compiler.frontend.opcodes import Imm
+# A warm start unpickles Region from the prepared-module cache; the frontend's opcode
+# table loads with the search (find_regions) alone.
+if TYPE_CHECKING:
+    from compiler.frontend.module import Instr, WasmModule
 
-# Operands that make an instruction harmless here: control, locals and globals, constants.
-_PLAIN_IMMEDIATES = frozenset(
-    {Imm.NONE, Imm.BLOCKTYPE, Imm.LABEL, Imm.BR_TABLE, Imm.LOCAL, Imm.GLOBAL,
-     Imm.I32, Imm.I64, Imm.F32, Imm.F64, Imm.SELECT_T}
-)  # fmt: skip
+
+@functools.cache
+def _plain_immediates() -> frozenset:
+    """Operands that make an instruction harmless here: control, locals and globals, constants."""
+    from compiler.frontend.opcodes import Imm
+
+    return frozenset(
+        {Imm.NONE, Imm.BLOCKTYPE, Imm.LABEL, Imm.BR_TABLE, Imm.LOCAL, Imm.GLOBAL,
+         Imm.I32, Imm.I64, Imm.F32, Imm.F64, Imm.SELECT_T}
+    )  # fmt: skip
+
+
 _LEAVING = frozenset({"return", "unreachable"})
 _BRANCHES = frozenset({"br", "br_if", "br_table"})
 _NESTING = frozenset({"block", "loop", "if"})
@@ -87,7 +98,7 @@ def blocker(body: list[Instr], i: int) -> str | None:
     """Why ``body[i]`` may not run in a region outside its offloaded loops (None: it may)."""
     instr = body[i]
     name = instr.op.name
-    if instr.op.imm not in _PLAIN_IMMEDIATES or name in _LEAVING or name.startswith("ref."):
+    if instr.op.imm not in _plain_immediates() or name in _LEAVING or name.startswith("ref."):
         return f"{name} at +0x{instr.offset:x}"
     if traps(body, i):
         return f"{name} at +0x{instr.offset:x} may trap"

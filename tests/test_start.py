@@ -1,0 +1,129 @@
+"""A warm start of ``tensorwasm run`` whose loops all stay on the CPU imports only what it
+runs: the cached preparation, wasmtime's cached code and the runtime's host functions. Not
+the compiler (decoder, translator, analysis, outliner, lowering), nor LLVM, nor the guards,
+nor the GPU's layers; on a remembered GPU, not the CUDA bindings either. Each check runs
+a fresh process on a warm cache and reads its ``sys.modules`` once the run is done."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+from tests.test_run import plain_wasmtime
+
+PROGRAM = ROOT / "examples/wasi/build/histogram.O2.wasm"  # every loop declines
+ARGS = ["3000"]
+
+# What no warm run whose loops stay on the CPU imports, on either device.
+NEVER = (
+    "compiler.analysis.loops",
+    "compiler.analysis.regions",
+    "compiler.callgraph",
+    "compiler.frontend.decoder",
+    "compiler.frontend.module",
+    "compiler.frontend.opcodes",
+    "compiler.frontend.translate",
+    "compiler.lower.function",
+    "compiler.outline",
+    "compiler.traps",
+    "dialect.arith",
+    "dialect.ir",
+    "dialect.opdef",
+    "dialect.verifier",
+    "runtime.guards",
+    "runtime.mirror",
+    "concurrent.futures",
+    "llvmlite.binding",
+    "llvmlite.ir",
+    "cuda",
+    "numpy",
+    "oracle",  # the fuzzer's command line: a run parses its own alone
+)
+# Nor, on the host backend, the runtime's GPU layers.
+NEVER_ON_THE_CPU = ("runtime.driver", "runtime.limits", "runtime.known_gpu")
+
+# ``tensorwasm run`` with the arguments after the first, which names the directory of a
+# GPU as the operating system would describe it (empty: the machine's own); once the run
+# is done, the modules imported go to stderr, on its last line.
+_RUN = """
+import sys
+from pathlib import Path
+
+if sys.argv[1]:
+    from runtime import known_gpu
+
+    root = Path(sys.argv[1])
+    known_gpu.PROC, known_gpu.SYS_MODULE, known_gpu.PCI = root / "proc", root / "absent", root / "pci"
+from runtime import cli
+
+status = cli.main(sys.argv[2:])
+print(" ".join(sorted(sys.modules)), file=sys.stderr)
+sys.exit(status)
+"""
+
+
+def _run(device: str, cache: Path, system: Path | None = None) -> tuple[dict, set[str]]:
+    """A fresh process's run of the program: its report, and the modules it imported."""
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}  # (in the GPU's fingerprint)
+    env["TENSORWASM_CACHE_DIR"] = str(cache)
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN, str(system or ""), "run", str(PROGRAM), *ARGS, "--device", device,
+         "--report", "json"],
+        capture_output=True, text=True, cwd=ROOT, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == plain_wasmtime(PROGRAM, ARGS, cache.parent)[1]
+    *_, report, modules = done.stderr.strip().splitlines()
+    return json.loads(report), set(modules.split())
+
+
+def _imported(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    """Those of ``names`` imported (a package counts with any of its submodules)."""
+    return [name for name in names if any(m == name or m.startswith(name + ".") for m in modules)]
+
+
+def _declined_everywhere(report: dict, device: str) -> None:
+    assert report["device"] == device
+    assert not sum(row.get("offloaded") or 0 for row in report["loops"])
+    assert any(row["arrivals"] for row in report["loops"] if row["device"])  # it did arrive at loops
+
+
+def test_a_warm_run_on_the_host_backend_imports_neither_the_compiler_nor_the_gpus_layers(tmp_path) -> None:
+    cache = tmp_path / "cache"
+    _, cold = _run("cpu", cache)
+    assert "compiler.analysis.loops" in cold  # (the check below can fail)
+    report, warm = _run("cpu", cache)
+    _declined_everywhere(report, "cpu")
+    assert _imported(warm, NEVER + NEVER_ON_THE_CPU) == []
+
+
+def test_a_warm_auto_run_on_a_remembered_gpu_imports_neither_cuda_nor_llvm(tmp_path, monkeypatch) -> None:
+    """The module prepared for the remembered GPU as its first run there left it (faked
+    here, so that no GPU is needed): then ``auto`` takes the GPU without a context, and a
+    run whose loops all decline never makes one."""
+    import runtime.offload as offload_module
+    from compiler.analysis.plan import AnalysisOptions
+    from runtime import driver, known_gpu
+    from tests.test_known_gpu import H100, FakeCode, FakeContext, _fake_system
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(cache))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    _fake_system(tmp_path)
+    for name, path in (("PROC", "proc"), ("SYS_MODULE", "absent"), ("PCI", "pci")):
+        monkeypatch.setattr(known_gpu, name, tmp_path / path)
+    monkeypatch.setattr(driver.Context, "get", staticmethod(lambda ordinal=0: FakeContext(H100)))
+    monkeypatch.setattr(driver.Context, "made", staticmethod(lambda ordinal=0: None))
+    monkeypatch.setattr(offload_module, "load_kernels", lambda context, ptx: FakeCode(ptx))
+    known_gpu.remember(H100)
+    offload_module.OffloadModule(PROGRAM.read_bytes(), device="gpu", mode="auto", options=AnalysisOptions())
+    known_gpu.remember_launches(PROGRAM.read_bytes(), False)
+
+    _run("auto", cache, tmp_path)  # wasmtime's code and the calibration: cached by a first run
+    report, warm = _run("auto", cache, tmp_path)
+    _declined_everywhere(report, "gpu")
+    assert _imported(warm, NEVER) == []
