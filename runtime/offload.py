@@ -566,7 +566,9 @@ class OffloadModule:
         lp.stats.arrivals += 1
         self._generation[0] += 1
         if pending == replay.PENDING_ERROR:
-            return self._replay_failed(lp, again, args, driver.CudaError(replay.CALLS[arm.error_call], arm.error))
+            return self._replay_failed(
+                lp, again, args, driver.CudaError(replay.CALLS[arm.error_call], arm.error)
+            )
         return self._replayed(lp, again, args)
 
     def _region_end(self, k: int):
