@@ -175,6 +175,7 @@ class OffloadModule:
         # replay armed at another generation hands its call to Python (runtime.replay).
         self._generation = (U64 * 1)()
         self._natives: list[NativeReplay] = []
+        self._unbound_hooks: list[Hook] = []  # made by host_functions, given their table by bind
         self._wasm_bytes = bytes(wasm)
         self._wasm = None
         self.target = self._target()
@@ -429,7 +430,7 @@ class OffloadModule:
         ``exports`` are the instance's; ``thresholds`` (per loop) overrides the mode's. An
         instance left unbound asks the host at every arrival."""
         self._skipped = []
-        for hook in getattr(self, "_unbound_hooks", ()):
+        for hook in self._unbound_hooks:
             hook.table = exports[HOOKS_EXPORT]
         self._unbound_hooks = []
         for n, lp in enumerate(self.loops):

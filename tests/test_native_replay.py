@@ -14,7 +14,7 @@ import wasmtime
 from runtime.offload import OffloadModule
 from tests.conftest import wat
 from tests.offload_cases import instantiate, module_bytes
-from tests.test_offload import DIVIDE_LOOP
+from tests.test_offload import DIVIDE_LOOP, divide
 
 DEVICES = ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)]
 
@@ -121,17 +121,7 @@ def test_a_native_replay_that_traps_leaves_the_loop_to_wasmtime_and_its_trap(dev
     (loop,) = offload.loops
 
     def call(divisors: list[int]) -> list[tuple[bytes, wasmtime.TrapCode | None]]:
-        outcomes = []
-        for store, instance in runs:
-            exports = instance.exports(store)
-            exports["memory"].write(store, struct.pack(f"<{len(divisors)}i", *divisors), 8192)
-            try:
-                exports["divide"](store, len(divisors))
-                trap = None
-            except wasmtime.Trap as exc:
-                trap = exc.trap_code
-            outcomes.append((bytes(exports["memory"].read(store, 0, 4096)), trap))
-        return outcomes
+        return divide(runs, divisors)
 
     try:
         divisors = list(range(1, 513))

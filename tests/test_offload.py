@@ -316,9 +316,26 @@ DIVIDE_LOOP = """(module (memory (export "memory") 1)
       (br_if $l (i32.lt_u (local.get $i) (local.get $n))))))"""
 
 
+def divide(runs, divisors: list[int]) -> list[tuple[bytes, wasmtime.TrapCode | None]]:
+    """DIVIDE_LOOP's ``divide`` over ``divisors`` in each (store, instance) of ``runs``: the
+    memory each leaves, and its trap, if any."""
+    import struct
+
+    outcomes = []
+    for store, instance in runs:
+        exports = instance.exports(store)
+        exports["memory"].write(store, struct.pack(f"<{len(divisors)}i", *divisors), 8192)
+        try:
+            exports["divide"](store, len(divisors))
+            trap = None
+        except wasmtime.Trap as exc:
+            trap = exc.trap_code
+        outcomes.append((bytes(exports["memory"].read(store, 0, 4096)), trap))
+    return outcomes
+
+
 @pytest.mark.parametrize("device", ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_a_replayed_launch_that_traps_leaves_the_loop_to_wasmtime_and_its_trap(device: str) -> None:
-    import struct
 
     from tests.conftest import wat
     from tests.offload_cases import instantiate
@@ -330,17 +347,7 @@ def test_a_replayed_launch_that_traps_leaves_the_loop_to_wasmtime_and_its_trap(d
     runs = [instantiate(offload.rewritten, offload), instantiate(wasm)]
 
     def call(divisors: list[int]) -> list[tuple[bytes, wasmtime.TrapCode | None]]:
-        outcomes = []
-        for store, instance in runs:
-            exports = instance.exports(store)
-            exports["memory"].write(store, struct.pack(f"<{len(divisors)}i", *divisors), 8192)
-            try:
-                exports["divide"](store, len(divisors))
-                trap = None
-            except wasmtime.Trap as exc:
-                trap = exc.trap_code
-            outcomes.append((bytes(exports["memory"].read(store, 0, 4096)), trap))
-        return outcomes
+        return divide(runs, divisors)
 
     try:
         divisors = list(range(1, 513))
