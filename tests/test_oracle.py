@@ -126,6 +126,27 @@ def test_planted_miscompile_is_found_and_shrunk(
     assert not run_case(replayed).failed  # ...which is the planted bug's, and only its
 
 
+def _planted_replay_is_found(
+    mp: pytest.MonkeyPatch, owner, name: str, old: str, new: str, tmp_path: Path
+) -> None:
+    """With ``owner.name`` planted (:func:`mutant`), the loops family on the simulated device
+    finds a failure, shrunk to one program whose last call is the one before made again, and
+    saved so that it fails with the plant and passes without it."""
+    with mp.context() as planted:
+        planted.setattr(owner, name, mutant(owner, name, old, new))
+        report = fuzz_generator(
+            "loops", "offload-sim", max_examples=2000, seed=20240, shrink_seconds=SHRINK_SECONDS,
+            save_dir=tmp_path,
+        )  # fmt: skip
+        assert report.failures, f"the loops family did not find the planted {owner.__name__}.{name}"
+        shrunk = report.failures[0].case
+        assert shrunk.programs == 1, shrunk.text()
+        assert shrunk.calls[-1] == shrunk.calls[-2]  # found by a call made again
+        replayed = Case.load(report.failures[0].saved)
+        assert run_case(replayed, "offload-sim").failed
+    assert not run_case(replayed, "offload-sim").failed
+
+
 def test_a_replay_that_skips_its_launch_is_found_on_the_simulated_device(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -134,20 +155,8 @@ def test_a_replay_that_skips_its_launch_is_found_on_the_simulated_device(
     launch did, which the loops family's repeated calls on changed memory catch."""
     from runtime.offload import OffloadModule
 
-    with monkeypatch.context() as mp:
-        skipped = mutant(OffloadModule, "_again", "again.launch(again.stream)", "again.stream")
-        mp.setattr(OffloadModule, "_again", skipped)
-        report = fuzz_generator(
-            "loops", "offload-sim", max_examples=2000, seed=20240, shrink_seconds=SHRINK_SECONDS,
-            save_dir=tmp_path,
-        )  # fmt: skip
-        assert report.failures, "the loops family did not find a replay without its launch"
-        shrunk = report.failures[0].case
-        assert shrunk.programs == 1, shrunk.text()
-        assert shrunk.calls[-1] == shrunk.calls[-2]  # found by a call made again
-        replayed = Case.load(report.failures[0].saved)
-        assert run_case(replayed, "offload-sim").failed
-    assert not run_case(replayed, "offload-sim").failed
+    _planted_replay_is_found(monkeypatch, OffloadModule, "_again", "again.launch(again.stream)", "again.stream",
+                             tmp_path)  # fmt: skip
 
 
 def test_a_native_replay_that_moves_no_results_is_found_on_the_simulated_device(
@@ -157,21 +166,10 @@ def test_a_native_replay_that_moves_no_results_is_found_on_the_simulated_device(
     but leaves its staged results out of linear memory is caught by the calls made again."""
     from runtime.offload import NativeReplay
 
-    with monkeypatch.context() as mp:
-        lazy = mutant(NativeReplay, "arm_with", "arm.n_staged, arm.staged = len(again.staged),",
-                      "arm.n_staged, arm.staged = 0,")  # fmt: skip
-        mp.setattr(NativeReplay, "arm_with", lazy)
-        report = fuzz_generator(
-            "loops", "offload-sim", max_examples=2000, seed=20240, shrink_seconds=SHRINK_SECONDS,
-            save_dir=tmp_path,
-        )  # fmt: skip
-        assert report.failures, "the loops family did not find a native replay that moves no results"
-        shrunk = report.failures[0].case
-        assert shrunk.programs == 1, shrunk.text()
-        assert shrunk.calls[-1] == shrunk.calls[-2]  # found by a call made again
-        replayed = Case.load(report.failures[0].saved)
-        assert run_case(replayed, "offload-sim").failed
-    assert not run_case(replayed, "offload-sim").failed
+    _planted_replay_is_found(
+        monkeypatch, NativeReplay, "arm_with", "arm.n_staged, arm.staged = len(again.staged),",
+        "arm.n_staged, arm.staged = 0,", tmp_path,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("generator", sorted(GENERATORS))
