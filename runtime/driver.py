@@ -299,6 +299,16 @@ class PageLocks:
         return [(lo - host, hi - lo) for lo, hi in itertools.pairwise(edges)]
 
 
+@functools.cache
+def _replay_entry_points() -> tuple[int, int, int]:
+    """The addresses of the driver's ``cuCtxSetCurrent``, ``cuGraphLaunch`` and
+    ``cuStreamSynchronize`` (see :meth:`Context.native_calls`)."""
+    # The library the bindings loaded: dlopen of the same name finds it loaded.
+    library = ctypes.CDLL("libcuda.so.1")
+    calls = (library.cuCtxSetCurrent, library.cuGraphLaunch, library.cuStreamSynchronize)
+    return tuple(ctypes.cast(c, ctypes.c_void_p).value for c in calls)
+
+
 class Context:
     """The process-wide wrapper of one device's primary context; see :meth:`get`.
 
@@ -382,10 +392,7 @@ class Context:
         """For native code that replays graphs (:mod:`runtime.replay`): the addresses of the
         driver's ``cuCtxSetCurrent``, ``cuGraphLaunch`` and ``cuStreamSynchronize``, and this
         context's handle (valid until a :meth:`reset`)."""
-        # The library the bindings loaded: dlopen of the same name finds it loaded.
-        library = ctypes.CDLL("libcuda.so.1")
-        calls = (library.cuCtxSetCurrent, library.cuGraphLaunch, library.cuStreamSynchronize)
-        return (*(ctypes.cast(c, ctypes.c_void_p).value for c in calls), int(self._handle))
+        return (*_replay_entry_points(), int(self._handle))
 
     def set_stack_size(self, nbytes: int) -> None:
         """Per-thread stack for device calls; the driver reserves it for every resident thread."""

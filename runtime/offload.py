@@ -530,13 +530,10 @@ class OffloadModule:
             func = hostfunc.native_func(store, params, results, replay.entry(), native.arm)
             hook.table.set(store, hook.index, func)
             self._natives.append(native)
-        decision, budget = None, 1 << 62
-        if again.mode == "auto":  # its replays are timed together, and every so many decided again
-            ready = again.ready
-            pinned = self.pin and not self._mirror.pin_failed
-            _, _, model, cpu = lp.estimate.decide("gpu", ready.ops, ready.moved, pinned, ready.cells)
-            decision, budget = (model, cpu), self.NATIVE_BUDGET
-        native.arm_with(again, self.context.native_calls(), budget, decision)
+        # In auto mode its replays are recorded against the decision that launched it, and
+        # every so many go through Python, which decides again.
+        budget = self.NATIVE_BUDGET if again.mode == "auto" else 1 << 62
+        native.arm_with(again, self.context.native_calls(), budget, again.decision)
 
     def _fold(self, native: NativeReplay) -> None:
         """Count in what native replays did since the last fold."""
@@ -659,7 +656,8 @@ class OffloadModule:
         if launch.trip and arrival.replay is not None and not ready.reductions:  # this launch replays
             if len(lp.again) >= ARRIVALS_KEPT:
                 lp.again.clear()
-            lp.again[live] = Again(self, ready, arrival, live, memory, results)
+            lp.again[live] = again = Again(self, ready, arrival, live, memory, results)
+            again.decision = estimate[1:] if estimate is not None else None
         return results
 
     def _still_valid(self, again: Again) -> bool:
@@ -739,6 +737,8 @@ class OffloadModule:
         stats.replayed += 1
         stats.iterations += ready.launch.trip
         again.generation = self._generation[0]
+        if decision is not None:
+            again.decision = decision
         return again.results
 
     # Guard outcomes kept per loop: a loop arrives again and again with the same live-ins
@@ -1180,7 +1180,7 @@ class Again:
     results are known before the launch."""
 
     __slots__ = (
-        "back", "back_bytes", "bind", "epoch", "generation", "graph", "image", "launch", "live",
+        "back", "back_bytes", "bind", "decision", "epoch", "generation", "graph", "image", "launch", "live",
         "memory", "mirror", "mode", "n_live", "ready", "results", "staged", "staging", "stream", "wait",
     )  # fmt: skip
 
@@ -1191,6 +1191,7 @@ class Again:
         self.memory, self.mirror, self.epoch, self.image = memory, mirror, epoch, image
         self.mode, self.results = module.mode, results
         self.generation = module._generation[0]  # the module's, just after its launch
+        self.decision: tuple[float, float] | None = None  # auto mode: the last launch's (model, CPU seconds)
         self.graph, self.launch, self.stream = graph, graph.launch, mirror.stream.handle
         self.bind, self.wait = module.context.bind, mirror.stream.synchronize
         self.staging, self.back_bytes = mirror.staging.ptr, ready.back_bytes
