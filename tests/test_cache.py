@@ -212,3 +212,21 @@ def test_the_calibration_is_measured_by_the_first_processes_and_the_fastest_kept
     finally:
         profit.cpu_seconds_per_op.cache_clear()
     assert seen == [3e-10, 2e-10, 2e-10, 2e-10, 2e-10]  # then no process measures again
+
+
+def test_the_compiler_fingerprint_is_kept_by_the_sources_listing_and_read_again_when_it_changes(
+    cache_dir: Path,
+) -> None:
+    from runtime import cache
+
+    cache.compiler_fingerprint.cache_clear()
+    first = cache.compiler_fingerprint()
+    (kept,) = (cache_dir / "fingerprints").iterdir()
+    assert kept.read_text() == first
+    kept.write_text("f" * 64)  # what a start finds there is taken without reading the sources
+    cache.compiler_fingerprint.cache_clear()
+    assert cache.compiler_fingerprint() == "f" * 64
+    kept.unlink()  # as after a source changed: another listing, nothing kept for it
+    cache.compiler_fingerprint.cache_clear()
+    assert cache.compiler_fingerprint() == first
+    cache.compiler_fingerprint.cache_clear()
