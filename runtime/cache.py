@@ -14,6 +14,7 @@ turns caching off.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import json
@@ -96,6 +97,7 @@ class Cache:
         self.memory: dict[tuple[str, str], bytes] = {}
         self.hits = 0
         self.misses = 0
+        self._uncounted: dict[str, int] = {}  # hits and misses not yet in stats.json
 
     def _path(self, kind: str, key: str) -> Path:
         return self.directory / kind / f"{key}.bin"
@@ -149,11 +151,24 @@ class Cache:
         return data
 
     def _count(self, field: str) -> None:
-        """Hit and miss counts across processes, for ``tensorwasm cache info`` (best effort)."""
+        """Count a hit or a miss, written to the directory's counts at the process's exit (a
+        start looks entries up several times; writing each cost it ~1 ms)."""
+        if not self._uncounted:
+            atexit.register(self.write_counts)
+        self._uncounted[field] = self._uncounted.get(field, 0) + 1
+
+    def write_counts(self) -> None:
+        """Add the hits and misses counted so far to the directory's, across processes, for
+        ``tensorwasm cache info`` (best effort)."""
+        uncounted, self._uncounted = self._uncounted, {}
+        if not uncounted:
+            return
+        atexit.unregister(self.write_counts)
         path = self.directory / "stats.json"
         try:
             counts = json.loads(path.read_text()) if path.exists() else {}
-            counts[field] = counts.get(field, 0) + 1
+            for field, count in uncounted.items():
+                counts[field] = counts.get(field, 0) + count
             self.directory.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
             with os.fdopen(fd, "w") as out:
@@ -163,6 +178,7 @@ class Cache:
             pass
 
     def info(self) -> dict:
+        self.write_counts()
         entries = {}
         total = 0
         for kind_dir in sorted(p for p in self.directory.glob("*") if p.is_dir()):
@@ -180,6 +196,7 @@ class Cache:
 
     def clear(self) -> None:
         self.memory.clear()
+        self._uncounted.clear()  # (write_counts stays registered: it finds nothing to write)
         shutil.rmtree(self.directory, ignore_errors=True)
 
 

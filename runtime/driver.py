@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Self
 
 from dialect.errors import TensorWasmError
 from dialect.lazy import LazyModule
+from runtime.device_info import DeviceInfo
 
 # cuda-python's bindings take ~40 ms to import, which a run whose loops stay on the CPU,
 # or run on the host backend, does not need.
@@ -191,24 +192,6 @@ def _try_init() -> str:
         return "no usable GPU: the driver reports zero devices"
     logger.debug("CUDA driver initialised")
     return ""
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    """What the compiler and reports need to know about one GPU."""
-
-    ordinal: int
-    name: str
-    compute_capability: tuple[int, int]
-    driver_version: int
-    total_memory: int
-    multiprocessor_count: int
-
-    @property
-    def arch(self) -> str:
-        """The PTX target name, e.g. ``sm_90``."""
-        major, minor = self.compute_capability
-        return f"sm_{major}{minor}"
 
 
 def driver_available() -> bool:

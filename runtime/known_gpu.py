@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 
 from runtime.cache import default_cache, make_key
-from runtime.driver import DeviceInfo
+from runtime.device_info import DeviceInfo
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,13 @@ from __future__ import annotations
 import os
 import re
 import threading
+from typing import TYPE_CHECKING
 
 from dialect.errors import TensorWasmError
 
-from .driver import Context, DeviceBuffer
+if TYPE_CHECKING:
+    from runtime.driver import Context, DeviceBuffer
+
 
 #: Environment variable holding the default per-instance cap.
 LIMIT_ENV = "TENSORWASM_DEVICE_MEMORY_LIMIT"

@@ -216,9 +216,10 @@ class OffloadModule:
         if self.device != "gpu":
             return HostTarget()
         from runtime import known_gpu
+        from runtime.device_info import context_made
 
         info = None
-        if driver.Context.made() is None:
+        if not context_made():
             info = self._assumed = known_gpu.remembered()
         if info is None:
             self._context = driver.Context.get()

@@ -33,10 +33,13 @@ def pick_device(device: str) -> str:
     context; should that context fail at the first launch, the loops stay on the CPU."""
     if device != "auto":
         return device
-    from runtime import driver, known_gpu
+    from runtime import known_gpu
+    from runtime.device_info import context_made
 
-    if driver.Context.made() is None and known_gpu.remembered() is not None:
+    if not context_made() and known_gpu.remembered() is not None:
         return "gpu"  # the GPU this machine had last time: checked at the first launch
+    from runtime import driver
+
     try:
         driver.Context.get()
     except driver.NoGPU as exc:
@@ -52,11 +55,13 @@ def prepare(wasm: bytes, device: str, **options) -> OffloadModule:
     picked = pick_device(device)
     if device != "auto":
         return OffloadModule(wasm, device=picked, **options)
-    from runtime.driver import CudaError, NoGPU  # (pick_device has imported the driver)
-
     try:
         return OffloadModule(wasm, device=picked, **options)
-    except (NoGPU, CudaError) as exc:
+    except TensorWasmError as exc:
+        from runtime import driver  # (loaded where it raised)
+
+        if not isinstance(exc, (driver.NoGPU, driver.CudaError)):
+            raise
         print(f"tensorwasm: {exc}; loops run on the host backend (cpu)", file=sys.stderr)
         return OffloadModule(wasm, device="cpu", **options)
 
