@@ -89,6 +89,7 @@ class CudaError(TensorWasmError):
     def __init__(self, call: str, code: int, detail: str = "") -> None:
         self.call = call
         self.code = int(code)
+        self.detail = detail
         self.error_name, description = _describe(self.code)
         message = f"{call} failed: {self.error_name}"
         if description:
@@ -109,7 +110,7 @@ class ModuleLoadError(CudaError):
     ptxas died."""
 
     def __init__(self, call: str, code: int, log: str, arch: str, kept: str | None = None) -> None:
-        self.log = log
+        self.log, self.arch, self.kept = log, arch, kept
         self.crashed = kept is not None
         what = (
             "ptxas crashed on the module" if self.crashed else f"the PTX JIT for {arch} rejected the module"

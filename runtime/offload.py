@@ -162,6 +162,7 @@ class OffloadModule:
         if device == "gpu" and device_memory_limit is None:
             limits.default_limit()  # a malformed TENSORWASM_DEVICE_MEMORY_LIMIT fails here, not at a launch
         self.gpu_lost: str | None = None  # why the GPU cannot be used any more
+        self.faults = 0  # sticky faults seen (see _recover)
         self._context = None  # see the context property
         self._mirror: DeviceMirror | None = None  # see the mirror property
         self._assumed = None  # the remembered device the target was made for (known_gpu)
@@ -521,6 +522,9 @@ class OffloadModule:
             return
         if lp.stats.replayed < self.NATIVE_AFTER:
             return
+        calls = self.context.native_calls()
+        if calls is None:  # (a GPU process's recorded launches: none native code could replay)
+            return
         native = hook.native
         if native is None:
             store = hook.store()
@@ -534,7 +538,7 @@ class OffloadModule:
         # In auto mode its replays are recorded against the decision that launched it, and
         # every so many go through Python, which decides again.
         budget = self.NATIVE_BUDGET if again.mode == "auto" else 1 << 62
-        native.arm_with(again, self.context.native_calls(), budget, again.decision)
+        native.arm_with(again, calls, budget, again.decision)
 
     def _fold(self, native: NativeReplay) -> None:
         """Count in what native replays did since the last fold."""
@@ -976,21 +980,43 @@ class OffloadModule:
             log.warning("loop at %s+0x%x runs on the CPU: %s", lp.stats.func, lp.stats.offset, reason)
         lp.stats.decline(reason)
 
+    # Sticky faults a module recovers from; after the next, its loops stay on the CPU.
+    FAULTS_RECOVERED = 3
+
     def _recover(self, fault: driver.CudaError) -> None:
-        """After a sticky fault: reset the context and reload the kernels, or, where the
-        driver refuses the process any further GPU work, send every later loop to the CPU."""
+        """After a sticky fault: reset the context and reload the kernels. Where the driver
+        refuses this process any further GPU work, the GPU's work goes on in a process of its
+        own (:mod:`runtime.remote`), which a later fault restarts. Past
+        :attr:`FAULTS_RECOVERED` faults, or where no GPU process starts, every later loop
+        runs on the CPU."""
+        from runtime import remote
         from runtime.mirror import DeviceMirror
 
         self.mirror.forget()
+        self.faults += 1
+        if self.faults > self.FAULTS_RECOVERED:
+            self.gpu_lost = f"the GPU faulted {self.faults} times (last: {fault.call}: {fault.error_name}); loops run on the CPU"
+            log.warning("%s", self.gpu_lost)
+            return
         try:
-            self.context.reset()
+            try:
+                self.context.reset()
+            except driver.CudaError as exc:
+                if isinstance(self.context, remote.WorkerContext):
+                    raise
+                log.warning(
+                    "the GPU faulted (%s: %s) and the driver refuses this process further GPU work "
+                    "(%s): the GPU's work goes on in a process of its own",
+                    fault.call, fault.error_name, exc.error_name,
+                )  # fmt: skip
+                self.context = remote.WorkerContext(self.context.info.ordinal)
             self.mirror.allocator.free_all()
             self.mirror = DeviceMirror(self.context, self.device_memory_limit)
             self._load_kernels()
-        except driver.CudaError as exc:
+        except (driver.CudaError, driver.NoGPU) as exc:
             self.gpu_lost = (
-                f"the GPU faulted ({fault.call}: {fault.error_name}) and the driver refuses this "
-                f"process further GPU work ({exc.error_name}); loops run on the CPU"
+                f"the GPU faulted ({fault.call}: {fault.error_name}) and no context could be made "
+                f"after it ({exc}); loops run on the CPU"
             )
             log.warning("%s", self.gpu_lost)
 

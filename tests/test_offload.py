@@ -441,21 +441,34 @@ from runtime.offload import OffloadModule
 from tests.offload_cases import SPECS, Case, module_bytes, run_case
 logging.basicConfig(level=logging.WARNING)
 offload = OffloadModule(module_bytes("blas1", "O2"), device="gpu")
-bad = offload.context.load_module('''{FAULTING_KERNEL}''').function("fault")
 loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
-offload.kernels[loop.entry] = bad
 spec = SPECS["blas1"]["saxpy"]
-for n in (4096, 5000):  # the faulting launch, then a later arrival
+faulting = '''{FAULTING_KERNEL}'''
+
+def arrival(n):
     case = Case({{"n": n}}, [1.5, 0.0], [0, 0], seed=n)
     assert run_case(offload.rewritten, "saxpy", spec, case, offload) == run_case(
         module_bytes("blas1", "O2"), "saxpy", spec, case)
+
+offload.kernels[loop.entry] = offload.context.load_module(faulting).function("fault")
+arrival(4096)  # the faulting launch, in this process's context
 print("declined:", loop.stats.declined)
+print("context:", type(offload.context).__name__)
+arrival(5000)  # a later arrival
+print("offloaded:", loop.stats.offloaded)
+first = offload.context.pid
+offload.kernels[loop.entry] = offload.context.load_module(faulting).function("fault")
+arrival(4097)  # a fault in the GPU process
+arrival(5001)
+print("restarted:", offload.context.pid != first, "offloaded:", loop.stats.offloaded)
 print("gpu_lost:", offload.gpu_lost)
 """
 
 
 @pytest.mark.gpu
-def test_a_sticky_fault_falls_back_to_the_cpu_with_exact_results() -> None:
+def test_after_a_sticky_fault_later_launches_run_on_the_gpu_with_exact_results() -> None:
+    """The faulting arrival runs on the CPU; this process's context cannot be made again,
+    so later launches run in a GPU process of its own, which a fault there restarts."""
     import subprocess
     import sys
 
@@ -467,6 +480,10 @@ def test_a_sticky_fault_falls_back_to_the_cpu_with_exact_results() -> None:
     assert "ILLEGAL_ADDRESS" in done.stdout or "ILLEGAL_ADDRESS" in done.stderr
     assert "runs on the CPU" in done.stderr  # the warning
     assert "GPU error" in done.stdout
+    assert "context: WorkerContext" in done.stdout, done.stdout + done.stderr
+    assert "offloaded: 1" in done.stdout
+    assert "restarted: True offloaded: 2" in done.stdout
+    assert "gpu_lost: None" in done.stdout
 
 
 GLOBAL_BASE_LOOP = """(module (memory (export "memory") 4) (global $A i32 (i32.const 0x10000))
