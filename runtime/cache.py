@@ -17,7 +17,6 @@ from __future__ import annotations
 import atexit
 import functools
 import json
-import logging
 import os
 import shutil
 import tempfile
@@ -26,9 +25,10 @@ from pathlib import Path
 import llvmlite
 
 from compiler import COMPILER_VERSION
+from dialect import logs
 from dialect.digest import sha256
 
-log = logging.getLogger(__name__)
+log = logs.get_logger(__name__)
 MAGIC = b"TWC1"
 
 

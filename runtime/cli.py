@@ -7,16 +7,16 @@ Every subcommand turns the project's own errors into one line on stderr and exit
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from dialect import logs
 from dialect.errors import TensorWasmError
 
-log = logging.getLogger("tensorwasm")
+log = logs.get_logger("tensorwasm")
 
 
 def _select_functions(module, key: str | None) -> set[int] | None:
@@ -391,9 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         args.args = [*args.args, *extra]
     elif extra:  # said as the whole parser says it, its usage naming every subcommand
         build_parser().error(f"unrecognized arguments: {' '.join(extra)}")
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="tensorwasm: %(message)s"
-    )
+    logs.configure(logs.INFO if args.verbose else logs.WARNING, format="tensorwasm: %(message)s")
     run: Callable[[argparse.Namespace], int] = getattr(args, "run", None) or args.func
     try:
         return run(args)
@@ -416,7 +414,8 @@ def entry() -> None:
                 stream.flush()
             except OSError:  # a closed pipe: nothing more can reach it
                 pass
-        logging.shutdown()
+        if "logging" in sys.modules:  # (imported only where a message was written)
+            sys.modules["logging"].shutdown()
         os._exit(status)
     sys.exit(status)
 

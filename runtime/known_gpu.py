@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import os
 from pathlib import Path
 
-from dialect import records
+from dialect import logs, records
 from dialect.digest import sha256
 from runtime.cache import default_cache, make_key
 from runtime.device_info import DeviceInfo
 
-log = logging.getLogger(__name__)
+log = logs.get_logger(__name__)
 
 # Where the operating system describes the driver and the devices (patched by the tests).
 PROC = Path("/proc/driver/nvidia")

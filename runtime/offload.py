@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import logging
 import math
 import operator
 import os
@@ -49,6 +48,7 @@ from compiler.rewrite import (
     rewrite,
 )
 from compiler.target import HostTarget, describe, nvptx_for_device
+from dialect import logs
 from dialect.digest import sha256
 from dialect.errors import TensorWasmError
 from dialect.lazy import LazyModule
@@ -75,7 +75,7 @@ if TYPE_CHECKING:
     from runtime.guards import Launch
     from runtime.mirror import DeviceMirror, Span
 
-log = logging.getLogger(__name__)
+log = logs.get_logger(__name__)
 U64 = ctypes.c_uint64
 CPUS = os.cpu_count() or 1
 MASKS = {32: 0xFFFFFFFF, 64: 0xFFFFFFFFFFFFFFFF}

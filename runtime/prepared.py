@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import copy
 import io
-import logging
 import pickle
 import sys
 from typing import NamedTuple
 
 from compiler.analysis.plan import LoopPlan
+from dialect import logs
 from dialect.lazy import LazyModule
 from dialect.records import replace
 from dialect.types import Type
 
-log = logging.getLogger(__name__)
+log = logs.get_logger(__name__)
 # The IR's classes, needed only to write an entry: reading one (a warm start) needs no IR.
 ir = LazyModule("dialect.ir", globals(), "ir")
 

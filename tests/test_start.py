@@ -47,6 +47,8 @@ NEVER = (
     "inspect",
     "hashlib",  # loads OpenSSL (~3 ms): cache keys are hashed by dialect.digest
     "_hashlib",
+    "logging",  # with traceback and tokenize, ~2.5 ms: loggers are dialect.logs's until a message
+    "traceback",
 )
 # Nor, on the host backend, the runtime's GPU layers.
 NEVER_ON_THE_CPU = ("runtime.driver", "runtime.limits", "runtime.known_gpu")

@@ -10,12 +10,12 @@ for this machine with MCJIT, so every kernel also runs where there is no GPU.
 from __future__ import annotations
 
 import functools
-import logging
 import platform
 import sys
 import threading
 
 from compiler.errors import CompileError
+from dialect import logs
 from dialect.digest import sha256
 from dialect.lazy import LazyModule
 from dialect.records import record
@@ -26,7 +26,7 @@ ir = LazyModule("llvmlite.ir", globals(), "ir")  # the lowering's IR: a warm sta
 # for the GPU) does not need.
 llvm = LazyModule("llvmlite.binding", globals(), "llvm")
 
-log = logging.getLogger(__name__)
+log = logs.get_logger(__name__)
 
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 NVPTX_DATA_LAYOUT = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
