@@ -49,6 +49,7 @@ NEVER = (
     "_hashlib",
     "logging",  # with traceback and tokenize, ~2.5 ms: loggers are dialect.logs's until a message
     "traceback",
+    "argparse",  # a plain run's command line is read by cli.parse_run
 )
 # Nor, on the host backend, the runtime's GPU layers.
 NEVER_ON_THE_CPU = ("runtime.driver", "runtime.limits", "runtime.known_gpu")
