@@ -24,9 +24,9 @@ nothing: the host brings the device's results back into linear memory there.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dialect.records import record
 from dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
 
 # A warm start reads only the declarations here (the host module's name, Insertion,
@@ -92,7 +92,7 @@ def functype(sig: FuncSig) -> bytes:
 Affine = list[tuple[int, str, int]]
 
 
-@dataclass
+@record
 class Filter:
     """A test in Wasm before the host call: how far the loop's counter has to go, as an i64
     (``bound - start``, or ``start - bound`` for a counter that steps down; one more where
@@ -145,7 +145,7 @@ def loop_filter(plan: LoopPlan) -> Filter | None:
 NEVER_SKIP = -(1 << 63)
 
 
-@dataclass
+@record
 class Insertion:
     """One loop to guard: where it is and what the inserted call passes and receives."""
 
@@ -160,7 +160,7 @@ class Insertion:
     filter: Filter | None = None
 
 
-@dataclass
+@record
 class RegionExit:
     """Where control lands after a region: the instructions of the function's body after
     which the host call goes."""

@@ -20,6 +20,7 @@ import wasmtime
 
 from compiler.analysis.plan import AnalysisOptions
 from compiler.rewrite import HOST_MODULE
+from dialect import records
 from dialect.errors import TensorWasmError
 from runtime.offload import OffloadModule
 
@@ -150,7 +151,7 @@ def offload_report(prepared: OffloadModule) -> OffloadReport:
             row.threads, row.pinned = stats.threads, stats.pinned
             row.inside = around.get(id(chosen))
         loops.append(row)
-    return OffloadReport(prepared.device, loops, [asdict(r) for r in prepared.region_stats])
+    return OffloadReport(prepared.device, loops, [records.asdict(r) for r in prepared.region_stats])
 
 
 def _enclosing(prepared: OffloadModule) -> dict[int, int]:

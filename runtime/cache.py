@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import atexit
 import functools
-import hashlib
 import json
-import logging
 import os
 import shutil
 import tempfile
@@ -27,8 +25,10 @@ from pathlib import Path
 import llvmlite
 
 from compiler import COMPILER_VERSION
+from dialect import logs
+from dialect.digest import sha256
 
-log = logging.getLogger(__name__)
+log = logs.get_logger(__name__)
 MAGIC = b"TWC1"
 
 
@@ -49,7 +49,7 @@ def compiler_fingerprint() -> str:
     list): a source that changes gets a new modification time, and is read again."""
     root = Path(__file__).resolve().parents[1]
     sources = sorted(path for package in ("dialect", "compiler") for path in (root / package).rglob("*.py"))
-    listing = hashlib.sha256()
+    listing = sha256()
     for path in sources:
         stat = path.stat()
         listing.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
@@ -62,7 +62,7 @@ def compiler_fingerprint() -> str:
                 return found
         except OSError:
             pass
-    digest = hashlib.sha256()
+    digest = sha256()
     for path in sources:
         digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
@@ -82,7 +82,7 @@ def compiler_fingerprint() -> str:
 def make_key(*parts: object) -> str:
     """The key of a compilation: every input that can change its output, hashed."""
     text = json.dumps([COMPILER_VERSION, compiler_fingerprint(), llvmlite.__version__, *map(str, parts)])
-    return hashlib.sha256(text.encode()).hexdigest()
+    return sha256(text.encode()).hexdigest()
 
 
 class Cache:
@@ -125,7 +125,7 @@ class Cache:
         path = self._path(kind, key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            blob = MAGIC + hashlib.sha256(data).digest() + data
+            blob = MAGIC + sha256(data).digest() + data
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
             with os.fdopen(fd, "wb") as out:
                 out.write(blob)
@@ -144,7 +144,7 @@ class Cache:
         except OSError:
             return None
         data = blob[36:]
-        if blob[:4] != MAGIC or hashlib.sha256(data).digest() != blob[4:36]:
+        if blob[:4] != MAGIC or sha256(data).digest() != blob[4:36]:
             log.warning("dropping the corrupted cache entry %s", path)
             path.unlink(missing_ok=True)
             return None
@@ -203,8 +203,8 @@ class Cache:
 def cubin_key(ptx: bytes, arch: str, driver_version: int, assembler: str = "driver") -> str:
     """Cubins are keyed by what makes them: the PTX, the device, the driver, and the
     assembler (ptxas and its release, or the driver's JIT)."""
-    parts = [hashlib.sha256(ptx).digest(), arch.encode(), b"%d" % driver_version, assembler.encode()]
-    return hashlib.sha256(b"|".join(parts)).hexdigest()
+    parts = [sha256(ptx).digest(), arch.encode(), b"%d" % driver_version, assembler.encode()]
+    return sha256(b"|".join(parts)).hexdigest()
 
 
 def kernels_cubin_key(context, ptx: bytes) -> str:

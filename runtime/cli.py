@@ -6,17 +6,21 @@ Every subcommand turns the project's own errors into one line on stderr and exit
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
+from dialect import logs
 from dialect.errors import TensorWasmError
 
-log = logging.getLogger("tensorwasm")
+if TYPE_CHECKING:
+    import argparse
+
+log = logs.get_logger("tensorwasm")
 
 
 def _select_functions(module, key: str | None) -> set[int] | None:
@@ -318,19 +322,30 @@ def _add_compile(sub: argparse._SubParsersAction) -> None:
     compile_.set_defaults(run=cmd_compile)
 
 
+# The options of ``run`` that take one value, and the values each accepts (None: any);
+# the run's parser (_add_run) and parse_run read them.
+_RUN_VALUES: dict[str, tuple[str, ...] | None] = {
+    "--offload": ("auto", "off", "always"),
+    "--device": ("auto", "gpu", "cpu"),
+    "--report": ("text", "json"),
+    "--dir": None,
+    "--env": None,
+}
+
+
 def _add_run(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="run a Wasm program on wasmtime with its parallel loops offloaded")
     run.add_argument("module", help="a .wasm or .wat file")
     run.add_argument("args", nargs="*", help="program arguments (or --invoke arguments)")
     run.add_argument("--invoke", nargs="+", metavar=("NAME", "ARG"),
                      help="call this export with these arguments instead of _start")  # fmt: skip
-    run.add_argument("--offload", choices=["auto", "off", "always"], default="auto")
-    run.add_argument("--device", choices=["auto", "gpu", "cpu"], default="auto",
+    run.add_argument("--offload", choices=_RUN_VALUES["--offload"], default="auto")
+    run.add_argument("--device", choices=_RUN_VALUES["--device"], default="auto",
                      help="where offloaded loops run (auto: the GPU if there is one)")  # fmt: skip
     run.add_argument("--dir", action="append", help="preopen HOST[::GUEST] for WASI")
     run.add_argument("--env", action="append", metavar="NAME=VALUE",
                      help="an environment variable for the program (WASI; repeatable)")  # fmt: skip
-    run.add_argument("--report", choices=["text", "json"], help="print the offload report to stderr")
+    run.add_argument("--report", choices=_RUN_VALUES["--report"], help="print the offload report to stderr")
     run.add_argument("--relaxed-float", action="store_true", help="allow float reductions to be reordered")
     run.set_defaults(run=cmd_run)
 
@@ -368,6 +383,8 @@ SUBCOMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser; with ``only``, a subcommand's name, that subcommand alone
     (its arguments parse the same, and the other subcommands cost nothing to build)."""
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="tensorwasm", description="Compile WebAssembly to NVIDIA PTX and run it on the GPU."
     )
@@ -379,8 +396,57 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def parse_run(argv: list[str]) -> SimpleNamespace | None:
+    """The arguments of a plain ``run`` command line, as its parser would give them, without
+    importing argparse (~1 ms of the program's start); None where the line is anything
+    else (another command, ``--help``, ``--invoke``, an option written ``--name=value`` or
+    abbreviated, a program argument that starts with ``-``, an error): the parser then
+    reads it, and says what is wrong."""
+    if len(argv) < 2 or argv[0] != "run" or argv[1].startswith("-"):
+        return None
+    args = SimpleNamespace(
+        command="run", verbose=False, module=argv[1], args=[], invoke=None, offload="auto",
+        device="auto", dir=None, env=None, report=None, relaxed_float=False, run=cmd_run,
+    )  # fmt: skip
+    words = iter(argv[2:])
+    for word in words:
+        if not word.startswith("-"):
+            args.args.append(word)
+        elif word == "--relaxed-float":
+            args.relaxed_float = True
+        elif word in _RUN_VALUES:
+            value = next(words, None)
+            choices = _RUN_VALUES[word]
+            if value is None or value.startswith("-") or (choices is not None and value not in choices):
+                return None
+            name = word[2:]
+            if choices is None:  # (action="append")
+                setattr(args, name, [*(getattr(args, name) or []), value])
+            else:
+                setattr(args, name, value)
+        else:
+            return None
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    args = parse_run(argv)
+    if args is None:
+        args = _parse(argv)
+    logs.configure(logs.INFO if args.verbose else logs.WARNING, format="tensorwasm: %(message)s")
+    run: Callable[[argparse.Namespace], int] = getattr(args, "run", None) or args.func
+    try:
+        return run(args)
+    except TensorWasmError as exc:
+        print(f"tensorwasm: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    """The command line's arguments, by its parser (which exits where they are wrong)."""
     # A command line that starts with its subcommand is parsed by that subcommand's parser
     # alone: a run, whose start-up is part of the program's time, builds no other.
     only = argv[0] if argv and argv[0] in SUBCOMMANDS else None
@@ -391,17 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         args.args = [*args.args, *extra]
     elif extra:  # said as the whole parser says it, its usage naming every subcommand
         build_parser().error(f"unrecognized arguments: {' '.join(extra)}")
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="tensorwasm: %(message)s"
-    )
-    run: Callable[[argparse.Namespace], int] = getattr(args, "run", None) or args.func
-    try:
-        return run(args)
-    except TensorWasmError as exc:
-        print(f"tensorwasm: error: {exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        return 0
+    return args
 
 
 def entry() -> None:
@@ -416,7 +472,8 @@ def entry() -> None:
                 stream.flush()
             except OSError:  # a closed pipe: nothing more can reach it
                 pass
-        logging.shutdown()
+        if "logging" in sys.modules:  # (imported only where a message was written)
+            sys.modules["logging"].shutdown()
         os._exit(status)
     sys.exit(status)
 

@@ -5,10 +5,11 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+
+from dialect.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DeviceInfo:
     """What the compiler and reports need to know about one GPU."""
 

@@ -21,16 +21,16 @@ makes the context.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
-import logging
 import os
 from pathlib import Path
 
+from dialect import logs, records
+from dialect.digest import sha256
 from runtime.cache import default_cache, make_key
 from runtime.device_info import DeviceInfo
 
-log = logging.getLogger(__name__)
+log = logs.get_logger(__name__)
 
 # Where the operating system describes the driver and the devices (patched by the tests).
 PROC = Path("/proc/driver/nvidia")
@@ -66,7 +66,7 @@ def _fingerprint(proc: Path, sys_module: Path, pci: Path, selection: tuple[str |
         return None
     # An empty CUDA_VISIBLE_DEVICES hides every GPU: it differs from one not set.
     parts = [driver, *gpus, *(f"{name}={value!r}" for name, value in zip(SELECTION, selection, strict=True))]
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    return sha256("\0".join(parts).encode()).hexdigest()
 
 
 def remembered() -> DeviceInfo | None:
@@ -90,8 +90,7 @@ def remember(info: DeviceInfo) -> None:
     key = _key()
     if key is None or remembered() == info:
         return
-    fields = {name: getattr(info, name) for name in info.__dataclass_fields__}
-    default_cache().put("device", key, json.dumps(fields).encode())
+    default_cache().put("device", key, json.dumps(records.asdict(info)).encode())
 
 
 def launched_last_time(wasm: bytes) -> bool | None:
@@ -111,7 +110,7 @@ def remember_launches(wasm: bytes, launched: bool) -> None:
 
 def _module_key(wasm: bytes) -> str | None:
     found = fingerprint()
-    return None if found is None else make_key("launched", found, hashlib.sha256(wasm).hexdigest())
+    return None if found is None else make_key("launched", found, sha256(wasm).hexdigest())
 
 
 def _key() -> str | None:

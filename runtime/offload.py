@@ -19,9 +19,7 @@ before a launch in it declines.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import itertools
-import logging
 import math
 import operator
 import os
@@ -31,7 +29,6 @@ import struct
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import wasmtime
@@ -51,8 +48,11 @@ from compiler.rewrite import (
     rewrite,
 )
 from compiler.target import HostTarget, describe, nvptx_for_device
+from dialect import logs
+from dialect.digest import sha256
 from dialect.errors import TensorWasmError
 from dialect.lazy import LazyModule
+from dialect.records import field, record
 from dialect.types import F32, Type
 from runtime import hostfunc, prepared, profit, replay
 from runtime.cache import default_cache, load_kernels, make_key
@@ -75,13 +75,13 @@ if TYPE_CHECKING:
     from runtime.guards import Launch
     from runtime.mirror import DeviceMirror, Span
 
-log = logging.getLogger(__name__)
+log = logs.get_logger(__name__)
 U64 = ctypes.c_uint64
 CPUS = os.cpu_count() or 1
 MASKS = {32: 0xFFFFFFFF, 64: 0xFFFFFFFFFFFFFFFF}
 
 
-@dataclass
+@record
 class LoopStats:
     """What happened at one loop, for the report."""
 
@@ -107,7 +107,7 @@ class LoopStats:
         self.declined[reason] = self.declined.get(reason, 0) + 1
 
 
-@dataclass
+@record
 class OffloadedLoop:
     plan: LoopPlan
     kernel_index: int
@@ -124,7 +124,7 @@ class OffloadedLoop:
         return self.stats.region
 
 
-@dataclass
+@record
 class RegionStats:
     """One device-resident region, for the report."""
 
@@ -181,7 +181,7 @@ class OffloadModule:
         self._wasm = None
         self.target = self._target()
         cache = default_cache()
-        digest = hashlib.sha256(self._wasm_bytes).hexdigest()
+        digest = sha256(self._wasm_bytes).hexdigest()
         self._key = make_key("offload", digest, describe(self.target), self.options)
         state = None
         blob = cache.get("prepared", self._key)
@@ -1096,7 +1096,7 @@ def _compiled(engine: wasmtime.Engine, wasm: bytes) -> wasmtime.Module:
     warm start skips compiling it; wasmtime refuses code made by another release or engine
     configuration, which is then compiled again)."""
     cache = default_cache()
-    key = make_key("cwasm", hashlib.sha256(wasm).hexdigest())
+    key = make_key("cwasm", sha256(wasm).hexdigest())
     blob = cache.get("cwasm", key)
     if blob is not None:
         try:
@@ -1429,7 +1429,7 @@ class OffloadInstance:
         self._instance = ReferenceInstance(self.offload.rewritten, host_funcs)
         draws = None
         if filters:
-            draw = random.Random(hashlib.sha256(self.offload.rewritten).digest())
+            draw = random.Random(sha256(self.offload.rewritten).digest())
             draws = [draw.choice(FILTER_DRAWS) for _ in self.offload.loops]
         self.offload.bind(self._instance._store, self._instance._exports, draws)
 

@@ -14,18 +14,18 @@ need is an error at load, and then the module is simply prepared again.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import io
-import logging
 import pickle
 import sys
 from typing import NamedTuple
 
 from compiler.analysis.plan import LoopPlan
+from dialect import logs
 from dialect.lazy import LazyModule
+from dialect.records import replace
 from dialect.types import Type
 
-log = logging.getLogger(__name__)
+log = logs.get_logger(__name__)
 # The IR's classes, needed only to write an entry: reading one (a warm start) needs no IR.
 ir = LazyModule("dialect.ir", globals(), "ir")
 
@@ -57,7 +57,7 @@ def _slim(plan: LoopPlan) -> LoopPlan:
     """A shallow copy without the fields only the outliner reads."""
     out = copy.copy(plan)
     out.blocks, out.ivs, out.invariant_args = set(), {}, {}
-    out.collapse = tuple(dataclasses.replace(level, blocks=set()) for level in plan.collapse)
+    out.collapse = tuple(replace(level, blocks=set()) for level in plan.collapse)
     return out
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from dialect.records import record
 
 if TYPE_CHECKING:
     from compiler.analysis.plan import LoopPlan
@@ -130,7 +131,7 @@ def work(plan: LoopPlan, launch: Launch) -> int:
     return per_iteration * launch.trip
 
 
-@dataclass
+@record
 class Estimate:
     """The adaptive part of one loop's decision."""
 

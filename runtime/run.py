@@ -7,11 +7,8 @@ export instead. The offload decisions and their costs are reported per loop.
 
 from __future__ import annotations
 
-import json
-import logging
 import sys
 import time
-from dataclasses import asdict
 
 import wasmtime
 
@@ -19,8 +16,6 @@ from compiler.analysis.plan import AnalysisOptions
 from compiler.rewrite import HOST_MODULE
 from dialect.errors import TensorWasmError
 from runtime.offload import OffloadModule
-
-log = logging.getLogger(__name__)
 
 
 class RunError(TensorWasmError):
@@ -157,6 +152,9 @@ def _parse_arg(text: str, ty: wasmtime.ValType) -> int | float:
 
 
 def report(prepared: OffloadModule, timings: dict, fmt: str) -> str:
+    import json
+    from dataclasses import asdict
+
     from runtime.api import offload_report
 
     found = offload_report(prepared)

@@ -8,6 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from runtime import cli
 from runtime.cli import main
 from tests.conftest import ROOT
 
@@ -160,3 +163,63 @@ def test_fuzz_on_a_gpu_backend_without_a_gpu_says_so_and_saves_nothing(tmp_path,
         assert status == 2
         assert f"the {backend} backend is not available" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "p.wasm"],
+        ["run", "p.wasm", "2000000", "--device", "cpu"],
+        ["run", "p.wasm", "a", "--offload", "off", "b", "--report", "json", "c"],
+        [
+            "run",
+            "p.wasm",
+            "--relaxed-float",
+            "--dir",
+            "x::/y",
+            "--dir",
+            "z",
+            "--env",
+            "A=1",
+            "--env",
+            "B=",
+            "5",
+        ],
+        ["run", "p.wasm", "--device", "auto", "--device", "gpu", "--offload", "always", "--report", "text"],
+    ],
+)
+def test_a_plain_run_line_is_read_as_its_parser_reads_it(argv: list[str]) -> None:
+    quick = cli.parse_run(argv)
+    assert quick is not None
+    assert vars(quick) == vars(cli._parse(argv))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run"],
+        ["run", "--help"],
+        ["run", "-h", "p.wasm"],
+        ["run", "p.wasm", "--invoke", "f", "1"],
+        ["run", "p.wasm", "--device=cpu"],
+        ["run", "p.wasm", "--dev", "cpu"],
+        ["run", "p.wasm", "--device", "tpu"],
+        ["run", "p.wasm", "--device"],
+        ["run", "p.wasm", "--env", "-x"],
+        ["run", "p.wasm", "-5"],
+        ["run", "p.wasm", "--", "x"],
+        ["-v", "run", "p.wasm"],
+        ["cache", "info"],
+    ],
+)
+def test_any_other_line_is_left_to_the_parser(argv: list[str]) -> None:
+    assert cli.parse_run(argv) is None
+
+
+def test_the_quick_reading_knows_every_option_of_run() -> None:
+    """An option added to ``run``'s parser must be known to :func:`cli.parse_run` too (or
+    make it give up, as ``--invoke`` does)."""
+    parser = cli.build_parser("run")
+    run = next(a for a in parser._actions if a.dest == "command").choices["run"]
+    options = {s for a in run._actions for s in a.option_strings if s.startswith("--")}
+    assert options == {*cli._RUN_VALUES, "--relaxed-float", "--invoke", "--help"}

@@ -8,16 +8,16 @@ analysis so that a warm start, which unpickles them from the cache, does not imp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from compiler.analysis.poly import Poly, Symbol
+from dialect.records import field, record
 
 if TYPE_CHECKING:
     from dialect.ir import Block, Function, LoopInfo, Op, Value
 
 
-@dataclass
+@record
 class TripCount:
     """The loop runs while ``pred(start + step*k, bound)`` holds; ``top``: tested before the
     body of iteration k, else after it (a rotated loop runs at least once)."""
@@ -41,7 +41,7 @@ class TripCount:
         return count if self.top else f"{count} + 1"
 
 
-@dataclass
+@record
 class Access:
     op: Op
     store: bool
@@ -61,7 +61,7 @@ class Access:
         return "store" if self.store else "load"
 
 
-@dataclass
+@record
 class Reduction:
     arg: Value  # the header argument
     op: str  # add, mul, and, or, xor, min_s, min_u, max_s, max_u, fadd, fmul
@@ -70,7 +70,7 @@ class Reduction:
     init: Poly | None = None  # its value on entry (a constant or a live-in)
 
 
-@dataclass
+@record
 class LiveOut:
     """How a local's value after the loop is found: ``kind`` is "affine" (``value`` at the
     exit iteration), "reduction" (``reduction``), or "dead" (not read after the loop)."""
@@ -81,7 +81,7 @@ class LiveOut:
     reduction: Reduction | None = None
 
 
-@dataclass
+@record
 class Collapse:
     """A perfectly nested parallel inner loop, launched as one more grid dimension: each
     thread runs the enclosing iteration's code up to the inner loop, then one inner iteration."""
@@ -92,7 +92,7 @@ class Collapse:
     blocks: set[Block]  # the inner loop's body
 
 
-@dataclass
+@record
 class LoopPlan:
     """What the outliner and the runtime need to run a loop as a kernel."""
 
@@ -123,7 +123,7 @@ class LoopPlan:
         return [a for a in self.accesses if a.address is None]
 
 
-@dataclass
+@record
 class LoopReport:
     func: Function
     loop: LoopInfo
@@ -143,6 +143,6 @@ class LoopReport:
         }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AnalysisOptions:
     relaxed_float: bool = False  # allow float reductions (they reorder additions)

@@ -10,15 +10,15 @@ for this machine with MCJIT, so every kernel also runs where there is no GPU.
 from __future__ import annotations
 
 import functools
-import hashlib
-import logging
 import platform
 import sys
 import threading
-from dataclasses import dataclass
 
 from compiler.errors import CompileError
+from dialect import logs
+from dialect.digest import sha256
 from dialect.lazy import LazyModule
+from dialect.records import record
 
 ir = LazyModule("llvmlite.ir", globals(), "ir")  # the lowering's IR: a warm start needs none
 
@@ -26,7 +26,7 @@ ir = LazyModule("llvmlite.ir", globals(), "ir")  # the lowering's IR: a warm sta
 # for the GPU) does not need.
 llvm = LazyModule("llvmlite.binding", globals(), "llvm")
 
-log = logging.getLogger(__name__)
+log = logs.get_logger(__name__)
 
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 NVPTX_DATA_LAYOUT = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
@@ -131,7 +131,7 @@ class Target:
         return module
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NVPTXTarget(Target):
     arch: str = "sm_90"
     ptx_version: tuple[int, int] = (7, 8)
@@ -237,7 +237,7 @@ def parse_target(name: str) -> NVPTXTarget | HostTarget:
     return NVPTXTarget(name, ARCH_PTX.get(name, (7, 8)))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostTarget(Target):
     name = "host"
     is_gpu = False
@@ -334,7 +334,7 @@ def cpuinfo_signature(text: str) -> str | None:
             kinds.add(fields)
     if not kinds:
         return None
-    return "cpuinfo " + hashlib.sha256(repr(sorted(kinds)).encode()).hexdigest()[:32]
+    return "cpuinfo " + sha256(repr(sorted(kinds)).encode()).hexdigest()[:32]
 
 
 class HostCode:
