@@ -19,7 +19,6 @@ import io
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import wasmtime
 
-from benchmarks import compile_bytecode
+from benchmarks import start
 from runtime.cache import default_cache
 from runtime.run import run
 
@@ -170,46 +169,15 @@ KINDS = {
     "declines": ("histogram",),
 }
 
-_PLAIN = """
-import sys, wasmtime
-engine = wasmtime.Engine(); store = wasmtime.Store(engine); linker = wasmtime.Linker(engine)
-linker.define_wasi(); wasi = wasmtime.WasiConfig(); wasi.argv = sys.argv[1:]; store.set_wasi(wasi)
-instance = linker.instantiate(store, wasmtime.Module.from_file(engine, sys.argv[1]))
-try:
-    instance.exports(store)["_start"](store)
-except wasmtime.ExitTrap:
-    pass
-"""
 
-
-def fresh_processes(path: Path, args: list[str], device: str, mode: str, runs: int = 3) -> dict:
-    """The best of ``runs`` fresh processes each: plain wasmtime, and ``tensorwasm run`` with
-    the cache this benchmark filled."""
-
-    compile_bytecode()
-
-    def best(command: list[str]) -> float:
-        times = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            subprocess.run(command, capture_output=True, check=True, cwd=ROOT)
-            times.append(time.perf_counter() - start)
-        return min(times)
-
-    ours = [
-        sys.executable,
-        "-m",
-        "runtime.cli",
-        "run",
-        str(path),
-        *args,
-        "--device",
-        device,
-        "--offload",
-        mode,
-    ]
-    return {"wasmtime_seconds": best([sys.executable, "-c", _PLAIN, str(path), *args]),
-            "tensorwasm_seconds": best(ours)}  # fmt: skip
+def fresh_processes(path: Path, args: list[str], device: str, mode: str, rounds: int = 5) -> dict:
+    """The best of ``rounds`` fresh processes each, interleaved: plain wasmtime, and
+    ``tensorwasm run`` with the cache this benchmark filled (see :mod:`benchmarks.start`)."""
+    found = start.interleaved(start.commands(path, args, [device], mode), rounds)
+    return {
+        "wasmtime_seconds": found["wasmtime"]["min"],
+        "tensorwasm_seconds": found[f"tensorwasm {device}"]["min"],
+    }
 
 
 if __name__ == "__main__":

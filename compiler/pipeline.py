@@ -9,7 +9,6 @@ reason, the rest share one LLVM module.
 from __future__ import annotations
 
 import hashlib
-import logging
 import time
 from dataclasses import dataclass, field
 
@@ -19,9 +18,10 @@ from compiler.frontend.module import WasmModule
 from compiler.lower.abi import entry_name
 from compiler.lower.function import LowerOptions, ModuleLowering
 from compiler.target import NVPTXTarget, Target
+from dialect import logs
 from dialect.ir import Module
 
-log = logging.getLogger(__name__)
+log = logs.get_logger(__name__)
 
 STAGES = ("wasm", "dialect", "llvm", "ptx")
 

@@ -23,13 +23,13 @@ a failure too; on a ``wasm-tools smith`` module it is a skip (the module is unsu
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from compiler.errors import UnsupportedFeature
 from compiler.lower import abi
 from compiler.traps import TrapKind, trap_message
+from dialect import logs
 from dialect.errors import TensorWasmError
 from dialect.types import F32, F64, Type
 from oracle.case import Call, Case
@@ -37,7 +37,7 @@ from runtime.executor import Executor, GPUExecutor, HostExecutor
 from runtime.reference import ReferenceBackendError, ReferenceInstance
 from runtime.values import CallResult, WasmValue
 
-log = logging.getLogger(__name__)
+log = logs.get_logger(__name__)
 
 STACK_EXHAUSTED = trap_message(TrapKind.STACK_OVERFLOW)
 

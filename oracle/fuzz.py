@@ -14,7 +14,6 @@ hit would run code that an earlier compiler made (and generated modules do not r
 
 from __future__ import annotations
 
-import logging
 import math
 import multiprocessing
 import os
@@ -32,12 +31,13 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.internal.conjecture import engine as hypothesis_engine
 
+from dialect import logs
 from oracle import REGRESSIONS
 from oracle.case import Case
 from oracle.compare import ExecutorFactory, Outcome, make_factory, run_case
 from oracle.generators import GENERATORS
 
-log = logging.getLogger(__name__)
+log = logs.get_logger(__name__)
 
 CHUNK = 100  # examples (modules) per Hypothesis run at most
 FIRST_CHUNK = 4  # the first run for a budget of cases, which measures the cases per module

@@ -15,7 +15,6 @@ reports what it finds. ``TENSORWASM_PTXAS=off`` leaves every module to the drive
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import re
 import signal
@@ -23,7 +22,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+from dialect import logs
+
+log = logs.get_logger(__name__)
 
 ENVIRONMENT = "TENSORWASM_PTXAS"
 TIMEOUT_SECONDS = 300  # a module the assembler has not finished by then is refused

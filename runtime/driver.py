@@ -18,7 +18,6 @@ import bisect
 import ctypes
 import functools
 import itertools
-import logging
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
+from dialect import logs
 from dialect.errors import TensorWasmError
 from dialect.lazy import LazyModule
 from runtime.device_info import DeviceInfo
@@ -34,7 +34,7 @@ from runtime.device_info import DeviceInfo
 # or run on the host backend, does not need.
 cu = LazyModule("cuda.bindings.driver", globals(), "cu")
 
-logger = logging.getLogger(__name__)
+logger = logs.get_logger(__name__)
 
 #: Bytes reserved for each JIT log; the driver truncates longer logs.
 JIT_LOG_BYTES = 64 * 1024

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import logging
 import mmap
 from abc import ABC, abstractmethod
 
@@ -23,11 +22,12 @@ from compiler.lower.function import LowerOptions
 from compiler.pipeline import Compilation, compile_entries, exported_functions
 from compiler.target import HostTarget, NVPTXTarget, describe, nvptx_for_device
 from compiler.traps import trap_message
+from dialect import logs
 from dialect.types import Type
 from runtime.instance import InstanceState, InstantiationError, initial_state
 from runtime.values import CallResult, WasmValue
 
-log = logging.getLogger(__name__)
+log = logs.get_logger(__name__)
 
 U64 = ctypes.c_uint64
 GPU_MEMORY_HEADROOM_PAGES = 16384  # 1 GiB of growth reserved on the device

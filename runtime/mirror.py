@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import logging
 from dataclasses import dataclass
 
 from compiler.lower import abi
+from dialect import logs
 from runtime.driver import Context, CudaError, DeviceBuffer, PinnedBuffer
 from runtime.limits import DeviceAllocator
 
-log = logging.getLogger(__name__)
+log = logs.get_logger(__name__)
 U64 = ctypes.c_uint64
 
 

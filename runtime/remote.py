@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import importlib
-import logging
 import mmap
 import os
 import pickle
@@ -38,12 +37,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from dialect import logs
 from dialect.errors import TensorWasmError
 from runtime import driver
 from runtime.device_info import DeviceInfo
 from runtime.driver import CudaError, KernelAttributes, KernelParams, ModuleLoadError, NoGPU, PageLocks
 
-log = logging.getLogger(__name__)
+log = logs.get_logger(__name__)
 
 _LENGTH = struct.Struct("<Q")
 
@@ -661,7 +661,7 @@ def main(argv: list[str]) -> int:
     if len(argv) > 2:
         module, function = argv[2].split(":")
         make = getattr(importlib.import_module(module), function)
-    logging.basicConfig(level=logging.WARNING, format="tensorwasm (GPU process): %(message)s")
+    logs.configure(logs.WARNING, format="tensorwasm (GPU process): %(message)s")
     sock = socket.socket(fileno=fd)
     try:
         context = make(ordinal)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import logging
 import re
 import struct
 import threading
@@ -40,6 +39,7 @@ from typing import Any, TypeVar
 
 import wasmtime
 
+from dialect import logs
 from dialect.errors import TensorWasmError
 from dialect.lazy import LazyModule
 
@@ -58,7 +58,7 @@ from .limits import DeviceAllocator, DeviceMemoryLimitError, DeviceOutOfMemory
 
 cu = LazyModule("cuda.bindings.driver", globals(), "cu")  # imported at first use
 
-log = logging.getLogger(__name__)
+log = logs.get_logger(__name__)
 
 #: The import module a guest names (wasm-ld and clang's ``import_module`` accept the colon).
 IMPORT_MODULE = "wasi:cuda"
