@@ -234,16 +234,17 @@ def _start_cuda() -> None:
 _cuda_start: threading.Thread | None = None
 
 
-def _may_launch(raw: bytes | None) -> bool:
+def _may_launch(raw: bytes | None, device: str) -> bool:
     """Whether a run of the module ``raw`` (its file's bytes) makes the CUDA context on a
     thread while it starts: not where the GPU is remembered, so that preparing the module
-    needs no context, and the module's last run here launched nothing (see
+    needs no context, and the module's last run here launched nothing; nor, with ``auto``,
+    where the driver found no GPU last time and nothing changed since (see
     :mod:`runtime.known_gpu`)."""
     from runtime import known_gpu
 
-    if raw is None or known_gpu.remembered() is None:
-        return True
-    return known_gpu.launched_last_time(raw) is not False
+    if known_gpu.remembered() is None:
+        return device != "auto" or known_gpu.remembered_absence() is None
+    return raw is None or known_gpu.launched_last_time(raw) is not False
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -252,7 +253,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raw = Path(args.module).read_bytes()
     except OSError:
         raw = None  # read_wasm says why
-    if args.device != "cpu" and args.offload != "off" and _may_launch(raw):
+    if args.device != "cpu" and args.offload != "off" and _may_launch(raw, args.device):
         _cuda_start = threading.Thread(target=_start_cuda, name="tensorwasm-cuda-start", daemon=True)
         _cuda_start.start()
     from compiler.frontend import read_wasm

@@ -30,5 +30,6 @@ class DeviceInfo:
 def context_made(ordinal: int = 0) -> bool:
     """Whether this process made device ``ordinal``'s CUDA context (``Context.made``),
     answered without importing the driver layer: only it makes one."""
-    driver = sys.modules.get("runtime.driver")
-    return driver is not None and driver.Context.made(ordinal) is not None
+    # (a thread may be importing it: then no context is made yet)
+    context = getattr(sys.modules.get("runtime.driver"), "Context", None)
+    return context is not None and context.made(ordinal) is not None

@@ -10,6 +10,14 @@ selection in the environment. A new driver, another GPU or another selection fin
 nothing and waits for the context; what is found is checked against the context at the
 first launch (:class:`runtime.offload.OffloadModule`).
 
+Where the driver found no GPU, and the system shows no trace of one (no NVIDIA kernel
+module, no ``/dev/nvidia*`` or ``/dev/dxg`` node), that is kept as well, under a
+fingerprint that also covers what could bring one: the NVIDIA PCI devices, the libraries
+WSL provides, the dynamic linker's cache (which every library install rewrites), the
+library path and the device selection. ``--device auto`` then takes the host backend
+without loading the CUDA libraries (~35 ms) to be told so again; ``--device gpu`` always
+asks the driver.
+
 Whether a module's last run launched anything is kept too: ``tensorwasm run`` makes the
 context on a thread while it starts, which a run whose loops all stay on the CPU pays for
 (importing the CUDA bindings on that thread holds Python's interpreter lock: ~0.2 s of a
@@ -38,6 +46,9 @@ SYS_MODULE = Path("/sys/module/nvidia/version")
 PCI = Path("/sys/bus/pci/devices")
 NVIDIA_VENDOR = "0x10de"
 SELECTION = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+DEV = Path("/dev")
+WSL_LIBRARIES = Path("/usr/lib/wsl/lib")
+LINKER_CACHE = Path("/etc/ld.so.cache")
 
 
 def fingerprint() -> str | None:
@@ -51,22 +62,74 @@ def _fingerprint(proc: Path, sys_module: Path, pci: Path, selection: tuple[str |
     driver = _read(proc / "version") or _read(sys_module)
     if not driver:
         return None
-    gpus = []
-    try:
-        entries = sorted(pci.iterdir())
-    except OSError:
-        return None
-    for entry in entries:
-        if _read(entry / "vendor").strip() != NVIDIA_VENDOR or not _read(entry / "class").startswith("0x03"):
-            continue  # not an NVIDIA display or 3D controller
-        gpus.append(
-            f"{entry.name} {_read(entry / 'device').strip()} {_read(proc / 'gpus' / entry.name / 'information')}"
-        )
+    gpus = [f"{entry.name} {_read(entry / 'device').strip()} {_read(proc / 'gpus' / entry.name / 'information')}"
+            for entry in _nvidia_devices(pci)]  # fmt: skip
     if not gpus:
         return None
     # An empty CUDA_VISIBLE_DEVICES hides every GPU: it differs from one not set.
     parts = [driver, *gpus, *(f"{name}={value!r}" for name, value in zip(SELECTION, selection, strict=True))]
     return sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _nvidia_devices(pci: Path) -> list[Path]:
+    """The NVIDIA display and 3D controllers among the PCI devices."""
+    try:
+        entries = sorted(pci.iterdir())
+    except OSError:
+        return []
+    return [
+        e
+        for e in entries
+        if _read(e / "vendor").strip() == NVIDIA_VENDOR and _read(e / "class").startswith("0x03")
+    ]
+
+
+def absence_fingerprint() -> str | None:
+    """Where the system shows no NVIDIA kernel module and no GPU device node: a hash of what
+    could change that (see the module's doc); else None (no absence is remembered)."""
+    selection = tuple(os.environ.get(name) for name in (*SELECTION, "LD_LIBRARY_PATH"))
+    return _absence(PROC, SYS_MODULE, PCI, DEV, WSL_LIBRARIES, LINKER_CACHE, selection)
+
+
+@functools.cache
+def _absence(proc: Path, sys_module: Path, pci: Path, dev: Path, wsl: Path, linker: Path,
+             selection: tuple[str | None, ...]) -> str | None:  # fmt: skip
+    nodes = _listing(dev, ("nvidia", "dxg"))
+    if _read(proc / "version") or _read(sys_module) or nodes:
+        return None
+    try:
+        linked = str(linker.stat().st_mtime_ns)
+    except OSError:
+        linked = ""
+    parts = [
+        "no GPU",
+        *(e.name for e in _nvidia_devices(pci)),
+        *_listing(wsl, ("",)),
+        linked,
+        *map(repr, selection),
+    ]
+    return sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _listing(directory: Path, prefixes: tuple[str, ...]) -> list[str]:
+    try:
+        return sorted(name for name in os.listdir(directory) if name.startswith(prefixes))
+    except OSError:
+        return []
+
+
+def remembered_absence() -> str | None:
+    """Why the driver found no GPU here last time, where nothing has changed since."""
+    found = absence_fingerprint()
+    blob = None if found is None else default_cache().get("no-gpu", make_key("no-gpu", found))
+    return None if blob is None else blob.decode(errors="replace")
+
+
+def remember_absence(reason: str) -> None:
+    """Keep why the driver found no GPU (where the system shows none either)."""
+    found = absence_fingerprint()
+    if found is not None and remembered_absence() != reason:
+        default_cache().put("no-gpu", make_key("no-gpu", found), reason.encode())
 
 
 def remembered() -> DeviceInfo | None:

@@ -31,13 +31,20 @@ def pick_device(device: str) -> str:
     from runtime import known_gpu
     from runtime.device_info import context_made
 
-    if not context_made() and known_gpu.remembered() is not None:
-        return "gpu"  # the GPU this machine had last time: checked at the first launch
+    if not context_made():
+        if known_gpu.remembered() is not None:
+            return "gpu"  # the GPU this machine had last time: checked at the first launch
+        absent = known_gpu.remembered_absence()
+        if absent is not None:  # and nothing that could bring one has changed since
+            print(f"tensorwasm: {absent} (last time; --device gpu asks again); loops run on the host backend (cpu)",
+                  file=sys.stderr)  # fmt: skip
+            return "cpu"
     from runtime import driver
 
     try:
         driver.Context.get()
     except driver.NoGPU as exc:
+        known_gpu.remember_absence(str(exc))
         print(f"tensorwasm: {exc}; loops run on the host backend (cpu)", file=sys.stderr)
         return "cpu"
     return "gpu"

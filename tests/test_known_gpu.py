@@ -76,6 +76,81 @@ def test_nothing_is_remembered_where_the_system_names_no_nvidia_device(tmp_path,
     assert known_gpu.remembered() is None
 
 
+@pytest.fixture
+def bare(tmp_path: Path, monkeypatch) -> Path:
+    """A machine whose system shows no NVIDIA driver, device node or GPU, and a cache."""
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
+    for name in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    for name, path in (("PROC", "proc"), ("SYS_MODULE", "module"), ("PCI", "pci"), ("DEV", "dev"),
+                       ("WSL_LIBRARIES", "wsl"), ("LINKER_CACHE", "ld.so.cache")):  # fmt: skip
+        monkeypatch.setattr(known_gpu, name, tmp_path / path)
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/null").touch()
+    (tmp_path / "ld.so.cache").touch()
+    known_gpu._absence.cache_clear()
+    return tmp_path
+
+
+def _absence_after(change) -> str | None:
+    change()
+    known_gpu._absence.cache_clear()  # read once per process otherwise
+    return known_gpu.remembered_absence()
+
+
+def test_no_gpu_is_remembered_until_what_could_bring_one_changes(bare, monkeypatch) -> None:
+    reason = "no usable GPU: the driver reports zero devices"
+    assert known_gpu.remembered_absence() is None
+    known_gpu.remember_absence(reason)
+    assert known_gpu.remembered_absence() == reason
+    assert _absence_after(lambda: (bare / "dev/nvidia0").touch()) is None  # a device node
+    assert _absence_after(lambda: (bare / "dev/nvidia0").unlink()) == reason
+    assert _absence_after(lambda: (bare / "dev/dxg").touch()) is None  # WSL's
+    assert _absence_after(lambda: (bare / "dev/dxg").unlink()) == reason
+    (bare / "module").write_text("580.95.05\n")  # the NVIDIA kernel module, loaded
+    assert _absence_after(lambda: None) is None
+    assert _absence_after(lambda: (bare / "module").unlink()) == reason
+    assert _absence_after(lambda: monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/cuda/lib64")) is None
+    assert _absence_after(lambda: monkeypatch.delenv("LD_LIBRARY_PATH")) == reason
+    assert _absence_after(lambda: monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")) is None
+    assert _absence_after(lambda: monkeypatch.delenv("CUDA_VISIBLE_DEVICES")) == reason
+    (bare / "wsl").mkdir()
+    assert _absence_after(lambda: (bare / "wsl/libcuda.so.1").touch()) is None  # WSL's driver, installed
+    assert _absence_after(lambda: (bare / "wsl/libcuda.so.1").unlink()) == reason
+    import os
+
+    later = (bare / "ld.so.cache").stat().st_mtime_ns + 10**9
+    assert (
+        _absence_after(lambda: os.utime(bare / "ld.so.cache", ns=(later, later))) is None
+    )  # a library installed
+
+
+def test_auto_asks_the_driver_once_where_there_is_no_gpu(bare, monkeypatch, capsys) -> None:
+    from runtime.run import pick_device
+
+    asked = []
+
+    def no_gpu(ordinal: int = 0):
+        asked.append(ordinal)
+        raise NoGPU("no usable GPU: the driver reports zero devices")
+
+    monkeypatch.setattr(driver.Context, "get", staticmethod(no_gpu))
+    monkeypatch.setattr(driver.Context, "made", staticmethod(lambda ordinal=0: None))
+    assert pick_device("auto") == "cpu" and len(asked) == 1
+    assert pick_device("auto") == "cpu" and len(asked) == 1  # remembered
+    said = capsys.readouterr().err.splitlines()
+    assert (
+        said[0]
+        == "tensorwasm: no usable GPU: the driver reports zero devices; loops run on the host backend (cpu)"
+    )
+    assert said[1].startswith(
+        "tensorwasm: no usable GPU: the driver reports zero devices (last time; --device gpu"
+    )
+    (bare / "dev/nvidia0").touch()  # a GPU may be there now: asked again
+    known_gpu._absence.cache_clear()
+    assert pick_device("auto") == "cpu" and len(asked) == 2
+
+
 class FakeContext:
     """The CUDA context as far as preparing and checking code needs one."""
 

@@ -66,6 +66,7 @@ if sys.argv[1]:
 
     root = Path(sys.argv[1])
     known_gpu.PROC, known_gpu.SYS_MODULE, known_gpu.PCI = root / "proc", root / "absent", root / "pci"
+    known_gpu.DEV, known_gpu.WSL_LIBRARIES, known_gpu.LINKER_CACHE = root / "dev", root / "wsl", root / "ld.so.cache"
 from runtime import cli, run
 
 imported = set()
@@ -145,3 +146,22 @@ def test_a_warm_auto_run_on_a_remembered_gpu_imports_neither_cuda_nor_llvm(tmp_p
     report, warm = _run("auto", cache, tmp_path)
     _declined_everywhere(report, "gpu")
     assert _imported(warm, (*NEVER, "runtime.driver")) == []
+
+
+def test_a_warm_auto_run_where_no_gpu_was_found_loads_no_cuda(tmp_path, monkeypatch) -> None:
+    """Where the driver found no GPU last time and the system shows none (faked here:
+    an empty system), ``auto`` takes the host backend without loading CUDA to ask again."""
+    from runtime import known_gpu
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(cache))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for name, path in (("PROC", "proc"), ("SYS_MODULE", "absent"), ("PCI", "pci"), ("DEV", "dev"),
+                       ("WSL_LIBRARIES", "wsl"), ("LINKER_CACHE", "ld.so.cache")):  # fmt: skip
+        monkeypatch.setattr(known_gpu, name, tmp_path / path)
+    known_gpu.remember_absence("no usable GPU: the driver reports zero devices")
+
+    _run("auto", cache, tmp_path)
+    report, warm = _run("auto", cache, tmp_path)
+    _declined_everywhere(report, "cpu")
+    assert _imported(warm, (*NEVER, "runtime.driver", "runtime.limits")) == []
