@@ -313,11 +313,15 @@ cli.entry()
 def test_a_run_done_before_the_cuda_context_ends_without_waiting_for_it(tmp_path) -> None:
     from tests.test_run import plain_wasmtime
 
+    import os
+
     path = ROOT / "examples/wasi/build/histogram.O2.wasm"
+    # A cache of its own: one that remembers no GPU here would start no thread at all.
+    env = dict(os.environ, TENSORWASM_CACHE_DIR=str(tmp_path / "cache"))
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", _SLOW_CUDA, "run", str(path), "3000", "--device", "auto", "--report", "text"],
-        capture_output=True, text=True, cwd=ROOT, check=False, timeout=50,
+        capture_output=True, text=True, cwd=ROOT, check=False, timeout=50, env=env,
     )  # fmt: skip
     assert time.perf_counter() - start < 50
     status, expected = plain_wasmtime(path, ["3000"], tmp_path)
@@ -327,7 +331,7 @@ def test_a_run_done_before_the_cuda_context_ends_without_waiting_for_it(tmp_path
     assert "python finalization" not in done.stderr  # it ended at once
     on_cpu = subprocess.run(
         [sys.executable, "-c", _SLOW_CUDA, "run", str(path), "3000", "--device", "cpu"],
-        capture_output=True, text=True, cwd=ROOT, check=False, timeout=50,
+        capture_output=True, text=True, cwd=ROOT, check=False, timeout=50, env=env,
     )  # fmt: skip
     assert on_cpu.stdout == expected and "python finalization" in on_cpu.stderr  # no thread: a normal exit
 
