@@ -16,21 +16,10 @@ import itertools
 from runtime.driver import CudaError, KernelParams, PageLocks
 from runtime.mirror import DeviceMirror
 from runtime.offload import OffloadModule
+from runtime.remote import HostBuffer
 
 _STATUS_1 = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_uint64)
 _STATUS_2 = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint64)
-
-
-class HostBuffer:
-    """ "Device memory" (or page-locked host memory): a host buffer with the ``ptr`` and
-    ``nbytes`` of a device one."""
-
-    def __init__(self, nbytes: int) -> None:
-        self.raw = ctypes.create_string_buffer(nbytes)
-        self.ptr, self.nbytes = ctypes.addressof(self.raw), nbytes
-
-    def free(self) -> None:
-        pass
 
 
 class HostAllocator:

@@ -367,12 +367,7 @@ def _end(process: subprocess.Popen, sock: socket.socket) -> None:
 
 def _wire_args(args) -> list[tuple[str, Any]]:
     """Kernel arguments as (ctypes type code, value), taken now."""
-    if isinstance(args, KernelParams):
-        scalars = args.slots
-    else:
-        scalars = [
-            ctypes.c_uint64(a.ptr) if isinstance(a, WorkerBuffer) else driver._kernel_arg(a) for a in args
-        ]
+    scalars = args.slots if isinstance(args, KernelParams) else [driver._kernel_arg(a) for a in args]
     return [(type(s)._type_, s.value) for s in scalars]
 
 
@@ -399,7 +394,8 @@ class _Shared:
 
 
 class HostBuffer:
-    """Host memory for staging: the copies through the child page-lock nothing here."""
+    """Host memory with the ``ptr``, ``nbytes`` and ``free`` of a driver's buffer: staging
+    here (the copies through the child page-lock nothing), or a simulated device's memory."""
 
     def __init__(self, nbytes: int) -> None:
         self.raw = ctypes.create_string_buffer(nbytes)
@@ -449,17 +445,8 @@ class _Recorder:
         self.ops.append(("out", dst, src, nbytes))
 
 
-class WorkerBuffer(driver._ContextObject):
+class WorkerBuffer(driver.DeviceBuffer):
     """Device memory of the child; ``ptr`` is its device address."""
-
-    def __init__(self, context: WorkerContext, ptr: int, nbytes: int) -> None:
-        super().__init__(context, f"device buffer 0x{ptr:x} ({nbytes} bytes)")
-        self._ptr, self.nbytes = ptr, nbytes
-
-    @property
-    def ptr(self) -> int:
-        self.ensure_live()
-        return self._ptr
 
     def free(self) -> None:
         if self._live():

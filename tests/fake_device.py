@@ -9,6 +9,7 @@ import os
 
 from runtime.device_info import DeviceInfo
 from runtime.driver import CudaError, ModuleLoadError, NoGPU
+from runtime.remote import HostBuffer
 
 ILLEGAL_ADDRESS = 700  # CUDA_ERROR_ILLEGAL_ADDRESS
 
@@ -29,15 +30,6 @@ def _die(context: FakeContext) -> None:
 
 
 KERNELS = {"add_one": _add_one, "fault": _fault, "die": _die}
-
-
-class FakeBuffer:
-    def __init__(self, nbytes: int) -> None:
-        self.raw = ctypes.create_string_buffer(nbytes)
-        self.ptr, self.nbytes = ctypes.addressof(self.raw), nbytes
-
-    def free(self) -> None:
-        pass
 
 
 class FakeKernel:
@@ -91,8 +83,8 @@ class FakeContext:
     def bind(self) -> None:
         pass
 
-    def mem_alloc(self, nbytes: int) -> FakeBuffer:
-        return FakeBuffer(nbytes)
+    def mem_alloc(self, nbytes: int) -> HostBuffer:
+        return HostBuffer(nbytes)
 
     def mem_get_info(self) -> tuple[int, int]:
         return 1 << 30, 1 << 30

@@ -311,9 +311,9 @@ cli.entry()
 
 
 def test_a_run_done_before_the_cuda_context_ends_without_waiting_for_it(tmp_path) -> None:
-    from tests.test_run import plain_wasmtime
-
     import os
+
+    from tests.test_run import plain_wasmtime
 
     path = ROOT / "examples/wasi/build/histogram.O2.wasm"
     # A cache of its own: one that remembers no GPU here would start no thread at all.

@@ -156,10 +156,11 @@ def test_a_module_whose_process_cannot_recover_goes_on_in_a_gpu_process(monkeypa
     will not reset from, later launches run in a GPU process (here a stand-in context); a
     fault there restarts that process; past FAULTS_RECOVERED faults the loops stay on the
     CPU. Results are wasmtime's throughout."""
-    from oracle.simulated import HostBuffer, HostContext, HostKernel, simulate_gpu
+    from oracle.simulated import HostContext, HostKernel, simulate_gpu
     from runtime import remote
     from runtime.device_info import DeviceInfo
     from runtime.offload import OffloadModule
+    from runtime.remote import HostBuffer
     from tests.offload_cases import SPECS, Case, module_bytes, run_case
 
     faulty = {"on": True}
