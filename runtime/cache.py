@@ -182,7 +182,8 @@ class Cache:
         entries = {}
         total = 0
         for kind_dir in sorted(p for p in self.directory.glob("*") if p.is_dir()):
-            files = list(kind_dir.glob("*.bin"))
+            # (entries are KEY.bin; the compiler's fingerprints are kept under their listing's hash)
+            files = [f for f in kind_dir.iterdir() if f.is_file() and not f.name.startswith(".tmp-")]
             size = sum(f.stat().st_size for f in files)
             entries[kind_dir.name] = {"entries": len(files), "bytes": size}
             total += size

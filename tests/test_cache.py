@@ -54,6 +54,11 @@ def test_cache_info_and_clear(cache_dir: Path, capsys) -> None:
     assert main(["cache", "info"]) == 0
     out = capsys.readouterr().out
     assert "1 hits, 1 misses" in out and "obj: 1 entries" in out
+    kept = cache_dir / "fingerprints" / ("0" * 64)  # the compiler's, under its sources' listing
+    kept.parent.mkdir(exist_ok=True)
+    kept.write_text("f" * 64)
+    assert main(["cache", "info"]) == 0
+    assert "fingerprints: 1 entries, 64 bytes" in capsys.readouterr().out
     assert main(["cache", "clear"]) == 0
     assert not cache_dir.exists()
 
