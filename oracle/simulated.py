@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import weakref
 
 from runtime.driver import CudaError, KernelParams, PageLocks
 from runtime.mirror import DeviceMirror
@@ -45,6 +46,9 @@ class HostContext:
     def __init__(self) -> None:
         self.copies: list[tuple[str, int]] = []
         self.locks = PageLocks()
+        self.generation = 0  # as runtime.driver.Context's (never reset here)
+        self.watchers: weakref.WeakSet = weakref.WeakSet()
+        self.refused = None
         self.graphs: dict[int, HostGraph] = {}  # by handle, for native replays
         self._native: tuple | None = None  # see native_calls
 

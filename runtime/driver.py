@@ -20,6 +20,7 @@ import functools
 import itertools
 import re
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -311,6 +312,9 @@ class Context:
         self.generation = 0
         self._capture: tuple[int, Stream] | None = None  # (generation, stream) for record()
         self.locks = PageLocks()  # what host_register page-locked
+        # Told of every reset (``context_reset(context)``): what holds device state made here.
+        self.watchers: weakref.WeakSet = weakref.WeakSet()
+        self.refused: CudaError | None = None  # why the last reset could not make a new context
 
     @classmethod
     def made(cls, ordinal: int = 0) -> Context | None:
@@ -360,14 +364,17 @@ class Context:
             err, handle = cu.cuDevicePrimaryCtxRetain(self._device)
             self.generation += 1
             self.locks = PageLocks()  # the reset undid every registration
+            for watcher in list(self.watchers):
+                watcher.context_reset(self)
             if err != cu.CUresult.CUDA_SUCCESS:
                 # Some faults (an illegal address, a failed launch) poison CUDA for the rest
                 # of the process: the driver refuses every context from now on.
-                raise CudaError(
+                self.refused = CudaError(
                     "cuDevicePrimaryCtxRetain", err,
                     "the GPU cannot be used again in this process after a sticky fault; "
                     "a new process is needed",
                 )  # fmt: skip
+                raise self.refused
             self._handle = handle
             check("cuCtxSetCurrent", cu.cuCtxSetCurrent(self._handle))
         logger.warning("GPU %d context reset (generation %d)", self.info.ordinal, self.generation)

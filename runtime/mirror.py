@@ -48,6 +48,7 @@ class DeviceMirror:
 
     def __init__(self, context: Context, limit: int | None = None) -> None:
         self.context = context
+        self.generation = context.generation  # a reset since leaves every buffer here stale
         self.allocator = DeviceAllocator(context, limit)
         self.stream = context.stream()
         self.memory: DeviceBuffer | None = None
@@ -71,6 +72,12 @@ class DeviceMirror:
         self._graphs: dict[tuple, object] = {}  # recorded launches; see launch()
         self.graphs_off = not self.RECORD
         self.epoch = 0
+
+    @property
+    def stale(self) -> bool:
+        """Whether the context was reset since this mirror was made (by its owner or by
+        another module on the same context): its buffers and recorded launches are gone."""
+        return self.context.generation != self.generation
 
     @property
     def holds_results(self) -> bool:

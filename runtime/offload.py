@@ -276,12 +276,18 @@ class OffloadModule:
         if self._mirror is None and self.device == "gpu":
             from runtime.mirror import DeviceMirror
 
-            self._mirror = DeviceMirror(self.context, self.device_memory_limit)
+            self.mirror = DeviceMirror(self.context, self.device_memory_limit)
         return self._mirror
 
     @mirror.setter
     def mirror(self, mirror: DeviceMirror) -> None:
         self._mirror = mirror
+        mirror.context.watchers.add(self)  # (see context_reset)
+
+    def context_reset(self, context) -> None:
+        """Its context was reset (by this module or another on it): native replays armed
+        before go through Python, which finds the mirror stale (see _still_valid)."""
+        self._generation[0] += 1
 
     def _prepare(self) -> None:
         """Translate, analyse, outline every outermost accepted loop, rewrite the module."""
@@ -669,7 +675,7 @@ class OffloadModule:
         """Whether nothing a recorded replay relies on changed, linear memory aside."""
         mirror = self._mirror
         return (mirror is again.mirror and mirror.epoch == again.epoch and mirror.scratch_holds is again.image
-                and self.gpu_lost is None and self.mode == again.mode)  # fmt: skip
+                and self.gpu_lost is None and self.mode == again.mode and not mirror.stale)  # fmt: skip
 
     def _again(
         self, lp: OffloadedLoop, again: Again, caller: int, args: tuple[int, ...], context: int | None = None
@@ -871,6 +877,8 @@ class OffloadModule:
                 self._fall_back(lp, self.gpu_lost)
                 return None
         try:
+            if self._mirror.stale:  # another module on the context reset it
+                self._renew()
             return self._launch_gpu(lp, ready, arrival, base, size)
         except (limits.DeviceMemoryLimitError, limits.DeviceOutOfMemory) as exc:
             self._fall_back(lp, f"device memory: {exc}")
@@ -984,14 +992,9 @@ class OffloadModule:
     FAULTS_RECOVERED = 3
 
     def _recover(self, fault: driver.CudaError) -> None:
-        """After a sticky fault: reset the context and reload the kernels. Where the driver
-        refuses this process any further GPU work, the GPU's work goes on in a process of its
-        own (:mod:`runtime.remote`), which a later fault restarts. Past
-        :attr:`FAULTS_RECOVERED` faults, or where no GPU process starts, every later loop
-        runs on the CPU."""
-        from runtime import remote
-        from runtime.mirror import DeviceMirror
-
+        """After a sticky fault: reset the context (unless another module on it did since)
+        and reload the kernels (:meth:`_renew`). Past :attr:`FAULTS_RECOVERED` faults, or
+        where no context can be made, every later loop runs on the CPU."""
         self.mirror.forget()
         self.faults += 1
         if self.faults > self.FAULTS_RECOVERED:
@@ -999,26 +1002,41 @@ class OffloadModule:
             log.warning("%s", self.gpu_lost)
             return
         try:
-            try:
-                self.context.reset()
-            except driver.CudaError as exc:
-                if isinstance(self.context, remote.WorkerContext):
-                    raise
-                log.warning(
-                    "the GPU faulted (%s: %s) and the driver refuses this process further GPU work "
-                    "(%s): the GPU's work goes on in a process of its own",
-                    fault.call, fault.error_name, exc.error_name,
-                )  # fmt: skip
-                self.context = remote.WorkerContext(self.context.info.ordinal)
-            self.mirror.allocator.free_all()
-            self.mirror = DeviceMirror(self.context, self.device_memory_limit)
-            self._load_kernels()
+            if not self._mirror.stale and self.context.refused is None:
+                try:
+                    self.context.reset()
+                except driver.CudaError:
+                    if self.context.refused is None:  # (a GPU process that did not start again)
+                        raise
+            self._renew(fault)
         except (driver.CudaError, driver.NoGPU) as exc:
             self.gpu_lost = (
                 f"the GPU faulted ({fault.call}: {fault.error_name}) and no context could be made "
                 f"after it ({exc}); loops run on the CPU"
             )
             log.warning("%s", self.gpu_lost)
+
+    def _renew(self, fault: driver.CudaError | None = None) -> None:
+        """After the context was reset: new device memory and kernels. Where the driver
+        refused the reset (it refuses the process any new context after a sticky fault), the
+        module's GPU work goes on in a process of its own (:mod:`runtime.remote`), which a
+        later fault there restarts."""
+        from runtime import remote
+        from runtime.mirror import DeviceMirror
+
+        refused = self.context.refused
+        if refused is not None:
+            log.warning(
+                "%sthe driver refuses this process further GPU work (%s): the GPU's work goes on "
+                "in a process of its own",
+                f"the GPU faulted ({fault.call}: {fault.error_name}) and " if fault else "",
+                refused.error_name,
+            )  # fmt: skip
+            self.context = remote.WorkerContext(self.context.info.ordinal)
+        self._mirror.forget()
+        self._mirror.allocator.free_all()
+        self.mirror = DeviceMirror(self.context, self.device_memory_limit)
+        self._load_kernels()
 
 
 class Hook:

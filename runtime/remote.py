@@ -130,6 +130,8 @@ class WorkerContext:
         self._ordinal, self._factory = ordinal, factory
         self.generation = 0
         self.locks = PageLocks()  # (nothing here is page-locked: the copies cross the socket)
+        self.watchers: weakref.WeakSet = weakref.WeakSet()  # as runtime.driver.Context's
+        self.refused: CudaError | None = None  # (a reset here always starts another child)
         self._ops: list[tuple] = []
         self._copied_back = False  # whether the ops queued copy anything back
         self._start()
@@ -197,6 +199,8 @@ class WorkerContext:
         self.close()
         self.generation += 1
         self._copied_back = False
+        for watcher in list(self.watchers):
+            watcher.context_reset(self)
         self._start()
         log.warning("GPU %d's process restarted (generation %d)", self._ordinal, self.generation)
 

@@ -441,14 +441,17 @@ from runtime.offload import OffloadModule
 from tests.offload_cases import SPECS, Case, module_bytes, run_case
 logging.basicConfig(level=logging.WARNING)
 offload = OffloadModule(module_bytes("blas1", "O2"), device="gpu")
+other = OffloadModule(module_bytes("blas1", "O2"), device="gpu")  # on the same context
 loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
 spec = SPECS["blas1"]["saxpy"]
 faulting = '''{FAULTING_KERNEL}'''
 
-def arrival(n):
+def arrival(n, module=offload):
     case = Case({{"n": n}}, [1.5, 0.0], [0, 0], seed=n)
-    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == run_case(
+    assert run_case(module.rewritten, "saxpy", spec, case, module) == run_case(
         module_bytes("blas1", "O2"), "saxpy", spec, case)
+
+arrival(3000, other)
 
 offload.kernels[loop.entry] = offload.context.load_module(faulting).function("fault")
 arrival(4096)  # the faulting launch, in this process's context
@@ -462,6 +465,9 @@ arrival(4097)  # a fault in the GPU process
 arrival(5001)
 print("restarted:", offload.context.pid != first, "offloaded:", loop.stats.offloaded)
 print("gpu_lost:", offload.gpu_lost)
+arrival(3001, other)  # the other module, whose context the first one's fault reset
+other_loop = next(lp for lp in other.loops if lp.plan.func.name == "saxpy")
+print("other:", type(other.context).__name__, other.faults, other_loop.stats.offloaded, other_loop.stats.declined)
 """
 
 
@@ -484,6 +490,7 @@ def test_after_a_sticky_fault_later_launches_run_on_the_gpu_with_exact_results()
     assert "offloaded: 1" in done.stdout
     assert "restarted: True offloaded: 2" in done.stdout
     assert "gpu_lost: None" in done.stdout
+    assert "other: WorkerContext 0 2 {}" in done.stdout  # no fault of its own, nothing declined
 
 
 GLOBAL_BASE_LOOP = """(module (memory (export "memory") 4) (global $A i32 (i32.const 0x10000))

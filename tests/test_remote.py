@@ -151,88 +151,151 @@ def test_a_child_without_a_gpu_is_refused_at_the_start() -> None:
         WorkerContext(0, "tests.fake_device:make_without_gpu")
 
 
-def test_a_module_whose_process_cannot_recover_goes_on_in_a_gpu_process(monkeypatch, caplog) -> None:
-    """The offload path's side, on the simulated device: after a sticky fault the driver
-    will not reset from, later launches run in a GPU process (here a stand-in context); a
-    fault there restarts that process; past FAULTS_RECOVERED faults the loops stay on the
-    CPU. Results are wasmtime's throughout."""
-    from oracle.simulated import HostContext, HostKernel, simulate_gpu
-    from runtime import remote
-    from runtime.device_info import DeviceInfo
-    from runtime.offload import OffloadModule
-    from runtime.remote import HostBuffer
+class _Faults:
+    """Simulated modules whose kernels fault while ``on``, on a shared "GPU" whose reset the
+    driver refuses, and stand-ins for GPU processes (what WorkerContext answers, in this
+    process): the offload path's side of a sticky fault, without a GPU."""
+
+    def __init__(self, monkeypatch) -> None:
+        from oracle.simulated import HostContext, HostKernel
+        from runtime import remote
+        from runtime.device_info import DeviceInfo
+        from runtime.remote import HostBuffer
+
+        self.on, self.resets, self.workers = False, [], []
+        faults = self
+
+        class Faulting(HostKernel):
+            def run(self, values: list[int]) -> None:
+                if faults.on:
+                    raise CudaError("cuStreamSynchronize", 700)  # CUDA_ERROR_ILLEGAL_ADDRESS
+                super().run(values)
+
+        class StandIn(HostContext):
+            def __init__(self, ordinal: int) -> None:
+                super().__init__()
+                self.info = DeviceInfo(ordinal, "GPU process", (9, 0), 13000, 1 << 30, 132)
+                faults.workers.append(self)
+
+            def mem_alloc(self, nbytes: int) -> HostBuffer:
+                return HostBuffer(nbytes)
+
+            def mem_get_info(self) -> tuple[int, int]:
+                return 1 << 30, 1 << 30
+
+            def reset(self) -> None:  # a new child
+                faults.resets.append(self)
+                self.generation += 1
+                for watcher in list(self.watchers):
+                    watcher.context_reset(self)
+
+            def native_calls(self) -> None:
+                return None
+
+        self.faulting = Faulting
+        monkeypatch.setattr(remote, "WorkerContext", StandIn)
+        self.gpu = HostContext()  # the process's own, shared
+        self.gpu.info = DeviceInfo(0, "GPU", (9, 0), 13000, 1 << 30, 132)
+        self.gpu.reset = self._refused
+        self.monkeypatch = monkeypatch
+
+    def _refused(self) -> None:
+        gpu = self.gpu
+        gpu.generation += 1
+        for watcher in list(gpu.watchers):
+            watcher.context_reset(gpu)
+        gpu.refused = CudaError("cuDevicePrimaryCtxRetain", 700)
+        raise gpu.refused
+
+    def module(self, wasm: bytes):
+        """A module on the shared GPU, its kernels loaded as Faulting host kernels."""
+        from oracle.simulated import HostAllocator, simulate_gpu
+        from runtime.mirror import DeviceMirror
+        from runtime.offload import OffloadModule
+
+        offload = OffloadModule(wasm, device="cpu", mode="always")
+        entries = offload.kernels
+        simulate_gpu(offload)
+        offload.context = self.gpu
+        offload.mirror = DeviceMirror(self.gpu)
+        offload.mirror.allocator = HostAllocator()
+
+        def load_kernels() -> None:
+            offload.kernels = {name: self.faulting(entry) for name, entry in entries.items()}
+
+        self.monkeypatch.setattr(offload, "_load_kernels", load_kernels)
+        load_kernels()
+        return offload
+
+
+def _saxpy_arrival(offload, n: int) -> None:
+    """One call of saxpy with ``n`` elements; its results and memory must be wasmtime's."""
     from tests.offload_cases import SPECS, Case, module_bytes, run_case
 
-    faulty = {"on": True}
-    resets = []
-
-    class Faulting(HostKernel):
-        def run(self, values: list[int]) -> None:
-            if faulty["on"]:
-                raise CudaError("cuStreamSynchronize", 700)  # CUDA_ERROR_ILLEGAL_ADDRESS
-            super().run(values)
-
-    class StandIn(HostContext):  # what WorkerContext answers, in this process
-        def __init__(self, ordinal: int) -> None:
-            super().__init__()
-            self.info = DeviceInfo(ordinal, "GPU process", (9, 0), 13000, 1 << 30, 132)
-
-        def mem_alloc(self, nbytes: int) -> HostBuffer:
-            return HostBuffer(nbytes)
-
-        def mem_get_info(self) -> tuple[int, int]:
-            return 1 << 30, 1 << 30
-
-        def reset(self) -> None:
-            resets.append(self)
-
-        def native_calls(self) -> None:
-            return None
-
-    wasm = module_bytes("blas1", "O2")
-    offload = OffloadModule(wasm, device="cpu", mode="always")
-    entries = offload.kernels
-    first = simulate_gpu(offload)
-    first.info = DeviceInfo(0, "GPU", (9, 0), 13000, 1 << 30, 132)
-
-    def refused() -> None:
-        raise CudaError("cuDevicePrimaryCtxRetain", 700)
-
-    first.reset = refused
-    monkeypatch.setattr(remote, "WorkerContext", StandIn)
-
-    def load_kernels() -> None:
-        offload.kernels = {name: Faulting(entry) for name, entry in entries.items()}
-
-    monkeypatch.setattr(offload, "_load_kernels", load_kernels)
-    load_kernels()
-    loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
+    case = Case({"n": n}, [1.5, 0.0], [0, 0], seed=n)
     spec = SPECS["blas1"]["saxpy"]
+    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == run_case(
+        module_bytes("blas1", "O2"), "saxpy", spec, case
+    )
 
-    def arrival(n: int) -> None:
-        case = Case({"n": n}, [1.5, 0.0], [0, 0], seed=n)
-        assert run_case(offload.rewritten, "saxpy", spec, case, offload) == run_case(
-            wasm, "saxpy", spec, case
-        )
 
-    arrival(4096)  # faults; the driver refuses a new context: a GPU process takes over
-    assert isinstance(offload.context, StandIn) and offload.gpu_lost is None
+def _saxpy_loop(offload):
+    return next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
+
+
+def test_a_module_whose_process_cannot_recover_goes_on_in_a_gpu_process(monkeypatch, caplog) -> None:
+    """After a sticky fault the driver will not reset from, later launches run in a GPU
+    process (a stand-in here); a fault there restarts that process; past FAULTS_RECOVERED
+    faults the loops stay on the CPU. Results are wasmtime's throughout."""
+    from tests.offload_cases import module_bytes
+
+    faults = _Faults(monkeypatch)
+    offload = faults.module(module_bytes("blas1", "O2"))
+    loop = _saxpy_loop(offload)
+    faults.on = True
+    _saxpy_arrival(offload, 4096)  # faults; the driver refuses a new context: a GPU process takes over
+    (worker,) = faults.workers
+    assert offload.context is worker and offload.gpu_lost is None
     assert "goes on in a process of its own" in caplog.text
-    faulty["on"] = False
-    arrival(4097)
+    faults.on = False
+    _saxpy_arrival(offload, 4097)
     assert loop.stats.offloaded == 1
-    worker = offload.context
-    faulty["on"] = True
-    arrival(4098)  # a fault in the GPU process: it is restarted, not replaced
-    assert resets == [worker] and offload.context is worker
-    faulty["on"] = False
-    arrival(4099)
+    faults.on = True
+    _saxpy_arrival(offload, 4098)  # a fault in the GPU process: it is restarted, not replaced
+    assert faults.resets == [worker] and offload.context is worker
+    faults.on = False
+    _saxpy_arrival(offload, 4099)
     assert loop.stats.offloaded == 2
-    faulty["on"] = True
+    faults.on = True
     for n in (4100, 4101):  # the third fault is recovered from, the fourth is not
-        arrival(n)
-    assert offload.faults == offload.FAULTS_RECOVERED + 1 and len(resets) == offload.FAULTS_RECOVERED - 1
+        _saxpy_arrival(offload, n)
+    assert (
+        offload.faults == offload.FAULTS_RECOVERED + 1 and len(faults.resets) == offload.FAULTS_RECOVERED - 1
+    )
     assert "faulted 4 times" in offload.gpu_lost
-    faulty["on"] = False
-    arrival(5000)
+    faults.on = False
+    _saxpy_arrival(offload, 5000)
     assert loop.stats.offloaded == 2 and loop.stats.declined[offload.gpu_lost] == 1
+
+
+def test_a_module_whose_shared_context_another_reset_renews_its_state(monkeypatch) -> None:
+    """Two modules on one context: the one that faults resets it (refused: it moves to a GPU
+    process); the other finds its device memory stale at its next launch and moves to a GPU
+    process of its own, without a fault of its own and without declining."""
+    from tests.offload_cases import module_bytes
+
+    faults = _Faults(monkeypatch)
+    a, b = faults.module(module_bytes("blas1", "O2")), faults.module(module_bytes("blas1", "O2"))
+    _saxpy_arrival(b, 3000)
+    stale, generation = b.mirror, b._generation[0]
+    faults.on = True
+    _saxpy_arrival(a, 4096)  # a faults and resets the shared context
+    faults.on = False
+    assert stale.stale and b._generation[0] > generation  # told: its native replays go through Python
+    _saxpy_arrival(b, 3001)
+    _saxpy_arrival(a, 4097)
+    worker_a, worker_b = faults.workers
+    assert (a.context, b.context) == (worker_a, worker_b)
+    assert (a.faults, b.faults) == (1, 0)
+    assert _saxpy_loop(b).stats.offloaded == 2 and not _saxpy_loop(b).stats.declined
+    assert _saxpy_loop(a).stats.offloaded == 1
