@@ -64,8 +64,15 @@ def _make(cls: type, frozen: bool) -> type:
     for base in reversed(cls.__mro__[1:]):
         fields.update(getattr(base, "__record_fields__", {}))
     # Not inspect.get_annotations: importing inspect is what this module spares a start.
-    for name in vars(cls).get("__annotations__", {}):
+    for name, annotation in vars(cls).get("__annotations__", {}).items():
+        if str(annotation).startswith(("ClassVar", "typing.ClassVar")):
+            continue  # a class attribute, as dataclasses take it
         value = cls.__dict__.get(name, _MISSING)
+        if isinstance(value, (list, dict, set)):
+            raise ValueError(
+                f"{cls.__name__}.{name}: a mutable default ({type(value).__name__}) would be shared "
+                "by every instance; use field(default_factory=...)"
+            )
         if isinstance(value, Field):
             fields[name] = (value.default, value.default_factory)
             if value.default is _MISSING:

@@ -123,8 +123,17 @@ class ModuleLoadError(CudaError):
         super().__init__(call, code, detail)
 
 
+# Of those, the ones that may be gone at the next try.
+_PASSING = ("DEVICE_UNAVAILABLE", "SYSTEM_NOT_READY")
+
+
 class NoGPU(TensorWasmError):
-    """No usable GPU: the driver library, a device or a recent enough driver is missing."""
+    """No usable GPU: the driver library, a device or a recent enough driver is missing.
+    ``lasting``: not a state that may pass by itself (a busy device, a system not ready)."""
+
+    @property
+    def lasting(self) -> bool:
+        return not any(f"[CUDA_ERROR_{name}]" in str(self) for name in _PASSING)
 
 
 class StaleHandleError(TensorWasmError):

@@ -125,8 +125,13 @@ def remembered_absence() -> str | None:
     return None if blob is None else blob.decode(errors="replace")
 
 
-def remember_absence(reason: str) -> None:
-    """Keep why the driver found no GPU (where the system shows none either)."""
+def remember_absence(reason: str, lasting: bool = True) -> None:
+    """Keep why the driver found no GPU, where that is ``lasting`` (not a busy device) and
+    the system shows none either, as it is now that the driver was asked (asking may load
+    the kernel module and make the device nodes)."""
+    if not lasting:
+        return
+    _absence.cache_clear()
     found = absence_fingerprint()
     if found is not None and remembered_absence() != reason:
         default_cache().put("no-gpu", make_key("no-gpu", found), reason.encode())

@@ -317,17 +317,31 @@ class DeviceMirror:
         self.stream.synchronize()
 
     def release(self) -> None:
-        """Free everything (a reset context has freed it already: then only forget it)."""
-        self.unpin()
-        self.drop_graphs()
-        for buffer in (self.memory, self.scratch):
-            if buffer is not None:
-                self.allocator.free(buffer)
-        if self.staging is not None:
-            self.staging.free()
+        """Free everything (a reset context has freed it already: then only forget it; a
+        context that fails even to free has nothing left to give back)."""
+        try:
+            self.unpin()
+            self.drop_graphs()
+            for buffer in (self.memory, self.scratch):
+                if buffer is not None:
+                    self.allocator.free(buffer)
+            if self.staging is not None:
+                self.staging.free()
+        except CudaError as exc:
+            log.info("releasing device memory failed (%s): the context took it with it", exc)
+        self.abandon()
+
+    def abandon(self) -> None:
+        """Forget every buffer, registration and recorded launch without a driver call (the
+        context is gone, or refuses even to free)."""
+        self.allocator.free_all()
+        self._graphs.clear()
+        self.epoch += 1
+        self.pinned, self.pieces = None, []
         self.memory = self.scratch = self.staging = self.staged = None
         self.memory_ptr = self.scratch_ptr = 0
         self.scratch_holds = None
+        self.forget()
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ import os
 import pickle
 import random
 import struct
+import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -404,6 +405,14 @@ class OffloadModule:
         self._generation[0] += 1
         if self._mirror is not None:
             self._mirror.release()
+        self._end_gpu_process()
+
+    def _end_gpu_process(self) -> None:
+        """End the GPU process this module's work went to after a fault, if any (its context
+        holds device memory until it ends)."""
+        remote = sys.modules.get("runtime.remote")
+        if remote is not None and isinstance(self._context, remote.WorkerContext):
+            self._context.close()
 
     # -- instantiation --------------------------------------------------------------------------
 
@@ -1000,6 +1009,8 @@ class OffloadModule:
         if self.faults > self.FAULTS_RECOVERED:
             self.gpu_lost = f"the GPU faulted {self.faults} times (last: {fault.call}: {fault.error_name}); loops run on the CPU"
             log.warning("%s", self.gpu_lost)
+            self._mirror.abandon()  # (a faulted context refuses even to free)
+            self._end_gpu_process()
             return
         try:
             if not self._mirror.stale and self.context.refused is None:
@@ -1015,6 +1026,8 @@ class OffloadModule:
                 f"after it ({exc}); loops run on the CPU"
             )
             log.warning("%s", self.gpu_lost)
+            self._mirror.abandon()
+            self._end_gpu_process()
 
     def _renew(self, fault: driver.CudaError | None = None) -> None:
         """After the context was reset: new device memory and kernels. Where the driver
@@ -1033,8 +1046,7 @@ class OffloadModule:
                 refused.error_name,
             )  # fmt: skip
             self.context = remote.WorkerContext(self.context.info.ordinal)
-        self._mirror.forget()
-        self._mirror.allocator.free_all()
+        self._mirror.abandon()
         self.mirror = DeviceMirror(self.context, self.device_memory_limit)
         self._load_kernels()
 

@@ -28,6 +28,7 @@ import importlib
 import mmap
 import os
 import pickle
+import signal
 import socket
 import struct
 import subprocess
@@ -52,8 +53,8 @@ _SCALARS = {
     t._type_: t
     for t in (
         ctypes.c_int8, ctypes.c_uint8, ctypes.c_int16, ctypes.c_uint16, ctypes.c_int32,
-        ctypes.c_uint32, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float, ctypes.c_double,
-        ctypes.c_void_p,
+        ctypes.c_uint32, ctypes.c_int64, ctypes.c_uint64, ctypes.c_longlong, ctypes.c_ulonglong,
+        ctypes.c_float, ctypes.c_double, ctypes.c_void_p,
     )
 }  # fmt: skip
 
@@ -140,13 +141,18 @@ class WorkerContext:
         ours, theirs = socket.socketpair()
         root = str(Path(__file__).resolve().parent.parent)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH")))))
-        command = [sys.executable, "-m", "runtime.remote", str(theirs.fileno()), str(self._ordinal)]
+        # -P: the working directory does not go first on the path (a user's own ``runtime``
+        # package there would shadow this one).
+        command = [sys.executable, "-P", "-m", "runtime.remote", str(theirs.fileno()), str(self._ordinal)]
         if self._factory:
             command.append(self._factory)
         try:
             self._process = subprocess.Popen(
                 command, pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL
             )
+        except OSError as exc:
+            ours.close()
+            raise WorkerLost(f"it could not be started ({exc})") from None
         finally:
             theirs.close()
         self._socket = ours
@@ -154,14 +160,22 @@ class WorkerContext:
         self._ended = weakref.finalize(self, _end, self._process, ours)
         try:
             self.info: DeviceInfo = self._call("hello")
-        except TensorWasmError:
+        except (CudaError, NoGPU):
             self.close()
             raise
+        except TensorWasmError as exc:  # (an error of the child's own start)
+            self.close()
+            raise WorkerLost(str(exc)) from None
         log.info("GPU %d's work runs in process %d (%s)", self._ordinal, self._process.pid, self.info.name)
 
     @property
     def pid(self) -> int:
         return self._process.pid
+
+    @property
+    def alive(self) -> bool:
+        """Whether the child is there to ask (neither closed nor lost)."""
+        return self._ended.alive
 
     def close(self) -> None:
         """End the child (it frees everything it held)."""
@@ -181,6 +195,11 @@ class WorkerContext:
                 code = None
             self.close()
             raise WorkerLost(f"{exc}" + (f" (exit status {code})" if code is not None else "")) from None
+        except (
+            BaseException
+        ):  # (an interrupt between the call and its reply: the next reply would be this one's)
+            self.close()
+            raise
         if reply[0] == "ok":
             return reply[1]
         raise _rebuilt(reply[1])
@@ -310,7 +329,7 @@ class WorkerContext:
             self._run(part, size)
 
     def _run(self, ops: list[tuple], size: int) -> None:
-        shared = self._shared_for(size)
+        shared = self._shared_for(size) if size else None
         wire, back, at = [], [], 0
         for op in ops:
             if op[0] == "in":
@@ -337,13 +356,14 @@ class WorkerContext:
             try:
                 _send(self._socket, ("map", (shared.size,)))
                 socket.send_fds(self._socket, [b"m"], [shared.fd])
-            except OSError as exc:
-                shared.close()
-                self.close()
-                raise WorkerLost(str(exc)) from None
-            finally:
                 shared.close_fd()
-            self._expect_ok()
+                self._expect_ok()
+            except BaseException as exc:
+                shared.close()
+                if isinstance(exc, OSError):
+                    self.close()
+                    raise WorkerLost(str(exc)) from None
+                raise
             if self._shared is not None:
                 self._shared.close()
             self._shared = shared
@@ -363,16 +383,17 @@ def _end(process: subprocess.Popen, sock: socket.socket) -> None:
     """Close the socket (the child ends when it reads its end) and wait for it briefly."""
     sock.close()
     try:
-        process.wait(timeout=5)
+        process.wait(timeout=1)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
 
 
-def _wire_args(args) -> list[tuple[str, Any]]:
-    """Kernel arguments as (ctypes type code, value), taken now."""
+def _wire_args(args) -> list[tuple[str, bytes]]:
+    """Kernel arguments as (ctypes type code, bytes), taken now (bytes: a float's bits cross
+    unchanged, a signalling NaN's too)."""
     scalars = args.slots if isinstance(args, KernelParams) else [driver._kernel_arg(a) for a in args]
-    return [(type(s)._type_, s.value) for s in scalars]
+    return [(type(s)._type_, bytes(s)) for s in scalars]
 
 
 class _Shared:
@@ -439,6 +460,7 @@ class _Recorder:
         self.context, self.ops = context, []
 
     def launch(self, kernel: WorkerKernel, grid, block, args: KernelParams) -> None:
+        kernel.module.ensure_live()
         dims = (driver._dims("grid", grid), driver._dims("block", block))
         self.ops.append(("launch", kernel.handle, kernel.name, *dims, 0, _wire_args(args)))
 
@@ -453,7 +475,7 @@ class WorkerBuffer(driver.DeviceBuffer):
     """Device memory of the child; ``ptr`` is its device address."""
 
     def free(self) -> None:
-        if self._live():
+        if self._live() and self.context.alive:  # (a child that ended took it with it)
             self.context._call("free", self._ptr)
         self._released = True
 
@@ -489,7 +511,7 @@ class WorkerModule(driver._ContextObject):
         return WorkerKernel(self, name, self.context._call("function", self.handle, name))
 
     def unload(self) -> None:
-        if self._live():
+        if self._live() and self.context.alive:
             self.context._call("unload", self.handle)
         self._released = True
 
@@ -523,7 +545,7 @@ class _Child:
         self.socket, self.context = sock, context
         self.buffers: dict[int, Any] = {}  # device address -> buffer
         self.modules: dict[int, Any] = {}
-        self.kernels: dict[int, Any] = {}
+        self.kernels: dict[int, tuple[int, Any]] = {}  # handle -> (module handle, kernel)
         self.shared: tuple[mmap.mmap, Any, int] | None = None  # map, view, address
         self.handles = iter(range(1, 1 << 62))
 
@@ -531,7 +553,10 @@ class _Child:
         return self.context.info
 
     def map(self, size: int) -> None:
-        _, (fd,), _, _ = socket.recv_fds(self.socket, 1, 1)
+        _, fds, _, _ = socket.recv_fds(self.socket, 1, 1)
+        if len(fds) != 1:
+            raise EOFError("the parent sent no shared memory")
+        (fd,) = fds
         try:
             shared = mmap.mmap(fd, size)
         finally:
@@ -583,18 +608,19 @@ class _Child:
     def unload(self, handle: int) -> None:
         module = self.modules.pop(handle, None)
         if module is not None:
+            self.kernels = {k: found for k, found in self.kernels.items() if found[0] != handle}
             module.unload()
 
     def function(self, module: int, name: str) -> int:
         handle = next(self.handles)
-        self.kernels[handle] = self.modules[module].function(name)
+        self.kernels[handle] = (module, self.modules[module].function(name))
         return handle
 
     def set_max_dynamic_shared(self, kernel: int, nbytes: int) -> None:
-        self.kernels[kernel].set_max_dynamic_shared(nbytes)
+        self.kernels[kernel][1].set_max_dynamic_shared(nbytes)
 
     def attributes(self, kernel: int) -> tuple[int, ...]:
-        a = self.kernels[kernel].attributes
+        a = self.kernels[kernel][1].attributes
         return (
             a.num_regs,
             a.max_threads_per_block,
@@ -604,29 +630,38 @@ class _Child:
         )
 
     def run(self, ops: list[tuple]) -> None:
-        """Queue the steps on the stream, in order, and wait."""
+        """Queue the steps on the stream, in order, and wait (also where a step failed: the
+        parent reuses the shared memory the queued copies read)."""
         stream = self.context.stream()
         base = self.shared[2] if self.shared is not None else 0
         kept = []  # every launch's arguments, alive until the wait
         self.context.bind()
-        for op in ops:
-            kind = op[0]
-            if kind == "in":
-                _, dst, at, nbytes = op
-                stream.copy_htod(dst, base + at, nbytes)
-            elif kind == "out":
-                _, at, src, nbytes = op
-                stream.copy_dtoh(base + at, src, nbytes)
-            elif kind == "launch":
-                _, handle, _name, grid, block, shared_mem, args = op
-                params = KernelParams([_SCALARS[code] for code, _ in args])
-                params.set([value for _, value in args])
-                kept.append(params)
-                self.kernels[handle].launch(grid, block, params, shared_mem, stream=stream.handle)
-            else:  # memset
-                _, ptr, value, nbytes = op
+        try:
+            for op in ops:
+                kind = op[0]
+                if kind == "in":
+                    _, dst, at, nbytes = op
+                    stream.copy_htod(dst, base + at, nbytes)
+                elif kind == "out":
+                    _, at, src, nbytes = op
+                    stream.copy_dtoh(base + at, src, nbytes)
+                elif kind == "launch":
+                    _, handle, _name, grid, block, shared_mem, args = op
+                    params = KernelParams([_SCALARS[code] for code, _ in args])
+                    for slot, (_, raw) in zip(params.slots, args, strict=True):
+                        ctypes.memmove(ctypes.addressof(slot), raw, len(raw))
+                    kept.append(params)
+                    self.kernels[handle][1].launch(grid, block, params, shared_mem, stream=stream.handle)
+                else:  # memset
+                    _, ptr, value, nbytes = op
+                    stream.synchronize()
+                    self.context.memset_d8(ptr, value, nbytes)
+        except BaseException:
+            try:
                 stream.synchronize()
-                self.context.memset_d8(ptr, value, nbytes)
+            except TensorWasmError:
+                pass  # (the step's own error is the one to report)
+            raise
         stream.synchronize()
 
     def serve(self) -> None:
@@ -653,6 +688,9 @@ def main(argv: list[str]) -> int:
         module, function = argv[2].split(":")
         make = getattr(importlib.import_module(module), function)
     logs.configure(logs.WARNING, format="tensorwasm (GPU process): %(message)s")
+    # An interrupt at the terminal is the parent's to handle: it ends this process (by
+    # closing the socket) when it ends.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=fd)
     try:
         context = make(ordinal)

@@ -44,7 +44,7 @@ def pick_device(device: str) -> str:
     try:
         driver.Context.get()
     except driver.NoGPU as exc:
-        known_gpu.remember_absence(str(exc))
+        known_gpu.remember_absence(str(exc), exc.lasting)
         print(f"tensorwasm: {exc}; loops run on the host backend (cpu)", file=sys.stderr)
         return "cpu"
     return "gpu"

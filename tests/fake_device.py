@@ -14,22 +14,29 @@ from runtime.remote import HostBuffer
 ILLEGAL_ADDRESS = 700  # CUDA_ERROR_ILLEGAL_ADDRESS
 
 
-def _add_one(context: FakeContext, ptr: int, n: int) -> None:
-    """u32s ``[ptr, ptr + 4n)`` plus one."""
+def _add_one(context: FakeContext, params) -> None:
+    """u32s ``[ptr, ptr + 4n)`` plus one: ``(u64 ptr, u32 n)``."""
+    ptr, n = params.values
     words = (ctypes.c_uint32 * n).from_address(ptr)
     for i in range(n):
         words[i] += 1
 
 
-def _fault(context: FakeContext) -> None:
+def _store_bits(context: FakeContext, params) -> None:
+    """``(u64 ptr, value)``: the value's bytes, as the kernel got them, at ``ptr``."""
+    ptr, value = params.slots
+    ctypes.memmove(ptr.value, ctypes.addressof(value), ctypes.sizeof(value))
+
+
+def _fault(context: FakeContext, params) -> None:
     context.fault = CudaError("cuStreamSynchronize", ILLEGAL_ADDRESS)
 
 
-def _die(context: FakeContext) -> None:
+def _die(context: FakeContext, params) -> None:
     os._exit(3)
 
 
-KERNELS = {"add_one": _add_one, "fault": _fault, "die": _die}
+KERNELS = {"add_one": _add_one, "store_bits": _store_bits, "fault": _fault, "die": _die}
 
 
 class FakeKernel:
@@ -38,7 +45,7 @@ class FakeKernel:
 
     def launch(self, grid, block, params, shared_mem: int = 0, stream=None) -> None:
         if self.context.fault is None:
-            KERNELS[self.name](self.context, *params.values)
+            KERNELS[self.name](self.context, params)
 
 
 class FakeModule:

@@ -151,6 +151,34 @@ def test_auto_asks_the_driver_once_where_there_is_no_gpu(bare, monkeypatch, caps
     assert pick_device("auto") == "cpu" and len(asked) == 2
 
 
+def test_no_gpu_is_not_remembered_where_asking_made_a_device_node_or_the_device_was_busy(
+    bare, monkeypatch
+) -> None:
+    """The driver, asked, may load the kernel module and make the device nodes
+    (nvidia-modprobe) and still fail: the fingerprint is taken after it was asked. A busy
+    device, or a system not ready yet, is no lasting absence."""
+    from runtime.run import pick_device
+
+    def no_gpu(reason: str, node: bool = False):
+        def get(ordinal: int = 0):
+            if node:
+                (bare / "dev/nvidia0").touch()
+            raise NoGPU(reason)
+
+        monkeypatch.setattr(driver.Context, "get", staticmethod(get))
+
+    monkeypatch.setattr(driver.Context, "made", staticmethod(lambda ordinal=0: None))
+    no_gpu("no usable GPU: the driver reports zero devices", node=True)
+    assert known_gpu.absence_fingerprint() is not None  # (read before the driver was asked)
+    assert pick_device("auto") == "cpu" and known_gpu.remembered_absence() is None
+    (bare / "dev/nvidia0").unlink()
+    known_gpu._absence.cache_clear()
+    busy = "no usable GPU: the device is busy or in exclusive mode [CUDA_ERROR_DEVICE_UNAVAILABLE]"
+    assert not NoGPU(busy).lasting and NoGPU("no usable GPU: the driver reports zero devices").lasting
+    no_gpu(busy)
+    assert pick_device("auto") == "cpu" and known_gpu.remembered_absence() is None
+
+
 class FakeContext:
     """The CUDA context as far as preparing and checking code needs one."""
 

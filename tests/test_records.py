@@ -112,3 +112,21 @@ def test_fields_of_a_base_record_come_first_and_order_is_checked() -> None:
         class Bad:
             a: int = 0
             b: int
+
+
+def test_a_mutable_default_is_refused_and_a_class_variable_is_no_field() -> None:
+    from typing import ClassVar
+
+    with pytest.raises(ValueError, match="default_factory"):
+
+        @records.record
+        class Shared:
+            items: list = []
+
+    @records.record
+    class Counted:
+        count: ClassVar[int] = 0
+        name: str = "x"
+
+    assert list(Counted.__record_fields__) == ["name"] and Counted.count == 0
+    assert Counted() == Counted("x")

@@ -134,6 +134,36 @@ def test_a_child_that_dies_is_a_sticky_lost_process_and_reset_brings_one_back(co
     assert context.mem_get_info() == (1 << 30, 1 << 30)
 
 
+def test_what_a_lost_child_held_is_given_up_without_asking_it(context) -> None:
+    import os
+    import signal
+
+    module = context.load_module(b"add_one")
+    buffer = context.mem_alloc(64)
+    os.kill(context.pid, signal.SIGKILL)  # (the kernel's out-of-memory killer, say)
+    with pytest.raises(WorkerLost, match="exit status -9"):
+        context.mem_get_info()
+    assert not context.alive
+    buffer.free()  # nothing to ask: no error
+    module.unload()
+
+
+def test_float_arguments_cross_to_the_child_bit_for_bit(context) -> None:
+    kernel = context.load_module(b"store_bits").function("store_bits")
+    buffer = context.mem_alloc(16)
+    out = (ctypes.c_uint8 * 12)()
+    for at, ctype, bits in (
+        (0, ctypes.c_float, b"\x00\x00\xa0\x7f"),
+        (4, ctypes.c_double, b"\x01" + b"\x00" * 5 + b"\xf0\x7f"),
+    ):
+        params = KernelParams([ctypes.c_uint64, ctype])  # a signalling NaN of each width
+        params.slots[0].value = buffer.ptr + at
+        ctypes.memmove(ctypes.addressof(params.slots[1]), bits, len(bits))
+        kernel.launch((1,), (1,), params)
+    context.memcpy_dtoh(out, buffer.ptr, 12)
+    assert bytes(out) == b"\x00\x00\xa0\x7f" + b"\x01" + b"\x00" * 5 + b"\xf0\x7f"
+
+
 def test_errors_in_the_child_reach_the_parent_as_they_were(context) -> None:
     with pytest.raises(ModuleLoadError) as info:
         context.load_module(b"bad")
@@ -162,7 +192,7 @@ class _Faults:
         from runtime.device_info import DeviceInfo
         from runtime.remote import HostBuffer
 
-        self.on, self.resets, self.workers = False, [], []
+        self.on, self.resets, self.workers, self.closed = False, [], [], []
         faults = self
 
         class Faulting(HostKernel):
@@ -191,6 +221,9 @@ class _Faults:
 
             def native_calls(self) -> None:
                 return None
+
+            def close(self) -> None:
+                faults.closed.append(self)
 
         self.faulting = Faulting
         monkeypatch.setattr(remote, "WorkerContext", StandIn)
@@ -273,9 +306,11 @@ def test_a_module_whose_process_cannot_recover_goes_on_in_a_gpu_process(monkeypa
         offload.faults == offload.FAULTS_RECOVERED + 1 and len(faults.resets) == offload.FAULTS_RECOVERED - 1
     )
     assert "faulted 4 times" in offload.gpu_lost
+    assert faults.closed == [worker] and offload.mirror.memory is None  # given up: nothing kept
     faults.on = False
     _saxpy_arrival(offload, 5000)
     assert loop.stats.offloaded == 2 and loop.stats.declined[offload.gpu_lost] == 1
+    offload.close()
 
 
 def test_a_module_whose_shared_context_another_reset_renews_its_state(monkeypatch) -> None:
