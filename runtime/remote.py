@@ -301,9 +301,7 @@ class WorkerContext:
         self._copied_back = True
 
     def launch(self, kernel: WorkerKernel, grid, block, args, shared_mem: int = 0) -> None:
-        kernel.module.ensure_live()
-        dims = (driver._dims("grid", grid), driver._dims("block", block))
-        self._ops.append(("launch", kernel.handle, kernel.name, *dims, shared_mem, _wire_args(args)))
+        self._ops.append(_launch_op(kernel, grid, block, args, shared_mem))
 
     def queue(self, ops: Sequence[tuple]) -> None:
         """Queue recorded steps again (see :meth:`record`)."""
@@ -389,6 +387,13 @@ def _end(process: subprocess.Popen, sock: socket.socket) -> None:
         process.wait()
 
 
+def _launch_op(kernel: WorkerKernel, grid, block, args, shared_mem: int = 0) -> tuple:
+    """A launch as the child runs it, its arguments taken now."""
+    kernel.module.ensure_live()
+    dims = (driver._dims("grid", grid), driver._dims("block", block))
+    return ("launch", kernel.handle, kernel.name, *dims, shared_mem, _wire_args(args))
+
+
 def _wire_args(args) -> list[tuple[str, bytes]]:
     """Kernel arguments as (ctypes type code, bytes), taken now (bytes: a float's bits cross
     unchanged, a signalling NaN's too)."""
@@ -460,9 +465,7 @@ class _Recorder:
         self.context, self.ops = context, []
 
     def launch(self, kernel: WorkerKernel, grid, block, args: KernelParams) -> None:
-        kernel.module.ensure_live()
-        dims = (driver._dims("grid", grid), driver._dims("block", block))
-        self.ops.append(("launch", kernel.handle, kernel.name, *dims, 0, _wire_args(args)))
+        self.ops.append(_launch_op(kernel, grid, block, args))
 
     def copy_htod(self, dst: int, src: int, nbytes: int) -> None:
         self.ops.append(("in", dst, src, nbytes))
