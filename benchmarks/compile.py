@@ -15,9 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-from compiler.frontend import load, translate_function, translate_module
-from compiler.pipeline import compilable, compile_entries
-from compiler.target import parse_target
+from tensorwasm.compiler.frontend import load, translate_function, translate_module
+from tensorwasm.compiler.pipeline import compilable, compile_entries
+from tensorwasm.compiler.target import parse_target
 
 ROOT = Path(__file__).resolve().parents[1]
 

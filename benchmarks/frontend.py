@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from compiler.frontend import decode, translate_module, validate
+from tensorwasm.compiler.frontend import decode, translate_module, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 

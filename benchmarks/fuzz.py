@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-from oracle.fuzz import Stats, fuzz
-from oracle.generators import GENERATORS
+from tensorwasm.oracle.fuzz import Stats, fuzz
+from tensorwasm.oracle.generators import GENERATORS
 
 
 def main() -> None:

@@ -12,7 +12,8 @@ import statistics
 import sys
 import time
 
-from dialect.types import I32
+from tensorwasm.dialect.types import I32
+
 from tests.conftest import wat
 
 MODULE = """
@@ -26,7 +27,7 @@ MODULE = """
 
 
 def measure(backend: str, calls: int) -> dict:
-    from runtime.cli import _open_backend
+    from tensorwasm.runtime.cli import _open_backend
 
     executor = _open_backend(backend, wat(MODULE))
     out = {"backend": backend}

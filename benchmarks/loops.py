@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from compiler.analysis.loops import AnalysisOptions, analyze_module
-from compiler.frontend import load, translate_module
+from tensorwasm.compiler.analysis.loops import AnalysisOptions, analyze_module
+from tensorwasm.compiler.frontend import load, translate_module
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "examples/loops/build"

@@ -77,7 +77,7 @@ def _cpu_model() -> str:
 
 def environment(device: str) -> dict:
     """What the numbers were measured on: machine, GPU, driver, toolkit, library versions."""
-    from compiler import COMPILER_VERSION
+    from tensorwasm.compiler import COMPILER_VERSION
 
     env: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -94,8 +94,9 @@ def environment(device: str) -> dict:
         "packages": {name: _version(name) for name in PACKAGES},
     }
     if device == "gpu":
+        from tensorwasm.runtime import driver
+
         from benchmarks.peers.cuda_c import find_nvcc
-        from runtime import driver
 
         info = driver.device_info(0)
         major, minor = divmod(info.driver_version // 10, 100)
@@ -194,9 +195,8 @@ class LaunchEvents:
 
     def __enter__(self) -> LaunchEvents:
         from cuda.bindings import driver as cu
-
-        from runtime import driver
-        from runtime.mirror import DeviceMirror
+        from tensorwasm.runtime import driver
+        from tensorwasm.runtime.mirror import DeviceMirror
 
         original = driver.Kernel.launch
         pending = self.pending
@@ -230,8 +230,7 @@ class LaunchEvents:
         """Device seconds and launch count per kernel name; empty (with ``error`` set) when the
         events cannot be read, e.g. after a context reset."""
         from cuda.bindings import driver as cu
-
-        from runtime import driver
+        from tensorwasm.runtime import driver
 
         totals: dict[str, dict[str, float]] = {}
         try:
@@ -255,7 +254,7 @@ class LaunchEvents:
 def _fresh_cache_object() -> None:
     """Make the next :func:`runtime.cache.default_cache` a new object of the same directory,
     so a warm run reads the disk as a new process would, not this process's memory."""
-    from runtime.cache import default_cache
+    from tensorwasm.runtime.cache import default_cache
 
     directory = os.environ["TENSORWASM_CACHE_DIR"]
     with tempfile.TemporaryDirectory(prefix="tensorwasm-bench-") as other:
@@ -281,7 +280,7 @@ def _loop_record(loop: Any, device_times: dict[str, dict[str, float]]) -> dict:
 
 def run_tensorwasm(program: Program, params: Params, device: str, offload: str) -> dict:
     """One ``tensorwasm run`` of the program in this process, with the current cache directory."""
-    from runtime.run import run
+    from tensorwasm.runtime.run import run
 
     argv = [str(program.wasm), *program.argv(params)]
     events = LaunchEvents() if device == "gpu" else None
@@ -448,7 +447,7 @@ def pick_device(requested: str) -> tuple[str, str | None]:
     """(device, why not the GPU) for ``--device auto|gpu|cpu``."""
     if requested == "cpu":
         return "cpu", "--device cpu"
-    from runtime import driver
+    from tensorwasm.runtime import driver
 
     try:
         driver.Context.get()
@@ -460,7 +459,7 @@ def pick_device(requested: str) -> tuple[str, str | None]:
 def _warm_up(device: str) -> float:
     """Compile one program once, uncounted, so one-time costs (LLVM's start, the driver's first
     JIT) are not charged to the first measurement."""
-    from runtime.offload import OffloadModule
+    from tensorwasm.runtime.offload import OffloadModule
 
     saved = os.environ.get("TENSORWASM_CACHE_DIR")
     start = time.perf_counter()

@@ -42,10 +42,10 @@ MODULES = [
 _PREPARE = """
 import json, sys, time
 t0 = time.perf_counter()
-from runtime.offload import OffloadModule
+from tensorwasm.runtime.offload import OffloadModule
 imported = time.perf_counter()
 if sys.argv[1] == "gpu":
-    from runtime.driver import Context
+    from tensorwasm.runtime.driver import Context
     Context.get().bind()
 context = time.perf_counter()
 rows = []
@@ -106,7 +106,8 @@ def raw_caller(store, func, params: list[tuple[str, float]]):
 def launch_overhead(device: str, calls: int = 2000, rounds: int = 5) -> dict:
     """Microseconds per call of a small offloaded loop, of the same call on plain wasmtime,
     and of the kernel's launch alone (each the best of ``rounds`` rounds of ``calls``)."""
-    from runtime.offload import OffloadModule
+    from tensorwasm.runtime.offload import OffloadModule
+
     from tests.offload_cases import instantiate, module_bytes
 
     wasm = module_bytes("blas1", "O2")
@@ -127,13 +128,13 @@ def launch_overhead(device: str, calls: int = 2000, rounds: int = 5) -> dict:
             on = "cpu" if device == "sim" else device
             prepared = OffloadModule(wasm, device=on, mode=mode, pin=device == "gpu")
             if process:  # as after a sticky fault: the GPU's work in a process of its own
-                from runtime.remote import WorkerContext
+                from tensorwasm.runtime.remote import WorkerContext
 
                 prepared.context = WorkerContext(0)
                 prepared._mirror = None
                 prepared._load_kernels()
             if device == "sim":
-                from oracle.simulated import simulate_gpu
+                from tensorwasm.oracle.simulated import simulate_gpu
 
                 simulate_gpu(prepared)
         store, inst = instantiate(prepared.rewritten if prepared else wasm, prepared)
@@ -180,7 +181,7 @@ def _bare_launch(prepared, memory):
     once), and the wait for it; on the host backend, one call of its entry on ``memory``."""
     import ctypes
 
-    from compiler.lower import abi
+    from tensorwasm.compiler.lower import abi
 
     loop = next(lp for lp in prepared.loops if lp.stats.offloaded)
     ((_, ready),) = prepared._guard_cache[loop.kernel_index].items()

@@ -40,7 +40,7 @@ def commands(program: Path, args: list[str], devices: list[str], mode: str = "au
     found = {"wasmtime": [sys.executable, "-c", PLAIN, str(program), *args]}
     for device in devices:
         found[f"tensorwasm {device}"] = [
-            sys.executable, "-m", "runtime.cli", "run", str(program), *args, "--device", device, "--offload", mode,
+            sys.executable, "-m", "tensorwasm", "run", str(program), *args, "--device", device, "--offload", mode,
         ]  # fmt: skip
     return found
 

@@ -12,11 +12,11 @@ import hashlib
 import json
 from pathlib import Path
 
-from compiler import COMPILER_VERSION
-from compiler.errors import CompileError
-from compiler.frontend import load, read_wasm, translate_module
-from compiler.pipeline import compile_entries
-from compiler.target import ARCH_PTX, ARCHES, NVPTXTarget
+from tensorwasm.compiler import COMPILER_VERSION
+from tensorwasm.compiler.errors import CompileError
+from tensorwasm.compiler.frontend import load, read_wasm, translate_module
+from tensorwasm.compiler.pipeline import compile_entries
+from tensorwasm.compiler.target import ARCH_PTX, ARCHES, NVPTXTarget
 
 
 def choose_targets(name: str | None) -> list[NVPTXTarget]:
@@ -30,8 +30,8 @@ def choose_targets(name: str | None) -> list[NVPTXTarget]:
 
 
 def _gpu_target() -> NVPTXTarget | None:
-    from compiler.target import nvptx_for_device
-    from runtime import driver  # optional: AOT works without a GPU or a driver
+    from tensorwasm.compiler.target import nvptx_for_device
+    from tensorwasm.runtime import driver  # optional: AOT works without a GPU or a driver
 
     found = driver.devices() if driver.driver_available() else []
     if not found:

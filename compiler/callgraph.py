@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from compiler.errors import NotCompilable
-from dialect.ir import FuncSig, Function, Module
+from tensorwasm.compiler.errors import NotCompilable
+from tensorwasm.dialect.ir import FuncSig, Function, Module
 
 
 def callees(module: Module, func: Function) -> Iterable[int]:

@@ -7,7 +7,7 @@ the CLI prints.
 
 from __future__ import annotations
 
-from dialect.errors import TensorWasmError
+from tensorwasm.support.errors import TensorWasmError
 
 
 class DecodeError(TensorWasmError):

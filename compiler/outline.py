@@ -14,13 +14,13 @@ the launch entry points around it live in :mod:`compiler.lower.function`.
 
 from __future__ import annotations
 
-from compiler.analysis.loops import LoopPlan, Reduction, widened_in
-from compiler.analysis.poly import Poly
-from dialect import arith
-from dialect.builder import Builder
-from dialect.ir import Block, Function, Module, Op, Successor, Value
-from dialect.types import F32, I32, I64, Type
-from dialect.verifier import reverse_postorder, verify_function
+from tensorwasm.compiler.analysis.loops import LoopPlan, Reduction, widened_in
+from tensorwasm.compiler.analysis.poly import Poly
+from tensorwasm.dialect import arith
+from tensorwasm.dialect.builder import Builder
+from tensorwasm.dialect.ir import Block, Function, Module, Op, Successor, Value
+from tensorwasm.dialect.types import F32, I32, I64, Type
+from tensorwasm.dialect.verifier import reverse_postorder, verify_function
 
 INT_MAX = {32: (1 << 31) - 1, 64: (1 << 63) - 1}
 

@@ -12,14 +12,15 @@ import hashlib
 import time
 from dataclasses import dataclass, field
 
-from compiler.callgraph import reachable
-from compiler.errors import NotCompilable
-from compiler.frontend.module import WasmModule
-from compiler.lower.abi import entry_name
-from compiler.lower.function import LowerOptions, ModuleLowering
-from compiler.target import NVPTXTarget, Target
-from dialect import logs
-from dialect.ir import Module
+from tensorwasm.compiler.callgraph import reachable
+from tensorwasm.compiler.errors import NotCompilable
+from tensorwasm.compiler.frontend.module import WasmModule
+from tensorwasm.compiler.lower.abi import entry_name
+from tensorwasm.compiler.lower.function import LowerOptions, ModuleLowering
+from tensorwasm.compiler.target import NVPTXTarget, Target
+from tensorwasm.dialect.ir import Module
+
+from tensorwasm.support import logs
 
 log = logs.get_logger(__name__)
 

@@ -26,15 +26,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dialect.records import record
-from dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
+from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
+
+from tensorwasm.support.records import record
 
 # A warm start reads only the declarations here (the host module's name, Insertion,
 # Filter); the IR's signatures load with the functions that build them.
 if TYPE_CHECKING:
-    from compiler.analysis.plan import LoopPlan
-    from compiler.frontend.module import Instr, WasmModule
-    from dialect.ir import FuncSig
+    from tensorwasm.compiler.analysis.plan import LoopPlan
+    from tensorwasm.compiler.frontend.module import Instr, WasmModule
+    from tensorwasm.dialect.ir import FuncSig
 
 VALTYPE_BYTES = {I32: 0x7F, I64: 0x7E, F32: 0x7D, F64: 0x7C, FUNCREF: 0x70, EXTERNREF: 0x6F}
 HOST_MODULE = "tensorwasm"
@@ -178,7 +179,7 @@ FROM_BITS = {F32: b"\xbe", F64: b"\xbf"}  # f32.reinterpret_i32, f64.reinterpret
 
 
 def host_signature(ins: Insertion, global_types: list[Type]) -> FuncSig:
-    from dialect.ir import FuncSig
+    from tensorwasm.dialect.ir import FuncSig
 
     params = [ins.local_types[i] for i in ins.live_in_locals]
     params += [global_types[g] for g in ins.live_in_globals]
@@ -190,7 +191,7 @@ def host_signature(ins: Insertion, global_types: list[Type]) -> FuncSig:
 def rewrite(wasm: WasmModule, insertions: list[Insertion], exits: list[RegionExit] = ()) -> bytes:
     """The module with a guarded host call before each loop of ``insertions``, and a host
     call after each region's end in ``exits``."""
-    from dialect.ir import FuncSig
+    from tensorwasm.dialect.ir import FuncSig
 
     data = wasm.raw
     exits = list(exits)
@@ -315,7 +316,7 @@ def _imports(wasm: WasmModule, names: list[str], type_index: list[int]) -> bytes
     items = []
     for sid, start, end in wasm.sections:
         if sid == 2:
-            from compiler.frontend.decoder import Reader
+            from tensorwasm.compiler.frontend.decoder import Reader
 
             r = Reader(wasm.raw, start, end)
             count = r.u32()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dialect.opdef import Dialect, OpDef
+    from tensorwasm.dialect.opdef import Dialect, OpDef
 
     DIALECTS: tuple[Dialect, ...]
     OPS: dict[str, OpDef]
@@ -19,12 +19,12 @@ if TYPE_CHECKING:
 def __getattr__(name: str):
     if name not in ("DIALECTS", "OPS"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from dialect.arith import ARITH
-    from dialect.cf import CF
-    from dialect.func import FUNC
-    from dialect.gpu import GPU
-    from dialect.mem import MEM
-    from dialect.variables import GLOBAL, REF, TABLE
+    from tensorwasm.dialect.arith import ARITH
+    from tensorwasm.dialect.cf import CF
+    from tensorwasm.dialect.func import FUNC
+    from tensorwasm.dialect.gpu import GPU
+    from tensorwasm.dialect.mem import MEM
+    from tensorwasm.dialect.variables import GLOBAL, REF, TABLE
 
     dialects = (ARITH, MEM, CF, FUNC, GLOBAL, TABLE, REF, GPU)
     globals().update(DIALECTS=dialects, OPS={op_name: op for d in dialects for op_name, op in d.ops.items()})

@@ -8,7 +8,7 @@ and order -0 below +0, ``fptosi``/``fptoui`` trap on NaN and out-of-range values
 
 from __future__ import annotations
 
-from dialect.opdef import (
+from tensorwasm.dialect.opdef import (
     FLOATS,
     INTS,
     NUMBERS,
@@ -22,7 +22,7 @@ from dialect.opdef import (
     IntUnary,
     TrappingIntBinary,
 )
-from dialect.types import F32, F64, I1, Type
+from tensorwasm.dialect.types import F32, F64, I1, Type
 
 
 def _constant(op, operands, attrs):

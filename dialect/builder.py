@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dialect import cf
-from dialect.arith import constant
-from dialect.errors import IRTypeError
-from dialect.ir import Block, Function, Op, Successor, Value
-from dialect.opdef import OpDef
-from dialect.types import Type
+from tensorwasm.dialect import cf
+from tensorwasm.dialect.arith import constant
+from tensorwasm.dialect.ir import Block, Function, Op, Successor, Value
+from tensorwasm.dialect.opdef import OpDef
+from tensorwasm.dialect.types import Type
+
+from tensorwasm.support.errors import IRTypeError
 
 
 class Builder:

@@ -6,8 +6,8 @@ the verifier checks those values against the argument types.
 
 from __future__ import annotations
 
-from dialect.opdef import Custom, Dialect, Fixed
-from dialect.types import I1, I32
+from tensorwasm.dialect.opdef import Custom, Dialect, Fixed
+from tensorwasm.dialect.types import I1, I32
 
 
 def _return(op, operands, attrs):

@@ -7,9 +7,9 @@ whether a backend can run it is the backend's decision.
 
 from __future__ import annotations
 
-from dialect.ir import FuncSig
-from dialect.opdef import Custom, Dialect
-from dialect.types import I32
+from tensorwasm.dialect.ir import FuncSig
+from tensorwasm.dialect.opdef import Custom, Dialect
+from tensorwasm.dialect.types import I32
 
 
 def _check_args(op, args, sig):

@@ -6,8 +6,8 @@ host backend lowers them too, as loop counters of its own launch loop.
 
 from __future__ import annotations
 
-from dialect.opdef import Custom, Dialect, Fixed
-from dialect.types import I32
+from tensorwasm.dialect.opdef import Custom, Dialect, Fixed
+from tensorwasm.dialect.types import I32
 
 
 def _dim(op, operands, attrs):

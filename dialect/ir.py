@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dialect.types import Type
+from tensorwasm.dialect.types import Type
 
 if TYPE_CHECKING:
-    from dialect.opdef import OpDef
+    from tensorwasm.dialect.opdef import OpDef
 
 
 class Value:

@@ -8,8 +8,8 @@ little-endian and accesses may be unaligned (``align`` is a hint, log2 bytes).
 
 from __future__ import annotations
 
-from dialect.opdef import INTS, NUMBERS, Custom, Dialect, Fixed
-from dialect.types import I32
+from tensorwasm.dialect.opdef import INTS, NUMBERS, Custom, Dialect, Fixed
+from tensorwasm.dialect.types import I32
 
 _WIDTHS = {8, 16, 32, 64}
 

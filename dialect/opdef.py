@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dialect.errors import IRTypeError
-from dialect.types import F32, F64, I1, I32, I64, Type
+from tensorwasm.dialect.types import F32, F64, I1, I32, I64, Type
+
+from tensorwasm.support.errors import IRTypeError
 
 INTS = (I32, I64)
 FLOATS = (F32, F64)
@@ -178,7 +179,7 @@ class Custom(OpDef):
 
 def op_by_name(name: str) -> OpDef:
     """The definition of the op ``name`` (e.g. ``"arith.add"``)."""
-    from dialect import OPS
+    from tensorwasm.dialect import OPS
 
     return OPS[name]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 import struct
 
-from dialect.ir import FuncSig, Function, Module, Op, Value
-from dialect.types import F32, F64, Type
+from tensorwasm.dialect.ir import FuncSig, Function, Module, Op, Value
+from tensorwasm.dialect.types import F32, F64, Type
 
 
 def format_constant(type: Type, bits: int) -> str:

@@ -6,8 +6,8 @@ checked without the module at hand; tables hold references (``funcref``/``extern
 
 from __future__ import annotations
 
-from dialect.opdef import Custom, Dialect, Fixed
-from dialect.types import FUNCREF, I1, I32
+from tensorwasm.dialect.opdef import Custom, Dialect, Fixed
+from tensorwasm.dialect.types import FUNCREF, I1, I32
 
 
 def _global_get(op, operands, attrs):

@@ -7,10 +7,11 @@ returns against their targets, and checks that each use is dominated by its defi
 
 from __future__ import annotations
 
-from dialect import cf
-from dialect.builder import check_successor
-from dialect.errors import IRTypeError, VerifyError
-from dialect.ir import Block, Function, Module, Op
+from tensorwasm.dialect import cf
+from tensorwasm.dialect.builder import check_successor
+from tensorwasm.dialect.ir import Block, Function, Module, Op
+
+from tensorwasm.support.errors import IRTypeError, VerifyError
 
 
 def verify_module(module: Module) -> None:

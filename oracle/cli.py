@@ -12,7 +12,7 @@ import random
 import sys
 from pathlib import Path
 
-from oracle import GENERATOR_NAMES, REGRESSIONS
+from tensorwasm.oracle import GENERATOR_NAMES, REGRESSIONS
 
 
 def add_fuzz_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -72,14 +72,14 @@ def run_fuzz(args: argparse.Namespace) -> int:
     module batches several, so a line per generator, and one for all, gives cases, modules
     and calls.
     """
-    from oracle.fuzz import fuzz
+    from tensorwasm.oracle.fuzz import fuzz
 
     generators = list(GENERATOR_NAMES) if args.generator == "all" else [args.generator]
     max_examples = args.max_examples
     if args.seconds is None and max_examples is None:
         max_examples = 100
     if args.backend.endswith("gpu"):  # gpu, offload-gpu: without a device every case would "fail"
-        from runtime import driver
+        from tensorwasm.runtime import driver
 
         try:
             driver.Context.get()

@@ -26,16 +26,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from compiler.errors import UnsupportedFeature
-from compiler.lower import abi
-from compiler.traps import TrapKind, trap_message
-from dialect import logs
-from dialect.errors import TensorWasmError
-from dialect.types import F32, F64, Type
-from oracle.case import Call, Case
-from runtime.executor import Executor, GPUExecutor, HostExecutor
-from runtime.reference import ReferenceBackendError, ReferenceInstance
-from runtime.values import CallResult, WasmValue
+from tensorwasm.compiler.errors import UnsupportedFeature
+from tensorwasm.compiler.lower import abi
+from tensorwasm.compiler.traps import TrapKind, trap_message
+from tensorwasm.dialect.types import F32, F64, Type
+from tensorwasm.oracle.case import Call, Case
+from tensorwasm.runtime.executor import Executor, GPUExecutor, HostExecutor
+from tensorwasm.runtime.reference import ReferenceBackendError, ReferenceInstance
+from tensorwasm.runtime.values import CallResult, WasmValue
+
+from tensorwasm.support import logs
+from tensorwasm.support.errors import TensorWasmError
 
 log = logs.get_logger(__name__)
 
@@ -110,13 +111,13 @@ def make_factory(backend: str) -> ExecutorFactory:
     if backend == "gpu":
         return GPUExecutor
     if backend in ("offload-cpu", "offload-gpu"):
-        from runtime.offload import OffloadInstance
+        from tensorwasm.runtime.offload import OffloadInstance
 
         device = backend.split("-")[1]
         # Linear memory page-locked on the GPU, as `tensorwasm run` has it: launches replay.
         return lambda wasm: OffloadInstance(wasm, device, filters=True, pin=device == "gpu")
     if backend == "offload-sim":
-        from oracle.simulated import SimulatedOffloadInstance
+        from tensorwasm.oracle.simulated import SimulatedOffloadInstance
 
         return lambda wasm: SimulatedOffloadInstance(wasm, filters=True)
     raise ValueError(

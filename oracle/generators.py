@@ -54,10 +54,9 @@ from typing import Any, TypeVar
 
 from hypothesis import assume
 from hypothesis import strategies as st
-
-from compiler.frontend.opcodes import OPCODES, Opcode
-from dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
-from oracle.case import Call, Case, wasm_tools
+from tensorwasm.compiler.frontend.opcodes import OPCODES, Opcode
+from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
+from tensorwasm.oracle.case import Call, Case, wasm_tools
 
 T = TypeVar("T")
 
@@ -1050,7 +1049,7 @@ def smith(seed: bytes) -> bytes | None:
 
 def _signatures(wasm: bytes) -> list[tuple[str, tuple[Type, ...]]]:
     """Exported functions and their parameter types, by our decoder; empty if it refuses."""
-    from compiler.frontend import decode
+    from tensorwasm.compiler.frontend import decode
 
     try:
         module = decode(wasm)

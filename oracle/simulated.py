@@ -14,10 +14,10 @@ import ctypes
 import itertools
 import weakref
 
-from runtime.driver import CudaError, KernelParams, PageLocks
-from runtime.mirror import DeviceMirror
-from runtime.offload import OffloadModule
-from runtime.remote import HostBuffer
+from tensorwasm.runtime.driver import CudaError, KernelParams, PageLocks
+from tensorwasm.runtime.mirror import DeviceMirror
+from tensorwasm.runtime.offload import OffloadModule
+from tensorwasm.runtime.remote import HostBuffer
 
 _STATUS_1 = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_uint64)
 _STATUS_2 = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_uint64, ctypes.c_uint64)
@@ -202,7 +202,7 @@ class SimulatedOffloadInstance:
     whose launches take the GPU path on the simulated device."""
 
     def __new__(cls, wasm: bytes, filters: bool = False):
-        from runtime.offload import OffloadInstance
+        from tensorwasm.runtime.offload import OffloadInstance
 
         offload = OffloadModule(wasm, device="cpu", mode="always")
         simulate_gpu(offload)  # before instantiation: its host functions are the GPU path's

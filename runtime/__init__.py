@@ -1,10 +1,3 @@
-"""The runtime: ``runtime.instantiate(store, wasm, imports)``, wasmtime's ``Instance`` for a
-module whose parallel loops offload, and ``runtime.report(instance)`` (:mod:`runtime.api`)."""
-
-
-def __getattr__(name: str):
-    if name in ("instantiate", "report"):  # imported on first use: the runtime is large
-        from runtime import api
-
-        return getattr(api, name)
-    raise AttributeError(f"module 'runtime' has no attribute {name!r}")
+"""The runtime: the CUDA driver layer, instance state, whole-function executors, auto-offload
+on wasmtime and the command line. Its public calls are ``tensorwasm.instantiate`` and
+``tensorwasm.report`` (:mod:`tensorwasm.runtime.api`)."""

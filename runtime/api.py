@@ -2,7 +2,7 @@
 
     instance = wasmtime.Instance(store, wasmtime.Module(engine, wasm), imports)
 becomes
-    instance = runtime.instantiate(store, wasm, imports)
+    instance = tensorwasm.instantiate(store, wasm, imports)
 
 and the instance's parallel loops run on the GPU (or the host backend) where it pays.
 ``runtime.report(instance)`` says, per loop, where it ran, how often, what it moved and
@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import wasmtime
+from tensorwasm.compiler.analysis.plan import AnalysisOptions
+from tensorwasm.compiler.rewrite import HOST_MODULE
+from tensorwasm.runtime.offload import OffloadModule
 
-from compiler.analysis.plan import AnalysisOptions
-from compiler.rewrite import HOST_MODULE
-from dialect import records
-from dialect.errors import TensorWasmError
-from runtime.offload import OffloadModule
+from tensorwasm.support import records
+from tensorwasm.support.errors import TensorWasmError
 
 # The offload module behind each instance made here (it lives as long as its instance).
 _PREPARED: weakref.WeakKeyDictionary[wasmtime.Instance, OffloadModule] = weakref.WeakKeyDictionary()
@@ -51,7 +51,7 @@ def instantiate(
     memory stays pageable: the copies run at pageable speed, and the instance may be
     dropped at any time (``tensorwasm run`` page-locks it, knowing when its store ends).
     """
-    from runtime.run import prepare
+    from tensorwasm.runtime.run import prepare
 
     if offload not in ("auto", "always", "off"):
         raise TensorWasmError(f"offload must be auto, always or off, not {offload!r}")
@@ -131,7 +131,7 @@ def report(instance: wasmtime.Instance) -> OffloadReport:
     """What the loops of an instance made by :func:`instantiate` did so far."""
     prepared = _PREPARED.get(instance)
     if prepared is None:
-        raise TensorWasmError("the instance was not made by runtime.instantiate")
+        raise TensorWasmError("the instance was not made by tensorwasm.instantiate")
     return offload_report(prepared)
 
 

@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from dialect import logs
+from tensorwasm.support import logs
 
 log = logs.get_logger(__name__)
 
@@ -46,7 +46,7 @@ def _ptxas(setting: str | None) -> tuple[str, tuple[int, int]] | None:
     if setting:
         path = setting
     else:
-        from compiler.target import find_ptxas
+        from tensorwasm.compiler.target import find_ptxas
 
         path = find_ptxas()
         if path is None:

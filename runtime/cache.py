@@ -23,10 +23,10 @@ import tempfile
 from pathlib import Path
 
 import llvmlite
+from tensorwasm.compiler import COMPILER_VERSION
 
-from compiler import COMPILER_VERSION
-from dialect import logs
-from dialect.digest import sha256
+from tensorwasm.support import logs
+from tensorwasm.support.digest import sha256
 
 log = logs.get_logger(__name__)
 MAGIC = b"TWC1"
@@ -211,7 +211,7 @@ def cubin_key(ptx: bytes, arch: str, driver_version: int, assembler: str = "driv
 def kernels_cubin_key(context, ptx: bytes) -> str:
     """The key :func:`load_kernels` files the cubin of ``ptx`` under on ``context``: made
     by the ptxas found (:mod:`runtime.assembler`), or by the driver's JIT."""
-    from runtime import assembler
+    from tensorwasm.runtime import assembler
 
     found = assembler.ptxas()
     made_by = f"ptxas {found[1][0]}.{found[1][1]} {found[0]}" if found else "driver"
@@ -224,8 +224,8 @@ def load_kernels(context, ptx: bytes, cache: Cache | None = None):
     A cached cubin the driver refuses (another driver build wrote it) is dropped and
     rebuilt; with the cache off this is :meth:`runtime.driver.Context.load_module`.
     """
-    from runtime import assembler
-    from runtime.driver import CudaError, ptx_entries
+    from tensorwasm.runtime import assembler
+    from tensorwasm.runtime.driver import CudaError, ptx_entries
 
     cache = cache or default_cache()
     if not cache.enabled:

@@ -14,8 +14,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from dialect import logs
-from dialect.errors import TensorWasmError
+from tensorwasm.support import logs
+from tensorwasm.support.errors import TensorWasmError
 
 if TYPE_CHECKING:
     import argparse
@@ -42,9 +42,9 @@ def _select_functions(module, key: str | None) -> set[int] | None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from compiler.frontend import load, read_wasm, translate_function
-    from compiler.frontend.printer import print_module
-    from dialect.printer import print_function
+    from tensorwasm.compiler.frontend import load, read_wasm, translate_function
+    from tensorwasm.compiler.frontend.printer import print_module
+    from tensorwasm.dialect.printer import print_function
 
     module = load(read_wasm(args.module))
     only = _select_functions(module, args.func)
@@ -68,9 +68,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _inspect_backend(module, only: set[int] | None, args: argparse.Namespace) -> int:
-    from compiler.frontend import translate_module
-    from compiler.pipeline import compile_entries, lower
-    from compiler.target import parse_target
+    from tensorwasm.compiler.frontend import translate_module
+    from tensorwasm.compiler.pipeline import compile_entries, lower
+    from tensorwasm.compiler.target import parse_target
 
     target = parse_target(args.target or ("host" if args.stage == "llvm" else _default_arch()))
     if args.stage == "ptx" and not target.is_gpu:
@@ -92,8 +92,8 @@ def _inspect_backend(module, only: set[int] | None, args: argparse.Namespace) ->
 def _inspect_loops(module, only: set[int] | None, args: argparse.Namespace) -> int:
     import json
 
-    from compiler.analysis.loops import AnalysisOptions, analyze_module
-    from compiler.frontend import translate_module
+    from tensorwasm.compiler.analysis.loops import AnalysisOptions, analyze_module
+    from tensorwasm.compiler.frontend import translate_module
 
     reports = analyze_module(translate_module(module), AnalysisOptions(relaxed_float=args.relaxed_float))
     for report in reports:
@@ -112,16 +112,16 @@ def _inspect_loops(module, only: set[int] | None, args: argparse.Namespace) -> i
 
 def _default_arch() -> str:
     """The GPU's architecture when there is one, else sm_90."""
-    from compiler.target import arch_for_capability
-    from runtime import driver
+    from tensorwasm.compiler.target import arch_for_capability
+    from tensorwasm.runtime import driver
 
     found = driver.devices()
     return arch_for_capability(found[0].compute_capability) if found else "sm_90"
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from compiler.target import driver_ptx_limit, nvptx_for_device
-    from runtime import driver
+    from tensorwasm.compiler.target import driver_ptx_limit, nvptx_for_device
+    from tensorwasm.runtime import driver
 
     reason = None
     try:
@@ -155,9 +155,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 def _open_backend(name: str, wasm: bytes, target: str | None = None):
     """The executor for ``--backend``; ``auto`` is the GPU when there is one, else the host."""
-    from runtime import driver
-    from runtime.executor import GPUExecutor, HostExecutor
-    from runtime.reference import ReferenceInstance
+    from tensorwasm.runtime import driver
+    from tensorwasm.runtime.executor import GPUExecutor, HostExecutor
+    from tensorwasm.runtime.reference import ReferenceInstance
 
     if name == "wasmtime":
         return ReferenceInstance(wasm)
@@ -169,14 +169,14 @@ def _open_backend(name: str, wasm: bytes, target: str | None = None):
         except driver.NoGPU as exc:
             print(f"tensorwasm: {exc}; running on the host backend (cpu)", file=sys.stderr)
             return HostExecutor(wasm)
-    from compiler.target import parse_target
+    from tensorwasm.compiler.target import parse_target
 
     return GPUExecutor(wasm, target=parse_target(target) if target else None)
 
 
 def cmd_invoke(args: argparse.Namespace) -> int:
-    from compiler.frontend import read_wasm
-    from runtime.values import CallResult, ValueFormatError, format_result, parse_call_line
+    from tensorwasm.compiler.frontend import read_wasm
+    from tensorwasm.runtime.values import CallResult, ValueFormatError, format_result, parse_call_line
 
     wasm = read_wasm(args.module)
     executor = _open_backend(args.backend, wasm, args.target)
@@ -207,7 +207,7 @@ def _open_text(path: str):
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from compiler.aot import compile_to_directory
+    from tensorwasm.compiler.aot import compile_to_directory
 
     manifest = compile_to_directory(args.module, Path(args.output), args.target)
     kernels = len(manifest["kernels"])
@@ -223,7 +223,7 @@ def _start_cuda() -> None:
     """Create the CUDA context (~0.2 s on an H100) while the main thread imports the runtime;
     its own request then finds it made, or fails there with the reason."""
     try:
-        from runtime.driver import Context
+        from tensorwasm.runtime.driver import Context
 
         Context.get()
     except Exception:
@@ -240,7 +240,7 @@ def _may_launch(raw: bytes | None, device: str) -> bool:
     needs no context, and the module's last run here launched nothing; nor, with ``auto``,
     where the driver found no GPU last time and nothing changed since (see
     :mod:`runtime.known_gpu`)."""
-    from runtime import known_gpu
+    from tensorwasm.runtime import known_gpu
 
     if known_gpu.remembered() is None:
         return device != "auto" or known_gpu.remembered_absence() is None
@@ -256,8 +256,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.device != "cpu" and args.offload != "off" and _may_launch(raw, args.device):
         _cuda_start = threading.Thread(target=_start_cuda, name="tensorwasm-cuda-start", daemon=True)
         _cuda_start.start()
-    from compiler.frontend import read_wasm
-    from runtime.run import report, run
+    from tensorwasm.compiler.frontend import read_wasm
+    from tensorwasm.runtime.run import report, run
 
     wasm = read_wasm(args.module)
     argv = [args.module, *args.args]
@@ -267,7 +267,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         device=args.device, dirs=args.dir, env=args.env, relaxed_float=args.relaxed_float,
     )  # fmt: skip
     if raw is not None and prepared.device == "gpu" and args.offload != "off":
-        from runtime import known_gpu
+        from tensorwasm.runtime import known_gpu
 
         known_gpu.remember_launches(raw, any(lp.stats.offloaded for lp in prepared.loops))
     if args.report:
@@ -276,7 +276,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from runtime.cache import default_cache
+    from tensorwasm.runtime.cache import default_cache
 
     cache = default_cache()
     if args.action == "clear":
@@ -353,7 +353,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 
 def _add_fuzz(sub: argparse._SubParsersAction) -> None:
     # The oracle sits above the runtime; its CLI is imported here, at parse time only.
-    from oracle.cli import add_fuzz_parser
+    from tensorwasm.oracle.cli import add_fuzz_parser
 
     add_fuzz_parser(sub)
 

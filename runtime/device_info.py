@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from dialect.records import record
+from tensorwasm.support.records import record
 
 
 @record(frozen=True)
@@ -31,5 +31,5 @@ def context_made(ordinal: int = 0) -> bool:
     """Whether this process made device ``ordinal``'s CUDA context (``Context.made``),
     answered without importing the driver layer: only it makes one."""
     # (a thread may be importing it: then no context is made yet)
-    context = getattr(sys.modules.get("runtime.driver"), "Context", None)
+    context = getattr(sys.modules.get("tensorwasm.runtime.driver"), "Context", None)
     return context is not None and context.made(ordinal) is not None

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
-from dialect import logs
-from dialect.errors import TensorWasmError
-from dialect.lazy import LazyModule
-from runtime.device_info import DeviceInfo
+from tensorwasm.runtime.device_info import DeviceInfo
+
+from tensorwasm.support import logs
+from tensorwasm.support.errors import TensorWasmError
+from tensorwasm.support.lazy import LazyModule
 
 # cuda-python's bindings take ~40 ms to import, which a run whose loops stay on the CPU,
 # or run on the host backend, does not need.
@@ -557,7 +558,7 @@ class Context:
     def _assembled(self, image: bytes) -> bytes | None:
         """ptxas's cubin of the module, or None (the driver's JIT compiles it); a crash of
         ptxas is a :class:`ModuleLoadError` and the module never reaches the driver."""
-        from runtime.assembler import AssemblerCrash, assemble
+        from tensorwasm.runtime.assembler import AssemblerCrash, assemble
 
         try:
             return assemble(image, self.info.arch, self.info.driver_version)

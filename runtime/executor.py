@@ -16,16 +16,17 @@ import hashlib
 import mmap
 from abc import ABC, abstractmethod
 
-from compiler.frontend import load, translate_module
-from compiler.lower import abi
-from compiler.lower.function import LowerOptions
-from compiler.pipeline import Compilation, compile_entries, exported_functions
-from compiler.target import HostTarget, NVPTXTarget, describe, nvptx_for_device
-from compiler.traps import trap_message
-from dialect import logs
-from dialect.types import Type
-from runtime.instance import InstanceState, InstantiationError, initial_state
-from runtime.values import CallResult, WasmValue
+from tensorwasm.compiler.frontend import load, translate_module
+from tensorwasm.compiler.lower import abi
+from tensorwasm.compiler.lower.function import LowerOptions
+from tensorwasm.compiler.pipeline import Compilation, compile_entries, exported_functions
+from tensorwasm.compiler.target import HostTarget, NVPTXTarget, describe, nvptx_for_device
+from tensorwasm.compiler.traps import trap_message
+from tensorwasm.dialect.types import Type
+from tensorwasm.runtime.instance import InstanceState, InstantiationError, initial_state
+from tensorwasm.runtime.values import CallResult, WasmValue
+
+from tensorwasm.support import logs
 
 log = logs.get_logger(__name__)
 
@@ -49,7 +50,7 @@ class Executor(ABC):
         roots = exported_functions(self.wasm)
         if self.wasm.start is not None and self.wasm.start not in roots:
             roots.append(self.wasm.start)
-        from runtime.cache import default_cache, make_key
+        from tensorwasm.runtime.cache import default_cache, make_key
 
         target = self.target()
         self.cache = default_cache()
@@ -201,7 +202,7 @@ class GPUExecutor(Executor):
     backend = "gpu"
 
     def __init__(self, wasm: bytes, options: LowerOptions | None = None, target: NVPTXTarget | None = None):
-        from runtime import driver
+        from tensorwasm.runtime import driver
 
         self.context = driver.Context.get()
         info = self.context.info
@@ -224,7 +225,7 @@ class GPUExecutor(Executor):
         if self.compilation.ptx is None:
             self.kernels = {}
         else:
-            from runtime.cache import load_kernels
+            from tensorwasm.runtime.cache import load_kernels
 
             self.cu_module = load_kernels(ctxt, self.compilation.ptx.encode("ascii"), self.cache)
             self.kernels = {i: self.cu_module.function(n) for i, n in self.compilation.entries.items()}

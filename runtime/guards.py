@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from compiler.analysis.plan import Access, LoopPlan, TripCount
-from compiler.analysis.poly import Symbol
+from tensorwasm.compiler.analysis.plan import Access, LoopPlan, TripCount
+from tensorwasm.compiler.analysis.poly import Symbol
 
 MAX_TRIP = (1 << 31) - 1
 

@@ -24,10 +24,9 @@ from ctypes import CFUNCTYPE, c_bool, c_char_p, c_size_t, c_void_p
 
 import wasmtime
 import wasmtime._func
+from tensorwasm.compiler.rewrite import MEMORY_EXPORT
+from tensorwasm.dialect.types import Type
 from wasmtime import _ffi as ffi
-
-from compiler.rewrite import MEMORY_EXPORT
-from dialect.types import Type
 
 _dll = ffi.dll
 # Prototypes of our own (wasmtime-py's carry argtypes that build a ctypes object per call).

@@ -15,11 +15,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from compiler.frontend.module import Instr, WasmModule
-from compiler.lower.abi import PAGE_SIZE
-from compiler.traps import TrapKind, trap_message
-from dialect.errors import TensorWasmError
-from dialect.types import F32, F64
+from tensorwasm.compiler.frontend.module import Instr, WasmModule
+from tensorwasm.compiler.lower.abi import PAGE_SIZE
+from tensorwasm.compiler.traps import TrapKind, trap_message
+from tensorwasm.dialect.types import F32, F64
+
+from tensorwasm.support.errors import TensorWasmError
 
 MAX_PAGES = 65536
 MASK64 = (1 << 64) - 1

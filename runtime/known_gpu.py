@@ -33,10 +33,11 @@ import json
 import os
 from pathlib import Path
 
-from dialect import logs, records
-from dialect.digest import sha256
-from runtime.cache import default_cache, make_key
-from runtime.device_info import DeviceInfo
+from tensorwasm.runtime.cache import default_cache, make_key
+from tensorwasm.runtime.device_info import DeviceInfo
+
+from tensorwasm.support import logs, records
+from tensorwasm.support.digest import sha256
 
 log = logs.get_logger(__name__)
 

@@ -20,10 +20,10 @@ import re
 import threading
 from typing import TYPE_CHECKING
 
-from dialect.errors import TensorWasmError
+from tensorwasm.support.errors import TensorWasmError
 
 if TYPE_CHECKING:
-    from runtime.driver import Context, DeviceBuffer
+    from tensorwasm.runtime.driver import Context, DeviceBuffer
 
 
 #: Environment variable holding the default per-instance cap.

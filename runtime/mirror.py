@@ -28,10 +28,11 @@ import ctypes
 import functools
 from dataclasses import dataclass
 
-from compiler.lower import abi
-from dialect import logs
-from runtime.driver import Context, CudaError, DeviceBuffer, PinnedBuffer
-from runtime.limits import DeviceAllocator
+from tensorwasm.compiler.lower import abi
+from tensorwasm.runtime.driver import Context, CudaError, DeviceBuffer, PinnedBuffer
+from tensorwasm.runtime.limits import DeviceAllocator
+
+from tensorwasm.support import logs
 
 log = logs.get_logger(__name__)
 U64 = ctypes.c_uint64

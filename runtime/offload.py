@@ -33,11 +33,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import wasmtime
-
-from compiler.analysis.plan import AnalysisOptions, LoopPlan
-from compiler.frontend import load
-from compiler.lower import abi
-from compiler.rewrite import (
+from tensorwasm.compiler.analysis.plan import AnalysisOptions, LoopPlan
+from tensorwasm.compiler.frontend import load
+from tensorwasm.compiler.lower import abi
+from tensorwasm.compiler.rewrite import (
     FILTER_EXPORT,
     HOOKS_EXPORT,
     HOST_MODULE,
@@ -48,33 +47,34 @@ from compiler.rewrite import (
     loop_filter,
     rewrite,
 )
-from compiler.target import HostTarget, describe, nvptx_for_device
-from dialect import logs
-from dialect.digest import sha256
-from dialect.errors import TensorWasmError
-from dialect.lazy import LazyModule
-from dialect.records import field, record
-from dialect.types import F32, Type
-from runtime import hostfunc, prepared, profit, replay
-from runtime.cache import default_cache, load_kernels, make_key
-from runtime.profit import FIXED_SECONDS, Estimate, work
+from tensorwasm.compiler.target import HostTarget, describe, nvptx_for_device
+from tensorwasm.dialect.types import F32, Type
+from tensorwasm.runtime import hostfunc, prepared, profit, replay
+from tensorwasm.runtime.cache import default_cache, load_kernels, make_key
+from tensorwasm.runtime.profit import FIXED_SECONDS, Estimate, work
+
+from tensorwasm.support import logs
+from tensorwasm.support.digest import sha256
+from tensorwasm.support.errors import TensorWasmError
+from tensorwasm.support.lazy import LazyModule
+from tensorwasm.support.records import field, record
 
 # A warm start (its preparation cached) imports neither the analysis nor the outliner
 # (they load in _prepare), nor the guards until a loop asks the host, nor the GPU's
 # layers until it needs the GPU: a run on the host backend, or one whose loops all stay
 # on the CPU, never does.
-guards = LazyModule("runtime.guards", globals(), "guards")
-driver = LazyModule("runtime.driver", globals(), "driver")
-limits = LazyModule("runtime.limits", globals(), "limits")
+guards = LazyModule("tensorwasm.runtime.guards", globals(), "guards")
+driver = LazyModule("tensorwasm.runtime.driver", globals(), "driver")
+limits = LazyModule("tensorwasm.runtime.limits", globals(), "limits")
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-    from compiler.analysis.plan import LoopReport
-    from compiler.analysis.regions import Region
-    from runtime.driver import CudaError
-    from runtime.guards import Launch
-    from runtime.mirror import DeviceMirror, Span
+    from tensorwasm.compiler.analysis.plan import LoopReport
+    from tensorwasm.compiler.analysis.regions import Region
+    from tensorwasm.runtime.driver import CudaError
+    from tensorwasm.runtime.guards import Launch
+    from tensorwasm.runtime.mirror import DeviceMirror, Span
 
 log = logs.get_logger(__name__)
 U64 = ctypes.c_uint64
@@ -217,8 +217,8 @@ class OffloadModule:
         the context only at its first launch), else from a new context."""
         if self.device != "gpu":
             return HostTarget()
-        from runtime import known_gpu
-        from runtime.device_info import context_made
+        from tensorwasm.runtime import known_gpu
+        from tensorwasm.runtime.device_info import context_made
 
         info = None
         if not context_made():
@@ -275,7 +275,7 @@ class OffloadModule:
     def mirror(self) -> DeviceMirror | None:
         """Device memory and the copies (GPU only), made at the first launch."""
         if self._mirror is None and self.device == "gpu":
-            from runtime.mirror import DeviceMirror
+            from tensorwasm.runtime.mirror import DeviceMirror
 
             self.mirror = DeviceMirror(self.context, self.device_memory_limit)
         return self._mirror
@@ -292,10 +292,10 @@ class OffloadModule:
 
     def _prepare(self) -> None:
         """Translate, analyse, outline every outermost accepted loop, rewrite the module."""
-        from compiler.analysis.loops import analyze_module
-        from compiler.analysis.regions import find_regions
-        from compiler.frontend.translate import loop_closure, translate_module
-        from compiler.outline import outline
+        from tensorwasm.compiler.analysis.loops import analyze_module
+        from tensorwasm.compiler.analysis.regions import find_regions
+        from tensorwasm.compiler.frontend.translate import loop_closure, translate_module
+        from tensorwasm.compiler.outline import outline
 
         # Only what the loops need: the functions with loops and what their loops call.
         self.module = translate_module(self.wasm, only=loop_closure(self.wasm))
@@ -344,8 +344,8 @@ class OffloadModule:
             return False
         self.cached = cached is not None
         if cached is None:
-            from compiler.callgraph import reachable, recursive_functions
-            from compiler.lower.function import FunctionLowering, ModuleLowering, lower_loop_entry
+            from tensorwasm.compiler.callgraph import reachable, recursive_functions
+            from tensorwasm.compiler.lower.function import FunctionLowering, ModuleLowering, lower_loop_entry
 
             lowering = ModuleLowering(self.module, target)
             indices = [lp.kernel_index for lp in self.loops]
@@ -410,7 +410,7 @@ class OffloadModule:
     def _end_gpu_process(self) -> None:
         """End the GPU process this module's work went to after a fault, if any (its context
         holds device memory until it ends)."""
-        remote = sys.modules.get("runtime.remote")
+        remote = sys.modules.get("tensorwasm.runtime.remote")
         if remote is not None and isinstance(self._context, remote.WorkerContext):
             self._context.close()
 
@@ -794,7 +794,7 @@ class OffloadModule:
         if lp.region is None:
             return ready.moved
         if self._mirror is None:  # nothing is on the device yet
-            from runtime.mirror import union
+            from tensorwasm.runtime.mirror import union
 
             return sum(hi - lo for lo, hi in union([], [(s.lo, s.hi) for s in ready.needed]))
         return self._mirror.missing_bytes(ready.needed)
@@ -1034,8 +1034,8 @@ class OffloadModule:
         refused the reset (it refuses the process any new context after a sticky fault), the
         module's GPU work goes on in a process of its own (:mod:`runtime.remote`), which a
         later fault there restarts."""
-        from runtime import remote
-        from runtime.mirror import DeviceMirror
+        from tensorwasm.runtime import remote
+        from tensorwasm.runtime.mirror import DeviceMirror
 
         refused = self.context.refused
         if refused is not None:
@@ -1154,7 +1154,7 @@ class Ready:
     image and iteration ranges (host). What the other live-ins change is an :class:`Arrival`."""
 
     def __init__(self, lp: OffloadedLoop, launch: Launch, size: int) -> None:
-        from runtime.mirror import Span
+        from tensorwasm.runtime.mirror import Span
 
         self.launch = launch
         self.size = size
@@ -1362,14 +1362,14 @@ def _returned(plan: LoopPlan) -> list:
 
 
 def _host_sig(wasm, ins: Insertion):
-    from compiler.rewrite import host_signature
+    from tensorwasm.compiler.rewrite import host_signature
 
     sig = host_signature(ins, [g.type for g in wasm.global_types()])
     return sig.params, sig.results
 
 
 def _identities(lp: OffloadedLoop) -> list[int]:
-    from compiler.outline import identity_bits
+    from tensorwasm.compiler.outline import identity_bits
 
     return [identity_bits(r.op, r.arg.type) for r in lp.plan.reductions]
 
@@ -1411,7 +1411,7 @@ def _combine(op: str, a: int, b: int, ty: Type) -> int:
 
 
 def _trap_reason(code: int) -> str:
-    from compiler.traps import TrapKind, trap_message
+    from tensorwasm.compiler.traps import TrapKind, trap_message
 
     if code == TrapKind.GATHER_CONFLICT:
         return "a gathered load read memory the loop writes; the loop re-ran on the CPU"
@@ -1420,7 +1420,7 @@ def _trap_reason(code: int) -> str:
 
 def _merge(ranges) -> list[Span]:
     """Sorted, coalesced byte ranges (one covering span past 128 of them)."""
-    from runtime.mirror import Span, union
+    from tensorwasm.runtime.mirror import Span, union
 
     merged = union([(r.lo, r.hi) for r in ranges], [])
     if len(merged) > 128:
@@ -1445,8 +1445,8 @@ class OffloadInstance:
         must run as they would there. Otherwise every arrival asks the host. ``pin``: on the
         GPU, page-lock linear memory as ``tensorwasm run`` does (launches then replay from
         recorded graphs); :meth:`close` must then be called before the instance goes."""
-        from runtime.instance import initial_state
-        from runtime.reference import ReferenceInstance
+        from tensorwasm.runtime.instance import initial_state
+        from tensorwasm.runtime.reference import ReferenceInstance
 
         self.offload = offload or OffloadModule(wasm, device=device, mode="always", pin=pin)
         self.offload.NATIVE_AFTER = 1  # replays go native at once: the oracle compares them too

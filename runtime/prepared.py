@@ -19,15 +19,16 @@ import pickle
 import sys
 from typing import NamedTuple
 
-from compiler.analysis.plan import LoopPlan
-from dialect import logs
-from dialect.lazy import LazyModule
-from dialect.records import replace
-from dialect.types import Type
+from tensorwasm.compiler.analysis.plan import LoopPlan
+from tensorwasm.dialect.types import Type
+
+from tensorwasm.support import logs
+from tensorwasm.support.lazy import LazyModule
+from tensorwasm.support.records import replace
 
 log = logs.get_logger(__name__)
 # The IR's classes, needed only to write an entry: reading one (a warm start) needs no IR.
-ir = LazyModule("dialect.ir", globals(), "ir")
+ir = LazyModule("tensorwasm.dialect.ir", globals(), "ir")
 
 
 # The stand-ins are named tuples: every warm start defines them, and a named tuple costs a

@@ -15,11 +15,11 @@ import functools
 import time
 from typing import TYPE_CHECKING
 
-from dialect.records import record
+from tensorwasm.support.records import record
 
 if TYPE_CHECKING:
-    from compiler.analysis.plan import LoopPlan
-    from runtime.guards import Launch
+    from tensorwasm.compiler.analysis.plan import LoopPlan
+    from tensorwasm.runtime.guards import Launch
 
 # Device model before any measurement: fixed seconds per launch (driver launch, copies of
 # the launch arguments, synchronisation, Python: 32 to 38 us per offloaded call on the H100) and
@@ -64,9 +64,8 @@ def cpu_seconds_per_op() -> float:
     import os
 
     import wasmtime
-
-    from compiler.target import HostTarget, describe
-    from runtime.cache import default_cache, make_key
+    from tensorwasm.compiler.target import HostTarget, describe
+    from tensorwasm.runtime.cache import default_cache, make_key
 
     try:
         library = os.stat(wasmtime._ffi.dll._name)
@@ -95,9 +94,8 @@ def cpu_seconds_per_op() -> float:
 def _calibration_ops() -> int:
     """Dialect ops per iteration of the calibration loop, as the loop analysis counts them."""
     import wasmtime
-
-    from compiler.analysis.loops import analyze_module
-    from compiler.frontend import load, translate_module
+    from tensorwasm.compiler.analysis.loops import analyze_module
+    from tensorwasm.compiler.frontend import load, translate_module
 
     (report,) = analyze_module(translate_module(load(bytes(wasmtime.wat2wasm(CALIBRATION_WAT)))))
     return sum(n for n, _ in report.plan.work)

@@ -3,7 +3,7 @@
 After a sticky fault (an illegal address, a failed launch) the driver refuses the process
 every new context: CUDA's documentation asks for a new process, and the H100's driver
 (580) answers ``cuDevicePrimaryCtxRetain`` and ``cuCtxCreate`` with the fault's error.
-:class:`WorkerContext` is that new process: a child (``python -m runtime.remote``) that
+:class:`WorkerContext` is that new process: a child (``python -m tensorwasm.runtime.remote``) that
 makes its own context and answers the calls the offload path makes on a
 :class:`runtime.driver.Context` (device memory, a stream of copies and launches,
 recorded launches, module loads), forwarded over a socket.
@@ -38,11 +38,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dialect import logs
-from dialect.errors import TensorWasmError
-from runtime import driver
-from runtime.device_info import DeviceInfo
-from runtime.driver import CudaError, KernelAttributes, KernelParams, ModuleLoadError, NoGPU, PageLocks
+from tensorwasm.runtime import driver
+from tensorwasm.runtime.device_info import DeviceInfo
+from tensorwasm.runtime.driver import (
+    CudaError,
+    KernelAttributes,
+    KernelParams,
+    ModuleLoadError,
+    NoGPU,
+    PageLocks,
+)
+
+from tensorwasm.support import logs
+from tensorwasm.support.errors import TensorWasmError
 
 log = logs.get_logger(__name__)
 
@@ -143,7 +151,14 @@ class WorkerContext:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH")))))
         # -P: the working directory does not go first on the path (a user's own ``runtime``
         # package there would shadow this one).
-        command = [sys.executable, "-P", "-m", "runtime.remote", str(theirs.fileno()), str(self._ordinal)]
+        command = [
+            sys.executable,
+            "-P",
+            "-m",
+            "tensorwasm.runtime.remote",
+            str(theirs.fileno()),
+            str(self._ordinal),
+        ]
         if self._factory:
             command.append(self._factory)
         try:
@@ -538,7 +553,7 @@ class WorkerKernel:
         return KernelAttributes(*self.module.context._call("attributes", self.handle))
 
 
-# --- The child's side: ``python -m runtime.remote FD ORDINAL [MODULE:FUNCTION]``.
+# --- The child's side: ``python -m tensorwasm.runtime.remote FD ORDINAL [MODULE:FUNCTION]``.
 
 
 class _Child:

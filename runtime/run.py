@@ -11,11 +11,11 @@ import sys
 import time
 
 import wasmtime
+from tensorwasm.compiler.analysis.plan import AnalysisOptions
+from tensorwasm.compiler.rewrite import HOST_MODULE
+from tensorwasm.runtime.offload import OffloadModule
 
-from compiler.analysis.plan import AnalysisOptions
-from compiler.rewrite import HOST_MODULE
-from dialect.errors import TensorWasmError
-from runtime.offload import OffloadModule
+from tensorwasm.support.errors import TensorWasmError
 
 
 class RunError(TensorWasmError):
@@ -28,8 +28,8 @@ def pick_device(device: str) -> str:
     context; should that context fail at the first launch, the loops stay on the CPU."""
     if device != "auto":
         return device
-    from runtime import known_gpu
-    from runtime.device_info import context_made
+    from tensorwasm.runtime import known_gpu
+    from tensorwasm.runtime.device_info import context_made
 
     if not context_made():
         if known_gpu.remembered() is not None:
@@ -39,7 +39,7 @@ def pick_device(device: str) -> str:
             print(f"tensorwasm: {absent} (last time; --device gpu asks again); loops run on the host backend (cpu)",
                   file=sys.stderr)  # fmt: skip
             return "cpu"
-    from runtime import driver
+    from tensorwasm.runtime import driver
 
     try:
         driver.Context.get()
@@ -60,7 +60,7 @@ def prepare(wasm: bytes, device: str, **options) -> OffloadModule:
     try:
         return OffloadModule(wasm, device=picked, **options)
     except TensorWasmError as exc:
-        from runtime import driver  # (loaded where it raised)
+        from tensorwasm.runtime import driver  # (loaded where it raised)
 
         if not isinstance(exc, (driver.NoGPU, driver.CudaError)):
             raise
@@ -111,7 +111,7 @@ def run(
     try:
         module = prepared.compiled(engine)
         if {imp.module for imp in module.imports} - {HOST_MODULE, "wasi_snapshot_preview1"}:
-            from runtime.wasi_cuda import define_if_imported  # a guest that ships its own PTX
+            from tensorwasm.runtime.wasi_cuda import define_if_imported  # a guest that ships its own PTX
 
             define_if_imported(linker, store, module)
         linker.define_unknown_imports_as_traps(module)
@@ -162,7 +162,7 @@ def report(prepared: OffloadModule, timings: dict, fmt: str) -> str:
     import json
     from dataclasses import asdict
 
-    from runtime.api import offload_report
+    from tensorwasm.runtime.api import offload_report
 
     found = offload_report(prepared)
     rows = [asdict(row) for row in found.loops]

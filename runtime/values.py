@@ -25,11 +25,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from compiler.traps import TRAP_MESSAGES as TRAP_MESSAGES
-from compiler.traps import TrapKind
-from compiler.traps import trap_message as trap_message
-from dialect.errors import TensorWasmError
-from dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
+from tensorwasm.compiler.traps import TRAP_MESSAGES as TRAP_MESSAGES
+from tensorwasm.compiler.traps import TrapKind
+from tensorwasm.compiler.traps import trap_message as trap_message
+from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
+
+from tensorwasm.support.errors import TensorWasmError
 
 WasmValue = tuple[Type, int]
 """A value: its dialect type and its unsigned bit pattern (see the module docstring)."""

@@ -39,9 +39,9 @@ from typing import Any, TypeVar
 
 import wasmtime
 
-from dialect import logs
-from dialect.errors import TensorWasmError
-from dialect.lazy import LazyModule
+from tensorwasm.support import logs
+from tensorwasm.support.errors import TensorWasmError
+from tensorwasm.support.lazy import LazyModule
 
 from .driver import (
     Context,

@@ -26,7 +26,7 @@ def corpus() -> list[Path]:
 @pytest.fixture(scope="session")
 def ptxas() -> str:
     """ptxas, to check that generated PTX assembles (the test extras ship it)."""
-    from compiler.target import find_ptxas
+    from tensorwasm.compiler.target import find_ptxas
 
     path = find_ptxas()
     assert path, "ptxas not found: install the test extras (nvidia-cuda-nvcc) or the CUDA toolkit"

@@ -7,9 +7,9 @@ from __future__ import annotations
 import ctypes
 import os
 
-from runtime.device_info import DeviceInfo
-from runtime.driver import CudaError, ModuleLoadError, NoGPU
-from runtime.remote import HostBuffer
+from tensorwasm.runtime.device_info import DeviceInfo
+from tensorwasm.runtime.driver import CudaError, ModuleLoadError, NoGPU
+from tensorwasm.runtime.remote import HostBuffer
 
 ILLEGAL_ADDRESS = 700  # CUDA_ERROR_ILLEGAL_ADDRESS
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import itertools
 import struct
 
-from compiler.frontend.opcodes import Opcode
-from dialect.types import F32, F64, I32, I64, by_name
-from oracle.generators import numeric_ops
+from tensorwasm.compiler.frontend.opcodes import Opcode
+from tensorwasm.dialect.types import F32, F64, I32, I64, by_name
+from tensorwasm.oracle.generators import numeric_ops
 
 
 def f32(x: float) -> int:

@@ -1,4 +1,4 @@
-"""runtime.instantiate: wasmtime's Instance with one call changed; runtime.report."""
+"""tensorwasm.instantiate: wasmtime's Instance with one call changed; tensorwasm.report."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import struct
 import pytest
 import wasmtime
 
-import runtime
-from dialect.errors import TensorWasmError
+import tensorwasm
+from tensorwasm.support.errors import TensorWasmError
 from tests.conftest import wat
 
 # An import before and after the memory, a parallel loop scaling n f32s in place and adding
@@ -60,10 +60,10 @@ def test_instantiate_offloads_and_matches_wasmtime(device: str) -> None:
         lambda store, ext: wasmtime.Instance(store, wasmtime.Module(store.engine, MODULE), ext)
     )
     got, seen, instance = run(
-        lambda store, ext: runtime.instantiate(store, MODULE, ext, device=device, offload="always")
+        lambda store, ext: tensorwasm.instantiate(store, MODULE, ext, device=device, offload="always")
     )
     assert got == expected and seen == expected_seen == [N, N]
-    found = runtime.report(instance)
+    found = tensorwasm.report(instance)
     assert found.device == device
     (loop,) = found.loops
     assert loop.verdict == "offload" and loop.device.startswith(device)
@@ -73,13 +73,13 @@ def test_instantiate_offloads_and_matches_wasmtime(device: str) -> None:
 
 def test_offload_off_runs_every_loop_on_wasmtime_and_says_why() -> None:
     got, _, instance = run(
-        lambda store, ext: runtime.instantiate(store, MODULE, ext, device="cpu", offload="off")
+        lambda store, ext: tensorwasm.instantiate(store, MODULE, ext, device="cpu", offload="off")
     )
     expected, _, _ = run(
         lambda store, ext: wasmtime.Instance(store, wasmtime.Module(store.engine, MODULE), ext)
     )
     assert got == expected
-    (loop,) = runtime.report(instance).loops
+    (loop,) = tensorwasm.report(instance).loops
     assert loop.offloaded == 0 and loop.declined == {"offload is off": 2}
 
 
@@ -87,14 +87,14 @@ def test_wrong_imports_and_foreign_instances_are_refused() -> None:
     store = wasmtime.Store(wasmtime.Engine())
     _, externs = imports(store, [])
     with pytest.raises(TensorWasmError, match=r"missing import env\.seen: the module takes 3 imports"):
-        runtime.instantiate(store, MODULE, externs[:2], device="cpu")
+        tensorwasm.instantiate(store, MODULE, externs[:2], device="cpu")
     with pytest.raises(TensorWasmError, match="too many imports: the module takes 3"):
-        runtime.instantiate(store, MODULE, [*externs, externs[0]], device="cpu")
+        tensorwasm.instantiate(store, MODULE, [*externs, externs[0]], device="cpu")
     with pytest.raises(TensorWasmError, match="offload must be auto, always or off"):
-        runtime.instantiate(store, MODULE, externs, device="cpu", offload="sometimes")
+        tensorwasm.instantiate(store, MODULE, externs, device="cpu", offload="sometimes")
     plain = wasmtime.Instance(store, wasmtime.Module(store.engine, MODULE), externs)
-    with pytest.raises(TensorWasmError, match=r"not made by runtime\.instantiate"):
-        runtime.report(plain)
+    with pytest.raises(TensorWasmError, match=r"not made by tensorwasm\.instantiate"):
+        tensorwasm.report(plain)
 
 
 def test_a_wasi_program_through_a_linker_prints_what_it_prints_on_wasmtime(tmp_path) -> None:
@@ -122,32 +122,34 @@ def test_a_wasi_program_through_a_linker_prints_what_it_prints_on_wasmtime(tmp_p
         lambda store, linker: linker.instantiate(store, wasmtime.Module(store.engine, wasm)), "a"
     )
     got, instance = run_program(
-        lambda store, linker: runtime.instantiate(store, wasm, linker=linker, device="cpu", offload="always"),
+        lambda store, linker: tensorwasm.instantiate(
+            store, wasm, linker=linker, device="cpu", offload="always"
+        ),
         "b",
     )
     assert got == expected and expected.startswith("matmul")
-    assert sum(loop.offloaded for loop in runtime.report(instance).loops if loop.func == "main") > 0
+    assert sum(loop.offloaded for loop in tensorwasm.report(instance).loops if loop.func == "main") > 0
     engine = wasmtime.Engine()
     with pytest.raises(TensorWasmError, match=r"the linker defines no import wasi_snapshot_preview1\."):
-        runtime.instantiate(wasmtime.Store(engine), wasm, linker=wasmtime.Linker(engine), device="cpu")
+        tensorwasm.instantiate(wasmtime.Store(engine), wasm, linker=wasmtime.Linker(engine), device="cpu")
 
 
 def test_without_a_gpu_auto_takes_the_host_backend_and_gpu_says_why(monkeypatch, capsys) -> None:
-    from runtime import driver
+    from tensorwasm.runtime import driver
 
     def no_gpu(*args):
         raise driver.NoGPU("no usable GPU (this test)")
 
     monkeypatch.setattr(driver.Context, "get", staticmethod(no_gpu))  # the same on a GPU machine
-    got, _, instance = run(lambda store, ext: runtime.instantiate(store, MODULE, ext, offload="always"))
+    got, _, instance = run(lambda store, ext: tensorwasm.instantiate(store, MODULE, ext, offload="always"))
     expected, _, _ = run(
         lambda store, ext: wasmtime.Instance(store, wasmtime.Module(store.engine, MODULE), ext)
     )
-    assert got == expected and runtime.report(instance).device == "cpu"
+    assert got == expected and tensorwasm.report(instance).device == "cpu"
     assert "no usable GPU (this test); loops run on the host backend" in capsys.readouterr().err
     store = wasmtime.Store()
     with pytest.raises(driver.NoGPU, match="no usable GPU"):
-        runtime.instantiate(store, MODULE, imports(store, [])[1], device="gpu")
+        tensorwasm.instantiate(store, MODULE, imports(store, [])[1], device="gpu")
 
 
 def test_the_python_example_runs_a_wasi_program_with_its_loop_offloaded(tmp_path) -> None:

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from tensorwasm.runtime import assembler
+from tensorwasm.runtime.assembler import AssemblerCrash, assemble
 
-from runtime import assembler
-from runtime.assembler import AssemblerCrash, assemble
 from tests.conftest import ROOT
 from tests.test_driver import ADD_ONE_PTX, _fake_context
 
@@ -62,8 +62,7 @@ def test_a_crashing_ptxas_is_a_load_error_and_the_driver_never_sees_the_module(
     crash: str, tmp_path, monkeypatch
 ) -> None:
     from cuda.bindings import driver as cu
-
-    from runtime.driver import ModuleLoadError
+    from tensorwasm.runtime.driver import ModuleLoadError
 
     context = _fake_context(monkeypatch)
     loads: list[bytes] = []
@@ -96,7 +95,7 @@ def test_the_module_that_crashes_ptxas_13_is_reported_not_fatal(ptxas: str, monk
 
 _LOAD_CRASHING = """
 import sys
-from runtime.driver import Context, ModuleLoadError
+from tensorwasm.runtime.driver import Context, ModuleLoadError
 try:
     Context.get().load_module(open(sys.argv[1], "rb").read())
     print("loaded")
@@ -116,9 +115,9 @@ def test_on_the_gpu_a_module_that_crashes_the_assembler_leaves_the_process_alive
 
 
 def test_the_oracle_counts_a_module_ptxas_crashed_on_as_skipped_not_as_a_mismatch() -> None:
-    from oracle.case import Call, Case
-    from oracle.compare import run_case
-    from runtime.driver import ModuleLoadError
+    from tensorwasm.oracle.case import Call, Case
+    from tensorwasm.oracle.compare import run_case
+    from tensorwasm.runtime.driver import ModuleLoadError
 
     def crashing(wasm: bytes):
         raise ModuleLoadError(
@@ -139,8 +138,8 @@ def test_an_interrupted_ptxas_did_not_crash(tmp_path, monkeypatch) -> None:
 def test_the_cubin_cache_names_the_assembler_and_keeps_what_the_driver_accepts(
     ptxas: str, tmp_path, monkeypatch
 ) -> None:
-    from runtime.cache import Cache, kernels_cubin_key, load_kernels
-    from runtime.driver import Context, CudaError
+    from tensorwasm.runtime.cache import Cache, kernels_cubin_key, load_kernels
+    from tensorwasm.runtime.driver import Context, CudaError
 
     context = _fake_context(monkeypatch)
     monkeypatch.setenv("TENSORWASM_PTXAS", ptxas)

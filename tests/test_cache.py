@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tensorwasm.dialect.types import I32
+from tensorwasm.runtime.cache import Cache, default_cache
+from tensorwasm.runtime.cli import main
+from tensorwasm.runtime.executor import HostExecutor
 
-from dialect.types import I32
-from runtime.cache import Cache, default_cache
-from runtime.cli import main
-from runtime.executor import HostExecutor
 from tests.conftest import wat
 
 MODULE = '(module (func (export "sq") (param i32) (result i32) local.get 0 local.get 0 i32.mul))'
@@ -64,8 +64,9 @@ def test_cache_info_and_clear(cache_dir: Path, capsys) -> None:
 
 
 def test_warm_offload_start_skips_the_compiler_and_runs_the_same(cache_dir: Path, monkeypatch) -> None:
-    import compiler.frontend.translate as translate
-    from runtime.offload import OffloadModule
+    import tensorwasm.compiler.frontend.translate as translate
+    from tensorwasm.runtime.offload import OffloadModule
+
     from tests.offload_cases import SPECS, Case, module_bytes, run_case
 
     wasm = module_bytes("stencil", "O2")
@@ -91,7 +92,8 @@ def test_warm_offload_start_skips_the_compiler_and_runs_the_same(cache_dir: Path
 
 
 def test_unreadable_prepared_entry_is_prepared_again(cache_dir: Path) -> None:
-    from runtime.offload import OffloadModule
+    from tensorwasm.runtime.offload import OffloadModule
+
     from tests.offload_cases import module_bytes
 
     wasm = module_bytes("blas1", "O2")
@@ -107,8 +109,8 @@ def test_the_rewritten_module_compiled_by_wasmtime_is_cached_and_refused_code_re
     cache_dir: Path, monkeypatch
 ) -> None:
     import wasmtime
+    from tensorwasm.runtime.offload import OffloadModule
 
-    from runtime.offload import OffloadModule
     from tests.offload_cases import module_bytes
 
     prepared = OffloadModule(module_bytes("blas1", "O2"), device="cpu")
@@ -137,9 +139,7 @@ def test_tensorwasm_run_does_not_import_the_fuzzer() -> None:
 
     from tests.conftest import ROOT
 
-    code = (
-        "import sys; from runtime.cli import build_parser; build_parser(); print('hypothesis' in sys.modules)"
-    )
+    code = "import sys; from tensorwasm.runtime.cli import build_parser; build_parser(); print('hypothesis' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert done.stdout.strip() == "False"
 
@@ -149,15 +149,15 @@ def test_tensorwasm_run_does_not_import_the_fuzzer() -> None:
 NOT_NEEDED_WARM = (
     "llvmlite.binding",
     "cuda.bindings.driver",
-    "compiler.frontend.decoder",
-    "compiler.frontend.translate",
-    "compiler.lower.function",
-    "runtime.wasi_cuda",
+    "tensorwasm.compiler.frontend.decoder",
+    "tensorwasm.compiler.frontend.translate",
+    "tensorwasm.compiler.lower.function",
+    "tensorwasm.runtime.wasi_cuda",
 )
 
 _WARM_RUN = """
 import sys
-from runtime.run import run
+from tensorwasm.runtime.run import run
 status, prepared, _ = run(open(sys.argv[1], "rb").read(), [sys.argv[1], sys.argv[2]], device="cpu")
 assert sum(lp.stats.arrivals for lp in prepared.loops) > 0
 assert sum(lp.stats.offloaded for lp in prepared.loops) == 0
@@ -185,7 +185,7 @@ def test_a_warm_run_whose_loops_decline_loads_neither_llvm_nor_cuda(cache_dir: P
 
 
 def test_the_host_is_described_by_its_processors_not_their_clocks() -> None:
-    from compiler.target import cpuinfo_signature
+    from tensorwasm.compiler.target import cpuinfo_signature
 
     block = "processor\t: {n}\nvendor_id\t: GenuineIntel\nmodel\t\t: 143\ncpu MHz\t\t: {mhz}\nflags\t\t: fpu {extra}\n"
     one = cpuinfo_signature(block.format(n=0, mhz="2100.000", extra="avx2"))
@@ -204,7 +204,7 @@ def test_the_host_is_described_by_its_processors_not_their_clocks() -> None:
 def test_the_calibration_is_measured_by_the_first_processes_and_the_fastest_kept(
     cache_dir: Path, monkeypatch
 ) -> None:
-    import runtime.profit as profit
+    import tensorwasm.runtime.profit as profit
 
     measured = iter([3e-10, 2e-10, 4e-10])  # the second process ran on a quiet machine
     monkeypatch.setattr(profit, "_measure_seconds_per_op", lambda ops: next(measured))
@@ -222,7 +222,7 @@ def test_the_calibration_is_measured_by_the_first_processes_and_the_fastest_kept
 def test_the_compiler_fingerprint_is_kept_by_the_sources_listing_and_read_again_when_it_changes(
     cache_dir: Path,
 ) -> None:
-    from runtime import cache
+    from tensorwasm.runtime import cache
 
     cache.compiler_fingerprint.cache_clear()
     first = cache.compiler_fingerprint()

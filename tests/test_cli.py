@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from tensorwasm.runtime import cli
+from tensorwasm.runtime.cli import main
 
-from runtime import cli
-from runtime.cli import main
 from tests.conftest import ROOT
 
 BLAS1 = ROOT / "examples/loops/build/blas1.O2.wasm"
@@ -48,7 +48,7 @@ def test_bad_input_is_one_line_and_status_2(tmp_path: Path) -> None:
     bad = tmp_path / "bad.wasm"
     bad.write_bytes(BLAS1.read_bytes()[:200])
     proc = subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "inspect", str(bad)],
+        [sys.executable, "-m", "tensorwasm", "inspect", str(bad)],
         capture_output=True, text=True, cwd=ROOT, check=False,
     )  # fmt: skip
     assert proc.returncode == 2
@@ -85,7 +85,7 @@ def test_invoke_cpu_prints_what_wasmtime_prints(capsys) -> None:
 
 
 def test_invoke_auto_without_gpu_says_so_and_uses_the_host(capsys) -> None:
-    from runtime import driver
+    from tensorwasm.runtime import driver
 
     assert main(["invoke", str(DEMO), "--calls", str(DEMO_CALLS)]) == 0
     captured = capsys.readouterr()
@@ -141,7 +141,7 @@ def test_inspect_llvm_and_ptx(capsys) -> None:
 
 
 def test_devices_without_gpu(capsys) -> None:
-    from runtime import driver
+    from tensorwasm.runtime import driver
 
     assert main(["devices"]) == 0
     out = capsys.readouterr().out
@@ -152,7 +152,7 @@ def test_devices_without_gpu(capsys) -> None:
 
 
 def test_fuzz_on_a_gpu_backend_without_a_gpu_says_so_and_saves_nothing(tmp_path, capsys, monkeypatch) -> None:
-    from runtime import driver
+    from tensorwasm.runtime import driver
 
     def no_gpu(*args):
         raise driver.NoGPU("no usable GPU (this test)")

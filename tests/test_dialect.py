@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from tensorwasm.dialect import arith, cf, mem
+from tensorwasm.dialect.builder import Builder
+from tensorwasm.dialect.ir import Function, Op, Successor
+from tensorwasm.dialect.printer import print_function
+from tensorwasm.dialect.types import F32, I1, I32, I64
+from tensorwasm.dialect.verifier import verify_function
 
-from dialect import arith, cf, mem
-from dialect.builder import Builder
-from dialect.errors import IRTypeError, VerifyError
-from dialect.ir import Function, Op, Successor
-from dialect.printer import print_function
-from dialect.types import F32, I1, I32, I64
-from dialect.verifier import verify_function
+from tensorwasm.support.errors import IRTypeError, VerifyError
 
 
 def new_function(params=(I32, I32), results=(I32,)) -> tuple[Function, Builder]:

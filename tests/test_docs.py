@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from compiler.frontend.docs import DOC_PATH, render
-from compiler.frontend.opcodes import OPCODES
+from tensorwasm.compiler.frontend.docs import DOC_PATH, render
+from tensorwasm.compiler.frontend.opcodes import OPCODES
 
 
 def test_opcode_doc_is_current() -> None:
-    assert DOC_PATH.read_text() == render(), "run: python -m compiler.frontend.docs"
+    assert DOC_PATH.read_text() == render(), "run: python -m tensorwasm.compiler.frontend.docs"
 
 
 def test_opcode_doc_lists_every_row() -> None:

@@ -19,10 +19,8 @@ import numpy as np
 import pytest
 from cuda.bindings import driver as cu
 from cuda.pathfinder import DynamicLibNotFoundError
-
-from dialect.errors import TensorWasmError
-from runtime import driver
-from runtime.driver import (
+from tensorwasm.runtime import driver
+from tensorwasm.runtime.driver import (
     Context,
     CudaError,
     DeviceBuffer,
@@ -35,6 +33,8 @@ from runtime.driver import (
     devices,
     driver_available,
 )
+
+from tensorwasm.support.errors import TensorWasmError
 
 R = cu.CUresult
 SUCCESS = (R.CUDA_SUCCESS,)
@@ -230,7 +230,7 @@ def test_module_remembers_its_entries(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_copies_are_cut_where_page_locked_registrations_meet(monkeypatch: pytest.MonkeyPatch) -> None:
-    from runtime.driver import Stream
+    from tensorwasm.runtime.driver import Stream
 
     context = _fake_context(monkeypatch)
     copies: list[tuple[str, int, int, int]] = []
@@ -413,7 +413,7 @@ def test_trap_is_sticky_and_reset_recovers() -> None:
     code = textwrap.dedent(
         """
         import pytest
-        from runtime.driver import Context, CudaError, StaleHandleError
+        from tensorwasm.runtime.driver import Context, CudaError, StaleHandleError
         from tests.test_driver import ADD_ONE_PTX, _assert_context_works
         ctx = Context.get()
         module = ctx.load_module(ADD_ONE_PTX)
@@ -460,7 +460,7 @@ def test_cubin_from_the_jit_linker_loads_and_runs(ctx: Context) -> None:
 def test_cubin_cache_hit_skips_the_jit_and_a_refused_cubin_is_rebuilt(
     ctx: Context, tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runtime.cache import Cache, kernels_cubin_key, load_kernels
+    from tensorwasm.runtime.cache import Cache, kernels_cubin_key, load_kernels
 
     cache = Cache(tmp_path)
     load_kernels(ctx, ADD_ONE_PTX.encode(), cache)
@@ -480,7 +480,7 @@ def test_cubin_cache_hit_skips_the_jit_and_a_refused_cubin_is_rebuilt(
 
 @pytest.mark.gpu
 def test_allocation_over_the_instance_cap_is_refused_before_the_driver(ctx: Context) -> None:
-    from runtime.limits import DeviceAllocator, DeviceMemoryLimitError, DeviceOutOfMemory
+    from tensorwasm.runtime.limits import DeviceAllocator, DeviceMemoryLimitError, DeviceOutOfMemory
 
     allocator = DeviceAllocator(ctx, limit=3 << 20)
     first = allocator.alloc(2 << 20)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import wasmtime
+from tensorwasm.compiler.rewrite import NEVER_SKIP
+from tensorwasm.runtime.offload import OffloadModule
 
-from compiler.rewrite import NEVER_SKIP
-from runtime.offload import OffloadModule
 from tests.conftest import wat
 from tests.offload_cases import instantiate, module_bytes
 
@@ -115,19 +115,19 @@ def test_the_host_is_asked_exactly_from_the_threshold_on(export, args, distance,
 
 
 def test_auto_mode_keeps_small_arrivals_from_the_host_and_counts_them(monkeypatch) -> None:
-    import runtime
+    import tensorwasm
 
     seen = _arrivals(monkeypatch)
     wasm = module_bytes("blas1", "O2")
     store = wasmtime.Store()
-    instance = runtime.instantiate(store, wasm, device="cpu")
+    instance = tensorwasm.instantiate(store, wasm, device="cpu")
     exports = instance.exports(store)
     base = exports["scratch_base"](store)
     for _ in range(5):
         exports["saxpy"](store, 8, 1.5, base, base + 4096)
     exports["saxpy"](store, 1 << 16, 1.5, base, base + (1 << 18))
     assert seen == ["saxpy"]  # only the large call asked the host
-    (record,) = [r for r in runtime.report(instance).loops if r.func == "saxpy" and r.arrivals]
+    (record,) = [r for r in tensorwasm.report(instance).loops if r.func == "saxpy" and r.arrivals]
     assert record.arrivals == 6
     assert record.declined.get("too little work to pay for a launch", 0) >= 5
 

@@ -6,8 +6,7 @@ import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from runtime.guards import Range, _conflict_grid
+from tensorwasm.runtime.guards import Range, _conflict_grid
 
 
 def footprint(r: Range, cell: tuple[int, ...]) -> tuple[int, int]:
@@ -58,7 +57,7 @@ def test_2d_conflict_test_is_exact_for_equal_strides(trip, trip2, so, si, d, ws,
     st.integers(1, 9), strides, st.integers(-48, 48), st.sampled_from([1, 4, 8]), st.sampled_from([1, 4, 16])
 )
 def test_1d_conflict_test_is_exact_for_equal_strides(trip, stride, d, ws, wa) -> None:
-    from runtime.guards import _conflict
+    from tensorwasm.runtime.guards import _conflict
 
     s = grid_range(1000, (stride,), ws, (trip,))
     a = grid_range(1000 - d, (stride,), wa, (trip,))
@@ -78,7 +77,7 @@ def test_3d_conflict_test_is_exact_for_equal_strides(counts, steps, d, ws, wa) -
 
 
 def test_3d_conflict_test_gives_up_safely_past_its_budget(monkeypatch) -> None:
-    import runtime.guards as guards
+    import tensorwasm.runtime.guards as guards
 
     # A store against itself whose cells tile memory without overlapping: "no conflict",
     # found by search; with no search budget left, the answer is "may" (never a wrong "no").

@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
+import tensorwasm.runtime.offload as offload_module
+from tensorwasm.runtime import driver, known_gpu
+from tensorwasm.runtime.cache import default_cache
+from tensorwasm.runtime.driver import DeviceInfo, NoGPU
+from tensorwasm.runtime.offload import OffloadModule
 
-import runtime.offload as offload_module
-from runtime import driver, known_gpu
-from runtime.cache import default_cache
-from runtime.driver import DeviceInfo, NoGPU
-from runtime.offload import OffloadModule
 from tests.conftest import ROOT
 from tests.offload_cases import module_bytes, run_case
 from tests.test_offload import _saxpy_case
@@ -126,7 +126,7 @@ def test_no_gpu_is_remembered_until_what_could_bring_one_changes(bare, monkeypat
 
 
 def test_auto_asks_the_driver_once_where_there_is_no_gpu(bare, monkeypatch, capsys) -> None:
-    from runtime.run import pick_device
+    from tensorwasm.runtime.run import pick_device
 
     asked = []
 
@@ -157,7 +157,7 @@ def test_no_gpu_is_not_remembered_where_asking_made_a_device_node_or_the_device_
     """The driver, asked, may load the kernel module and make the device nodes
     (nvidia-modprobe) and still fail: the fingerprint is taken after it was asked. A busy
     device, or a system not ready yet, is no lasting absence."""
-    from runtime.run import pick_device
+    from tensorwasm.runtime.run import pick_device
 
     def no_gpu(reason: str, node: bool = False):
         def get(ordinal: int = 0):
@@ -276,7 +276,7 @@ def test_a_remembered_gpu_that_is_gone_sends_the_loops_to_the_cpu(system, contex
 def test_a_device_failing_at_the_first_launch_sends_the_loops_to_the_cpu(
     system, contexts, monkeypatch
 ) -> None:
-    from runtime.driver import CudaError
+    from tensorwasm.runtime.driver import CudaError
 
     made, _ = contexts
     wasm = module_bytes("blas1", "O2")
@@ -307,7 +307,7 @@ def test_a_driver_too_old_for_any_target_sends_the_loops_to_the_cpu(system, cont
 def test_a_cold_start_on_a_remembered_gpu_that_is_gone_runs_on_the_host_backend(
     system, contexts, monkeypatch, capsys
 ) -> None:
-    from runtime.run import prepare
+    from tensorwasm.runtime.run import prepare
 
     known_gpu.remember(H100)
 
@@ -323,7 +323,7 @@ def test_a_cold_start_on_a_remembered_gpu_that_is_gone_runs_on_the_host_backend(
 
 
 def test_auto_picks_a_remembered_gpu_without_waiting_for_it(system, contexts) -> None:
-    from runtime.run import pick_device
+    from tensorwasm.runtime.run import pick_device
 
     made, _ = contexts
     known_gpu.remember(H100)
@@ -331,7 +331,7 @@ def test_auto_picks_a_remembered_gpu_without_waiting_for_it(system, contexts) ->
 
 
 _SLOW_CUDA = """
-import atexit, sys, time, runtime.cli as cli
+import atexit, sys, time, tensorwasm.runtime.cli as cli
 cli._start_cuda = lambda: time.sleep(60)  # a driver still initialising when the run ends
 atexit.register(lambda: print("python finalization", file=sys.stderr))
 cli.entry()
@@ -366,8 +366,8 @@ def test_a_run_done_before_the_cuda_context_ends_without_waiting_for_it(tmp_path
 
 _RUN = """
 import sys
-from runtime import driver, known_gpu
-from runtime.run import run
+from tensorwasm.runtime import driver, known_gpu
+from tensorwasm.runtime.run import run
 status, prepared, _ = run(open(sys.argv[1], "rb").read(), sys.argv[1:3], device="gpu", offload=sys.argv[3])
 offloaded = sum(lp.stats.offloaded for lp in prepared.loops)
 print(known_gpu.fingerprint() is not None, driver.Context.made() is not None, offloaded, file=sys.stderr)
@@ -402,7 +402,7 @@ def test_on_the_gpu_a_warm_run_makes_its_context_only_to_launch(tmp_path) -> Non
 def test_a_run_makes_no_cuda_thread_where_the_modules_last_run_here_launched_nothing(
     system, contexts, monkeypatch, capfd
 ) -> None:
-    import runtime.cli as cli
+    import tensorwasm.tensorwasm.runtime.cli as cli
 
     started: list[int] = []
     monkeypatch.setattr(cli, "_start_cuda", lambda: started.append(1))

@@ -9,14 +9,14 @@ import logging
 import subprocess
 import sys
 
-from dialect import logs
+from tensorwasm.support import logs
 from tests.conftest import ROOT
 
 _SCRIPT = """
 import sys
-from dialect import logs
+from tensorwasm.support import logs
 
-log = logs.get_logger("runtime.cache")
+log = logs.get_logger("tensorwasm.runtime.cache")
 logs.configure(logs.INFO if sys.argv[1] == "verbose" else logs.WARNING, format="tensorwasm: %(message)s")
 log.info("preparing %s", "again")
 print("after info:", "logging" in sys.modules, flush=True)
@@ -44,10 +44,10 @@ def test_at_the_level_messages_are_written_as_basic_config_formats_them() -> Non
 
 
 def test_with_logging_imported_the_real_logger_gets_every_message(caplog) -> None:
-    log = logs.get_logger("runtime.somewhere")
-    with caplog.at_level(logging.DEBUG, logger="runtime.somewhere"):
+    log = logs.get_logger("tensorwasm.runtime.somewhere")
+    with caplog.at_level(logging.DEBUG, logger="tensorwasm.runtime.somewhere"):
         log.debug("seen %d", 1)
     assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
-        ("runtime.somewhere", 10, "seen 1")
+        ("tensorwasm.runtime.somewhere", 10, "seen 1")
     ]
     assert caplog.records[0].funcName == "test_with_logging_imported_the_real_logger_gets_every_message"

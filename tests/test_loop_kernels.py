@@ -10,16 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tensorwasm.compiler.analysis.loops import AnalysisOptions, analyze_module
+from tensorwasm.compiler.frontend import load, translate_module
+from tensorwasm.compiler.lower.function import FunctionLowering, ModuleLowering, lower_loop_entry, reachable
+from tensorwasm.compiler.outline import outline
+from tensorwasm.compiler.target import ARCH_PTX, ARCHES, HostTarget, NVPTXTarget
+from tensorwasm.dialect.types import I32
+from tensorwasm.runtime.executor import HostExecutor
+from tensorwasm.runtime.offload import OffloadModule
+from tensorwasm.runtime.reference import ReferenceInstance
 
-from compiler.analysis.loops import AnalysisOptions, analyze_module
-from compiler.frontend import load, translate_module
-from compiler.lower.function import FunctionLowering, ModuleLowering, lower_loop_entry, reachable
-from compiler.outline import outline
-from compiler.target import ARCH_PTX, ARCHES, HostTarget, NVPTXTarget
-from dialect.types import I32
-from runtime.executor import HostExecutor
-from runtime.offload import OffloadModule
-from runtime.reference import ReferenceInstance
 from tests.conftest import wat
 
 N = 5_000_000  # iterations: ~20k blocks of 256 threads on the GPU
@@ -210,7 +210,7 @@ def test_strict_alignment_accesses_match_wasmtime_at_every_offset(monkeypatch) -
     """The aligned and the byte-wise path of each access width, run natively: every offset
     from 0 to 8 (and one where the access runs off the end of memory) loads and stores the
     bytes wasmtime does."""
-    from dialect.types import I64
+    from tensorwasm.dialect.types import I64
 
     monkeypatch.setenv("TENSORWASM_CACHE", "off")  # the strict code must not meet the host's
     data = wat(UNALIGNED)
@@ -227,7 +227,7 @@ def test_strict_alignment_accesses_match_wasmtime_at_every_offset(monkeypatch) -
 
 def _offloaded(wasm: bytes, device: str):
     """wasmtime running the rewritten module, its loops offloaded with relaxed float."""
-    from compiler.rewrite import HOST_MODULE
+    from tensorwasm.compiler.rewrite import HOST_MODULE
 
     offload = OffloadModule(wasm, device=device, mode="always", options=AnalysisOptions(relaxed_float=True))
 

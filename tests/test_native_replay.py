@@ -10,8 +10,8 @@ import struct
 
 import pytest
 import wasmtime
+from tensorwasm.runtime.offload import OffloadModule
 
-from runtime.offload import OffloadModule
 from tests.conftest import wat
 from tests.offload_cases import instantiate, module_bytes
 from tests.test_offload import DIVIDE_LOOP, divide
@@ -22,7 +22,7 @@ DEVICES = ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)]
 def _prepared(wasm: bytes, device: str, mode: str = "always") -> OffloadModule:
     """``wasm`` prepared to launch from page-locked memory, replays going native after one
     in Python."""
-    from oracle.simulated import simulate_gpu
+    from tensorwasm.oracle.simulated import simulate_gpu
 
     offload = OffloadModule(wasm, device="cpu" if device == "simulated" else "gpu", mode=mode, pin=True)
     if device == "simulated":
@@ -148,8 +148,8 @@ def test_a_native_replay_that_traps_leaves_the_loop_to_wasmtime_and_its_trap(dev
 
 
 def test_a_native_replay_whose_launch_fails_runs_the_loop_on_the_cpu(monkeypatch) -> None:
-    from oracle.simulated import HostGraph
-    from runtime.driver import CudaError
+    from tensorwasm.oracle.simulated import HostGraph
+    from tensorwasm.runtime.driver import CudaError
 
     launch = HostGraph.launch
     failures = {"left": 0}
@@ -178,7 +178,7 @@ def test_a_native_replay_whose_launch_fails_runs_the_loop_on_the_cpu(monkeypatch
 
 
 def test_in_auto_mode_native_replays_are_timed_and_every_so_many_decided_again(monkeypatch) -> None:
-    from runtime.profit import Estimate
+    from tensorwasm.runtime.profit import Estimate
 
     decisions = []
     decide = Estimate.decide

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from tensorwasm.compiler.target import ARCH_PTX, NVPTXTarget
+from tensorwasm.runtime.executor import GPUExecutor, HostExecutor
+from tensorwasm.runtime.reference import ReferenceInstance
 
-from compiler.target import ARCH_PTX, NVPTXTarget
-from runtime.executor import GPUExecutor, HostExecutor
-from runtime.reference import ReferenceInstance
 from tests.conftest import wat
 from tests.numeric_cases import cases, export_name, numeric_module_wat, numeric_ops, same_result
 

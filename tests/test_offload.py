@@ -10,9 +10,9 @@ import pytest
 import wasmtime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tensorwasm.dialect.types import I32
+from tensorwasm.runtime.offload import OffloadInstance, OffloadModule
 
-from dialect.types import I32
-from runtime.offload import OffloadInstance, OffloadModule
 from tests.offload_cases import SPECS, Case, module_bytes, run_case
 
 LEVELS = ["O1", "O2"]
@@ -92,7 +92,7 @@ def test_parallel_loop_is_offloaded(mod: str, func: str, device: str) -> None:
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_a_collapsed_nest_runs_as_a_2d_launch(device: str, monkeypatch) -> None:
-    import runtime.guards as guards_module
+    import tensorwasm.runtime.guards as guards_module
 
     offload = prepared("blas3", "O2", device)
     spec = SPECS["blas3"]["sgemm"]
@@ -165,7 +165,7 @@ def _saxpy_256(store, instance, a: float, data: bytes) -> bytes:
 def _pinned_offload(wasm: bytes, device: str) -> OffloadModule:
     """``wasm`` prepared to launch from page-locked memory on the GPU, or on the simulated
     device ("simulated")."""
-    from oracle.simulated import simulate_gpu
+    from tensorwasm.oracle.simulated import simulate_gpu
 
     offload = OffloadModule(wasm, device="cpu" if device == "simulated" else "gpu", pin=True)
     if device == "simulated":
@@ -263,7 +263,7 @@ def test_grown_memory_is_page_locked_piece_by_piece_and_copies_across_pieces_are
     import random
     import struct
 
-    from runtime.mirror import DeviceMirror
+    from tensorwasm.runtime.mirror import DeviceMirror
 
     offload, (store, ours), (plain_store, plain) = _blas1_pair(device)
     rng = random.Random(5)
@@ -371,8 +371,9 @@ def test_a_recorded_launch_that_fails_runs_on_the_cpu_or_step_by_step(monkeypatc
     import random
     import struct
 
-    from oracle.simulated import HostGraph, simulate_gpu
-    from runtime.driver import CudaError
+    from tensorwasm.oracle.simulated import HostGraph, simulate_gpu
+    from tensorwasm.runtime.driver import CudaError
+
     from tests.offload_cases import instantiate
 
     wasm = module_bytes("blas1", "O2")
@@ -437,7 +438,7 @@ FAULTING_KERNEL = """
 
 _FAULT_SCRIPT = f"""
 import logging
-from runtime.offload import OffloadModule
+from tensorwasm.runtime.offload import OffloadModule
 from tests.offload_cases import SPECS, Case, module_bytes, run_case
 logging.basicConfig(level=logging.WARNING)
 offload = OffloadModule(module_bytes("blas1", "O2"), device="gpu")
@@ -505,7 +506,8 @@ GLOBAL_BASE_LOOP = """(module (memory (export "memory") 4) (global $A i32 (i32.c
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_loop_reading_globals_gets_them_in_the_right_parameters(device: str) -> None:
-    from runtime.reference import ReferenceInstance
+    from tensorwasm.runtime.reference import ReferenceInstance
+
     from tests.conftest import wat
 
     wasm = wat(GLOBAL_BASE_LOOP)
@@ -521,7 +523,7 @@ def test_loop_reading_globals_gets_them_in_the_right_parameters(device: str) -> 
 def test_a_loop_the_device_makes_slower_goes_back_to_the_cpu(monkeypatch) -> None:
     import time
 
-    import runtime.profit as profit
+    import tensorwasm.runtime.profit as profit
 
     monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: 1e-7)  # ~5 ms for this loop
     offload = OffloadModule(module_bytes("blas1", "O2"), device="cpu", mode="auto")
@@ -546,7 +548,7 @@ def test_a_loop_the_device_makes_slower_goes_back_to_the_cpu(monkeypatch) -> Non
 
 
 def test_a_launch_of_few_iterations_is_modelled_by_its_slowest_thread(monkeypatch) -> None:
-    import runtime.profit as profit
+    import tensorwasm.runtime.profit as profit
 
     monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: 1e-9)
     second = 10**9  # ops: a second on wasmtime
@@ -560,15 +562,16 @@ def test_a_launch_of_few_iterations_is_modelled_by_its_slowest_thread(monkeypatc
 
 
 def test_profitability_is_calibrated_against_wasmtime() -> None:
-    import runtime.profit as profit
+    import tensorwasm.runtime.profit as profit
 
     seconds = profit.cpu_seconds_per_op()
     assert 1e-12 < seconds < 1e-7  # wasmtime runs somewhere between 10 M and 1 T ops/s
 
 
 def test_guard_outcomes_are_reused_for_the_same_live_ins_and_memory_size(monkeypatch) -> None:
-    import runtime.guards as guards_module
-    from runtime.reference import ReferenceInstance
+    import tensorwasm.runtime.guards as guards_module
+    from tensorwasm.runtime.reference import ReferenceInstance
+
     from tests.conftest import wat
 
     calls = []
@@ -598,7 +601,8 @@ FIXED_ARRAYS = """(module (memory (export "memory") 1)
 def test_arrays_a_fixed_distance_apart_are_guarded_not_rejected() -> None:
     """Static arrays 1024 elements apart: the loop is parallel for n <= 1024, which only
     the trip count at run time tells; 2 elements apart it never pays, and is rejected."""
-    from runtime.reference import ReferenceInstance
+    from tensorwasm.runtime.reference import ReferenceInstance
+
     from tests.conftest import wat
 
     far = wat(FIXED_ARRAYS.replace("OUT", "4096"))
@@ -627,8 +631,9 @@ CALLS_IN_AND_OUT_OF_LOOPS = """(module (memory (export "memory") 1)
 
 
 def test_offload_translates_only_the_functions_its_loops_need() -> None:
-    from compiler.frontend.translate import loop_closure
-    from runtime.reference import ReferenceInstance
+    from tensorwasm.compiler.frontend.translate import loop_closure
+    from tensorwasm.runtime.reference import ReferenceInstance
+
     from tests.conftest import wat
 
     wasm = wat(CALLS_IN_AND_OUT_OF_LOOPS)
@@ -663,8 +668,9 @@ def test_accesses_run_untested_only_where_the_guards_prove_them(device: str) -> 
     """A kernel's affine accesses carry no bounds test (nor, on a GPU, an alignment test):
     the guards refuse a launch unless every one is inside memory with a non-negative i32
     operand, and on a GPU aligned. Each refusal runs the loop on wasmtime, trap included."""
-    from oracle.simulated import SimulatedOffloadInstance
-    from runtime.reference import ReferenceInstance
+    from tensorwasm.oracle.simulated import SimulatedOffloadInstance
+    from tensorwasm.runtime.reference import ReferenceInstance
+
     from tests.conftest import wat
 
     wasm = wat(PROVEN_ACCESSES)
@@ -742,8 +748,9 @@ TRIANGLE = """(module (memory (export "memory") 1)
     ids=["exit-value", "exit-value-traps", "triangle"],
 )
 def test_inner_loop_exit_values_and_varying_counts_match_wasmtime(program: str, args, device: str) -> None:
-    from oracle.simulated import SimulatedOffloadInstance
-    from runtime.reference import ReferenceInstance
+    from tensorwasm.oracle.simulated import SimulatedOffloadInstance
+    from tensorwasm.runtime.reference import ReferenceInstance
+
     from tests.conftest import wat
 
     wasm = wat(program)
@@ -778,10 +785,10 @@ SHIFTED_ROWS = """(module (memory (export "memory") 2)
 @pytest.mark.parametrize("device", ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_the_loops_inside_a_declined_nest_launch_on_their_own(device: str) -> None:
     import wasmtime
+    from tensorwasm.oracle.simulated import simulate_gpu
+    from tensorwasm.runtime.api import offload_report
+    from tensorwasm.runtime.reference import ReferenceInstance
 
-    from oracle.simulated import simulate_gpu
-    from runtime.api import offload_report
-    from runtime.reference import ReferenceInstance
     from tests.conftest import wat
 
     wasm = wat(SHIFTED_ROWS)

@@ -10,12 +10,12 @@ import ctypes
 
 import pytest
 import wasmtime
+from tensorwasm.dialect.types import I32, I64
+from tensorwasm.oracle.simulated import simulate_gpu
+from tensorwasm.runtime import hostfunc
+from tensorwasm.runtime.offload import STAGED_RESULT_BYTES, OffloadInstance
+from tensorwasm.runtime.reference import ReferenceInstance
 
-from dialect.types import I32, I64
-from oracle.simulated import simulate_gpu
-from runtime import hostfunc
-from runtime.offload import STAGED_RESULT_BYTES, OffloadInstance
-from runtime.reference import ReferenceInstance
 from tests.conftest import wat
 from tests.offload_cases import SPECS, Case, module_bytes, run_case
 

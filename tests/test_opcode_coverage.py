@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from tensorwasm.compiler.errors import UnsupportedFeature
+from tensorwasm.compiler.frontend import load
+from tensorwasm.compiler.frontend.decoder import decode
+from tensorwasm.compiler.frontend.opcodes import OPCODES, PREFIX_MISC, Imm, Opcode
+from tensorwasm.compiler.frontend.printer import print_module
+from tensorwasm.compiler.frontend.translate import HANDLERS, mapping, translate_module
 
-from compiler.errors import UnsupportedFeature
-from compiler.frontend import load
-from compiler.frontend.decoder import decode
-from compiler.frontend.opcodes import OPCODES, PREFIX_MISC, Imm, Opcode
-from compiler.frontend.printer import print_module
-from compiler.frontend.translate import HANDLERS, mapping, translate_module
 from tests.conftest import wat
 from tests.wasmbin import module_with_body, uleb
 
@@ -108,7 +108,7 @@ def test_supported_row_decodes_prints_and_translates(op: Opcode) -> None:
 
 
 def test_every_supported_row_has_a_handler_and_every_dialect_name_exists() -> None:
-    import dialect
+    from tensorwasm import dialect
 
     for op in SUPPORTED:
         assert op.name == "loop" or op in HANDLERS, op.name

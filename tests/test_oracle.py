@@ -16,14 +16,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from compiler.lower import control, convert, function, memory, numeric
-from dialect.types import F32, I32
-from oracle.case import Call, Case
-from oracle.compare import run_case, same_value
-from oracle.fuzz import fuzz, fuzz_generator
-from oracle.generators import BATCH, GENERATORS, const_text, numeric_ops
-from runtime.executor import HostExecutor
+from tensorwasm.compiler.lower import control, convert, function, memory, numeric
+from tensorwasm.dialect.types import F32, I32
+from tensorwasm.oracle.case import Call, Case
+from tensorwasm.oracle.compare import run_case, same_value
+from tensorwasm.oracle.fuzz import fuzz, fuzz_generator
+from tensorwasm.oracle.generators import BATCH, GENERATORS, const_text, numeric_ops
+from tensorwasm.runtime.executor import HostExecutor
 
 SHRINK_SECONDS = 8.0  # a bound, not a cost: shrinking stops once the case is minimal
 
@@ -153,7 +152,7 @@ def test_a_replay_that_skips_its_launch_is_found_on_the_simulated_device(
     """The runtime's teeth too: an arrival replayed as an earlier one (the same live-ins)
     that skips the launch and takes the results staged last time leaves memory as that
     launch did, which the loops family's repeated calls on changed memory catch."""
-    from runtime.offload import OffloadModule
+    from tensorwasm.runtime.offload import OffloadModule
 
     _planted_replay_is_found(monkeypatch, OffloadModule, "_again", "again.launch(again.stream)", "again.stream",
                              tmp_path)  # fmt: skip
@@ -164,7 +163,7 @@ def test_a_native_replay_that_moves_no_results_is_found_on_the_simulated_device(
 ) -> None:
     """The same teeth for replays in native code (:mod:`runtime.replay`): one that launches
     but leaves its staged results out of linear memory is caught by the calls made again."""
-    from runtime.offload import NativeReplay
+    from tensorwasm.runtime.offload import NativeReplay
 
     _planted_replay_is_found(
         monkeypatch, NativeReplay, "arm_with", "arm.n_staged, arm.staged = len(again.staged),",
@@ -212,7 +211,7 @@ def test_parallel_jobs_add_up(tmp_path: Path) -> None:
 def test_a_case_crosses_processes_without_its_subset() -> None:
     """Parallel jobs send their failures to the parent: a case pickles, less the closure
     that rebuilds it from some of its programs."""
-    from oracle.generators import _numeric_module
+    from tensorwasm.oracle.generators import _numeric_module
 
     funcs = [(f'  (func (export "f{k}") (result i32) i32.const {k})', [Call(f"f{k}", ())]) for k in range(3)]
     case = _numeric_module(funcs)
@@ -225,7 +224,7 @@ def test_a_case_crosses_processes_without_its_subset() -> None:
 
 
 def test_numeric_generator_covers_every_numeric_op() -> None:
-    from oracle.generators import OPS_BY_RESULT
+    from tensorwasm.oracle.generators import OPS_BY_RESULT
 
     covered = {op.name for ops in OPS_BY_RESULT.values() for op in ops}
     assert covered == {op.name for op in numeric_ops()}
@@ -234,8 +233,7 @@ def test_numeric_generator_covers_every_numeric_op() -> None:
 
 def test_const_text_keeps_every_bit() -> None:
     import wasmtime
-
-    from runtime.reference import ReferenceInstance
+    from tensorwasm.runtime.reference import ReferenceInstance
 
     for ty, bits in [(F32, 0x7FA00001), (F32, 0xFFC00000), (F32, 0x80000001), (F32, 0x7F7FFFFF)]:
         wasm = wasmtime.wat2wasm(f'(module (func (export "k") (result f32) {const_text("f32", bits)}))')
@@ -266,11 +264,10 @@ def test_offloaded_loops_match_wasmtime_and_really_offload(device: str) -> None:
     generated kernel that the detector accepts runs as a kernel and must leave wasmtime's
     results, memory and globals."""
     from hypothesis import HealthCheck, given, settings
-
-    from oracle.compare import run_case
-    from oracle.generators import GENERATORS
-    from oracle.simulated import SimulatedOffloadInstance
-    from runtime.offload import OffloadInstance
+    from tensorwasm.oracle.compare import run_case
+    from tensorwasm.oracle.generators import GENERATORS
+    from tensorwasm.oracle.simulated import SimulatedOffloadInstance
+    from tensorwasm.runtime.offload import OffloadInstance
 
     instances: list[OffloadInstance] = []
 
@@ -305,7 +302,7 @@ def test_offloaded_loops_match_wasmtime_and_really_offload(device: str) -> None:
 
 
 def test_the_command_line_names_every_generator() -> None:
-    from oracle import GENERATOR_NAMES
+    from tensorwasm.oracle import GENERATOR_NAMES
 
     assert tuple(GENERATORS) == GENERATOR_NAMES
 
@@ -314,7 +311,7 @@ def test_fuzz_progress_is_whole_lines_in_a_log_and_one_line_on_a_terminal(monkey
     import io
     from types import SimpleNamespace
 
-    import oracle.fuzz as fuzz
+    import tensorwasm.oracle.fuzz as fuzz
 
     report = SimpleNamespace(cases=7, failures=[], calls=9, cases_skipped=0)
     monkeypatch.setattr(fuzz, "PROGRESS_LOG_SECONDS", -1.0)

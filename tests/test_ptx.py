@@ -8,11 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tensorwasm.compiler.errors import CompileError
+from tensorwasm.compiler.frontend import load, translate_module
+from tensorwasm.compiler.pipeline import compile_entries
+from tensorwasm.compiler.target import ARCH_PTX, ARCHES, NVPTXTarget, nvptx_for_device
 
-from compiler.errors import CompileError
-from compiler.frontend import load, translate_module
-from compiler.pipeline import compile_entries
-from compiler.target import ARCH_PTX, ARCHES, NVPTXTarget, nvptx_for_device
 from tests.conftest import CORPUS, wat
 from tests.numeric_cases import numeric_module_wat
 from tests.test_exec import PROGRAM
@@ -83,9 +83,14 @@ def test_loop_entry_reductions_assemble_and_start_from_constant_identities(
     """A float multiply reduction folds by compare-and-swap of its bits (LLVM has no cmpxchg
     of a double), and every thread starts from the identities as constants: reading them
     from the output slots would pick up the partials of blocks that finished earlier."""
-    from compiler.analysis.loops import AnalysisOptions, analyze_module
-    from compiler.lower.function import FunctionLowering, ModuleLowering, lower_loop_entry, reachable
-    from compiler.outline import outline
+    from tensorwasm.compiler.analysis.loops import AnalysisOptions, analyze_module
+    from tensorwasm.compiler.lower.function import (
+        FunctionLowering,
+        ModuleLowering,
+        lower_loop_entry,
+        reachable,
+    )
+    from tensorwasm.compiler.outline import outline
 
     module = translate_module(load(wat(REDUCTIONS_LOOP)))
     (report,) = analyze_module(module, AnalysisOptions(relaxed_float=True))

@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from dialect import records
+from tensorwasm.support import records
 
 
 @dataclasses.dataclass

@@ -7,11 +7,9 @@ import re
 
 import pytest
 import wasmtime
-
-from dialect.errors import TensorWasmError
-from dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64
-from runtime.reference import ReferenceBackendError, ReferenceInstance
-from runtime.values import (
+from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64
+from tensorwasm.runtime.reference import ReferenceBackendError, ReferenceInstance
+from tensorwasm.runtime.values import (
     TRAP_MESSAGES,
     CallResult,
     NanPattern,
@@ -26,6 +24,8 @@ from runtime.values import (
     trap_kind_from_wasmtime,
     trap_message,
 )
+
+from tensorwasm.support.errors import TensorWasmError
 from tests.conftest import wat
 
 # --- the JSON codec ------------------------------------------------------------------------

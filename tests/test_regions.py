@@ -9,14 +9,14 @@ import ctypes
 
 import pytest
 import wasmtime
+from tensorwasm.compiler.analysis.regions import find_regions
+from tensorwasm.compiler.frontend import load
+from tensorwasm.dialect.types import I32
+from tensorwasm.oracle.simulated import HostAllocator, HostContext, simulate_gpu
+from tensorwasm.runtime.mirror import DeviceMirror, Span, subtract, union
+from tensorwasm.runtime.offload import OffloadInstance, OffloadModule
+from tensorwasm.runtime.reference import ReferenceInstance
 
-from compiler.analysis.regions import find_regions
-from compiler.frontend import load
-from dialect.types import I32
-from oracle.simulated import HostAllocator, HostContext, simulate_gpu
-from runtime.mirror import DeviceMirror, Span, subtract, union
-from runtime.offload import OffloadInstance, OffloadModule
-from runtime.reference import ReferenceInstance
 from tests.conftest import wat
 
 # A time loop around a parallel sweep over a[0:m) into b, then a pointer swap; the sweep

@@ -11,9 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from oracle.case import Case
-from oracle.compare import run_case
+from tensorwasm.oracle.case import Case
+from tensorwasm.oracle.compare import run_case
 
 REGRESSIONS = Path(__file__).resolve().parent / "regressions"
 CASES = sorted(REGRESSIONS.glob("*.json"))

@@ -8,9 +8,8 @@ from __future__ import annotations
 import ctypes
 
 import pytest
-
-from runtime.driver import CudaError, KernelParams, ModuleLoadError, NoGPU, StaleHandleError
-from runtime.remote import WorkerContext, WorkerLost
+from tensorwasm.runtime.driver import CudaError, KernelParams, ModuleLoadError, NoGPU, StaleHandleError
+from tensorwasm.runtime.remote import WorkerContext, WorkerLost
 
 FAKE = "tests.fake_device:make"
 
@@ -187,10 +186,10 @@ class _Faults:
     process): the offload path's side of a sticky fault, without a GPU."""
 
     def __init__(self, monkeypatch) -> None:
-        from oracle.simulated import HostContext, HostKernel
-        from runtime import remote
-        from runtime.device_info import DeviceInfo
-        from runtime.remote import HostBuffer
+        from tensorwasm.oracle.simulated import HostContext, HostKernel
+        from tensorwasm.runtime import remote
+        from tensorwasm.runtime.device_info import DeviceInfo
+        from tensorwasm.runtime.remote import HostBuffer
 
         self.on, self.resets, self.workers, self.closed = False, [], [], []
         faults = self
@@ -242,9 +241,9 @@ class _Faults:
 
     def module(self, wasm: bytes):
         """A module on the shared GPU, its kernels loaded as Faulting host kernels."""
-        from oracle.simulated import HostAllocator, simulate_gpu
-        from runtime.mirror import DeviceMirror
-        from runtime.offload import OffloadModule
+        from tensorwasm.oracle.simulated import HostAllocator, simulate_gpu
+        from tensorwasm.runtime.mirror import DeviceMirror
+        from tensorwasm.runtime.offload import OffloadModule
 
         offload = OffloadModule(wasm, device="cpu", mode="always")
         entries = offload.kernels

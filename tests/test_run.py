@@ -43,7 +43,7 @@ def plain_wasmtime(path, args, tmp_path) -> tuple[int, str]:
 
 def tensorwasm_run(path, args, device: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "run", str(path), *args, "--device", device,
+        [sys.executable, "-m", "tensorwasm", "run", str(path), *args, "--device", device,
          "--offload", "always", "--report", "json"],
         capture_output=True, text=True, cwd=ROOT, check=False,
     )  # fmt: skip
@@ -69,7 +69,7 @@ def test_program_output_is_identical_to_wasmtime(name: str, device: str, tmp_pat
 
 def test_run_invoke_and_bad_input(tmp_path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "run", str(ROOT / "examples/invoke/demo.wat"),
+        [sys.executable, "-m", "tensorwasm", "run", str(ROOT / "examples/invoke/demo.wat"),
          "--invoke", "fib", "20", "--device", "cpu"],
         capture_output=True, text=True, cwd=ROOT, check=False,
     )  # fmt: skip
@@ -77,7 +77,7 @@ def test_run_invoke_and_bad_input(tmp_path) -> None:
     bad = tmp_path / "x.wasm"
     bad.write_bytes(b"\0asm\x01\0\0\0\x01")
     proc = subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "run", str(bad), "--device", "cpu"],
+        [sys.executable, "-m", "tensorwasm", "run", str(bad), "--device", "cpu"],
         capture_output=True, text=True, cwd=ROOT, check=False,
     )  # fmt: skip
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -97,7 +97,7 @@ def test_run_passes_environment_variables(tmp_path) -> None:
 
     def run(*options: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "runtime.cli", "run", str(path), "--invoke", "env", "--device", "cpu", *options],
+            [sys.executable, "-m", "tensorwasm", "run", str(path), "--invoke", "env", "--device", "cpu", *options],
             capture_output=True, text=True, cwd=ROOT, check=False,
         )  # fmt: skip
 
@@ -112,9 +112,9 @@ def test_run_passes_environment_variables(tmp_path) -> None:
 def test_program_output_on_a_simulated_device_is_identical(name: str, tmp_path, capfd, monkeypatch) -> None:
     """The GPU path's data movement (per launch, and kept on the device inside the
     stencil's, the blur's and the N-body's regions) on a device simulated in host memory."""
-    from oracle.simulated import simulate_gpu
-    from runtime import run as run_module
-    from runtime.offload import OffloadModule
+    from tensorwasm.oracle.simulated import simulate_gpu
+    from tensorwasm.runtime import run as run_module
+    from tensorwasm.runtime.offload import OffloadModule
 
     made = []
 
@@ -150,9 +150,9 @@ def test_a_3d_stencil_runs_as_a_3d_launch_with_wasmtimes_output(
 ) -> None:
     """The benchmark's 7-point stencil: its x, y and z loops form one 3-D grid (x over z,
     the contiguous index), repeated over the time steps inside a device-resident region."""
-    import runtime.guards as guards_module
-    from oracle.simulated import simulate_gpu
-    from runtime import run as run_module
+    import tensorwasm.runtime.guards as guards_module
+    from tensorwasm.oracle.simulated import simulate_gpu
+    from tensorwasm.runtime import run as run_module
 
     launches = []
     real_check = guards_module.check
@@ -191,7 +191,7 @@ def test_auto_offload_on_the_host_backend_matches_wasmtime(tmp_path) -> None:
     path = ROOT / "examples/wasi/build/stencil.O2.wasm"
     status, expected = plain_wasmtime(path, PROGRAMS["stencil"], tmp_path)
     proc = subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "run", str(path), *PROGRAMS["stencil"], "--device", "cpu",
+        [sys.executable, "-m", "tensorwasm", "run", str(path), *PROGRAMS["stencil"], "--device", "cpu",
          "--offload", "auto", "--report", "json"],
         capture_output=True, text=True, cwd=ROOT, check=False,
     )  # fmt: skip

@@ -21,22 +21,22 @@ ARGS = ["3000"]
 
 # What no warm run whose loops stay on the CPU imports, on either device.
 NEVER = (
-    "compiler.analysis.loops",
-    "compiler.analysis.regions",
-    "compiler.callgraph",
-    "compiler.frontend.decoder",
-    "compiler.frontend.module",
-    "compiler.frontend.opcodes",
-    "compiler.frontend.translate",
-    "compiler.lower.function",
-    "compiler.outline",
-    "compiler.traps",
-    "dialect.arith",
-    "dialect.ir",
-    "dialect.opdef",
-    "dialect.verifier",
-    "runtime.guards",
-    "runtime.mirror",
+    "tensorwasm.compiler.analysis.loops",
+    "tensorwasm.compiler.analysis.regions",
+    "tensorwasm.compiler.callgraph",
+    "tensorwasm.compiler.frontend.decoder",
+    "tensorwasm.compiler.frontend.module",
+    "tensorwasm.compiler.frontend.opcodes",
+    "tensorwasm.compiler.frontend.translate",
+    "tensorwasm.compiler.lower.function",
+    "tensorwasm.compiler.outline",
+    "tensorwasm.compiler.traps",
+    "tensorwasm.dialect.arith",
+    "tensorwasm.dialect.ir",
+    "tensorwasm.dialect.opdef",
+    "tensorwasm.dialect.verifier",
+    "tensorwasm.runtime.guards",
+    "tensorwasm.runtime.mirror",
     "concurrent.futures",
     "llvmlite.binding",
     "llvmlite.ir",
@@ -45,14 +45,14 @@ NEVER = (
     "oracle",  # the fuzzer's command line: a run parses its own alone
     "dataclasses",  # with inspect, ~4.5 ms: the declarations a start loads are records
     "inspect",
-    "hashlib",  # loads OpenSSL (~3 ms): cache keys are hashed by dialect.digest
+    "hashlib",  # loads OpenSSL (~3 ms): cache keys are hashed by tensorwasm.support.digest
     "_hashlib",
-    "logging",  # with traceback and tokenize, ~2.5 ms: loggers are dialect.logs's until a message
+    "logging",  # with traceback and tokenize, ~2.5 ms: loggers are tensorwasm.support.logs's until a message
     "traceback",
     "argparse",  # a plain run's command line is read by cli.parse_run
 )
 # Nor, on the host backend, the runtime's GPU layers.
-NEVER_ON_THE_CPU = ("runtime.driver", "runtime.limits", "runtime.known_gpu")
+NEVER_ON_THE_CPU = ("tensorwasm.runtime.driver", "tensorwasm.runtime.limits", "tensorwasm.runtime.known_gpu")
 
 # ``tensorwasm run`` with the arguments after the first, which names the directory of a
 # GPU as the operating system would describe it (empty: the machine's own); once the run
@@ -62,12 +62,12 @@ import sys
 from pathlib import Path
 
 if sys.argv[1]:
-    from runtime import known_gpu
+    from tensorwasm.runtime import known_gpu
 
     root = Path(sys.argv[1])
     known_gpu.PROC, known_gpu.SYS_MODULE, known_gpu.PCI = root / "proc", root / "absent", root / "pci"
     known_gpu.DEV, known_gpu.WSL_LIBRARIES, known_gpu.LINKER_CACHE = root / "dev", root / "wsl", root / "ld.so.cache"
-from runtime import cli, run
+from tensorwasm.runtime import cli, run
 
 imported = set()
 make_report = run.report
@@ -114,7 +114,7 @@ def _declined_everywhere(report: dict, device: str) -> None:
 def test_a_warm_run_on_the_host_backend_imports_neither_the_compiler_nor_the_gpus_layers(tmp_path) -> None:
     cache = tmp_path / "cache"
     _, cold = _run("cpu", cache)
-    assert "compiler.analysis.loops" in cold  # (the check below can fail)
+    assert "tensorwasm.compiler.analysis.loops" in cold  # (the check below can fail)
     report, warm = _run("cpu", cache)
     _declined_everywhere(report, "cpu")
     assert _imported(warm, NEVER + NEVER_ON_THE_CPU) == []
@@ -124,9 +124,10 @@ def test_a_warm_auto_run_on_a_remembered_gpu_imports_neither_cuda_nor_llvm(tmp_p
     """The module prepared for the remembered GPU as its first run there left it (faked
     here, so that no GPU is needed): then ``auto`` takes the GPU without a context, and a
     run whose loops all decline never makes one."""
-    import runtime.offload as offload_module
-    from compiler.analysis.plan import AnalysisOptions
-    from runtime import driver, known_gpu
+    import tensorwasm.runtime.offload as offload_module
+    from tensorwasm.compiler.analysis.plan import AnalysisOptions
+    from tensorwasm.runtime import driver, known_gpu
+
     from tests.test_known_gpu import H100, FakeCode, FakeContext, _fake_system
 
     cache = tmp_path / "cache"
@@ -145,13 +146,13 @@ def test_a_warm_auto_run_on_a_remembered_gpu_imports_neither_cuda_nor_llvm(tmp_p
     _run("auto", cache, tmp_path)  # wasmtime's code and the calibration: cached by a first run
     report, warm = _run("auto", cache, tmp_path)
     _declined_everywhere(report, "gpu")
-    assert _imported(warm, (*NEVER, "runtime.driver")) == []
+    assert _imported(warm, (*NEVER, "tensorwasm.runtime.driver")) == []
 
 
 def test_a_warm_auto_run_where_no_gpu_was_found_loads_no_cuda(tmp_path, monkeypatch) -> None:
     """Where the driver found no GPU last time and the system shows none (faked here:
     an empty system), ``auto`` takes the host backend without loading CUDA to ask again."""
-    from runtime import known_gpu
+    from tensorwasm.runtime import known_gpu
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(cache))
@@ -164,4 +165,4 @@ def test_a_warm_auto_run_where_no_gpu_was_found_loads_no_cuda(tmp_path, monkeypa
     _run("auto", cache, tmp_path)
     report, warm = _run("auto", cache, tmp_path)
     _declined_everywhere(report, "cpu")
-    assert _imported(warm, (*NEVER, "runtime.driver", "runtime.limits")) == []
+    assert _imported(warm, (*NEVER, "tensorwasm.runtime.driver", "tensorwasm.runtime.limits")) == []

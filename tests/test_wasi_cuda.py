@@ -24,12 +24,10 @@ import numpy as np
 import pytest
 import wasmtime
 from cuda.bindings import driver as cu
-
-from compiler.target import ARCHES, find_ptxas
-from dialect.errors import TensorWasmError
-from runtime import driver
-from runtime.driver import Context, DeviceInfo
-from runtime.wasi_cuda import (
+from tensorwasm.compiler.target import ARCHES, find_ptxas
+from tensorwasm.runtime import driver
+from tensorwasm.runtime.driver import Context, DeviceInfo
+from tensorwasm.runtime.wasi_cuda import (
     ARG_RECORD,
     IMPORT_MODULE,
     IMPORTS,
@@ -41,6 +39,8 @@ from runtime.wasi_cuda import (
     WasiCuda,
     define_if_imported,
 )
+
+from tensorwasm.support.errors import TensorWasmError
 from tests.conftest import ROOT
 
 R = cu.CUresult
@@ -440,7 +440,7 @@ def test_define_if_imported_only_for_wasi_cuda_modules() -> None:
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "run", *args],
+        [sys.executable, "-m", "tensorwasm", "run", *args],
         capture_output=True, text=True, check=False, cwd=ROOT, env={**os.environ, **(env or {})},
     )  # fmt: skip
 
@@ -621,7 +621,7 @@ def test_fake_gpu_verification_catches_a_wrong_kernel(gpu: FakeGPU, monkeypatch:
 def test_fake_gpu_runs_the_c_guest_under_tensorwasm_run(
     gpu: FakeGPU, offload: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from runtime.run import run
+    from tensorwasm.runtime.run import run
 
     monkeypatch.setattr(Context, "get", classmethod(lambda cls, ordinal=0: gpu.context))
     status, _, _ = run(VADD_WASM.read_bytes(), ["vadd", "5000"], device="cpu", offload=offload)
@@ -951,7 +951,7 @@ def test_a_kernel_fault_is_reported_and_later_calls_are_refused() -> None:
     # A trap poisons the process's CUDA context: run it in a process of its own.
     code = textwrap.dedent(
         """
-        from runtime.wasi_cuda import Status, WasiCuda
+        from tensorwasm.runtime.wasi_cuda import Status, WasiCuda
         from tests.test_wasi_cuda import TEST_PTX, Guest
         api = WasiCuda()
         guest, other = Guest(api), Guest(WasiCuda())

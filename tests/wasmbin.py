@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compiler.rewrite import section, uleb, vec
+from tensorwasm.compiler.rewrite import section, uleb, vec
 
 __all__ = ["section", "uleb", "vec"]
 

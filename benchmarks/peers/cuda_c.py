@@ -54,7 +54,7 @@ class CudaC(Peer):
 
     def __init__(self) -> None:
         try:
-            from runtime import driver
+            from tensorwasm.runtime import driver
         except ImportError as exc:
             raise Skip(f"cuda-python is not usable ({exc})") from None
         self.driver = driver

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from compiler.analysis.plan import (
+from tensorwasm.compiler.analysis.plan import (
     Access,
     AnalysisOptions,
     Collapse,
@@ -27,12 +27,12 @@ from compiler.analysis.plan import (
     Reduction,
     TripCount,
 )
-from compiler.analysis.poly import Poly, Symbol
-from compiler.callgraph import reachable
-from compiler.errors import NotCompilable
-from dialect import arith
-from dialect.ir import Block, Function, LoopInfo, Module, Op, Value
-from dialect.verifier import dominators, reverse_postorder
+from tensorwasm.compiler.analysis.poly import Poly, Symbol
+from tensorwasm.compiler.callgraph import reachable
+from tensorwasm.compiler.errors import NotCompilable
+from tensorwasm.dialect import arith
+from tensorwasm.dialect.ir import Block, Function, LoopInfo, Module, Op, Value
+from tensorwasm.dialect.verifier import dominators, reverse_postorder
 
 NEGATE = {"eq": "ne", "ne": "eq", "slt": "sge", "sge": "slt", "sgt": "sle", "sle": "sgt",
           "ult": "uge", "uge": "ult", "ugt": "ule", "ule": "ugt"}  # fmt: skip

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from compiler.analysis.poly import Poly, Symbol
-from dialect.records import field, record
+from tensorwasm.compiler.analysis.poly import Poly, Symbol
+
+from tensorwasm.support.records import field, record
 
 if TYPE_CHECKING:
-    from dialect.ir import Block, Function, LoopInfo, Op, Value
+    from tensorwasm.dialect.ir import Block, Function, LoopInfo, Op, Value
 
 
 @record

@@ -42,13 +42,13 @@ from typing import TYPE_CHECKING
 # A warm start unpickles Region from the prepared-module cache; the frontend's opcode
 # table loads with the search (find_regions) alone.
 if TYPE_CHECKING:
-    from compiler.frontend.module import Instr, WasmModule
+    from tensorwasm.compiler.frontend.module import Instr, WasmModule
 
 
 @functools.cache
 def _plain_immediates() -> frozenset:
     """Operands that make an instruction harmless here: control, locals and globals, constants."""
-    from compiler.frontend.opcodes import Imm
+    from tensorwasm.compiler.frontend.opcodes import Imm
 
     return frozenset(
         {Imm.NONE, Imm.BLOCKTYPE, Imm.LABEL, Imm.BR_TABLE, Imm.LOCAL, Imm.GLOBAL,

@@ -6,19 +6,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import wasmtime
-
-from compiler.errors import DecodeError, ValidationError
+from tensorwasm.compiler.errors import DecodeError, ValidationError
 
 if TYPE_CHECKING:
-    from compiler.frontend.module import WasmModule
+    from tensorwasm.compiler.frontend.module import WasmModule
 
 # The decoder and the translation load at first use: a warm start, whose analysis comes
 # from the cache, imports only the module classes its plans refer to.
 _LAZY = {
-    "decode": "compiler.frontend.decoder",
-    "WasmModule": "compiler.frontend.module",
-    "translate_function": "compiler.frontend.translate",
-    "translate_module": "compiler.frontend.translate",
+    "decode": "tensorwasm.compiler.frontend.decoder",
+    "WasmModule": "tensorwasm.compiler.frontend.module",
+    "translate_function": "tensorwasm.compiler.frontend.translate",
+    "translate_module": "tensorwasm.compiler.frontend.translate",
 }
 
 
@@ -66,7 +65,7 @@ def validate(data: bytes) -> None:
 
 def load(data: bytes) -> WasmModule:
     """Decode and validate: the module every later stage may rely on."""
-    from compiler.frontend.decoder import decode
+    from tensorwasm.compiler.frontend.decoder import decode
 
     module = decode(data)
     validate(data)

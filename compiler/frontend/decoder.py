@@ -14,8 +14,8 @@ from __future__ import annotations
 import gc
 import struct
 
-from compiler.errors import DecodeError, UnsupportedFeature
-from compiler.frontend.module import (
+from tensorwasm.compiler.errors import DecodeError, UnsupportedFeature
+from tensorwasm.compiler.frontend.module import (
     Code,
     CustomSection,
     DataSegment,
@@ -29,7 +29,7 @@ from compiler.frontend.module import (
     TableType,
     WasmModule,
 )
-from compiler.frontend.opcodes import (
+from tensorwasm.compiler.frontend.opcodes import (
     BY_NAME,
     MISC,
     PREFIX_FAMILIES,
@@ -39,8 +39,8 @@ from compiler.frontend.opcodes import (
     Imm,
     Opcode,
 )
-from dialect.ir import FuncSig
-from dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
+from tensorwasm.dialect.ir import FuncSig
+from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
 
 MAGIC = b"\0asm"
 VERSION = b"\x01\0\0\0"

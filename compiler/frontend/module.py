@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compiler.frontend.opcodes import Opcode
-from dialect.ir import FuncSig
-from dialect.types import Type
+from tensorwasm.compiler.frontend.opcodes import Opcode
+from tensorwasm.dialect.ir import FuncSig
+from tensorwasm.dialect.types import Type
 
 
 class Instr:

@@ -6,10 +6,10 @@ byte offset, indented by nesting. Immediates print from the opcode row's immedia
 
 from __future__ import annotations
 
-from compiler.frontend.decoder import float_from_bits
-from compiler.frontend.module import Instr, WasmModule
-from compiler.frontend.opcodes import Imm
-from dialect.types import Type
+from tensorwasm.compiler.frontend.decoder import float_from_bits
+from tensorwasm.compiler.frontend.module import Instr, WasmModule
+from tensorwasm.compiler.frontend.opcodes import Imm
+from tensorwasm.dialect.types import Type
 
 
 def _imm(instr: Instr) -> str:

@@ -24,14 +24,13 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable
 
-from compiler.errors import TranslateError
-from compiler.frontend.module import Instr, WasmModule
-from compiler.frontend.opcodes import OPCODES, Opcode
-from dialect import OPS, arith, cf, mem, variables
-from dialect import func as funcd
-from dialect.builder import Builder
-from dialect.errors import TensorWasmError
-from dialect.ir import (
+from tensorwasm.compiler.errors import TranslateError
+from tensorwasm.compiler.frontend.module import Instr, WasmModule
+from tensorwasm.compiler.frontend.opcodes import OPCODES, Opcode
+from tensorwasm.dialect import OPS, arith, cf, mem, variables
+from tensorwasm.dialect import func as funcd
+from tensorwasm.dialect.builder import Builder
+from tensorwasm.dialect.ir import (
     Block,
     FuncSig,
     Function,
@@ -44,8 +43,10 @@ from dialect.ir import (
     TableDecl,
     Value,
 )
-from dialect.types import I1, I32, Type
-from dialect.verifier import verify_function
+from tensorwasm.dialect.types import I1, I32, Type
+from tensorwasm.dialect.verifier import verify_function
+
+from tensorwasm.support.errors import TensorWasmError
 
 Handler = Callable[["FunctionTranslator", Instr], None]
 
@@ -579,7 +580,7 @@ OPS_TYPES: dict[str, Type] = {}
 
 def _build_handlers() -> tuple[dict[Opcode, Handler], dict[str, str]]:
     """The handler of every supported row, and the docs' description of what it emits."""
-    from dialect.types import by_name
+    from tensorwasm.dialect.types import by_name
 
     OPS_TYPES.update({n: by_name(n) for n in ("i32", "i64", "f32", "f64")})
     fixed: dict[str, tuple[Handler, str]] = {

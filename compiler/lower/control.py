@@ -13,17 +13,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
-
-from compiler.errors import CompileError
-from compiler.lower import abi
-from compiler.lower.env import i64_const
-from compiler.lower.memory import memmove
-from compiler.lower.types import I64_T, PTR_T, from_slot, to_slot
-from compiler.traps import TrapKind
-from dialect.ir import Op
+from tensorwasm.compiler.errors import CompileError
+from tensorwasm.compiler.lower import abi
+from tensorwasm.compiler.lower.env import i64_const
+from tensorwasm.compiler.lower.memory import memmove
+from tensorwasm.compiler.lower.types import I64_T, PTR_T, from_slot, to_slot
+from tensorwasm.compiler.traps import TrapKind
+from tensorwasm.dialect.ir import Op
 
 if TYPE_CHECKING:
-    from compiler.lower.function import FunctionLowering
+    from tensorwasm.compiler.lower.function import FunctionLowering
 
 
 def _unpack(fl: FunctionLowering, value: ir.Value, count: int) -> list[ir.Value]:

@@ -11,12 +11,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
-
-from compiler.traps import TrapKind
-from dialect.ir import Op
+from tensorwasm.compiler.traps import TrapKind
+from tensorwasm.dialect.ir import Op
 
 if TYPE_CHECKING:
-    from compiler.lower.function import FunctionLowering
+    from tensorwasm.compiler.lower.function import FunctionLowering
 
 
 def float_bounds(src: ir.Type, bits: int, signed: bool) -> tuple[float, bool, float]:

@@ -13,13 +13,12 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
-
-from compiler.lower import abi
-from compiler.lower.types import I1_T, I32_T, I64_T, PTR_T
-from compiler.traps import TrapKind
+from tensorwasm.compiler.lower import abi
+from tensorwasm.compiler.lower.types import I1_T, I32_T, I64_T, PTR_T
+from tensorwasm.compiler.traps import TrapKind
 
 if TYPE_CHECKING:
-    from compiler.target import Target
+    from tensorwasm.compiler.target import Target
 
 
 class Environment:

@@ -16,17 +16,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llvmlite import ir
+from tensorwasm.compiler.callgraph import indirect_candidates, reachable, recursive_functions
+from tensorwasm.compiler.errors import CompileError, NotCompilable
+from tensorwasm.compiler.lower import abi, control, convert, memory, numeric
+from tensorwasm.compiler.lower.env import Environment, i64_const
+from tensorwasm.compiler.lower.reduction import combine, fold_block, read_sreg
+from tensorwasm.compiler.lower.types import I64_T, PTR_T, VOID_T, constant, from_slot, llvm_type, to_slot
+from tensorwasm.compiler.traps import TrapKind
+from tensorwasm.dialect import cf
+from tensorwasm.dialect.ir import Block, FuncSig, Function, Module, Op
 
-from compiler.callgraph import indirect_candidates, reachable, recursive_functions
-from compiler.errors import CompileError, NotCompilable
-from compiler.lower import abi, control, convert, memory, numeric
-from compiler.lower.env import Environment, i64_const
-from compiler.lower.reduction import combine, fold_block, read_sreg
-from compiler.lower.types import I64_T, PTR_T, VOID_T, constant, from_slot, llvm_type, to_slot
-from compiler.traps import TrapKind
-from dialect import cf
-from dialect.errors import TensorWasmError
-from dialect.ir import Block, FuncSig, Function, Module, Op
+from tensorwasm.support.errors import TensorWasmError
 
 LOWERINGS = {
     **numeric.LOWERINGS,
@@ -358,7 +358,7 @@ def _report_trap(b: ir.IRBuilder, own: ir.Value, ctx: ir.Value) -> None:
 
 def _identity(op: str, ty) -> ir.Constant:
     """The identity of reduction ``op`` over dialect type ``ty``, as an LLVM constant."""
-    from compiler.outline import identity_bits
+    from tensorwasm.compiler.outline import identity_bits
 
     return constant(ty, identity_bits(op, ty))
 

@@ -14,15 +14,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from llvmlite import ir
-
-from compiler.lower import abi
-from compiler.lower.env import i32_const, i64_const
-from compiler.lower.types import I8_T, I64_T, INT_OF_WIDTH, PTR_T, int_of
-from compiler.traps import TrapKind
-from dialect.ir import Op
+from tensorwasm.compiler.lower import abi
+from tensorwasm.compiler.lower.env import i32_const, i64_const
+from tensorwasm.compiler.lower.types import I8_T, I64_T, INT_OF_WIDTH, PTR_T, int_of
+from tensorwasm.compiler.traps import TrapKind
+from tensorwasm.dialect.ir import Op
 
 if TYPE_CHECKING:
-    from compiler.lower.function import FunctionLowering
+    from tensorwasm.compiler.lower.function import FunctionLowering
 
 T = TypeVar("T")
 

@@ -12,13 +12,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
-
-from compiler.lower.types import I1_T, int_of
-from compiler.traps import TrapKind
-from dialect.ir import Op
+from tensorwasm.compiler.lower.types import I1_T, int_of
+from tensorwasm.compiler.traps import TrapKind
+from tensorwasm.dialect.ir import Op
 
 if TYPE_CHECKING:
-    from compiler.lower.function import FunctionLowering
+    from tensorwasm.compiler.lower.function import FunctionLowering
 
 # Ops that are one LLVM instruction with the same semantics.
 DIRECT = {

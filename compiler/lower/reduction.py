@@ -15,8 +15,7 @@ under relaxed float semantics, which allow the order to change.
 from __future__ import annotations
 
 from llvmlite import ir
-
-from compiler.lower.types import I32_T, I64_T, int_of
+from tensorwasm.compiler.lower.types import I32_T, I64_T, int_of
 
 # atomicrmw operations by reduction operator; fmul has none (compare-and-swap instead).
 REDUCE_RMW = {"add": "add", "and": "and", "or": "or", "xor": "xor", "min_s": "min", "max_s": "max",

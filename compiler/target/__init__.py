@@ -14,11 +14,12 @@ import platform
 import sys
 import threading
 
-from compiler.errors import CompileError
-from dialect import logs
-from dialect.digest import sha256
-from dialect.lazy import LazyModule
-from dialect.records import record
+from tensorwasm.compiler.errors import CompileError
+
+from tensorwasm.support import logs
+from tensorwasm.support.digest import sha256
+from tensorwasm.support.lazy import LazyModule
+from tensorwasm.support.records import record
 
 ir = LazyModule("llvmlite.ir", globals(), "ir")  # the lowering's IR: a warm start needs none
 

@@ -3,7 +3,7 @@
     python examples/python/offload_matmul.py [n] [--device auto|gpu|cpu]
 
 Runs examples/wasi/build/matmul.O2.wasm (an n x n f32 matrix product) through
-``runtime.instantiate`` with a wasmtime Linker that defines WASI, then prints the offload
+``tensorwasm.instantiate`` with a wasmtime Linker that defines WASI, then prints the offload
 report: where each of its loops ran and what it moved.
 """
 
@@ -18,7 +18,7 @@ import wasmtime
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-import runtime  # noqa: E402
+import tensorwasm  # noqa: E402
 
 
 def main() -> int:
@@ -40,13 +40,13 @@ def main() -> int:
     store.set_wasi(wasi)
 
     # The one changed call: linker.instantiate(store, wasmtime.Module(engine, wasm)).
-    instance = runtime.instantiate(store, wasm, linker=linker, device=args.device)
+    instance = tensorwasm.instantiate(store, wasm, linker=linker, device=args.device)
     try:
         instance.exports(store)["_start"](store)
     except wasmtime.ExitTrap as exc:
         if exc.code:
             return exc.code
-    found = runtime.report(instance)
+    found = tensorwasm.report(instance)
     for loop in found.loops:
         if loop.arrivals:
             print(
