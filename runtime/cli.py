@@ -264,7 +264,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     name, *values = args.invoke or [None]
     status, prepared, timings = run(
         wasm, argv, invoke=name, invoke_args=values, offload=args.offload,
-        device=args.device, dirs=args.dir, env=args.env, relaxed_float=args.relaxed_float,
+        device=args.device, dirs=args.dir, env=args.env, relaxed_float=args.relaxed_float, say=_say,
     )  # fmt: skip
     if raw is not None and prepared.device == "gpu" and args.offload != "off":
         from tensorwasm.runtime import known_gpu
@@ -273,6 +273,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.report:
         print(report(prepared, timings, args.report), file=sys.stderr)
     return status
+
+
+def _say(line: str) -> None:
+    """A line the library has for the user, on stderr."""
+    print(f"tensorwasm: {line}", file=sys.stderr)
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
