@@ -1,7 +1,8 @@
 """``tensorwasm fuzz``: differential fuzzing of a backend against wasmtime.
 
-Wire it into the main parser with :func:`add_fuzz_parser`; the subcommand's handler is
-set as ``func`` on its namespace and returns the exit status (1 on any mismatch).
+The ``tensorwasm`` command line (:mod:`tensorwasm.runtime.cli`) finds this module by name
+and calls :func:`add_parser`; the subcommand's handler is set as ``run`` on its namespace
+and returns the exit status (1 on any mismatch).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from pathlib import Path
 from tensorwasm.oracle import GENERATOR_NAMES, REGRESSIONS
 
 
-def add_fuzz_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add the ``fuzz`` subcommand to ``subparsers``; its handler is ``args.func(args) -> int``."""
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``fuzz`` subcommand to ``subparsers``; its handler is ``args.run(args) -> int``."""
     parser = subparsers.add_parser(
         "fuzz",
         help="compare a backend with wasmtime on generated programs",
@@ -53,7 +54,7 @@ def add_fuzz_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
         default=REGRESSIONS,
         help=f"where shrunk failures are saved as .wat + .json (default {REGRESSIONS})",
     )
-    parser.set_defaults(func=run_fuzz)
+    parser.set_defaults(run=run_fuzz)
     return parser
 
 

@@ -7,11 +7,16 @@ becomes
 and the instance's parallel loops run on the GPU (or the host backend) where it pays.
 ``runtime.report(instance)`` says, per loop, where it ran, how often, what it moved and
 cost, and why it stayed on the CPU where it did.
+
+Nothing here writes to stderr. Where ``device="auto"`` finds no usable GPU, the loops run
+on the host backend: that is said once per process as a :class:`HostBackendWarning`, and
+for every instance in the log (``tensorwasm.runtime.api``, at INFO).
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -21,14 +26,22 @@ from tensorwasm.compiler.analysis.plan import AnalysisOptions
 from tensorwasm.compiler.rewrite import HOST_MODULE
 from tensorwasm.runtime.offload import OffloadModule
 
-from tensorwasm.support import records
+from tensorwasm.support import logs, records
 from tensorwasm.support.errors import TensorWasmError
+
+log = logs.get_logger(__name__)
 
 # The offload module behind each instance made here (it lives as long as its instance).
 _PREPARED: weakref.WeakKeyDictionary[wasmtime.Instance, OffloadModule] = weakref.WeakKeyDictionary()
 # Each instance's store, kept while the instance is: its report reads the counts the
 # Wasm-side filters keep in the instance's globals.
 _STORES: weakref.WeakKeyDictionary[wasmtime.Instance, wasmtime.Store] = weakref.WeakKeyDictionary()
+# Whether this process has warned that "auto" took the host backend (it does so once).
+_warned_host_backend = False
+
+
+class HostBackendWarning(RuntimeWarning):
+    """``device="auto"`` found no usable GPU: the instance's loops run on the host backend."""
 
 
 def instantiate(
@@ -57,10 +70,12 @@ def instantiate(
         raise TensorWasmError(f"offload must be auto, always or off, not {offload!r}")
     if linker is not None and imports:
         raise TensorWasmError("give the imports or a linker, not both")
-    prepared = prepare(
+    prepared, note = prepare(
         bytes(wasm), device, mode=offload,
         options=AnalysisOptions(relaxed_float=relaxed_float), device_memory_limit=device_memory_limit,
     )  # fmt: skip
+    if note is not None:
+        _tell_host_backend(note)
     module = prepared.compiled(store.engine)
     ours = prepared.host_functions(store)
     theirs = iter(imports)
@@ -88,6 +103,16 @@ def instantiate(
     _STORES[instance] = store
     weakref.finalize(instance, prepared.close)
     return instance
+
+
+def _tell_host_backend(note: str) -> None:
+    """Say that ``auto`` took the host backend: in the log each time, as a warning once per
+    process (an application that makes many instances is told once, not per instance)."""
+    global _warned_host_backend
+    log.info("%s", note)
+    if not _warned_host_backend:
+        _warned_host_backend = True
+        warnings.warn(note, HostBackendWarning, stacklevel=3)  # (the caller of instantiate)
 
 
 @dataclass

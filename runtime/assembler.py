@@ -21,12 +21,12 @@ import signal
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Literal
 
-from tensorwasm.support import logs
+from tensorwasm.support import config, logs
 
 log = logs.get_logger(__name__)
 
-ENVIRONMENT = "TENSORWASM_PTXAS"
 TIMEOUT_SECONDS = 300  # a module the assembler has not finished by then is refused
 
 
@@ -40,8 +40,8 @@ class AssemblerCrash(Exception):
 
 
 @functools.cache
-def _ptxas(setting: str | None) -> tuple[str, tuple[int, int]] | None:
-    if setting == "off":
+def _ptxas(setting: str | Literal[False] | None) -> tuple[str, tuple[int, int]] | None:
+    if setting is False:
         return None
     if setting:
         path = setting
@@ -65,7 +65,7 @@ def _ptxas(setting: str | None) -> tuple[str, tuple[int, int]] | None:
 
 def ptxas() -> tuple[str, tuple[int, int]] | None:
     """The ptxas used, with its CUDA release; None where none is found (or it is turned off)."""
-    return _ptxas(os.environ.get(ENVIRONMENT))
+    return _ptxas(config.ptxas())
 
 
 def assemble(ptx: bytes, arch: str, driver_version: int) -> bytes | None:

@@ -9,7 +9,7 @@ it is written to a temporary file and renamed into place, so concurrent processe
 see half an entry, and an entry whose hash does not match (truncated, corrupted) is
 dropped and rebuilt. The directory is ``$TENSORWASM_CACHE_DIR``, else the user cache
 directory (``$XDG_CACHE_HOME/tensorwasm`` or ``~/.cache/tensorwasm``); ``$TENSORWASM_CACHE=off``
-turns caching off.
+turns caching off (both read by :mod:`tensorwasm.support.config`).
 """
 
 from __future__ import annotations
@@ -26,18 +26,11 @@ import llvmlite
 from tensorwasm.compiler import COMPILER_VERSION
 
 from tensorwasm.support import logs
+from tensorwasm.support.config import cache_dir, cache_enabled
 from tensorwasm.support.digest import sha256
 
 log = logs.get_logger(__name__)
 MAGIC = b"TWC1"
-
-
-def cache_dir() -> Path:
-    explicit = os.environ.get("TENSORWASM_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tensorwasm"
 
 
 @functools.cache
@@ -54,7 +47,7 @@ def compiler_fingerprint() -> str:
         stat = path.stat()
         listing.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
     kept = cache_dir() / "fingerprints" / listing.hexdigest()
-    use_kept = os.environ.get("TENSORWASM_CACHE", "on") != "off"
+    use_kept = cache_enabled()
     if use_kept:
         try:
             found = kept.read_text()
@@ -262,7 +255,7 @@ _DEFAULT: Cache | None = None
 def default_cache() -> Cache:
     """The process's cache; ``TENSORWASM_CACHE=off`` turns it off (compile everything)."""
     global _DEFAULT
-    enabled = os.environ.get("TENSORWASM_CACHE", "on") != "off"
+    enabled = cache_enabled()
     if _DEFAULT is None or _DEFAULT.directory != cache_dir() or _DEFAULT.enabled != enabled:
         _DEFAULT = Cache(enabled=enabled)
     return _DEFAULT

@@ -1,7 +1,12 @@
 """The ``tensorwasm`` command line.
 
 Every subcommand turns the project's own errors into one line on stderr and exit status
-2; anything else escaping is a bug and keeps its traceback.
+2; anything else escaping is a bug and keeps its traceback. The command line owns what is
+printed: the library below it returns what it has to say, or logs it.
+
+A command defined above the runtime (``fuzz``, the oracle's) is named here by its module
+only, imported when its parser is built (:data:`SUBCOMMANDS`): the runtime imports no
+layer above it, and a ``run`` pays nothing for the others.
 """
 
 from __future__ import annotations
@@ -264,7 +269,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     name, *values = args.invoke or [None]
     status, prepared, timings = run(
         wasm, argv, invoke=name, invoke_args=values, offload=args.offload,
-        device=args.device, dirs=args.dir, env=args.env, relaxed_float=args.relaxed_float,
+        device=args.device, dirs=args.dir, env=args.env, relaxed_float=args.relaxed_float, say=_say,
     )  # fmt: skip
     if raw is not None and prepared.device == "gpu" and args.offload != "off":
         from tensorwasm.runtime import known_gpu
@@ -273,6 +278,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.report:
         print(report(prepared, timings, args.report), file=sys.stderr)
     return status
+
+
+def _say(line: str) -> None:
+    """A line the library has for the user, on stderr."""
+    print(f"tensorwasm: {line}", file=sys.stderr)
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
@@ -351,13 +361,6 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.set_defaults(run=cmd_run)
 
 
-def _add_fuzz(sub: argparse._SubParsersAction) -> None:
-    # The oracle sits above the runtime; its CLI is imported here, at parse time only.
-    from tensorwasm.oracle.cli import add_fuzz_parser
-
-    add_fuzz_parser(sub)
-
-
 def _add_cache(sub: argparse._SubParsersAction) -> None:
     cache = sub.add_parser("cache", help="show or clear the compiled-code cache")
     cache.add_argument("action", choices=["info", "clear"])
@@ -369,13 +372,26 @@ def _add_devices(sub: argparse._SubParsersAction) -> None:
     devices.set_defaults(run=cmd_devices)
 
 
-# The subcommands, in the order the help lists them.
+def _added_by(module: str) -> Callable[[argparse._SubParsersAction], None]:
+    """The adder of a subcommand defined in ``module``, above the runtime: its
+    ``add_parser(subparsers)``, imported by name only when the parser is built."""
+
+    def add(sub: argparse._SubParsersAction) -> None:
+        import importlib
+
+        importlib.import_module(module).add_parser(sub)
+
+    return add
+
+
+# The subcommands, in the order the help lists them: each one's adder, which gives its
+# parser a ``run`` default (its handler: namespace -> exit status).
 SUBCOMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "inspect": _add_inspect,
     "invoke": _add_invoke,
     "compile": _add_compile,
     "run": _add_run,
-    "fuzz": _add_fuzz,
+    "fuzz": _added_by("tensorwasm.oracle.cli"),
     "cache": _add_cache,
     "devices": _add_devices,
 }
@@ -436,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     if args is None:
         args = _parse(argv)
     logs.configure(logs.INFO if args.verbose else logs.WARNING, format="tensorwasm: %(message)s")
-    run: Callable[[argparse.Namespace], int] = getattr(args, "run", None) or args.func
+    run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)
     except TensorWasmError as exc:

@@ -36,7 +36,7 @@ from pathlib import Path
 from tensorwasm.runtime.cache import default_cache, make_key
 from tensorwasm.runtime.device_info import DeviceInfo
 
-from tensorwasm.support import logs, records
+from tensorwasm.support import config, logs, records
 from tensorwasm.support.digest import sha256
 
 log = logs.get_logger(__name__)
@@ -46,7 +46,6 @@ PROC = Path("/proc/driver/nvidia")
 SYS_MODULE = Path("/sys/module/nvidia/version")
 PCI = Path("/sys/bus/pci/devices")
 NVIDIA_VENDOR = "0x10de"
-SELECTION = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 DEV = Path("/dev")
 WSL_LIBRARIES = Path("/usr/lib/wsl/lib")
 LINKER_CACHE = Path("/etc/ld.so.cache")
@@ -55,7 +54,7 @@ LINKER_CACHE = Path("/etc/ld.so.cache")
 def fingerprint() -> str | None:
     """A hash of the driver's version and the NVIDIA devices, or None where the operating
     system does not say (then nothing is remembered). Read once per process and selection."""
-    return _fingerprint(PROC, SYS_MODULE, PCI, tuple(os.environ.get(name) for name in SELECTION))
+    return _fingerprint(PROC, SYS_MODULE, PCI, config.cuda_selection())
 
 
 @functools.cache
@@ -68,7 +67,11 @@ def _fingerprint(proc: Path, sys_module: Path, pci: Path, selection: tuple[str |
     if not gpus:
         return None
     # An empty CUDA_VISIBLE_DEVICES hides every GPU: it differs from one not set.
-    parts = [driver, *gpus, *(f"{name}={value!r}" for name, value in zip(SELECTION, selection, strict=True))]
+    parts = [
+        driver,
+        *gpus,
+        *(f"{name}={value!r}" for name, value in zip(config.CUDA_SELECTION, selection, strict=True)),
+    ]
     return sha256("\0".join(parts).encode()).hexdigest()
 
 
@@ -88,7 +91,7 @@ def _nvidia_devices(pci: Path) -> list[Path]:
 def absence_fingerprint() -> str | None:
     """Where the system shows no NVIDIA kernel module and no GPU device node: a hash of what
     could change that (see the module's doc); else None (no absence is remembered)."""
-    selection = tuple(os.environ.get(name) for name in (*SELECTION, "LD_LIBRARY_PATH"))
+    selection = (*config.cuda_selection(), config.library_path())
     return _absence(PROC, SYS_MODULE, PCI, DEV, WSL_LIBRARIES, LINKER_CACHE, selection)
 
 

@@ -15,23 +15,18 @@ the device's free memory.
 
 from __future__ import annotations
 
-import os
-import re
 import threading
 from typing import TYPE_CHECKING
 
+from tensorwasm.support import config
 from tensorwasm.support.errors import TensorWasmError
 
 if TYPE_CHECKING:
     from tensorwasm.runtime.driver import Context, DeviceBuffer
 
 
-#: Environment variable holding the default per-instance cap.
-LIMIT_ENV = "TENSORWASM_DEVICE_MEMORY_LIMIT"
-
 # Left free on the device for the driver's own use (module images, stacks, printf).
 _DRIVER_RESERVE = 64 << 20
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 class DeviceMemoryLimitError(TensorWasmError):
@@ -42,18 +37,10 @@ class DeviceOutOfMemory(TensorWasmError):
     """The device has too little free memory for an allocation."""
 
 
-def parse_size(text: str) -> int:
-    """``"512M"`` -> 536870912; plain integers are bytes."""
-    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", text, re.IGNORECASE)
-    if not match:
-        raise TensorWasmError(f"{text!r} is not a size (e.g. 1073741824, 512M, 2G)")
-    return int(match.group(1)) * _UNITS[match.group(2).upper()]
-
-
 def default_limit() -> int | None:
-    """The cap named by ``TENSORWASM_DEVICE_MEMORY_LIMIT``, or None."""
-    text = os.environ.get(LIMIT_ENV)
-    return parse_size(text) if text else None
+    """The cap named by ``TENSORWASM_DEVICE_MEMORY_LIMIT`` (:func:`config.device_memory_limit`),
+    or None."""
+    return config.device_memory_limit()
 
 
 class DeviceAllocator:
@@ -74,7 +61,7 @@ class DeviceAllocator:
             if self.limit is not None and self.used + nbytes > self.limit:
                 raise DeviceMemoryLimitError(
                     f"{what}: {nbytes} bytes would exceed this instance's device memory cap "
-                    f"({self.used} of {self.limit} bytes in use; set {LIMIT_ENV} to change it)"
+                    f"({self.used} of {self.limit} bytes in use; set {config.DEVICE_MEMORY_LIMIT} to change it)"
                 )
             free, _ = self.context.mem_get_info()
             if nbytes > free - _DRIVER_RESERVE:

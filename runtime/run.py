@@ -3,69 +3,78 @@
 Command modules (``_start``) get WASI: arguments, standard streams and preopened
 directories, so C programs built against wasi-libc run unchanged. ``--invoke`` calls one
 export instead. The offload decisions and their costs are reported per loop.
+
+Nothing here writes to stderr: what the command has to say (the host backend taken for
+``auto``, a trap) is handed to the caller, whose ``say`` prints it (the CLI) or, by
+default, is logged. The program's own output (its WASI streams, an invoked export's
+results) goes to this process's stdout.
 """
 
 from __future__ import annotations
 
-import sys
 import time
+from collections.abc import Callable
 
 import wasmtime
 from tensorwasm.compiler.analysis.plan import AnalysisOptions
 from tensorwasm.compiler.rewrite import HOST_MODULE
 from tensorwasm.runtime.offload import OffloadModule
 
+from tensorwasm.support import logs
 from tensorwasm.support.errors import TensorWasmError
+
+log = logs.get_logger(__name__)
 
 
 class RunError(TensorWasmError):
     """The program could not be run (not the program's own failure)."""
 
 
-def pick_device(device: str) -> str:
-    """``auto`` is the GPU when one is usable, else the host backend, said on stderr. A GPU
-    remembered on this machine (:mod:`runtime.known_gpu`) is taken without waiting for its
-    context; should that context fail at the first launch, the loops stay on the CPU."""
+def pick_device(device: str) -> tuple[str, str | None]:
+    """The device for ``device`` and, where ``auto`` takes the host backend, the line that
+    says why (else None): ``auto`` is the GPU when one is usable, else the host backend. A
+    GPU remembered on this machine (:mod:`runtime.known_gpu`) is taken without waiting for
+    its context; should that context fail at the first launch, the loops stay on the CPU."""
     if device != "auto":
-        return device
+        return device, None
     from tensorwasm.runtime import known_gpu
     from tensorwasm.runtime.device_info import context_made
 
     if not context_made():
         if known_gpu.remembered() is not None:
-            return "gpu"  # the GPU this machine had last time: checked at the first launch
+            return "gpu", None  # the GPU this machine had last time: checked at the first launch
         absent = known_gpu.remembered_absence()
         if absent is not None:  # and nothing that could bring one has changed since
-            print(f"tensorwasm: {absent} (last time; --device gpu asks again); loops run on the host backend (cpu)",
-                  file=sys.stderr)  # fmt: skip
-            return "cpu"
+            return (
+                "cpu",
+                f"{absent} (last time; --device gpu asks again); loops run on the host backend (cpu)",
+            )
     from tensorwasm.runtime import driver
 
     try:
         driver.Context.get()
     except driver.NoGPU as exc:
         known_gpu.remember_absence(str(exc), exc.lasting)
-        print(f"tensorwasm: {exc}; loops run on the host backend (cpu)", file=sys.stderr)
-        return "cpu"
-    return "gpu"
+        return "cpu", f"{exc}; loops run on the host backend (cpu)"
+    return "gpu", None
 
 
-def prepare(wasm: bytes, device: str, **options) -> OffloadModule:
-    """The module prepared for offload on the device :func:`pick_device` names. Where that
-    is a remembered GPU whose context cannot be made when a cold start loads its kernels,
-    on the host backend instead, said on stderr."""
-    picked = pick_device(device)
+def prepare(wasm: bytes, device: str, **options) -> tuple[OffloadModule, str | None]:
+    """The module prepared for offload on the device :func:`pick_device` names, with the
+    line that says why ``auto`` took the host backend (else None). Where ``auto`` named a
+    remembered GPU whose context cannot be made when a cold start loads its kernels, the
+    module is prepared for the host backend instead, and the line says so."""
+    picked, note = pick_device(device)
     if device != "auto":
-        return OffloadModule(wasm, device=picked, **options)
+        return OffloadModule(wasm, device=picked, **options), note
     try:
-        return OffloadModule(wasm, device=picked, **options)
+        return OffloadModule(wasm, device=picked, **options), note
     except TensorWasmError as exc:
         from tensorwasm.runtime import driver  # (loaded where it raised)
 
         if not isinstance(exc, (driver.NoGPU, driver.CudaError)):
             raise
-        print(f"tensorwasm: {exc}; loops run on the host backend (cpu)", file=sys.stderr)
-        return OffloadModule(wasm, device="cpu", **options)
+        return OffloadModule(wasm, device="cpu", **options), f"{exc}; loops run on the host backend (cpu)"
 
 
 def run(
@@ -79,13 +88,19 @@ def run(
     dirs: list[str] | None = None,
     env: list[str] | None = None,
     relaxed_float: bool = False,
+    say: Callable[[str], None] | None = None,
 ) -> tuple[int, OffloadModule, dict]:
-    """Run the program; returns (exit status, the offload module, timings)."""
+    """Run the program; returns (exit status, the offload module, timings). ``say`` gets
+    each line the run has to tell its user (``auto`` took the host backend; the program
+    trapped), when it happens; without it they are logged as warnings."""
+    say = say or log.warning
     started = time.perf_counter()
-    prepared = prepare(
+    prepared, note = prepare(
         wasm, device, mode="off" if offload == "off" else offload,
         options=AnalysisOptions(relaxed_float=relaxed_float), pin=True,
     )  # fmt: skip
+    if note is not None:
+        say(note)
     compiled = time.perf_counter()
     engine = wasmtime.Engine()
     store = wasmtime.Store(engine)
@@ -141,7 +156,7 @@ def run(
         status = exc.code
     except wasmtime.Trap as exc:
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        print(f"tensorwasm: the program trapped: {lines[-1]}", file=sys.stderr)
+        say(f"the program trapped: {lines[-1]}")
         status = 134
     finally:
         prepared.close()

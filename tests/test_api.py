@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+import warnings
 
 import pytest
 import wasmtime
@@ -134,22 +135,56 @@ def test_a_wasi_program_through_a_linker_prints_what_it_prints_on_wasmtime(tmp_p
         tensorwasm.instantiate(wasmtime.Store(engine), wasm, linker=wasmtime.Linker(engine), device="cpu")
 
 
-def test_without_a_gpu_auto_takes_the_host_backend_and_gpu_says_why(monkeypatch, capsys) -> None:
-    from tensorwasm.runtime import driver
+def _no_gpu(monkeypatch) -> None:
+    """No GPU (the same on a GPU machine), and no warning given yet in this process."""
+    from tensorwasm.runtime import api, driver, known_gpu
 
     def no_gpu(*args):
         raise driver.NoGPU("no usable GPU (this test)")
 
-    monkeypatch.setattr(driver.Context, "get", staticmethod(no_gpu))  # the same on a GPU machine
-    got, _, instance = run(lambda store, ext: tensorwasm.instantiate(store, MODULE, ext, offload="always"))
+    monkeypatch.setattr(driver.Context, "get", staticmethod(no_gpu))
+    monkeypatch.setattr(known_gpu, "remembered", lambda: None)  # (a GPU machine remembers its own)
+    monkeypatch.setattr(known_gpu, "remembered_absence", lambda: None)  # the driver is asked
+    monkeypatch.setattr(api, "_warned_host_backend", False)
+
+
+def test_without_a_gpu_auto_takes_the_host_backend_and_gpu_says_why(monkeypatch, capfd) -> None:
+    from tensorwasm.runtime import driver
+    from tensorwasm.runtime.api import HostBackendWarning
+
+    _no_gpu(monkeypatch)
+    with pytest.warns(
+        HostBackendWarning, match=r"no usable GPU \(this test\); loops run on the host backend"
+    ):
+        got, _, instance = run(
+            lambda store, ext: tensorwasm.instantiate(store, MODULE, ext, offload="always")
+        )
     expected, _, _ = run(
         lambda store, ext: wasmtime.Instance(store, wasmtime.Module(store.engine, MODULE), ext)
     )
     assert got == expected and tensorwasm.report(instance).device == "cpu"
-    assert "no usable GPU (this test); loops run on the host backend" in capsys.readouterr().err
+    assert capfd.readouterr().err == ""
     store = wasmtime.Store()
     with pytest.raises(driver.NoGPU, match="no usable GPU"):
         tensorwasm.instantiate(store, MODULE, imports(store, [])[1], device="gpu")
+
+
+def test_auto_without_a_gpu_writes_nothing_to_stderr_and_warns_once_per_process(monkeypatch, capfd) -> None:
+    from tensorwasm.runtime.api import HostBackendWarning
+
+    _no_gpu(monkeypatch)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # every warning given is recorded: once is instantiate's doing
+        for _ in range(3):
+            store = wasmtime.Store()
+            instance = tensorwasm.instantiate(store, MODULE, imports(store, [])[1])
+            assert tensorwasm.report(instance).device == "cpu"
+    said = [w for w in caught if issubclass(w.category, HostBackendWarning)]
+    assert [str(w.message) for w in said] == [
+        "no usable GPU (this test); loops run on the host backend (cpu)"
+    ]
+    assert said[0].filename == __file__  # it names the line that called instantiate
+    assert capfd.readouterr().err == ""
 
 
 def test_the_python_example_runs_a_wasi_program_with_its_loop_offloaded(tmp_path) -> None:

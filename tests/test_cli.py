@@ -165,6 +165,51 @@ def test_fuzz_on_a_gpu_backend_without_a_gpu_says_so_and_saves_nothing(tmp_path,
     assert list(tmp_path.iterdir()) == []
 
 
+def test_run_auto_without_a_gpu_prints_its_one_line(monkeypatch, capfd) -> None:
+    """The library returns what it has to say; ``tensorwasm run`` prints it, as it always did."""
+    from tensorwasm.runtime import driver, known_gpu
+
+    def no_gpu(*args):
+        raise driver.NoGPU("no usable GPU (this test)")
+
+    monkeypatch.setattr(driver.Context, "get", staticmethod(no_gpu))  # the same on a GPU machine
+    monkeypatch.setattr(driver.Context, "made", staticmethod(lambda ordinal=0: None))
+    monkeypatch.setattr(known_gpu, "remembered", lambda: None)
+    monkeypatch.setattr(known_gpu, "remembered_absence", lambda: None)
+    monkeypatch.setattr(known_gpu, "remember_absence", lambda reason, lasting=True: None)
+    monkeypatch.setattr(cli, "_may_launch", lambda raw, device: False)  # no thread making a context
+    assert main(["run", str(DEMO), "--invoke", "fib", "20"]) == 0
+    captured = capfd.readouterr()
+    assert captured.out == "6765\n"
+    assert captured.err == "tensorwasm: no usable GPU (this test); loops run on the host backend (cpu)\n"
+
+
+def test_run_says_a_trap_in_one_line_with_status_134(tmp_path: Path, capfd) -> None:
+    src = tmp_path / "trap.wat"
+    src.write_text('(module (func (export "boom") unreachable))')
+    assert main(["run", str(src), "--invoke", "boom", "--device", "cpu"]) == 134
+    (line,) = capfd.readouterr().err.splitlines()
+    assert line.startswith("tensorwasm: the program trapped: ") and "unreachable" in line
+
+
+def test_fuzz_is_found_by_its_module_name_and_its_help_is_the_oracles() -> None:
+    from tensorwasm.oracle.cli import run_fuzz
+
+    assert cli._parse(["fuzz", "--max-examples", "3"]).run is run_fuzz
+    listed = subprocess.run(
+        [sys.executable, "-m", "tensorwasm", "--help"], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert "{inspect,invoke,compile,run,fuzz,cache,devices}" in listed.stdout
+    done = subprocess.run(
+        [sys.executable, "-m", "tensorwasm", "fuzz", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
+    assert done.stdout.startswith("usage: tensorwasm fuzz") and "Differential fuzzing" in done.stdout
+
+
 @pytest.mark.parametrize(
     "argv",
     [

@@ -125,7 +125,7 @@ def test_no_gpu_is_remembered_until_what_could_bring_one_changes(bare, monkeypat
     )  # a library installed
 
 
-def test_auto_asks_the_driver_once_where_there_is_no_gpu(bare, monkeypatch, capsys) -> None:
+def test_auto_asks_the_driver_once_where_there_is_no_gpu(bare, monkeypatch, capfd) -> None:
     from tensorwasm.runtime.run import pick_device
 
     asked = []
@@ -136,19 +136,18 @@ def test_auto_asks_the_driver_once_where_there_is_no_gpu(bare, monkeypatch, caps
 
     monkeypatch.setattr(driver.Context, "get", staticmethod(no_gpu))
     monkeypatch.setattr(driver.Context, "made", staticmethod(lambda ordinal=0: None))
-    assert pick_device("auto") == "cpu" and len(asked) == 1
-    assert pick_device("auto") == "cpu" and len(asked) == 1  # remembered
-    said = capsys.readouterr().err.splitlines()
-    assert (
-        said[0]
-        == "tensorwasm: no usable GPU: the driver reports zero devices; loops run on the host backend (cpu)"
+    first, second = pick_device("auto"), pick_device("auto")  # the second: remembered
+    assert len(asked) == 1
+    assert first == (
+        "cpu",
+        "no usable GPU: the driver reports zero devices; loops run on the host backend (cpu)",
     )
-    assert said[1].startswith(
-        "tensorwasm: no usable GPU: the driver reports zero devices (last time; --device gpu"
-    )
+    assert second[0] == "cpu"
+    assert second[1].startswith("no usable GPU: the driver reports zero devices (last time; --device gpu")
+    assert capfd.readouterr().err == ""  # said by the caller (the CLI prints it)
     (bare / "dev/nvidia0").touch()  # a GPU may be there now: asked again
     known_gpu._absence.cache_clear()
-    assert pick_device("auto") == "cpu" and len(asked) == 2
+    assert pick_device("auto")[0] == "cpu" and len(asked) == 2
 
 
 def test_no_gpu_is_not_remembered_where_asking_made_a_device_node_or_the_device_was_busy(
@@ -170,13 +169,13 @@ def test_no_gpu_is_not_remembered_where_asking_made_a_device_node_or_the_device_
     monkeypatch.setattr(driver.Context, "made", staticmethod(lambda ordinal=0: None))
     no_gpu("no usable GPU: the driver reports zero devices", node=True)
     assert known_gpu.absence_fingerprint() is not None  # (read before the driver was asked)
-    assert pick_device("auto") == "cpu" and known_gpu.remembered_absence() is None
+    assert pick_device("auto")[0] == "cpu" and known_gpu.remembered_absence() is None
     (bare / "dev/nvidia0").unlink()
     known_gpu._absence.cache_clear()
     busy = "no usable GPU: the device is busy or in exclusive mode [CUDA_ERROR_DEVICE_UNAVAILABLE]"
     assert not NoGPU(busy).lasting and NoGPU("no usable GPU: the driver reports zero devices").lasting
     no_gpu(busy)
-    assert pick_device("auto") == "cpu" and known_gpu.remembered_absence() is None
+    assert pick_device("auto")[0] == "cpu" and known_gpu.remembered_absence() is None
 
 
 class FakeContext:
@@ -305,7 +304,7 @@ def test_a_driver_too_old_for_any_target_sends_the_loops_to_the_cpu(system, cont
 
 
 def test_a_cold_start_on_a_remembered_gpu_that_is_gone_runs_on_the_host_backend(
-    system, contexts, monkeypatch, capsys
+    system, contexts, monkeypatch, capfd
 ) -> None:
     from tensorwasm.runtime.run import prepare
 
@@ -315,9 +314,13 @@ def test_a_cold_start_on_a_remembered_gpu_that_is_gone_runs_on_the_host_backend(
         raise NoGPU("no usable GPU: the driver sees no device (check CUDA_VISIBLE_DEVICES)")
 
     monkeypatch.setattr(driver.Context, "get", staticmethod(gone))
-    prepared = prepare(module_bytes("blas1", "O2"), "auto")  # compiles, then loads: no context
+    prepared, note = prepare(module_bytes("blas1", "O2"), "auto")  # compiles, then loads: no context
     assert prepared.device == "cpu"
-    assert "loops run on the host backend (cpu)" in capsys.readouterr().err
+    assert (
+        note
+        == "no usable GPU: the driver sees no device (check CUDA_VISIBLE_DEVICES); loops run on the host backend (cpu)"
+    )
+    assert capfd.readouterr().err == ""
     with pytest.raises(NoGPU):
         prepare(module_bytes("stencil", "O2"), "gpu")  # asked for by name (and cold): the error stands
 
@@ -327,7 +330,7 @@ def test_auto_picks_a_remembered_gpu_without_waiting_for_it(system, contexts) ->
 
     made, _ = contexts
     known_gpu.remember(H100)
-    assert pick_device("auto") == "gpu" and not made
+    assert pick_device("auto") == ("gpu", None) and not made
 
 
 _SLOW_CUDA = """

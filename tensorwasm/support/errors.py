@@ -18,3 +18,7 @@ class IRTypeError(TensorWasmError):
 
 class VerifyError(TensorWasmError):
     """A dialect function breaks an invariant (types, dominance, terminators)."""
+
+
+class ConfigError(TensorWasmError):
+    """An environment variable holds a value TensorWasm cannot use (the message names both)."""

@@ -1,0 +1,123 @@
+"""The configuration TensorWasm reads from the environment, in one place.
+
+Each variable has one accessor here, which reads it when called (an embedder or a test
+may change the environment between calls), parses it and checks it; a value it cannot
+use is a :class:`~tensorwasm.support.errors.ConfigError` that names the variable and the
+value. An unset variable and an empty one mean the same: the default.
+
+- ``TENSORWASM_CACHE_DIR`` (:func:`cache_dir`): the compiled-code cache's directory
+  (default ``$XDG_CACHE_HOME/tensorwasm``, else ``~/.cache/tensorwasm``);
+- ``TENSORWASM_CACHE`` (:func:`cache_enabled`): ``on`` (the default) or ``off``: compile
+  everything, keep nothing;
+- ``TENSORWASM_DEVICE_MEMORY_LIMIT`` (:func:`device_memory_limit`): the bytes one
+  instance's launches may hold on the device, with an optional ``K``, ``M`` or ``G``
+  suffix (powers of 1024);
+- ``TENSORWASM_PTXAS`` (:func:`ptxas`): the ptxas that assembles PTX before the driver
+  loads it (a path, or a name on ``PATH``), or ``off``.
+
+CUDA's own variables that decide which GPUs a process sees and which driver library it
+loads (``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``, ``LD_LIBRARY_PATH``) are read here
+too, as they are (CUDA parses them): :func:`cuda_selection`, :func:`library_path`.
+
+Importing this module costs nothing a start of ``tensorwasm run`` does not already pay.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from tensorwasm.support.errors import ConfigError
+
+CACHE_DIR = "TENSORWASM_CACHE_DIR"
+CACHE = "TENSORWASM_CACHE"
+DEVICE_MEMORY_LIMIT = "TENSORWASM_DEVICE_MEMORY_LIMIT"
+PTXAS = "TENSORWASM_PTXAS"
+#: CUDA's variables that select and order the devices a process sees.
+CUDA_SELECTION = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+LIBRARY_PATH = "LD_LIBRARY_PATH"
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _read(name: str) -> str | None:
+    """The variable's value; None where it is unset or empty."""
+    return os.environ.get(name) or None
+
+
+def cache_dir() -> Path:
+    """The cache's directory: ``$TENSORWASM_CACHE_DIR``, else ``$XDG_CACHE_HOME/tensorwasm``,
+    else ``~/.cache/tensorwasm``. A path that exists and is not a directory is refused."""
+    explicit = _read(CACHE_DIR)
+    if explicit is None:
+        base = _read("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return Path(base) / "tensorwasm"
+    path = Path(explicit)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{CACHE_DIR}={explicit!r} is not a directory")
+    return path
+
+
+def cache_enabled() -> bool:
+    """Whether compiled code is cached: ``TENSORWASM_CACHE`` is ``on`` (the default) or ``off``."""
+    text = _read(CACHE)
+    if text is None:
+        return True
+    value = text.strip().lower()
+    if value not in ("on", "off"):
+        raise ConfigError(f"{CACHE}={text!r}: say on or off")
+    return value == "on"
+
+
+def parse_size(text: str) -> int:
+    """A size in bytes: ``"512M"`` -> 536870912, ``"2GiB"``, ``"1048576"``; suffixes are
+    powers of 1024, in either case. Raises ValueError where ``text`` is not a size."""
+    import re
+
+    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", text, re.IGNORECASE)
+    if not match:
+        raise ValueError(f"{text!r} is not a size (e.g. 1073741824, 512M, 2G)")
+    return int(match.group(1)) * _UNITS[match.group(2).upper()]
+
+
+def device_memory_limit() -> int | None:
+    """The device memory one instance's launches may hold, from
+    ``TENSORWASM_DEVICE_MEMORY_LIMIT``; None where it is not set (no cap but the device's)."""
+    text = _read(DEVICE_MEMORY_LIMIT)
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError:
+        raise ConfigError(
+            f"{DEVICE_MEMORY_LIMIT}={text!r} is not a size (bytes, e.g. 1073741824, 512M, 2G)"
+        ) from None
+
+
+def ptxas() -> str | Literal[False] | None:
+    """``TENSORWASM_PTXAS``: the ptxas to run (the value: a path, or a name on ``PATH``); False where it is ``off`` (the driver's JIT assembles every module);
+    None where it is not set (a ptxas is looked for on ``PATH``, then in the pip package).
+    A value that names no executable file is refused."""
+    text = _read(PTXAS)
+    if text is None:
+        return None
+    if text.strip().lower() == "off":
+        return False
+    import shutil
+
+    found = shutil.which(text)
+    if found is None:
+        raise ConfigError(f"{PTXAS}={text!r} names no executable file (a ptxas, or off)")
+    return text
+
+
+def cuda_selection() -> tuple[str | None, ...]:
+    """The values of :data:`CUDA_SELECTION`, as they are (None: unset; an empty
+    ``CUDA_VISIBLE_DEVICES`` hides every GPU, unlike an unset one)."""
+    return tuple(os.environ.get(name) for name in CUDA_SELECTION)
+
+
+def library_path() -> str | None:
+    """``LD_LIBRARY_PATH`` as it is (None: unset), where the CUDA driver library may be found."""
+    return os.environ.get(LIBRARY_PATH)
