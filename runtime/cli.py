@@ -188,19 +188,25 @@ def cmd_invoke(args: argparse.Namespace) -> int:
     stream = sys.stdin if args.calls == "-" else _open_text(args.calls)
     status = 0
     with stream:
-        for line in stream:
-            if not line.strip():
-                continue
-            try:
-                name, values = parse_call_line(line)
-            except ValueFormatError as exc:
-                print(format_result(CallResult(error=str(exc))), flush=True)
-                status = 1
-                continue
-            result = executor.call(name, values)
-            if result.error:
-                status = 1
-            print(format_result(result), flush=True)
+        try:
+            for line in stream:
+                if not line.strip():
+                    continue
+                try:
+                    name, values = parse_call_line(line)
+                except ValueFormatError as exc:
+                    print(format_result(CallResult(error=str(exc))), flush=True)
+                    status = 1
+                    continue
+                result = executor.call(name, values)
+                if result.error:
+                    status = 1
+                print(format_result(result), flush=True)
+        except UnicodeDecodeError as exc:
+            raise TensorWasmError(
+                f"--calls {args.calls}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at {exc.start} of a "
+                "read): the calls are JSON lines"
+            ) from None
     return status
 
 

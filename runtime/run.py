@@ -12,6 +12,7 @@ results) goes to this process's stdout.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -120,7 +121,12 @@ def run(
     wasi.env = variables
     for spec in dirs or []:
         host, _, guest = spec.partition("::")
-        wasi.preopen_dir(host, guest or host)
+        if not os.path.isdir(host):
+            raise RunError(f"--dir {host}: no such directory")
+        try:
+            wasi.preopen_dir(host, guest or host)
+        except wasmtime.WasmtimeError as exc:
+            raise RunError(f"--dir {host}: {_cause(exc)}") from None
     store.set_wasi(wasi)
     prepared.define(linker, store)
     try:
@@ -132,7 +138,12 @@ def run(
         linker.define_unknown_imports_as_traps(module)
         instance = linker.instantiate(store, module)
         prepared.bind(store, instance.exports(store))
+    except wasmtime.Trap as exc:  # a start function or an active segment trapped
+        say(f"the program trapped while it was instantiated: {_cause(exc)}")
+        prepared.close()
+        return 134, prepared, {"compile_seconds": compiled - started, "run_seconds": 0.0}
     except wasmtime.WasmtimeError as exc:
+        prepared.close()
         raise RunError(f"cannot instantiate: {str(exc).strip().splitlines()[0]}") from None
     status = 0
     try:
@@ -155,14 +166,21 @@ def run(
     except wasmtime.ExitTrap as exc:
         status = exc.code
     except wasmtime.Trap as exc:
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        say(f"the program trapped: {lines[-1]}")
+        say(f"the program trapped: {_cause(exc)}")
         status = 134
+    except wasmtime.WasmtimeError as exc:  # e.g. WASI asked for an export the module lacks
+        raise RunError(f"the program could not go on: {_cause(exc)}") from None
     finally:
         prepared.close()
     finished = time.perf_counter()
     timings = {"compile_seconds": compiled - started, "run_seconds": finished - compiled}
     return status, prepared, timings
+
+
+def _cause(exc: Exception) -> str:
+    """The last line of wasmtime's message: the cause, under its backtrace."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
 
 
 def _parse_arg(text: str, ty: wasmtime.ValType) -> int | float:

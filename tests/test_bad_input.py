@@ -1,0 +1,84 @@
+"""Bad input a user can give every command: one line naming the cause, never a traceback.
+
+Each case runs the command in a fresh process, as a user does, and checks its exit status
+(2 for the user's error, 134 for a Wasm trap), that stderr is one line naming the cause,
+and that no Python traceback reached the user.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import wasmtime
+
+from tests.conftest import ROOT
+
+WASI_PROGRAM = ROOT / "examples/wasi/build/histogram.O2.wasm"
+
+
+def tensorwasm(*args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tensorwasm", *map(str, args)],
+        capture_output=True, text=True, timeout=timeout, cwd=ROOT, stdin=subprocess.DEVNULL, check=False,
+    )  # fmt: skip
+
+
+def one_line(done: subprocess.CompletedProcess, status: int, cause: str) -> None:
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert cause in lines[0], lines[0]
+    assert done.returncode == status, (done.returncode, done.stderr)
+
+
+def module(tmp_path: Path, text: str, name: str = "case.wasm") -> Path:
+    path = tmp_path / name
+    path.write_bytes(wasmtime.wat2wasm(text))
+    return path
+
+
+def test_a_start_function_that_traps_is_a_trap_of_the_run(tmp_path: Path) -> None:
+    path = module(tmp_path, '(module (func $s unreachable) (start $s) (func (export "_start")))')
+    one_line(tensorwasm("run", path, "--device", "cpu"), 134, "trapped while it was instantiated: wasm trap")
+
+
+def test_a_data_segment_out_of_bounds_is_a_trap_of_the_run(tmp_path: Path) -> None:
+    path = module(tmp_path, '(module (memory 1) (data (i32.const 65535) "ab") (func (export "_start")))')
+    one_line(tensorwasm("run", path, "--device", "cpu"), 134, "out of bounds memory access")
+
+
+def test_a_wasi_program_without_an_exported_memory_is_one_line(tmp_path: Path) -> None:
+    path = module(
+        tmp_path,
+        """(module
+          (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+          (memory 1)
+          (func (export "_start") (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))""",
+    )
+    one_line(tensorwasm("run", path, "--device", "cpu"), 2, "missing required memory export")
+
+
+def test_a_missing_preopened_directory_is_one_line() -> None:
+    done = tensorwasm("run", WASI_PROGRAM, "10", "--device", "cpu", "--dir", "/nonexistent/dir")
+    one_line(done, 2, "--dir /nonexistent/dir: no such directory")
+
+
+def test_calls_from_a_binary_file_are_one_line() -> None:
+    done = tensorwasm(
+        "invoke", ROOT / "examples/invoke/demo.wat", "--backend", "cpu", "--calls", WASI_PROGRAM
+    )
+    one_line(done, 2, "not UTF-8 text")
+
+
+@pytest.mark.parametrize("command", ["inspect", "run", "invoke", "compile"])
+def test_a_module_file_that_is_not_there_is_one_line(command: str, tmp_path: Path) -> None:
+    extra = {
+        "inspect": ["--stage", "wasm"],
+        "run": [],
+        "invoke": ["--calls", "-"],
+        "compile": ["-o", tmp_path],
+    }
+    one_line(tensorwasm(command, tmp_path / "absent.wasm", *extra[command]), 2, "absent.wasm")
