@@ -15,36 +15,43 @@ import sys
 import time
 from pathlib import Path
 
-from tensorwasm.compiler.frontend import load, translate_function, translate_module
-from tensorwasm.compiler.pipeline import compilable, compile_entries
+from tensorwasm.compiler import pipeline
+from tensorwasm.compiler.frontend import translate_function
 from tensorwasm.compiler.target import parse_target
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def corpus_functions(max_instructions: int):
+    """(path, its translated module, function index) of every function measured."""
     for path in sorted((ROOT / "examples").glob("**/build/*.wasm")):
-        wasm = load(path.read_bytes())
-        module = translate_module(wasm)
+        state = pipeline.run(pipeline.Request(path.read_bytes()), "dialect")
+        wasm = state.wasm.module
         first = wasm.num_imported_funcs
         candidates = [first + i for i, code in enumerate(wasm.codes) if len(code.body) <= max_instructions]
-        ok, _ = compilable(module, candidates)
-        for index in ok:
-            yield path, wasm, index
+        state = pipeline.run(pipeline.Request(functions=tuple(candidates)), "kernels", state=state)
+        for index in state.kernels.functions:
+            yield path, state, index
 
 
 def measure(target_name: str, max_instructions: int, repeat: int) -> dict:
     target = parse_target(target_name)
     per_function = []
-    for path, wasm, index in corpus_functions(max_instructions):
+    for path, translated, index in corpus_functions(max_instructions):
+        wasm = translated.wasm.module
+        module = translated.dialect.module
+        request = pipeline.Request(functions=(index,), target=target)
+        last = "ptx" if target.is_gpu else "llvm"  # host: the IR, as the JIT's input
         times = []
         for _ in range(repeat):
             start = time.perf_counter()
-            func = translate_function(wasm, index)
-            dialect_module = _module_with(wasm, index, func)
-            compilation = compile_entries(dialect_module, target, [index])
+            # The function translated afresh (so it is timed), in the module translated once.
+            module.functions[index] = translate_function(wasm, index)
+            state = pipeline.run(
+                request, last, state=pipeline.CompileState(dialect=pipeline.DialectModule(module))
+            )
             if target.is_gpu:
-                assert compilation.ptx
+                assert state.ptx.text
             times.append(time.perf_counter() - start)
         per_function.append(
             {
@@ -63,18 +70,6 @@ def measure(target_name: str, max_instructions: int, repeat: int) -> dict:
         "max_ms": max(medians),
         "per_function": per_function,
     }
-
-
-def _module_with(wasm, index, func):
-    """The translated module, reusing the fresh translation of ``index`` (so it is timed)."""
-    module = _CACHE.get(id(wasm))
-    if module is None:
-        module = _CACHE[id(wasm)] = translate_module(wasm)
-    module.functions[index] = func
-    return module
-
-
-_CACHE: dict[int, object] = {}
 
 
 def main() -> int:

@@ -47,72 +47,43 @@ def _select_functions(module, key: str | None) -> set[int] | None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from tensorwasm.compiler.frontend import load, read_wasm, translate_function
-    from tensorwasm.compiler.frontend.printer import print_module
-    from tensorwasm.dialect.printer import print_function
+    from tensorwasm.compiler import pipeline
+    from tensorwasm.compiler.frontend import read_wasm
 
-    module = load(read_wasm(args.module))
-    only = _select_functions(module, args.func)
-    if args.stage == "wasm":
-        sys.stdout.write(print_module(module, only))
-        return 0
-    if args.stage in ("llvm", "ptx"):
-        return _inspect_backend(module, only, args)
-    if args.stage == "loops":
-        return _inspect_loops(module, only, args)
-    indices = sorted(only) if only is not None else range(module.num_imported_funcs, module.num_funcs)
-    for index in indices:
-        if index < module.num_imported_funcs:
-            imp = module.imported("func")[index]
-            print(f"func @{module.func_name(index)} import {imp.module!r}.{imp.name!r}")
-            continue
-        func = translate_function(module, index)
-        if args.stage == "dialect":
-            sys.stdout.write(print_function(func))
+    from tensorwasm.support.records import replace
+
+    request = pipeline.Request(read_wasm(args.module))
+    state = pipeline.run(request, "wasm")
+    only = _select_functions(state.wasm.module, args.func)
+    request = replace(request, **_inspect_choices(args, only))
+    state = pipeline.run(request, args.stage, state=state)
+    view = pipeline.View(frozenset(only) if only is not None else None, args.format)
+    sys.stdout.write(pipeline.STAGES[args.stage].show(getattr(state, args.stage), view))
+    if state.kernels is not None:
+        for index, reason in sorted(state.kernels.skipped.items()):
+            print(f"tensorwasm: left out function {index}: {reason}", file=sys.stderr)
     return 0
 
 
-def _inspect_backend(module, only: set[int] | None, args: argparse.Namespace) -> int:
-    from tensorwasm.compiler.frontend import translate_module
-    from tensorwasm.compiler.pipeline import compile_entries, lower
+def _inspect_choices(args: argparse.Namespace, only: set[int] | None) -> dict:
+    """The pipeline request's fields for ``inspect --stage``: ``dialect`` translates the
+    functions asked for alone, ``loops`` analyses the whole module, ``llvm`` and ``ptx``
+    compile the functions asked for whole (``llvm`` for the host unless told)."""
+    from tensorwasm.compiler import pipeline
+    from tensorwasm.compiler.analysis.plan import AnalysisOptions
     from tensorwasm.compiler.target import parse_target
 
+    functions = tuple(sorted(only)) if only is not None else None
+    if args.stage == "dialect":
+        return {"functions": functions, "translate": pipeline.SELECTED}
+    if args.stage == "loops":
+        return {"entries": pipeline.LOOPS, "options": AnalysisOptions(relaxed_float=args.relaxed_float)}
+    if args.stage not in ("llvm", "ptx"):
+        return {}
     target = parse_target(args.target or ("host" if args.stage == "llvm" else _default_arch()))
     if args.stage == "ptx" and not target.is_gpu:
         raise TensorWasmError("--stage ptx needs an NVPTX target (sm_75, sm_80 or sm_90)")
-    dialect_module = translate_module(module)
-    indices = sorted(only) if only is not None else range(module.num_imported_funcs, module.num_funcs)
-    if args.stage == "llvm":
-        llvm_ir, _, skipped = lower(dialect_module, target, indices)
-        sys.stdout.write(llvm_ir)
-    else:
-        compilation = compile_entries(dialect_module, target, indices)
-        skipped = compilation.skipped
-        sys.stdout.write(compilation.ptx or "")
-    for index, reason in sorted(skipped.items()):
-        print(f"tensorwasm: left out function {index}: {reason}", file=sys.stderr)
-    return 0
-
-
-def _inspect_loops(module, only: set[int] | None, args: argparse.Namespace) -> int:
-    import json
-
-    from tensorwasm.compiler.analysis.loops import AnalysisOptions, analyze_module
-    from tensorwasm.compiler.frontend import translate_module
-
-    reports = analyze_module(translate_module(module), AnalysisOptions(relaxed_float=args.relaxed_float))
-    for report in reports:
-        if only is not None and report.func.index not in only:
-            continue
-        if args.format == "json":
-            print(json.dumps(report.as_json()))
-            continue
-        trip = report.trip.describe() if report.trip else "unknown"
-        print(
-            f"{report.func.name} +0x{report.loop.offset:x} depth {report.loop.depth}: "
-            f"{report.verdict}; trip count {trip}; {report.reason}"
-        )
-    return 0
+    return {"functions": functions, "target": target}
 
 
 def _default_arch() -> str:
@@ -217,10 +188,22 @@ def _open_text(path: str):
         raise TensorWasmError(f"cannot read {path}: {exc.strerror}") from None
 
 
+def _device_target():
+    """The GPU's NVPTX target, or None where there is no GPU (or no driver)."""
+    from tensorwasm.compiler.target import nvptx_for_device
+    from tensorwasm.runtime import driver
+
+    found = driver.devices() if driver.driver_available() else []
+    if not found:
+        return None
+    return nvptx_for_device(found[0].compute_capability, found[0].driver_version)
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from tensorwasm.compiler.aot import compile_to_directory
 
-    manifest = compile_to_directory(args.module, Path(args.output), args.target)
+    device = _device_target() if args.target is None else None
+    manifest = compile_to_directory(args.module, Path(args.output), args.target, device)
     kernels = len(manifest["kernels"])
     skipped = len(manifest["skipped"])
     targets = ", ".join(manifest["targets"])

@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from tensorwasm.compiler import pipeline
+from tensorwasm.compiler.analysis.plan import AnalysisOptions
 from tensorwasm.compiler.errors import CompileError
-from tensorwasm.compiler.frontend import load, translate_module
-from tensorwasm.compiler.pipeline import compile_entries
 from tensorwasm.compiler.target import ARCH_PTX, ARCHES, NVPTXTarget, nvptx_for_device
 
 from tests.conftest import CORPUS, wat
@@ -25,10 +25,9 @@ PROGRAMS = {
 
 
 def compile_ptx(data: bytes, arch: str) -> str:
-    wasm = load(data)
-    module = translate_module(wasm)
-    indices = range(wasm.num_imported_funcs, wasm.num_funcs)
-    return compile_entries(module, NVPTXTarget(arch, ARCH_PTX[arch]), indices).ptx or ""
+    """The PTX of every defined function of ``data`` whose calls stay in the module."""
+    state = pipeline.run(pipeline.Request(data, target=NVPTXTarget(arch, ARCH_PTX[arch])))
+    return state.ptx.text or ""
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -83,32 +82,25 @@ def test_loop_entry_reductions_assemble_and_start_from_constant_identities(
     """A float multiply reduction folds by compare-and-swap of its bits (LLVM has no cmpxchg
     of a double), and every thread starts from the identities as constants: reading them
     from the output slots would pick up the partials of blocks that finished earlier."""
-    from tensorwasm.compiler.analysis.loops import AnalysisOptions, analyze_module
-    from tensorwasm.compiler.lower.function import (
-        FunctionLowering,
-        ModuleLowering,
-        lower_loop_entry,
-        reachable,
-    )
-    from tensorwasm.compiler.outline import outline
-
-    module = translate_module(load(wat(REDUCTIONS_LOOP)))
-    (report,) = analyze_module(module, AnalysisOptions(relaxed_float=True))
-    assert report.verdict == "offload", report.reason
-    kernel = outline(module, report.plan)
     target = nvptx_for_device((9, 0), 13000)
-    lowering = ModuleLowering(module, target)
-    for index in reachable(module, [kernel.index]):
-        FunctionLowering(lowering, module.functions[index]).lower()
+    request = pipeline.Request(
+        wat(REDUCTIONS_LOOP),
+        entries=pipeline.LOOPS,
+        options=AnalysisOptions(relaxed_float=True),
+        target=target,
+    )
+    state = pipeline.run(request, "llvm")
+    (report,) = state.loops.reports
+    assert report.verdict == "offload", report.reason
     ops = [r.op for r in report.plan.reductions]
     assert sorted(ops) == ["add", "fmul"]
-    entry = lower_loop_entry(lowering, kernel.index, ops)
-    llvm_ir = str(lowering.llvm)
+    (entry,) = state.llvm.entries.values()
+    llvm_ir = state.llvm.text
     body = llvm_ir[llvm_ir.index(f'@"{entry}"') :]
     before_loop = body[body.index("entry:") : body.index("head:")]
     assert '%".4"' not in before_loop  # the output slots (argument 4) are not read first
     src = tmp_path / "r.ptx"
-    src.write_text(target.emit_ptx(llvm_ir))
+    src.write_text(pipeline.run(request, state=state).ptx.text)
     done = subprocess.run(
         [ptxas, "-arch=sm_90", str(src), "-o", str(tmp_path / "r.cubin")], capture_output=True, text=True
     )

@@ -1,0 +1,147 @@
+"""Offload preparation: a module made ready for ``tensorwasm run`` to offload its loops.
+
+:func:`prepare_offload` runs the pipeline (:mod:`compiler.pipeline`) to the ``kernels``
+stage for loop kernels: it translates only the loop closure, analyses every loop and
+outlines each accepted one (those inside another accepted loop too: they run when the
+outer one declines). Then, for each outlined loop, it places the host call before the loop
+(:class:`compiler.rewrite.Insertion`, with the Wasm-side filter where the loop is in no
+region), finds the device-resident regions around them, rewrites the module, and gives
+each call its host signature. The result is a :class:`PreparedModule`, a record the
+runtime caches (:mod:`runtime.prepared`), and the compiler's state its kernels are made
+from: :func:`compile_loop_kernels` resumes the pipeline from there for a target, to PTX
+or to native code.
+
+This module itself imports only records: a warm start reads a cached
+:class:`PreparedModule` without the analysis, the outliner or the lowering.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tensorwasm.compiler.lower import abi
+
+from tensorwasm.support.records import record, replace
+
+if TYPE_CHECKING:
+    from tensorwasm.compiler.analysis.plan import AnalysisOptions, LiveOut, LoopPlan, LoopReport
+    from tensorwasm.compiler.analysis.regions import Region
+    from tensorwasm.compiler.frontend.module import WasmModule
+    from tensorwasm.compiler.pipeline import CompileState, NativeCode, PTXCode, Request
+    from tensorwasm.compiler.rewrite import Insertion
+    from tensorwasm.compiler.target import Target
+    from tensorwasm.dialect.types import Type
+
+
+@record(frozen=True)
+class PreparedLoop:
+    """One offloaded loop: its plan, its kernel, and the host call placed before it."""
+
+    plan: LoopPlan
+    kernel_index: int  # the outlined kernel's function index
+    insertion: Insertion
+    host_sig: tuple[list[Type], list[Type]]  # the host call's (params, results)
+    region: int | None = None  # the device-resident region it is in (PreparedModule.regions)
+
+    def entry(self, gpu: bool) -> str:
+        """The kernel's launch entry in the compiled code."""
+        return abi.loop_entry_name(self.kernel_index, gpu)
+
+
+@record(frozen=True)
+class PreparedModule:
+    """What offload needs at run time: the rewritten module, the loop reports, each
+    offloaded loop (in the order of the host calls ``loop_0``, ``loop_1``, ...), and the
+    device-resident regions (``region_<k>``)."""
+
+    rewritten: bytes
+    reports: tuple[LoopReport, ...]
+    loops: tuple[PreparedLoop, ...]
+    regions: tuple[Region, ...]
+
+    @property
+    def host_sigs(self) -> dict[str, tuple[list[Type], list[Type]]]:
+        """Each host call's signature by its import name."""
+        return {lp.insertion.import_name: lp.host_sig for lp in self.loops}
+
+
+@record
+class Preparation:
+    """A module just prepared: the record to cache, and the compiler's state (its outlined
+    kernels) that :func:`compile_loop_kernels` compiles."""
+
+    prepared: PreparedModule
+    request: Request
+    state: CompileState
+
+
+def prepare_offload(
+    data: bytes, options: AnalysisOptions | None = None, wasm: WasmModule | None = None
+) -> Preparation:
+    """Prepare the module ``data`` (already decoded as ``wasm``, where given) for offload."""
+    from tensorwasm.compiler import pipeline
+    from tensorwasm.compiler.analysis.regions import find_regions
+    from tensorwasm.compiler.rewrite import RegionExit, loop_filter, rewrite
+
+    request = pipeline.Request(data, entries=pipeline.LOOPS, translate=pipeline.LOOP_CLOSURE, options=options)
+    state = pipeline.CompileState(wasm=pipeline.DecodedWasm(data, wasm) if wasm is not None else None)
+    pipeline.run(request, "kernels", state=state)
+    wasm = state.wasm.module
+    kernels = state.kernels.loops
+    insertions = [insertion_for(wasm, k.plan, f"loop_{n}") for n, k in enumerate(kernels)]
+    spans = [
+        (ins.func_index, ins.start, ins.end, bool(k.plan.gathers))
+        for ins, k in zip(insertions, kernels, strict=True)
+    ]  # fmt: skip
+    regions = find_regions(wasm, spans)
+    region_of = {n: r for r, region in enumerate(regions) for n in region.children}
+    for n, (ins, k) in enumerate(zip(insertions, kernels, strict=True)):
+        # A region's loops always call the host: a decline must bring its results back.
+        ins.filter = loop_filter(k.plan) if n not in region_of else None
+    exits = [RegionExit(r.func_index, r.exits, f"region_{k}") for k, r in enumerate(regions)]
+    rewritten = rewrite(wasm, insertions, exits) if kernels else data
+    global_types = [g.type for g in wasm.global_types()]
+    loops = tuple(
+        PreparedLoop(k.plan, k.index, ins, host_sig(ins, global_types), region_of.get(n))
+        for n, (ins, k) in enumerate(zip(insertions, kernels, strict=True))
+    )
+    prepared = PreparedModule(rewritten, state.loops.reports, loops, tuple(regions))
+    return Preparation(prepared, request, state)
+
+
+def compile_loop_kernels(preparation: Preparation, target: Target) -> PTXCode | NativeCode:
+    """The prepared loops' kernels compiled for ``target``: PTX for a GPU, else native code."""
+    from tensorwasm.compiler import pipeline
+
+    state = replace(preparation.state, llvm=None, ptx=None, native=None)
+    pipeline.run(replace(preparation.request, target=target), state=state)
+    return state.ptx if target.is_gpu else state.native
+
+
+def insertion_for(wasm: WasmModule, plan: LoopPlan, import_name: str) -> Insertion:
+    """Where the host call for ``plan``'s loop goes, and what it passes and receives."""
+    from tensorwasm.compiler.rewrite import Insertion
+
+    index = plan.func.index
+    sig = wasm.func_sig(index)
+    local_types = list(sig.params) + wasm.codes[index - wasm.num_imported_funcs].locals
+    locals_ = [i for _, _, kind, i in plan.live_ins if kind == "local"]
+    globals_ = [i for _, _, kind, i in plan.live_ins if kind == "global"]
+    # The host receives the live-ins in plan order: locals first, then globals (the
+    # analysis orders them so, and the kernel's parameters follow the same order).
+    return Insertion(index, plan.loop.start, plan.loop.end, locals_, globals_,
+                     [lo.local for lo in returned(plan)], local_types, import_name)  # fmt: skip
+
+
+def returned(plan: LoopPlan) -> list[LiveOut]:
+    """The live-outs the host hands back: a local not read after the loop keeps its value
+    (wasmtime-py converts every value crossing the boundary, at a cost per value)."""
+    return [live for live in plan.live_outs if live.kind != "dead"]
+
+
+def host_sig(ins: Insertion, global_types: list[Type]) -> tuple[list[Type], list[Type]]:
+    """The host call's (params, results)."""
+    from tensorwasm.compiler.rewrite import host_signature
+
+    sig = host_signature(ins, global_types)
+    return sig.params, sig.results
