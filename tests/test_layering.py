@@ -35,13 +35,6 @@ FORBIDDEN = {
 # distribution's package (PyPI has runtime, compiler and dialect), or nothing.
 OLD_NAMES = {"dialect", "compiler", "runtime", "oracle", "support"}
 
-# Known violations, each being removed in another branch; this list is emptied once they
-# are merged. (file, imported module)
-KNOWN: set[tuple[str, str]] = {
-    # AOT asks the driver for the GPU's architecture; the choice moves above the compiler.
-    ("compiler/aot.py", "tensorwasm.runtime"),
-}
-
 
 def product_files() -> list[tuple[str, str]]:
     """(path from the repository's root, layer) of every product source file."""
@@ -96,7 +89,7 @@ def violations(path: str, layer: str, source: str) -> list[str]:
         part = rest.partition(".")[0]
         if top in OLD_NAMES:
             broken.append(f"{path}:{line}: imports {module}: the import name is tensorwasm.{module}")
-        elif top == "tensorwasm" and part in forbidden and (path, f"tensorwasm.{part}") not in KNOWN:
+        elif top == "tensorwasm" and part in forbidden:
             broken.append(f"{path}:{line}: imports {module}: {rule}")
     return broken
 
@@ -108,62 +101,6 @@ def test_every_layer_imports_only_what_is_below_it() -> None:
     assert not broken, "imports against the layering:\n" + "\n".join(broken)
 
 
-def test_the_known_violations_still_exist() -> None:
-    """An entry of :data:`KNOWN` whose import is gone is taken out of the list."""
-    files = dict(product_files())
-    for path, module in KNOWN:
-        found = {m for _, m in imports((ROOT / path).read_text(), package_of(path))}
-        assert any(m == module or m.startswith(module + ".") for m in found), (
-            f"{path} no longer imports {module}"
-        )
-        assert module.split(".")[1] in FORBIDDEN[files[path]][0]
-
-
-# A file of each layer, for the checks of the rules themselves.
-FILE = {
-    "support": "tensorwasm/support/x.py",
-    "dialect": "dialect/x.py",
-    "compiler": "compiler/lower/x.py",
-    "runtime": "runtime/x.py",
-    "tensorwasm": "tensorwasm/x.py",
-}
-
-
-@pytest.mark.parametrize(
-    ("layer", "source", "said"),
-    [
-        ("support", "from tensorwasm.runtime import driver", "support imports no other tensorwasm package"),
-        (
-            "support",
-            "def f():\n    import tensorwasm.dialect.ir",
-            "support imports no other tensorwasm package",
-        ),
-        ("support", "from .. import runtime", "support imports no other tensorwasm package"),
-        ("dialect", "from tensorwasm.compiler.target import host", "dialect imports only support"),
-        ("dialect", "from ..compiler import target", "dialect imports only support"),
-        (
-            "compiler",
-            "from tensorwasm import runtime",
-            "the compiler never imports the runtime or the oracle",
-        ),
-        (
-            "compiler",
-            "if TYPE_CHECKING:\n    from tensorwasm.oracle import case",
-            "the compiler never imports",
-        ),
-        ("compiler", "from ...runtime.driver import Context", "the compiler never imports the runtime"),
-        ("runtime", "from tensorwasm.oracle.cli import add_parser", "the runtime never imports the oracle"),
-        ("runtime", 'x = LazyModule("tensorwasm.oracle.fuzz", globals(), "x")', "the runtime never imports"),
-        (
-            "runtime",
-            'importlib.import_module("tensorwasm.oracle.cli")',
-            "the runtime never imports the oracle",
-        ),
-        ("tensorwasm", "import tensorwasm.oracle", "the product never imports the oracle"),
-        ("tensorwasm", "from . import oracle", "the product never imports the oracle"),
-        ("runtime", "import runtime.driver", "the import name is tensorwasm.runtime.driver"),
-    ],
-)
 def test_a_broken_rule_is_found_and_named(layer: str, source: str, said: str) -> None:
     (line,) = violations(FILE[layer], layer, source)
     assert line.startswith(f"{FILE[layer]}:") and said in line
