@@ -101,6 +101,51 @@ def test_every_layer_imports_only_what_is_below_it() -> None:
     assert not broken, "imports against the layering:\n" + "\n".join(broken)
 
 
+# A file of each layer, for the checks of the rules themselves.
+FILE = {
+    "support": "tensorwasm/support/x.py",
+    "dialect": "dialect/x.py",
+    "compiler": "compiler/lower/x.py",
+    "runtime": "runtime/x.py",
+    "tensorwasm": "tensorwasm/x.py",
+}
+
+
+@pytest.mark.parametrize(
+    ("layer", "source", "said"),
+    [
+        ("support", "from tensorwasm.runtime import driver", "support imports no other tensorwasm package"),
+        (
+            "support",
+            "def f():\n    import tensorwasm.dialect.ir",
+            "support imports no other tensorwasm package",
+        ),
+        ("support", "from .. import runtime", "support imports no other tensorwasm package"),
+        ("dialect", "from tensorwasm.compiler.target import host", "dialect imports only support"),
+        ("dialect", "from ..compiler import target", "dialect imports only support"),
+        (
+            "compiler",
+            "from tensorwasm import runtime",
+            "the compiler never imports the runtime or the oracle",
+        ),
+        (
+            "compiler",
+            "if TYPE_CHECKING:\n    from tensorwasm.oracle import case",
+            "the compiler never imports",
+        ),
+        ("compiler", "from ...runtime.driver import Context", "the compiler never imports the runtime"),
+        ("runtime", "from tensorwasm.oracle.cli import add_parser", "the runtime never imports the oracle"),
+        ("runtime", 'x = LazyModule("tensorwasm.oracle.fuzz", globals(), "x")', "the runtime never imports"),
+        (
+            "runtime",
+            'importlib.import_module("tensorwasm.oracle.cli")',
+            "the runtime never imports the oracle",
+        ),
+        ("tensorwasm", "import tensorwasm.oracle", "the product never imports the oracle"),
+        ("tensorwasm", "from . import oracle", "the product never imports the oracle"),
+        ("runtime", "import runtime.driver", "the import name is tensorwasm.runtime.driver"),
+    ],
+)
 def test_a_broken_rule_is_found_and_named(layer: str, source: str, said: str) -> None:
     (line,) = violations(FILE[layer], layer, source)
     assert line.startswith(f"{FILE[layer]}:") and said in line
