@@ -41,7 +41,12 @@ def compile_to_directory(
     request = pipeline.Request(data)
     state = pipeline.run(request, "kernels")
     module = state.dialect.module
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise CompileError(f"cannot write to {out}: it exists and is not a directory") from None
+    except OSError as exc:
+        raise CompileError(f"cannot write to {out}: {exc.strerror}") from None
     stem = Path(path).stem
     manifest: dict = {
         "module": str(path),

@@ -82,3 +82,11 @@ def test_a_module_file_that_is_not_there_is_one_line(command: str, tmp_path: Pat
         "compile": ["-o", tmp_path],
     }
     one_line(tensorwasm(command, tmp_path / "absent.wasm", *extra[command]), 2, "absent.wasm")
+
+
+def test_compile_onto_a_file_is_one_line_and_leaves_the_file(tmp_path: Path) -> None:
+    target = tmp_path / "notes.txt"
+    target.write_text("keep me")
+    done = tensorwasm("compile", ROOT / "examples/invoke/demo.wat", "-o", target, "--target", "sm_90")
+    one_line(done, 2, "exists and is not a directory")
+    assert target.read_text() == "keep me"
