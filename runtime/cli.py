@@ -228,7 +228,7 @@ def _start_cuda() -> None:
 _cuda_start: threading.Thread | None = None
 
 
-def _may_launch(raw: bytes | None, device: str) -> bool:
+def _may_launch(raw: bytes, device: str) -> bool:
     """Whether a run of the module ``raw`` (its file's bytes) makes the CUDA context on a
     thread while it starts: not where the GPU is remembered, so that preparing the module
     needs no context, and the module's last run here launched nothing; nor, with ``auto``,
@@ -238,29 +238,29 @@ def _may_launch(raw: bytes | None, device: str) -> bool:
 
     if known_gpu.remembered() is None:
         return device != "auto" or known_gpu.remembered_absence() is None
-    return raw is None or known_gpu.launched_last_time(raw) is not False
+    return known_gpu.launched_last_time(raw) is not False
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     global _cuda_start
-    try:
+    try:  # read once: the module may come through a pipe
         raw = Path(args.module).read_bytes()
-    except OSError:
-        raw = None  # read_wasm says why
+    except OSError as exc:
+        raise TensorWasmError(f"cannot read {args.module}: {exc.strerror}") from None
     if args.device != "cpu" and args.offload != "off" and _may_launch(raw, args.device):
         _cuda_start = threading.Thread(target=_start_cuda, name="tensorwasm-cuda-start", daemon=True)
         _cuda_start.start()
-    from tensorwasm.compiler.frontend import read_wasm
+    from tensorwasm.compiler.frontend import wasm_of
     from tensorwasm.runtime.run import report, run
 
-    wasm = read_wasm(args.module)
+    wasm = wasm_of(raw, args.module)
     argv = [args.module, *args.args]
     name, *values = args.invoke or [None]
     status, prepared, timings = run(
         wasm, argv, invoke=name, invoke_args=values, offload=args.offload,
         device=args.device, dirs=args.dir, env=args.env, relaxed_float=args.relaxed_float, say=_say,
     )  # fmt: skip
-    if raw is not None and prepared.device == "gpu" and args.offload != "off":
+    if prepared.device == "gpu" and args.offload != "off":
         from tensorwasm.runtime import known_gpu
 
         known_gpu.remember_launches(raw, any(lp.stats.offloaded for lp in prepared.loops))

@@ -21,7 +21,7 @@ from tensorwasm.compiler.analysis.plan import AnalysisOptions
 from tensorwasm.compiler.rewrite import HOST_MODULE
 from tensorwasm.runtime.offload import OffloadModule
 
-from tensorwasm.support import logs
+from tensorwasm.support import config, logs
 from tensorwasm.support.errors import TensorWasmError
 
 log = logs.get_logger(__name__)
@@ -29,6 +29,9 @@ log = logs.get_logger(__name__)
 
 class RunError(TensorWasmError):
     """The program could not be run (not the program's own failure)."""
+
+
+DEVICES = ("auto", "gpu", "cpu")
 
 
 def pick_device(device: str) -> tuple[str, str | None]:
@@ -65,6 +68,9 @@ def prepare(wasm: bytes, device: str, **options) -> tuple[OffloadModule, str | N
     line that says why ``auto`` took the host backend (else None). Where ``auto`` named a
     remembered GPU whose context cannot be made when a cold start loads its kernels, the
     module is prepared for the host backend instead, and the line says so."""
+    if device not in DEVICES:
+        raise TensorWasmError(f"device must be auto, gpu or cpu, not {device!r}")
+    config.device_memory_limit()  # a malformed limit is refused whichever device runs the loops
     picked, note = pick_device(device)
     if device != "auto":
         return OffloadModule(wasm, device=picked, **options), note
@@ -152,9 +158,9 @@ def run(
             if not isinstance(func, wasmtime.Func):
                 raise RunError(f"no exported function {invoke!r}")
             params = func.type(store).params
-            values = [_parse_arg(text, ty) for text, ty in zip(invoke_args or [], params, strict=False)]
-            if len(values) != len(params):
+            if len(invoke_args or []) != len(params):
                 raise RunError(f"{invoke} takes {len(params)} argument(s), got {len(invoke_args or [])}")
+            values = [_parse_arg(text, ty) for text, ty in zip(invoke_args or [], params, strict=True)]
             result = func(store, *values)
             if result is not None:
                 print(" ".join(map(str, result if isinstance(result, (list, tuple)) else [result])))
@@ -184,11 +190,20 @@ def _cause(exc: Exception) -> str:
 
 
 def _parse_arg(text: str, ty: wasmtime.ValType) -> int | float:
+    """A command-line argument as a value of ``ty``: an integer must fit its width, signed
+    or unsigned (wasmtime-py would wrap it silently)."""
     kind = str(ty)
     try:
-        return float(text) if kind in ("f32", "f64") else int(text, 0)
+        value = float(text) if kind in ("f32", "f64") else int(text, 0)
     except ValueError:
         raise RunError(f"cannot read {text!r} as {kind}") from None
+    if kind in ("i32", "i64"):
+        bits = int(kind[1:])
+        if not -(1 << (bits - 1)) <= value < 1 << bits:
+            raise RunError(f"{text} does not fit an {kind}")
+        if value >= 1 << (bits - 1):  # an unsigned spelling: the same bits, as wasmtime-py wants them
+            value -= 1 << bits
+    return value
 
 
 def report(prepared: OffloadModule, timings: dict, fmt: str) -> str:

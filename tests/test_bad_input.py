@@ -90,3 +90,59 @@ def test_compile_onto_a_file_is_one_line_and_leaves_the_file(tmp_path: Path) -> 
     done = tensorwasm("compile", ROOT / "examples/invoke/demo.wat", "-o", target, "--target", "sm_90")
     one_line(done, 2, "exists and is not a directory")
     assert target.read_text() == "keep me"
+
+
+def test_the_module_is_read_once_so_it_may_come_through_a_pipe(tmp_path: Path) -> None:
+    code = (
+        "import subprocess, sys; data = open(sys.argv[1], 'rb').read(); "
+        "p = subprocess.run([sys.executable, '-m', 'tensorwasm', 'run', '/dev/stdin', '--device', 'cpu', "
+        "'--invoke', 'f', '7'], input=data, capture_output=True, text=False); "
+        "print(p.returncode, p.stdout.decode().strip(), p.stderr.decode().strip())"
+    )
+    path = module(
+        tmp_path,
+        '(module (func (export "f") (param i32) (result i32) (i32.mul (local.get 0) (i32.const 6))))',
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert done.stdout.strip() == "0 42", done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "cause"),
+    [
+        (["1", "2"], "f takes 1 argument(s), got 2"),
+        ([], "f takes 1 argument(s), got 0"),
+        ([str(1 << 32)], f"{1 << 32} does not fit an i32"),
+        ([str(-(1 << 31) - 1)], "does not fit an i32"),
+        (["x1"], "cannot read 'x1' as i32"),
+    ],
+)
+def test_invoke_arguments_must_match_the_function(tmp_path: Path, args: list[str], cause: str) -> None:
+    path = module(tmp_path, '(module (func (export "f") (param i32) (result i32) (local.get 0)))')
+    one_line(tensorwasm("run", path, "--device", "cpu", "--invoke", "f", *args), 2, cause)
+
+
+def test_an_unsigned_i32_argument_keeps_its_bits(tmp_path: Path) -> None:
+    path = module(tmp_path, '(module (func (export "f") (param i32) (result i32) (local.get 0)))')
+    done = tensorwasm("run", path, "--device", "cpu", "--invoke", "f", str((1 << 32) - 1))
+    assert done.returncode == 0 and done.stdout.strip() == "-1", done
+
+
+def test_a_malformed_device_memory_limit_is_refused_on_every_device(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("TENSORWASM_DEVICE_MEMORY_LIMIT", "lots")
+    path = module(tmp_path, '(module (func (export "f")))')
+    one_line(
+        tensorwasm("run", path, "--device", "cpu", "--invoke", "f"),
+        2,
+        "TENSORWASM_DEVICE_MEMORY_LIMIT='lots'",
+    )
+
+
+def test_an_unknown_device_in_the_library_is_named() -> None:
+    import tensorwasm
+    from tensorwasm.support.errors import TensorWasmError
+
+    with pytest.raises(TensorWasmError, match="device must be auto, gpu or cpu, not 'tpu'"):
+        tensorwasm.instantiate(wasmtime.Store(), wasmtime.wat2wasm("(module)"), [], device="tpu")

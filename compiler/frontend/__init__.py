@@ -39,6 +39,12 @@ def read_wasm(path: str | Path) -> bytes:
         data = path.read_bytes()
     except OSError as exc:
         raise DecodeError(f"cannot read {path}: {exc.strerror}") from None
+    return wasm_of(data, path)
+
+
+def wasm_of(data: bytes, path: str | Path) -> bytes:
+    """``data`` (read from ``path``) as binary: assembled where it is WebAssembly text."""
+    path = Path(path)
     if path.suffix == ".wat" or (data[:4] != b"\0asm" and data.lstrip()[:1] == b"("):
         try:
             return bytes(wasmtime.wat2wasm(data.decode("utf-8")))
