@@ -24,6 +24,7 @@ from tensorwasm.support.errors import TensorWasmError
 
 if TYPE_CHECKING:
     import argparse
+import signal
 
 log = logs.get_logger("tensorwasm")
 
@@ -243,6 +244,11 @@ def _may_launch(raw: bytes, device: str) -> bool:
 
 def cmd_run(args: argparse.Namespace) -> int:
     global _cuda_start
+    # Ctrl-C ends the program at once, as it ends a native one: Python's handler would wait
+    # for wasmtime or a host kernel to come back (never, for a loop that does not end).
+    # Nothing is left half-written: cache entries and remembered devices are renamed into
+    # place, and a GPU process of the run's own ends when its socket closes.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:  # read once: the module may come through a pipe
         raw = Path(args.module).read_bytes()
     except OSError as exc:

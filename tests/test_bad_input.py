@@ -146,3 +146,23 @@ def test_an_unknown_device_in_the_library_is_named() -> None:
 
     with pytest.raises(TensorWasmError, match="device must be auto, gpu or cpu, not 'tpu'"):
         tensorwasm.instantiate(wasmtime.Store(), wasmtime.wat2wasm("(module)"), [], device="tpu")
+
+
+def test_ctrl_c_stops_a_run_at_once_while_wasm_runs(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    path = module(tmp_path, '(module (func (export "_start") (loop $l (br $l))))')
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tensorwasm", "run", str(path), "--device", "cpu"],
+        stderr=subprocess.PIPE, text=True, cwd=ROOT, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    time.sleep(3)  # well inside the endless loop
+    assert child.poll() is None
+    child.send_signal(signal.SIGINT)
+    try:
+        child.wait(timeout=5)
+    finally:
+        child.kill()
+    assert child.returncode == -signal.SIGINT
+    assert "Traceback" not in child.stderr.read()
