@@ -249,10 +249,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Nothing is left half-written: cache entries and remembered devices are renamed into
     # place, and a GPU process of the run's own ends when its socket closes.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    try:  # read once: the module may come through a pipe
-        raw = Path(args.module).read_bytes()
-    except OSError as exc:
-        raise TensorWasmError(f"cannot read {args.module}: {exc.strerror}") from None
+    from tensorwasm.compiler.frontend import read_module_file
+
+    raw = read_module_file(args.module)  # read once: the module may come through a pipe
     if args.device != "cpu" and args.offload != "off" and _may_launch(raw, args.device):
         _cuda_start = threading.Thread(target=_start_cuda, name="tensorwasm-cuda-start", daemon=True)
         _cuda_start.start()

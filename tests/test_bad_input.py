@@ -166,3 +166,9 @@ def test_ctrl_c_stops_a_run_at_once_while_wasm_runs(tmp_path: Path) -> None:
         child.kill()
     assert child.returncode == -signal.SIGINT
     assert "Traceback" not in child.stderr.read()
+
+
+@pytest.mark.parametrize("command", ["run", "inspect"])
+def test_an_endless_stream_that_is_no_module_is_refused_at_its_first_bytes(command: str) -> None:
+    extra = {"run": ["--device", "cpu"], "inspect": ["--stage", "wasm"]}
+    one_line(tensorwasm(command, "/dev/zero", *extra[command], timeout=30), 2, "not a WebAssembly module")

@@ -32,14 +32,32 @@ def __getattr__(name: str):
 __all__ = ["decode", "load", "read_wasm", "translate_function", "translate_module", "validate"]
 
 
-def read_wasm(path: str | Path) -> bytes:
-    """The bytes of a ``.wasm`` file, or of a ``.wat`` file assembled to binary."""
+# The largest module file read: wasmtime refuses far smaller code sections, and a stream
+# that never ends (``/dev/zero`` behind a valid header) must not take all memory.
+MAX_MODULE_BYTES = 1 << 30
+
+
+def read_module_file(path: str | Path) -> bytes:
+    """A module file's bytes, read once (it may be a pipe). What starts neither as a binary
+    module nor as text is refused after its first bytes, not read to its end."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as stream:
+            head = stream.read(8)
+            text = path.suffix == ".wat" or head.lstrip()[:1] in (b"(", b";")
+            if head[:4] != b"\0asm" and not text:
+                raise DecodeError(f"{path}: not a WebAssembly module (it starts with {head[:4].hex(' ')})")
+            rest = stream.read(MAX_MODULE_BYTES + 1 - len(head))
     except OSError as exc:
         raise DecodeError(f"cannot read {path}: {exc.strerror}") from None
-    return wasm_of(data, path)
+    if len(head) + len(rest) > MAX_MODULE_BYTES:
+        raise DecodeError(f"{path}: larger than {MAX_MODULE_BYTES >> 20} MiB, the most a module may be")
+    return head + rest
+
+
+def read_wasm(path: str | Path) -> bytes:
+    """The bytes of a ``.wasm`` file, or of a ``.wat`` file assembled to binary."""
+    return wasm_of(read_module_file(path), path)
 
 
 def wasm_of(data: bytes, path: str | Path) -> bytes:
