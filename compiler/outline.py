@@ -15,34 +15,19 @@ the launch entry points around it live in :mod:`compiler.lower.function`.
 from __future__ import annotations
 
 from tensorwasm.compiler.analysis.loops import LoopPlan, Reduction, widened_in
+from tensorwasm.compiler.analysis.plan import ReductionKind
 from tensorwasm.compiler.analysis.poly import Poly
 from tensorwasm.dialect import arith
 from tensorwasm.dialect.builder import Builder
 from tensorwasm.dialect.ir import Block, Function, Module, Op, Successor, Value
-from tensorwasm.dialect.types import F32, I32, I64, Type
+from tensorwasm.dialect.types import I32, I64, Type
 from tensorwasm.dialect.verifier import reverse_postorder, verify_function
-
-INT_MAX = {32: (1 << 31) - 1, 64: (1 << 63) - 1}
 
 
 def identity_bits(op: str, ty: Type) -> int:
-    """The identity element of a reduction, as a bit pattern of ``ty``."""
-    bits = ty.bits
-    if op in ("add", "or", "xor", "max_u"):
-        return 0
-    if op == "mul":
-        return 1
-    if op == "and" or op == "min_u":
-        return (1 << bits) - 1
-    if op == "min_s":
-        return INT_MAX[bits]
-    if op == "max_s":
-        return 1 << (bits - 1)
-    if op == "fadd":  # -0.0: x + -0.0 is x for every x, +0.0 included
-        return 1 << (bits - 1)
-    if op == "fmul":
-        return 0x3F800000 if ty is F32 else 0x3FF0000000000000
-    raise ValueError(op)
+    """The identity element of a reduction (a :class:`ReductionKind` or its name), as a bit
+    pattern of ``ty``."""
+    return ReductionKind(op).identity(ty.bits)
 
 
 def kernel_name(plan: LoopPlan) -> str:
