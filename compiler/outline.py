@@ -4,7 +4,7 @@ The kernel ``loop_<func>_<offset>(k, live-ins...) -> (partials...)`` runs iterat
 its entry block computes every induction variable of the loop as ``start + step * k``,
 binds loop-invariant header values to their entry values and reductions to their identity,
 then runs a copy of the loop body. Inner loops are copied whole and run sequentially in
-the thread, except collapsed ones (:class:`compiler.analysis.loops.Collapse`, the kernel's
+the thread, except collapsed ones (:class:`compiler.analysis.plan.Collapse`, the kernel's
 second and third counters): the thread enters each at its own iteration and runs only
 that one of the innermost. Branches back to the header, and the loop's exit, end the iteration and
 return each reduction's contribution; trap blocks the body can reach are copied too. The
@@ -14,8 +14,8 @@ the launch entry points around it live in :mod:`compiler.lower.function`.
 
 from __future__ import annotations
 
-from tensorwasm.compiler.analysis.loops import LoopPlan, Reduction, widened_in
-from tensorwasm.compiler.analysis.plan import ReductionKind
+from tensorwasm.compiler.analysis.liveness import widened_in
+from tensorwasm.compiler.analysis.plan import LoopPlan, Reduction, ReductionKind
 from tensorwasm.compiler.analysis.poly import Poly
 from tensorwasm.dialect import arith
 from tensorwasm.dialect.builder import Builder
