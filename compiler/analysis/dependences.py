@@ -1,19 +1,19 @@
-"""Dependence tests between a loop's stores and its other accesses, across iterations.
+"""Dependence tests between a loop's stores and its accesses, across iterations.
 
 Iterations run in any order on the device, so a store of iteration ``k`` must not meet an
-access of another iteration. For each store and each access with affine addresses
-``s(k)`` and ``a(k)``, both with the same coefficient ``c`` of the candidate loop's counter
-and moving the same way with every inner counter:
+access of another iteration. For each store with affine address ``s(k)`` and each access
+with affine address ``a(k)`` (``c``: the store's coefficient of the loop's counter ``k``):
 
-- if ``s - a`` is a non-zero integer multiple ``d`` of ``c``, the access touches what the
-  store wrote ``|d|`` iterations apart whatever the values: a loop-carried dependence.
+- where both move by ``c`` with ``k`` and the same way with every inner counter, and
+  ``s - a`` is a non-zero integer multiple ``d`` of ``c``, the access touches what the
+  store writes ``|d|`` iterations away, whatever the values: a loop-carried dependence.
   It rejects the loop when closer than :data:`DEPENDENCE_DISTANCE_GUARDED`, and is left to
   the runtime guards otherwise (it exists only when the loop runs longer than that);
-- if ``s - a`` and ``c`` are constants (and no inner counter is involved), the byte ranges
-  ``[s, s + width)`` of iteration ``k`` and ``[a, a + width)`` of ``k - delta`` overlap for
-  some integer ``delta != 0`` exactly when an integer lies strictly inside an interval:
-  a proven conflict rejects the loop, and a proven absence frees the runtime from testing
-  that pair.
+- where ``s - a`` and ``c`` are constants and no inner counter moves the store, the byte
+  ranges ``[s, s + width)`` at iteration ``k`` and ``[a, a + width)`` at ``k - delta``
+  overlap for an integer ``delta != 0`` exactly when one lies strictly inside an interval
+  of rationals: a proven overlap rejects the loop, and a proven absence frees the runtime
+  from testing the pair.
 
 Every other pair is left to the guards, which compare the concrete byte ranges before
 each launch.

@@ -61,6 +61,7 @@ class FunctionLoops:
         }
 
     def dominates(self, a: Block, b: Block) -> bool:
+        """Every path from the entry to ``b`` passes through ``a``."""
         while True:
             if a is b:
                 return True
@@ -70,6 +71,7 @@ class FunctionLoops:
             b = parent
 
     def _body(self, info: LoopInfo) -> set[Block]:
+        """The natural loop: the header and every block reaching a latch without it."""
         header = info.header
         latches = [p for p in self.preds[header] if self.dominates(header, p)]
         body = {header}
@@ -83,6 +85,7 @@ class FunctionLoops:
         return body
 
     def entry_edge_args(self, info: LoopInfo) -> list[Value]:
+        """The values the edge into the loop (from outside its body) gives its header."""
         for pred in self.preds[info.header]:
             if pred not in self.bodies[info]:
                 for succ in pred.terminator.successors:
@@ -91,6 +94,7 @@ class FunctionLoops:
         raise Reject("loop header has no entry edge")
 
     def back_edge_args(self, info: LoopInfo) -> list[list[Value]]:
+        """The values each back edge (from a latch) gives the header, latch by latch."""
         out = []
         for latch in self.latches[info]:
             for succ in latch.terminator.successors:

@@ -54,6 +54,7 @@ class LoopValues:
         self.nested = [m for m in facts.func.loops if facts.bodies[m] <= self.body]
 
     def counter(self, loop: LoopInfo) -> Symbol:
+        """The symbol of ``loop``'s iteration number, made at its first use."""
         sym = self.counters.get(loop)
         if sym is None:
             sym = self.counters[loop] = Symbol("counter", loop, f"k{loop.depth}")
@@ -62,6 +63,8 @@ class LoopValues:
     # -- header arguments ----------------------------------------------------------------------
 
     def classify_header_args(self, loop: LoopInfo) -> None:
+        """Sort ``loop``'s header arguments into the classes above (outer loops first: an
+        inner start may be an outer induction variable); :class:`Reject` where one fits none."""
         facts = self.facts
         header = loop.header
         entry = facts.entry_edge_args(loop)
@@ -107,6 +110,7 @@ class LoopValues:
             )
 
     def local_name(self, loop: LoopInfo, i: int) -> str:
+        """Header argument ``i`` of ``loop`` as the reports name it: the local it enters as."""
         entry = self.facts.entry_edge_args(loop)[i]
         local = next((n for n in loop.assigned if loop.entry_env[n] is entry), None)
         return f"local {local}" if local is not None else f"loop value {i}"
@@ -149,6 +153,7 @@ class LoopValues:
         return steps[0]
 
     def invariant_in(self, value: Value, body: set[Block]) -> bool:
+        """``value`` is the same in every iteration of the loop of ``body``."""
         owner = value.owner
         if isinstance(owner, Op) and owner.opdef is arith.constant:
             return True
@@ -157,6 +162,7 @@ class LoopValues:
     # -- symbolic values ---------------------------------------------------------------------
 
     def symbol_for(self, value: Value) -> Symbol:
+        """The symbol of a value from before the loop, named for the local holding it."""
         sym = self.symbols.get(value)
         if sym is None:
             local = next((i for i, e in enumerate(self.info.entry_env) if e is value), None)
@@ -165,6 +171,7 @@ class LoopValues:
         return sym
 
     def expr(self, value: Value) -> Poly | None:
+        """``value`` as a polynomial in counters and live-ins, or None where it is unknown."""
         if value in self.memo:
             return self.memo[value]
         self.memo[value] = None  # cycles through header arguments resolve to unknown

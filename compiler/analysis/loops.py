@@ -109,6 +109,7 @@ def plan_loop(facts: FunctionLoops, info: LoopInfo, options: AnalysisOptions) ->
 
 
 def _check_effects(values: LoopValues) -> None:
+    """Reject a body with an effect a kernel cannot have (or that the guards cannot see)."""
     for block in values.body_order:
         for op in block.ops:
             name = op.name
