@@ -4,7 +4,7 @@ The kernel ``loop_<func>_<offset>(k, live-ins...) -> (partials...)`` runs iterat
 its entry block computes every induction variable of the loop as ``start + step * k``,
 binds loop-invariant header values to their entry values and reductions to their identity,
 then runs a copy of the loop body. Inner loops are copied whole and run sequentially in
-the thread, except collapsed ones (:class:`compiler.analysis.loops.Collapse`, the kernel's
+the thread, except collapsed ones (:class:`compiler.analysis.plan.Collapse`, the kernel's
 second and third counters): the thread enters each at its own iteration and runs only
 that one of the innermost. Branches back to the header, and the loop's exit, end the iteration and
 return each reduction's contribution; trap blocks the body can reach are copied too. The
@@ -14,35 +14,20 @@ the launch entry points around it live in :mod:`compiler.lower.function`.
 
 from __future__ import annotations
 
-from tensorwasm.compiler.analysis.loops import LoopPlan, Reduction, widened_in
+from tensorwasm.compiler.analysis.liveness import widened_in
+from tensorwasm.compiler.analysis.plan import LoopPlan, Reduction, ReductionKind
 from tensorwasm.compiler.analysis.poly import Poly
 from tensorwasm.dialect import arith
 from tensorwasm.dialect.builder import Builder
 from tensorwasm.dialect.ir import Block, Function, Module, Op, Successor, Value
-from tensorwasm.dialect.types import F32, I32, I64, Type
+from tensorwasm.dialect.types import I32, I64, Type
 from tensorwasm.dialect.verifier import reverse_postorder, verify_function
-
-INT_MAX = {32: (1 << 31) - 1, 64: (1 << 63) - 1}
 
 
 def identity_bits(op: str, ty: Type) -> int:
-    """The identity element of a reduction, as a bit pattern of ``ty``."""
-    bits = ty.bits
-    if op in ("add", "or", "xor", "max_u"):
-        return 0
-    if op == "mul":
-        return 1
-    if op == "and" or op == "min_u":
-        return (1 << bits) - 1
-    if op == "min_s":
-        return INT_MAX[bits]
-    if op == "max_s":
-        return 1 << (bits - 1)
-    if op == "fadd":  # -0.0: x + -0.0 is x for every x, +0.0 included
-        return 1 << (bits - 1)
-    if op == "fmul":
-        return 0x3F800000 if ty is F32 else 0x3FF0000000000000
-    raise ValueError(op)
+    """The identity element of a reduction (a :class:`ReductionKind` or its name), as a bit
+    pattern of ``ty``."""
+    return ReductionKind(op).identity(ty.bits)
 
 
 def kernel_name(plan: LoopPlan) -> str:

@@ -1,5 +1,7 @@
 """What the loop analysis decides, as data: a loop's plan, trip count, memory accesses,
-reductions and live-outs, its report, and the analysis's options.
+reductions and live-outs, its report, and the analysis's options; and the kinds of
+reduction, one table row each with what the analysis, the outliner, the lowering and the
+runtime need of it.
 
 The analysis (:mod:`compiler.analysis.loops`) makes these; the outliner, the runtime's
 guards and launches, and the prepared-module cache read them. They live apart from the
@@ -8,6 +10,10 @@ analysis so that a warm start, which unpickles them from the cache, does not imp
 
 from __future__ import annotations
 
+import enum
+import operator
+import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tensorwasm.compiler.analysis.poly import Poly, Symbol
@@ -16,6 +22,84 @@ from tensorwasm.support.records import field, record
 
 if TYPE_CHECKING:
     from tensorwasm.dialect.ir import Block, Function, LoopInfo, Op, Value
+
+
+@record(frozen=True)
+class ReductionTraits:
+    """What the compiler needs of one kind of reduction (a row of :class:`ReductionKind`)."""
+
+    dialect_op: str  # the dialect op whose chain the analysis recognises; "arith.select": a min/max
+    is_float: bool  # reorders roundings: a reduction only under relaxed float semantics
+    identity: dict[int, int]  # bit width -> the identity element's bits (x OP identity == x)
+    host_op: Callable  # the operation on Python values (ints, or numpy floats for a float kind)
+    builder: str = ""  # the llvmlite IRBuilder method folding two values; "": compare and select
+    compare: str = ""  # min/max: the icmp predicate under which the left value is kept
+    signed: bool = False  # min/max: compared as signed integers
+    atomic: str | None = None  # the atomicrmw operation folding into a slot; None: compare-and-swap
+
+
+class ReductionKind(enum.StrEnum):
+    """The operator of a recognised reduction. Its value is the name the reports print (and
+    that the runtime compared before the enum existed); ``kind.traits`` is its row."""
+
+    def __new__(cls, value: str, traits: ReductionTraits) -> ReductionKind:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.traits = traits
+        return member
+
+    traits: ReductionTraits
+
+    # fmt: off
+    ADD = "add", ReductionTraits("arith.add", False, {32: 0, 64: 0}, operator.add, "add", atomic="add")
+    MUL = "mul", ReductionTraits("arith.mul", False, {32: 1, 64: 1}, operator.mul, "mul")
+    AND = "and", ReductionTraits("arith.and", False, {32: (1 << 32) - 1, 64: (1 << 64) - 1}, operator.and_,
+                                 "and_", atomic="and")
+    OR = "or", ReductionTraits("arith.or", False, {32: 0, 64: 0}, operator.or_, "or_", atomic="or")
+    XOR = "xor", ReductionTraits("arith.xor", False, {32: 0, 64: 0}, operator.xor, "xor", atomic="xor")
+    MIN_S = "min_s", ReductionTraits("arith.select", False, {32: (1 << 31) - 1, 64: (1 << 63) - 1}, min,
+                                     compare="<", signed=True, atomic="min")
+    MIN_U = "min_u", ReductionTraits("arith.select", False, {32: (1 << 32) - 1, 64: (1 << 64) - 1}, min,
+                                     compare="<", atomic="umin")
+    MAX_S = "max_s", ReductionTraits("arith.select", False, {32: 1 << 31, 64: 1 << 63}, max,
+                                     compare=">", signed=True, atomic="max")
+    MAX_U = "max_u", ReductionTraits("arith.select", False, {32: 0, 64: 0}, max, compare=">", atomic="umax")
+    # -0.0, not +0.0: x + -0.0 is x for every x, +0.0 included.
+    FADD = "fadd", ReductionTraits("arith.fadd", True, {32: 0x80000000, 64: 0x8000000000000000}, operator.add,
+                                   "fadd", atomic="fadd")
+    FMUL = "fmul", ReductionTraits("arith.fmul", True, {32: 0x3F800000, 64: 0x3FF0000000000000}, operator.mul,
+                                   "fmul")
+    # fmt: on
+
+    @property
+    def is_float(self) -> bool:
+        """A float reduction: it reorders roundings, so only relaxed float semantics allow it."""
+        return self.traits.is_float
+
+    def identity(self, bits: int) -> int:
+        """The identity element over values of ``bits`` bits, as a bit pattern."""
+        return self.traits.identity[bits]
+
+    def fold_bits(self, a: int, b: int, bits: int) -> int:
+        """``a OP b`` on bit patterns of ``bits`` bits, as the kernels compute it (integers
+        wrap; a float operation rounds once, in IEEE arithmetic of its width)."""
+        mask = (1 << bits) - 1
+        a &= mask
+        b &= mask
+        traits = self.traits
+        if traits.is_float:
+            import numpy as np  # (only where a float reduction is folded: not on a warm start)
+
+            fmt, ifmt = ("<f", "<I") if bits == 32 else ("<d", "<Q")
+            cast = np.float32 if bits == 32 else np.float64
+            x, y = (cast(struct.unpack(fmt, struct.pack(ifmt, v))[0]) for v in (a, b))
+            with np.errstate(all="ignore"):  # overflow to infinity, inf - inf: IEEE results, no warning
+                result = traits.host_op(x, y)
+            return struct.unpack(ifmt, struct.pack(fmt, result))[0]
+        if traits.compare:
+            key = (lambda v: v - (1 << bits) if v >> (bits - 1) else v) if traits.signed else None
+            return traits.host_op(a, b, key=key)
+        return traits.host_op(a, b) & mask
 
 
 @record
@@ -65,7 +149,7 @@ class Access:
 @record
 class Reduction:
     arg: Value  # the header argument
-    op: str  # add, mul, and, or, xor, min_s, min_u, max_s, max_u, fadd, fmul
+    op: ReductionKind
     update: Value  # its value on the back edge
     local: int | None = None
     init: Poly | None = None  # its value on entry (a constant or a live-in)

@@ -15,11 +15,8 @@ under relaxed float semantics, which allow the order to change.
 from __future__ import annotations
 
 from llvmlite import ir
+from tensorwasm.compiler.analysis.plan import ReductionKind
 from tensorwasm.compiler.lower.types import I32_T, I64_T, int_of
-
-# atomicrmw operations by reduction operator; fmul has none (compare-and-swap instead).
-REDUCE_RMW = {"add": "add", "and": "and", "or": "or", "xor": "xor", "min_s": "min", "max_s": "max",
-              "min_u": "umin", "max_u": "umax", "fadd": "fadd"}  # fmt: skip
 
 WARP = 32
 LANE_BITS = 5  # log2(WARP): a thread's warp is tid >> LANE_BITS
@@ -30,14 +27,14 @@ FULL_MASK = ir.Constant(I32_T, 0xFFFFFFFF)
 
 
 def combine(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
-    """x OP y for a reduction operator (integer ops wrap; float ops round as IEEE)."""
-    if op in ("add", "mul", "and", "or", "xor"):
-        return getattr(b, {"and": "and_", "or": "or_"}.get(op, op))(x, y)
-    if op in ("fadd", "fmul"):
-        return getattr(b, op)(x, y)
-    kind, sign = op.split("_")
-    cmp = b.icmp_signed if sign == "s" else b.icmp_unsigned
-    return b.select(cmp("<" if kind == "min" else ">", x, y), x, y)
+    """x OP y for a reduction operator (a :class:`ReductionKind` or its name): the kind's
+    builder method (integer ops wrap; float ops round as IEEE), or for a minimum or maximum
+    a select on its compare."""
+    traits = ReductionKind(op).traits
+    if traits.compare:
+        cmp = b.icmp_signed if traits.signed else b.icmp_unsigned
+        return b.select(cmp(traits.compare, x, y), x, y)
+    return getattr(b, traits.builder)(x, y)
 
 
 def read_sreg(module: ir.Module, b: ir.IRBuilder, name: str) -> ir.Value:
@@ -47,11 +44,12 @@ def read_sreg(module: ir.Module, b: ir.IRBuilder, name: str) -> ir.Value:
 
 def fold_atomic(b: ir.IRBuilder, op: str, ptr: ir.Value, value: ir.Value) -> None:
     """``*ptr = *ptr OP value``, atomically with respect to every other thread."""
-    if op in REDUCE_RMW:
-        b.atomic_rmw(REDUCE_RMW[op], ptr, value, "monotonic")
+    atomic = ReductionKind(op).traits.atomic
+    if atomic is not None:
+        b.atomic_rmw(atomic, ptr, value, "monotonic")
         return
-    # No atomic multiply: compare-and-swap (of the bits, as LLVM has no float cmpxchg)
-    # until no other thread wrote in between.
+    # No atomicrmw for the kind (a multiply): compare-and-swap (of the bits, as LLVM has
+    # no float cmpxchg) until no other thread wrote in between.
     fn = b.function
     bits_type = int_of(value.type)
     retry = fn.append_basic_block("cas")

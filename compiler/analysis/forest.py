@@ -1,0 +1,103 @@
+"""The loop forest of one function, and its def-use facts.
+
+The translator marks each Wasm ``loop``'s header block and lists the loops (their nesting
+depth, parent, exits and the locals they assign). From the dominator tree this finds each
+loop's natural body: the header, and every block that reaches a latch (a predecessor of
+the header that the header dominates) without passing through the header. Alongside it
+keeps, for every SSA value, the block that defines it and the ops (terminators' branch
+arguments included) that use it. Every part of the loop analysis reads these facts; they
+are computed once per function and shared by its loops.
+"""
+
+from __future__ import annotations
+
+from tensorwasm.dialect.ir import Block, Function, LoopInfo, Module, Op, Value
+from tensorwasm.dialect.verifier import dominators, reverse_postorder
+
+
+class Reject(Exception):
+    """Why a loop cannot be offloaded (message: the reason shown in the report)."""
+
+
+def at(op: Op) -> str:
+    """Where ``op`` is in the Wasm code, as the reports print it."""
+    return f"+0x{op.offset:x}" if op.offset is not None else "?"
+
+
+def only_traps(block: Block) -> bool:
+    """The block ends in a trap: leaving a loop for it is no way out of the loop."""
+    term = block.terminator
+    return term is not None and term.name == "cf.trap"
+
+
+class FunctionLoops:
+    """Loop structure and def-use facts of one function, shared by its loops' analyses."""
+
+    def __init__(self, module: Module, func: Function):
+        self.module = module
+        self.func = func
+        order = reverse_postorder(func)
+        self.idom = dominators(order)
+        self.preds: dict[Block, list[Block]] = {b: [] for b in func.blocks}
+        for b in func.blocks:
+            for s in b.successors:
+                self.preds[s].append(b)
+        self.def_block: dict[Value, Block] = {}
+        self.users: dict[Value, list[tuple[Op, Block]]] = {}
+        for block in func.blocks:
+            for arg in block.args:
+                self.def_block[arg] = block
+            for op in block.ops:
+                for r in op.results:
+                    self.def_block[r] = block
+                for v in op.operands:
+                    self.users.setdefault(v, []).append((op, block))
+                for succ in op.successors:
+                    for v in succ.args:
+                        self.users.setdefault(v, []).append((op, block))
+        self.bodies: dict[LoopInfo, set[Block]] = {info: self._body(info) for info in func.loops}
+        self.latches: dict[LoopInfo, list[Block]] = {
+            info: [p for p in self.preds[info.header] if p in self.bodies[info]] for info in func.loops
+        }
+
+    def dominates(self, a: Block, b: Block) -> bool:
+        """Every path from the entry to ``b`` passes through ``a``."""
+        while True:
+            if a is b:
+                return True
+            parent = self.idom.get(b)
+            if parent is None or parent is b:
+                return False
+            b = parent
+
+    def _body(self, info: LoopInfo) -> set[Block]:
+        """The natural loop: the header and every block reaching a latch without it."""
+        header = info.header
+        latches = [p for p in self.preds[header] if self.dominates(header, p)]
+        body = {header}
+        work = list(latches)
+        while work:
+            b = work.pop()
+            if b in body:
+                continue
+            body.add(b)
+            work.extend(self.preds[b])
+        return body
+
+    def entry_edge_args(self, info: LoopInfo) -> list[Value]:
+        """The values the edge into the loop (from outside its body) gives its header."""
+        for pred in self.preds[info.header]:
+            if pred not in self.bodies[info]:
+                for succ in pred.terminator.successors:
+                    if succ.block is info.header:
+                        return succ.args
+        raise Reject("loop header has no entry edge")
+
+    def back_edge_args(self, info: LoopInfo) -> list[list[Value]]:
+        """The values each back edge (from a latch) gives the header, latch by latch."""
+        out = []
+        for latch in self.latches[info]:
+            for succ in latch.terminator.successors:
+                if succ.block is info.header:
+                    out.append(succ.args)
+        return out

@@ -1,0 +1,230 @@
+"""The values of a loop nest as polynomials, and the classes of its loop-carried values.
+
+One :class:`LoopValues` serves the analysis of one candidate loop. It evaluates SSA values
+symbolically (:meth:`LoopValues.expr`): a constant is a number, a value defined before the
+loop is a symbol (a live-in), ``global.get`` is a symbol per global, and ``add``, ``sub``,
+``mul`` and ``shl`` by a constant combine polynomials; anything else is unknown. Each loop
+of the nest has a counter symbol ``k<depth>``, its iteration number.
+
+Each header argument of each loop in the nest (the locals a Wasm ``loop`` carries around)
+falls in one class, in nest order, outer loops first:
+
+- dead: never read in the loop (clang reuses locals, so a carried local may mean nothing);
+- invariant: every back edge passes it through unchanged, so it is its entry value;
+- induction variable: every back edge adds the same loop-invariant step to it, along
+  chains of ``add``/``sub`` and through merges whose paths all add the same amount (which
+  covers clang's strength-reduced pointers and unrolled copies); its value is then
+  ``start + step * k``;
+- reduction (the candidate loop's own arguments only): recognised by
+  :mod:`compiler.analysis.reductions`;
+- anything else rejects the candidate loop, unless it belongs to an inner loop, which runs
+  sequentially inside one thread.
+"""
+
+from __future__ import annotations
+
+from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject
+from tensorwasm.compiler.analysis.plan import AnalysisOptions, Reduction
+from tensorwasm.compiler.analysis.poly import Poly, Symbol
+from tensorwasm.compiler.analysis.reductions import init_bits, recognise_reduction
+from tensorwasm.dialect import arith
+from tensorwasm.dialect.ir import Block, LoopInfo, Op, Value
+
+
+class LoopValues:
+    """Symbolic values and header-argument classes of one candidate loop and its inner loops."""
+
+    def __init__(self, facts: FunctionLoops, info: LoopInfo, options: AnalysisOptions, lenient: bool = False):
+        self.facts = facts
+        self.info = info
+        self.options = options
+        self.body = facts.bodies[info]
+        # Blocks in function order: everything derived from the body (live-in order, access
+        # indices) must not depend on set iteration, which differs between processes.
+        self.body_order = [b for b in facts.func.blocks if b in self.body]
+        self.counters: dict[LoopInfo, Symbol] = {}
+        self.symbols: dict[Value, Symbol] = {}
+        self.globals: dict[int, Symbol] = {}
+        self.memo: dict[Value, Poly | None] = {}
+        self.ivs: dict[Value, tuple[Poly, Poly]] = {}  # header arg -> (start, step)
+        self.invariant_args: dict[Value, Value] = {}
+        self.dead_args: set[Value] = set()
+        self.lenient = lenient  # classify what can be classified, reject nothing
+        self.reductions: dict[Value, Reduction] = {}
+        self.nested = [m for m in facts.func.loops if facts.bodies[m] <= self.body]
+
+    def counter(self, loop: LoopInfo) -> Symbol:
+        """The symbol of ``loop``'s iteration number, made at its first use."""
+        sym = self.counters.get(loop)
+        if sym is None:
+            sym = self.counters[loop] = Symbol("counter", loop, f"k{loop.depth}")
+        return sym
+
+    # -- header arguments ----------------------------------------------------------------------
+
+    def classify_header_args(self, loop: LoopInfo) -> None:
+        """Sort ``loop``'s header arguments into the classes above (outer loops first: an
+        inner start may be an outer induction variable); :class:`Reject` where one fits none."""
+        facts = self.facts
+        header = loop.header
+        entry = facts.entry_edge_args(loop)
+        backs = facts.back_edge_args(loop)
+        loop_body = facts.bodies[loop]
+        for i, arg in enumerate(header.args):
+            incoming = [b[i] for b in backs]
+            reads = [u for u, b in facts.users.get(arg, []) if b in loop_body and not
+                     (u.block in facts.latches[loop] and u.opdef.terminator and arg in u.operands + [
+                      v for sc in u.successors if sc.block is not header for v in sc.args])]  # fmt: skip
+            if not any(u for u, b in facts.users.get(arg, []) if b in loop_body) or (
+                not reads and all(v is arg for v in incoming)
+            ):
+                # Never read inside the loop: overwritten before use in every iteration.
+                self.dead_args.add(arg)
+                continue
+            if all(v is arg or v is entry[i] for v in incoming):
+                self.invariant_args[arg] = entry[i]
+                continue
+            steps = [self.step_of(v, arg, loop_body) for v in incoming]
+            if all(s is not None for s in steps) and all(s == steps[0] for s in steps):
+                start = self.expr(entry[i])
+                if start is None:
+                    raise Reject(
+                        f"induction variable {self.local_name(loop, i)} starts from an unknown value"
+                    )
+                self.ivs[arg] = (start, steps[0])
+                continue
+            if loop is self.info and len(incoming) == 1:
+                reduction = recognise_reduction(self, arg, incoming[0], loop_body)
+                if reduction is not None:
+                    reduction.init = self.expr(entry[i]) if not arg.type.is_float else None
+                    if reduction.init is None:
+                        reduction.init = init_bits(self, entry[i])
+                    reduction.local = loop.assigned[i] if i < len(loop.assigned) else None
+                    self.reductions[arg] = reduction
+                    continue
+            if loop is not self.info or self.lenient:
+                continue  # inner loops run sequentially inside one thread: anything goes
+            raise Reject(
+                f"{self.local_name(loop, i)} is carried from one iteration to the next and is neither "
+                f"an induction variable nor a recognised reduction"
+            )
+
+    def local_name(self, loop: LoopInfo, i: int) -> str:
+        """Header argument ``i`` of ``loop`` as the reports name it: the local it enters as."""
+        entry = self.facts.entry_edge_args(loop)[i]
+        local = next((n for n in loop.assigned if loop.entry_env[n] is entry), None)
+        return f"local {local}" if local is not None else f"loop value {i}"
+
+    def step_of(self, value: Value, arg: Value, body: set[Block]) -> Poly | None:
+        """The loop-invariant amount by which ``value`` exceeds ``arg`` (chains of add/sub)."""
+        total = Poly()
+        while value is not arg:
+            op = value.owner
+            if isinstance(op, Block):
+                merged = self._merged_step(value, arg, body)
+                return None if merged is None else total + merged
+            if not isinstance(op, Op) or op.name not in ("arith.add", "arith.sub"):
+                return None
+            lhs, rhs = op.operands
+            if op.name == "arith.add" and self.invariant_in(lhs, body) and not self.invariant_in(rhs, body):
+                lhs, rhs = rhs, lhs
+            if not self.invariant_in(rhs, body):
+                return None
+            amount = self.expr(rhs)
+            if amount is None:
+                return None
+            total = total + (amount if op.name == "arith.add" else -amount)
+            value = lhs
+        return total
+
+    def _merged_step(self, value: Value, arg: Value, body: set[Block]) -> Poly | None:
+        """A merge argument (not a loop header's) whose every incoming value has the same
+        step from ``arg``: clang -O2 joins a guarded inner loop's paths this way."""
+        block = value.owner
+        if block.attrs.get("loop") or block not in body:
+            return None
+        steps = []
+        for pred in self.facts.preds[block]:
+            for succ in pred.terminator.successors:
+                if succ.block is block:
+                    steps.append(self.step_of(succ.args[value.index], arg, body))
+        if not steps or any(step is None or step != steps[0] for step in steps):
+            return None
+        return steps[0]
+
+    def invariant_in(self, value: Value, body: set[Block]) -> bool:
+        """``value`` is the same in every iteration of the loop of ``body``."""
+        owner = value.owner
+        if isinstance(owner, Op) and owner.opdef is arith.constant:
+            return True
+        return self.facts.def_block[value] not in body
+
+    # -- symbolic values ---------------------------------------------------------------------
+
+    def symbol_for(self, value: Value) -> Symbol:
+        """The symbol of a value from before the loop, named for the local holding it."""
+        sym = self.symbols.get(value)
+        if sym is None:
+            local = next((i for i, e in enumerate(self.info.entry_env) if e is value), None)
+            label = f"local{local}" if local is not None else f"v{len(self.symbols)}"
+            sym = self.symbols[value] = Symbol("value", value, label)
+        return sym
+
+    def expr(self, value: Value) -> Poly | None:
+        """``value`` as a polynomial in counters and live-ins, or None where it is unknown."""
+        if value in self.memo:
+            return self.memo[value]
+        self.memo[value] = None  # cycles through header arguments resolve to unknown
+        result = self._expr(value)
+        self.memo[value] = result
+        return result
+
+    def _expr(self, value: Value) -> Poly | None:
+        owner = value.owner
+        if isinstance(owner, Op) and owner.opdef is arith.constant:
+            ty, bits = owner.attrs["type"], owner.attrs["value"]
+            if ty.is_float:
+                return None
+            return Poly.const(bits - (1 << ty.bits) if bits >> (ty.bits - 1) else bits)
+        block = self.facts.def_block[value]
+        if block not in self.body:
+            return Poly.symbol(self.symbol_for(value))
+        if isinstance(owner, Block):
+            loop = block.attrs.get("loop")
+            if loop is None:  # a merge: known when every incoming value is the same polynomial
+                incoming = [
+                    self.expr(succ.args[value.index])
+                    for pred in self.facts.preds[block]
+                    for succ in pred.terminator.successors
+                    if succ.block is block
+                ]
+                if incoming and incoming[0] is not None and all(p == incoming[0] for p in incoming):
+                    return incoming[0]
+                return None
+            if value in self.invariant_args:
+                return self.expr(self.invariant_args[value])
+            if value in self.ivs:
+                start, step = self.ivs[value]
+                return start + step * Poly.symbol(self.counter(loop))
+            return None
+        op = owner
+        if op.name == "global.get":
+            sym = self.globals.get(op.attrs["index"])
+            if sym is None:
+                sym = self.globals[op.attrs["index"]] = Symbol(
+                    "global", op.attrs["index"], f"g{op.attrs['index']}"
+                )
+            return Poly.symbol(sym)
+        if op.name in ("arith.add", "arith.sub", "arith.mul", "arith.shl"):
+            a, b = (self.expr(v) for v in op.operands)
+            if a is None or b is None:
+                return None
+            if op.name == "arith.add":
+                return a + b
+            if op.name == "arith.sub":
+                return a - b
+            if op.name == "arith.mul":
+                return a * b
+            if b.is_constant():
+                return a.scale(1 << (b.constant & (op.operands[0].type.bits - 1)))
+        return None

@@ -1,0 +1,107 @@
+"""Trip counts: how many times a loop runs, as a formula of the values at loop entry.
+
+A countable loop has one way out (branches to blocks that only trap do not count), a
+conditional branch on an integer compare, taken either at the top of the header (the loop
+tests before each iteration, and nothing with an effect runs before the test) or at a
+latch (a rotated loop, which runs at least once). The compare is followed through the
+``x == 0`` / ``x != 0`` tests clang -O2 wraps around a kept loop condition. One side must
+be ``start + step * k`` in the loop's counter ``k`` with a constant, non-zero step, the
+other free of ``k`` and of every inner loop's counter; the result is a :class:`TripCount`
+``pred(start + step*k, bound)`` that the runtime evaluates on the live-in values.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tensorwasm.compiler.analysis.forest import Reject, at, only_traps
+from tensorwasm.compiler.analysis.plan import TripCount
+from tensorwasm.dialect import arith
+from tensorwasm.dialect.ir import LoopInfo, Op, Value
+
+if TYPE_CHECKING:
+    from tensorwasm.compiler.analysis.induction import LoopValues
+
+# Compare predicates: the one that holds when ``pred`` does not, and the one that holds
+# with the operands swapped.
+NEGATE = {"eq": "ne", "ne": "eq", "slt": "sge", "sge": "slt", "sgt": "sle", "sle": "sgt",
+          "ult": "uge", "uge": "ult", "ugt": "ule", "ule": "ugt"}  # fmt: skip
+SWAP = {"eq": "eq", "ne": "ne", "slt": "sgt", "sgt": "slt", "sle": "sge", "sge": "sle",
+        "ult": "ugt", "ugt": "ult", "ule": "uge", "uge": "ule"}  # fmt: skip
+
+
+def trip_count(values: LoopValues, loop: LoopInfo) -> TripCount:
+    """The trip count of ``loop`` (the candidate loop or one inside it), or :class:`Reject`."""
+    facts = values.facts
+    body = facts.bodies[loop]
+    exits = []
+    for block in body:
+        term = block.terminator
+        for succ in term.successors:
+            if succ.block not in body and not only_traps(succ.block):
+                exits.append((block, term))
+    if len(exits) != 1:
+        raise Reject(f"loop at +0x{loop.offset:x} has {len(exits)} exits (an early exit)")
+    block, term = exits[0]
+    if term.name != "cf.cond_br":
+        raise Reject(f"loop at +0x{loop.offset:x} leaves through a {term.name}")
+    cond = term.operands[0]
+    stays = term.successors[0].block in body
+    cmp = cond.owner
+    if not (isinstance(cmp, Op) and cmp.name == "arith.cmpi"):
+        raise Reject(f"loop at +0x{loop.offset:x} exits on a condition that is not an integer compare")
+    cmp, negated = _through_boolean_tests(cmp)
+    if negated:
+        stays = not stays
+    bottom = block in facts.latches[loop] and any(s.block is loop.header for s in term.successors)
+    top = not bottom and block is loop.header
+    if not top and not bottom:
+        raise Reject(f"loop at +0x{loop.offset:x} exits from the middle of its body")
+    if top:
+        for op in block.ops[:-1]:
+            if not op.opdef.pure:
+                hint = (
+                    " (its counter lives in memory, as in unoptimised code)" if op.name == "mem.load" else ""
+                )
+                raise Reject(
+                    f"loop at +0x{loop.offset:x} runs {op.name} at {at(op)} before its exit test{hint}"
+                )
+    pred = cmp.attrs["pred"] if stays else NEGATE[cmp.attrs["pred"]]
+    x, y = (values.expr(v) for v in cmp.operands)
+    k = values.counter(loop)
+    if x is None or y is None:
+        raise Reject(f"loop at +0x{loop.offset:x} has a trip count that depends on memory or unknown values")
+    if not x.uses(k):
+        x, y, pred = y, x, SWAP[pred]
+    split = x.split(k)
+    if split is None or y.uses(k) or not split[1].is_constant() or split[1].constant == 0:
+        raise Reject(f"loop at +0x{loop.offset:x} has no counted exit test")
+    start, step = split
+    other_counters = {s for s in start.symbols() | y.symbols() if s.kind == "counter" and s is not k}
+    inner = {values.counters.get(m) for m in values.nested if m is not loop and m.depth > loop.depth}
+    if other_counters & inner:
+        raise Reject(f"loop at +0x{loop.offset:x} has an exit test that depends on an inner loop")
+    return TripCount(top, pred, start, step.constant, y, cmp.operands[0].type.bits)
+
+
+def _through_boolean_tests(cmp: Op) -> tuple[Op, bool]:
+    """The compare a chain of ``x == 0`` / ``x != 0`` tests of a compare's result decides
+    (clang -O2 keeps a loop's exit compare in a local and branches on its ``eqz``), and
+    whether the chain negates it."""
+    negated = False
+    while cmp.attrs["pred"] in ("eq", "ne"):
+        a, b = cmp.operands
+        zero = next((v for v in (a, b) if _is_zero(v)), None)
+        tested = b if zero is a else a
+        if isinstance(tested.owner, Op) and tested.owner.name == "arith.zext":
+            tested = tested.owner.operands[0]  # the i1 compare widened to i32
+        if zero is None or not (isinstance(tested.owner, Op) and tested.owner.name == "arith.cmpi"):
+            break
+        negated ^= cmp.attrs["pred"] == "eq"
+        cmp = tested.owner
+    return cmp, negated
+
+
+def _is_zero(v: Value) -> bool:
+    owner = v.owner
+    return isinstance(owner, Op) and owner.opdef is arith.constant and owner.attrs["value"] == 0
