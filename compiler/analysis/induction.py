@@ -51,7 +51,9 @@ class LoopValues:
         self.dead_args: set[Value] = set()
         self.lenient = lenient  # classify what can be classified, reject nothing
         self.reductions: dict[Value, Reduction] = {}
-        self.nested = [m for m in facts.func.loops if facts.bodies[m] <= self.body]
+        # The loops inside this one, itself included: natural loops of a reducible graph (Wasm's
+        # are) nest or are disjoint, so a loop is inside where its header is (O(1) a loop).
+        self.nested = [m for m in facts.func.loops if m.header in self.body]
 
     def counter(self, loop: LoopInfo) -> Symbol:
         """The symbol of ``loop``'s iteration number, made at its first use."""

@@ -145,8 +145,10 @@ def _trip_if_known(facts: FunctionLoops, info: LoopInfo) -> TripCount | None:
     """The trip count of a rejected loop, for the report, when its counter is clear anyway."""
     values = LoopValues(facts, info, AnalysisOptions(relaxed_float=True), lenient=True)
     try:
-        for loop in sorted(values.nested, key=lambda m: m.depth):
-            values.classify_header_args(loop)
+        # Its own header arguments decide its counter: its start and step come from outside
+        # the loop and from the chains of adds that feed its back edges, never from an inner
+        # loop's classes (classifying those too made a deep nest cost the cube of its depth).
+        values.classify_header_args(info)
         return trip_count(values, info)
     except Reject:
         return None
