@@ -1144,7 +1144,7 @@ def _compiled(engine: wasmtime.Engine, wasm: bytes) -> wasmtime.Module:
 # are copied straight into linear memory once the kernel is known not to have trapped.
 STAGED_RESULT_BYTES = 64 << 10
 
-_Context = U64 * abi.CTX_SLOTS
+_Context = abi.ContextBlock
 
 
 class Ready:
@@ -1195,17 +1195,16 @@ class Ready:
         buffers = (mirror.memory_ptr, mirror.scratch_ptr)
         if self._device is None or self._device[0] != buffers:
             memory, scratch = buffers
-            ctx = [0] * abi.CTX_SLOTS
-            ctx[abi.CTX_MEM_BASE] = memory
-            ctx[abi.CTX_MEM_SIZE] = ctx[abi.CTX_MEM_CAPACITY] = self.size
-            ctx[abi.CTX_MEM_MAX_PAGES] = self.size // abi.PAGE_SIZE
-            ctx[abi.CTX_WRITTEN] = scratch + 8 * self.back_slots
-            ctx[abi.CTX_WRITTEN_COUNT] = len(self.written)
+            ctx = abi.context_block(
+                memory_base=memory, memory_size=self.size, memory_capacity=self.size,
+                max_pages=self.size // abi.PAGE_SIZE, written_at=scratch + 8 * self.back_slots,
+                written_count=len(self.written),
+            )  # fmt: skip
             tail = [*self.out_words, *self.range_words]
             counts = (self.launch.trip, *self.launch.nest)
             params = driver.KernelParams([U64, U64, *(ctypes.c_int64 for _ in counts), U64])
             params.set([scratch, scratch + 8 * abi.CTX_SLOTS, *counts, scratch + 8 * self.out_at])
-            self._device = (buffers, _words(ctx), _words(tail), params)
+            self._device = (buffers, bytes(ctx), _words(tail), params)
         _, head, tail, params = self._device
         if arrival.image[0] is not params:  # made for other buffers
             arrival.image = (params, head + arrival.param_bytes + tail)
@@ -1215,12 +1214,11 @@ class Ready:
         """For the host backend: the context's image (all but the memory base) and the
         iteration ranges of the host threads."""
         if self._host is None:
-            ctx = _Context()
-            ctx[abi.CTX_MEM_SIZE] = ctx[abi.CTX_MEM_CAPACITY] = self.size
-            ctx[abi.CTX_MEM_MAX_PAGES] = self.size // abi.PAGE_SIZE
             self._spans = (U64 * len(self.range_words))(*self.range_words)  # the context points at it
-            ctx[abi.CTX_WRITTEN] = ctypes.addressof(self._spans)
-            ctx[abi.CTX_WRITTEN_COUNT] = len(self.written)
+            ctx = abi.context_block(
+                memory_size=self.size, memory_capacity=self.size, max_pages=self.size // abi.PAGE_SIZE,
+                written_at=ctypes.addressof(self._spans), written_count=len(self.written),
+            )  # fmt: skip
             chunks = module._chunks(self.launch.trip, math.prod(self.launch.nest))
             self._host = (bytes(ctx), chunks)
         return self._host
