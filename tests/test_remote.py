@@ -224,20 +224,23 @@ class _Faults:
             def close(self) -> None:
                 faults.closed.append(self)
 
+        class Refusing(HostContext):
+            """The process's own context, whose reset the driver refuses."""
+
+            def __init__(self) -> None:
+                super().__init__()
+                self.info = DeviceInfo(0, "GPU", (9, 0), 13000, 1 << 30, 132)
+
+            def reset(self) -> None:
+                self.generation += 1
+                for watcher in list(self.watchers):
+                    watcher.context_reset(self)
+                self.refused = CudaError("cuDevicePrimaryCtxRetain", 700)
+                raise self.refused
+
         self.faulting = Faulting
         monkeypatch.setattr(remote, "WorkerContext", StandIn)
-        self.gpu = HostContext()  # the process's own, shared
-        self.gpu.info = DeviceInfo(0, "GPU", (9, 0), 13000, 1 << 30, 132)
-        self.gpu.reset = self._refused
-        self.monkeypatch = monkeypatch
-
-    def _refused(self) -> None:
-        gpu = self.gpu
-        gpu.generation += 1
-        for watcher in list(gpu.watchers):
-            watcher.context_reset(gpu)
-        gpu.refused = CudaError("cuDevicePrimaryCtxRetain", 700)
-        raise gpu.refused
+        self.gpu = Refusing()  # the process's own, shared
 
     def module(self, wasm: bytes):
         """A module on the shared GPU, its kernels loaded as Faulting host kernels."""
