@@ -125,18 +125,16 @@ def launch_overhead(device: str, calls: int = 2000, rounds: int = 5) -> dict:
     def saxpy(mode: str | None, raw: bool = True, bound: bool = False, process: bool = False):
         prepared = None
         if mode is not None:
-            on = "cpu" if device == "sim" else device
-            prepared = OffloadModule(wasm, device=on, mode=mode, pin=device == "gpu")
+            on = device
             if process:  # as after a sticky fault: the GPU's work in a process of its own
-                from tensorwasm.runtime.remote import WorkerContext
+                from tensorwasm.runtime.cuda_device import GpuProcessDevice
 
-                prepared.context = WorkerContext(0)
-                prepared._mirror = None
-                prepared._load_kernels()
-            if device == "sim":
-                from tensorwasm.oracle.simulated import simulate_gpu
+                on = GpuProcessDevice(0)
+            elif device == "sim":
+                from tensorwasm.oracle.simulated import SimulatedDevice
 
-                simulate_gpu(prepared)
+                on = SimulatedDevice()
+            prepared = OffloadModule(wasm, device=on, mode=mode, pin=device == "gpu")
         store, inst = instantiate(prepared.rewritten if prepared else wasm, prepared)
         exports = inst.exports(store)
         if bound:  # the Wasm-side filters set as tensorwasm run sets them
@@ -182,13 +180,14 @@ def _bare_launch(prepared, memory):
     import ctypes
 
     from tensorwasm.compiler.lower import abi
+    from tensorwasm.runtime.device_launch import device_arguments
 
     loop = next(lp for lp in prepared.loops if lp.stats.offloaded)
-    ((_, ready),) = prepared._guard_cache[loop.kernel_index].items()
+    ((_, ready),) = prepared.planner.guard_cache[loop.kernel_index].items()
     ((_, arrival),) = ready._arrivals.items()
     kernel, counts = prepared.kernels[loop.entry], (ready.launch.trip, *ready.launch.nest)
     if prepared.device != "gpu":
-        ctx_image, _ = ready.host_args(prepared)
+        ctx_image, _ = prepared.launches.host_arguments(ready)
         ctx = (ctypes.c_uint64 * (len(ctx_image) // 8)).from_buffer_copy(ctx_image)
         ctx[abi.CTX_MEM_BASE] = ctypes.cast(memory, ctypes.c_void_p).value
         out = (ctypes.c_uint64 * max(1, ready.reductions))()
@@ -197,7 +196,7 @@ def _bare_launch(prepared, memory):
             ctypes.addressof(ctx), ctypes.addressof(params), 0, *counts, ctypes.addressof(out)
         )
     mirror = prepared.mirror
-    _, params = ready.device_args(mirror, arrival)
+    _, params = device_arguments(ready, mirror, arrival)
 
     def launch() -> None:
         kernel.launch(ready.grid, ready.block, params, stream=mirror.stream.handle)

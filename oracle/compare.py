@@ -111,7 +111,7 @@ def make_factory(backend: str) -> ExecutorFactory:
     if backend == "gpu":
         return GPUExecutor
     if backend in ("offload-cpu", "offload-gpu"):
-        from tensorwasm.runtime.offload import OffloadInstance
+        from tensorwasm.oracle.offload import OffloadInstance
 
         device = backend.split("-")[1]
         # Linear memory page-locked on the GPU, as `tensorwasm run` has it: launches replay.

@@ -1,9 +1,10 @@
 """A device simulated in host memory: the GPU path's data movement, checked on the CPU.
 
-:func:`simulate_gpu` turns an :class:`~runtime.offload.OffloadModule` built for the host
-backend into one that takes the GPU path: its launches copy linear memory into a separate
-"device" buffer, run the host-compiled kernels there, and copy the results back, exactly as
-on a GPU, so what the mirror moves and when (device-resident regions included) is checked
+:class:`SimulatedDevice` is a :class:`~runtime.device.Device` that an
+:class:`~runtime.offload.OffloadModule` takes at construction: the module compiles its
+kernels for the host backend and takes the GPU path with them: its launches copy linear
+memory into a separate "device" buffer, run the host-compiled kernels there, and copy the
+results back, exactly as on a GPU, so what the mirror moves and when (device-resident regions included) is checked
 in CI and by ``tensorwasm fuzz --backend offload-sim``. Only the kernels' code is the
 host's; no CUDA call is made.
 """
@@ -13,10 +14,13 @@ from __future__ import annotations
 import ctypes
 import itertools
 import weakref
+from typing import Any
 
+from tensorwasm.compiler.target import HostTarget
+from tensorwasm.runtime.cuda_device import CudaDevice
 from tensorwasm.runtime.driver import CudaError, KernelParams, PageLocks
+from tensorwasm.runtime.host_device import HostDevice
 from tensorwasm.runtime.mirror import DeviceMirror
-from tensorwasm.runtime.offload import OffloadModule
 from tensorwasm.runtime.remote import HostBuffer
 
 _STATUS_1 = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_uint64)
@@ -180,30 +184,43 @@ class HostKernel:
         self.launches += 1
 
 
-def simulate_gpu(offload: OffloadModule) -> HostContext:
-    """Make ``offload`` (prepared for the host backend) take the GPU path on host memory."""
-    if offload.device != "cpu":
-        raise ValueError("only a module prepared for the host backend can run on the simulated device")
-    host = offload.kernels  # loaded now, while the module still takes the host path
-    context = HostContext()
-    offload.device = "gpu"
-    offload.pin = True  # "page-locking" is free here: launches take the GPU's recorded path
-    offload.context = context
-    offload.mirror = DeviceMirror(context)
-    offload.mirror.allocator = HostAllocator()
-    offload.kernels = {name: HostKernel(entry) for name, entry in host.items()}
-    for lp in offload.loops:
-        lp.stats.device = "gpu (simulated)"
-    return context
+class SimulatedDevice(CudaDevice):
+    """The GPU path on host memory: a :class:`HostContext` (or ``context``: a stand-in for a
+    CUDA context), device memory from host buffers, and the host backend's kernels run over
+    the whole grid (``kernel``: what wraps each entry; :class:`HostKernel` by default).
+    Linear memory counts as page-locked, so launches take the GPU's recorded path. A reset
+    the context refuses moves the work to a GPU process (:class:`runtime.remote.WorkerContext`),
+    as on the CUDA device."""
+
+    code = "cpu"
+    label = "gpu (simulated)"
+    pin = True
+
+    def __init__(self, context: Any = None, kernel: type = HostKernel) -> None:
+        super().__init__()
+        self._context = context if context is not None else HostContext()
+        self.kernel = kernel
+
+    def target(self) -> HostTarget:
+        return HostTarget()
+
+    def load_kernels(self, prepared: Any) -> dict[str, Any]:
+        host = HostDevice().load_kernels(prepared)
+        return {name: self.kernel(entry) for name, entry in host.items()}
+
+    def allocate(self, limit: int | None) -> DeviceMirror:
+        """Device memory from host buffers on a :class:`HostContext`; from the context's own
+        allocations on any other (a GPU process's stand-in)."""
+        context = self.context
+        allocator = HostAllocator() if isinstance(context, HostContext) else None
+        return DeviceMirror(context, limit, allocator=allocator)
 
 
 class SimulatedOffloadInstance:
-    """The oracle's ``offload-sim`` backend: an :class:`~runtime.offload.OffloadInstance`
+    """The oracle's ``offload-sim`` backend: an :class:`~oracle.offload.OffloadInstance`
     whose launches take the GPU path on the simulated device."""
 
     def __new__(cls, wasm: bytes, filters: bool = False):
-        from tensorwasm.runtime.offload import OffloadInstance
+        from tensorwasm.oracle.offload import OffloadInstance
 
-        offload = OffloadModule(wasm, device="cpu", mode="always")
-        simulate_gpu(offload)  # before instantiation: its host functions are the GPU path's
-        return OffloadInstance(wasm, filters=filters, offload=offload)
+        return OffloadInstance(wasm, device=SimulatedDevice(), filters=filters)

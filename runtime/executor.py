@@ -139,8 +139,8 @@ class HostExecutor(Executor):
             index: ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(self.code.address(name))
             for index, name in self.compilation.entries.items()
         }
-        ctx = self.ctx = (U64 * abi.CTX_SLOTS)()
         self._keep = []
+        memory = {}
         if state.memory is not None:
             capacity = self.capacity_pages(None) * abi.PAGE_SIZE
             # Anonymous memory is reserved, not committed: untouched pages cost nothing.
@@ -149,12 +149,12 @@ class HostExecutor(Executor):
             )
             self._mem[: len(state.memory)] = state.memory
             self._mem_view = (ctypes.c_char * len(self._mem)).from_buffer(self._mem)
-            ctx[abi.CTX_MEM_BASE] = ctypes.addressof(self._mem_view)
-            ctx[abi.CTX_MEM_SIZE] = len(state.memory)
-            ctx[abi.CTX_MEM_CAPACITY] = capacity
-        ctx[abi.CTX_MEM_MAX_PAGES] = state.max_pages
+            memory = {
+                "memory_base": ctypes.addressof(self._mem_view),
+                "memory_size": len(state.memory),
+                "memory_capacity": capacity,
+            }
         self._globals = (U64 * max(1, len(state.globals)))(*state.globals)
-        ctx[abi.CTX_GLOBALS] = ctypes.addressof(self._globals)
         descriptors = (U64 * max(1, abi.TABLE_SLOTS * len(state.tables)))()
         for t, table in enumerate(state.tables):
             limit = table.max if table.max is not None else 0xFFFFFFFF
@@ -167,9 +167,14 @@ class HostExecutor(Executor):
             descriptors[base + abi.TABLE_CAPACITY] = capacity
             descriptors[base + abi.TABLE_MAX] = limit
         self._tables = descriptors
-        ctx[abi.CTX_TABLES] = ctypes.addressof(descriptors)
-        ctx[abi.CTX_DATA] = self._segments([bytes(d) for d in state.data], item_size=1)
-        ctx[abi.CTX_ELEMS] = self._segments(state.elems, item_size=8)
+        self.ctx = abi.context_block(
+            **memory,
+            max_pages=state.max_pages,
+            globals_at=ctypes.addressof(self._globals),
+            tables_at=ctypes.addressof(descriptors),
+            data_at=self._segments([bytes(d) for d in state.data], item_size=1),
+            elems_at=self._segments(state.elems, item_size=8),
+        )
 
     def _segments(self, segments, item_size: int) -> int:
         descriptors = (U64 * max(1, abi.SEGMENT_SLOTS * len(segments)))()
@@ -231,19 +236,19 @@ class GPUExecutor(Executor):
             self.kernels = {i: self.cu_module.function(n) for i, n in self.compilation.entries.items()}
         if any(f.index in self.compilation.entries for f in self.module.functions):
             ctxt.set_stack_size(max(GPU_STACK_BYTES, ctxt.stack_size()))
-        ctx = (U64 * abi.CTX_SLOTS)()
+        memory = {}
         if state.memory is not None:
             capacity = self.capacity_pages(GPU_MEMORY_HEADROOM_PAGES) * abi.PAGE_SIZE
             self._mem = self._alloc(capacity)
             ctxt.memset_d8(self._mem.ptr, 0, max(8, capacity))
             if state.memory:
                 ctxt.memcpy_htod(self._mem.ptr, bytes(state.memory), len(state.memory))
-            ctx[abi.CTX_MEM_BASE] = self._mem.ptr
-            ctx[abi.CTX_MEM_SIZE] = len(state.memory)
-            ctx[abi.CTX_MEM_CAPACITY] = capacity
-        ctx[abi.CTX_MEM_MAX_PAGES] = state.max_pages
+            memory = {
+                "memory_base": self._mem.ptr,
+                "memory_size": len(state.memory),
+                "memory_capacity": capacity,
+            }
         self._globals = self._alloc(8 * len(state.globals), bytes((U64 * len(state.globals))(*state.globals)))
-        ctx[abi.CTX_GLOBALS] = self._globals.ptr
         descriptors = (U64 * max(1, abi.TABLE_SLOTS * len(state.tables)))()
         for t, table in enumerate(state.tables):
             limit = table.max if table.max is not None else 0xFFFFFFFF
@@ -255,9 +260,14 @@ class GPUExecutor(Executor):
             descriptors[base + abi.TABLE_SIZE] = len(table.entries)
             descriptors[base + abi.TABLE_CAPACITY] = capacity
             descriptors[base + abi.TABLE_MAX] = limit
-        ctx[abi.CTX_TABLES] = self._alloc(ctypes.sizeof(descriptors), bytes(descriptors)).ptr
-        ctx[abi.CTX_DATA] = self._segments([bytes(d) for d in state.data], item_size=1)
-        ctx[abi.CTX_ELEMS] = self._segments(state.elems, item_size=8)
+        ctx = abi.context_block(
+            **memory,
+            max_pages=state.max_pages,
+            globals_at=self._globals.ptr,
+            tables_at=self._alloc(ctypes.sizeof(descriptors), bytes(descriptors)).ptr,
+            data_at=self._segments([bytes(d) for d in state.data], item_size=1),
+            elems_at=self._segments(state.elems, item_size=8),
+        )
         self._ctx = self._alloc(ctypes.sizeof(ctx), bytes(ctx))
         self._io = self._alloc(8 * self._io_slots)
 

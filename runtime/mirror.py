@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from dataclasses import dataclass
 
 from tensorwasm.compiler.lower import abi
 from tensorwasm.runtime.driver import Context, CudaError, DeviceBuffer, PinnedBuffer
 from tensorwasm.runtime.limits import DeviceAllocator
+from tensorwasm.runtime.spans import Span, subtract, union
 
 from tensorwasm.support import logs
 
@@ -47,10 +47,12 @@ class DeviceMirror:
     # kernel launch with events turns it off: a replayed graph makes no launch call).
     RECORD = True
 
-    def __init__(self, context: Context, limit: int | None = None) -> None:
+    def __init__(self, context: Context, limit: int | None = None, allocator=None) -> None:
+        """``allocator``: where its buffers come from (default: the context's memory, through a
+        :class:`~runtime.limits.DeviceAllocator` capped at ``limit``)."""
         self.context = context
         self.generation = context.generation  # a reset since leaves every buffer here stale
-        self.allocator = DeviceAllocator(context, limit)
+        self.allocator = allocator if allocator is not None else DeviceAllocator(context, limit)
         self.stream = context.stream()
         self.memory: DeviceBuffer | None = None
         self.scratch: DeviceBuffer | None = None
@@ -343,39 +345,3 @@ class DeviceMirror:
         self.memory_ptr = self.scratch_ptr = 0
         self.scratch_holds = None
         self.forget()
-
-
-@dataclass(frozen=True, slots=True)
-class Span:
-    """The byte range ``[lo, hi)`` of linear memory."""
-
-    lo: int
-    hi: int
-
-
-def union(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The sorted, disjoint ranges covering ``a`` and ``b`` (touching ranges merge)."""
-    merged: list[list[int]] = []
-    for lo, hi in sorted(r for r in a + b if r[1] > r[0]):
-        if merged and lo <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], hi)
-        else:
-            merged.append([lo, hi])
-    return [(lo, hi) for lo, hi in merged]
-
-
-def subtract(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The parts of ``a`` outside the sorted, disjoint ranges ``b``."""
-    out = []
-    for lo, hi in union(a, []):
-        for blo, bhi in b:
-            if bhi <= lo or blo >= hi:
-                continue
-            if blo > lo:
-                out.append((lo, blo))
-            lo = max(lo, bhi)
-            if lo >= hi:
-                break
-        if lo < hi:
-            out.append((lo, hi))
-    return out

@@ -1,7 +1,7 @@
 """Replays in native code: an offloaded loop's host function without Python.
 
 An arrival that brings a loop the live-ins of its last launch, where that launch ran from
-a recorded CUDA graph with nothing to upload (:meth:`runtime.offload.OffloadModule._again`),
+a recorded CUDA graph with nothing to upload (:meth:`runtime.device_replay.DeviceReplays.replay`),
 needs no decision: the guards' outcome, the launch and its results are known. What is left
 is to check that nothing it relied on changed, launch the graph, wait, check that the
 kernel did not trap, and move the staged results into linear memory. In Python that costs
@@ -22,7 +22,7 @@ launch, ``pending`` says what the Python side must finish (see :data:`PENDING_ER
 wasmtime calls a host function through a fixed pointer, so the rewritten module calls the
 loops' host functions through a table of its own (:mod:`compiler.rewrite`): each loop's
 entry starts as its Python function and becomes the native one once its arrivals replay
-(see ``OffloadModule.NATIVE_AFTER``).
+(see ``DeviceReplays.NATIVE_AFTER`` in :mod:`runtime.device_replay`).
 """
 
 from __future__ import annotations

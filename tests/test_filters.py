@@ -8,6 +8,7 @@ import pytest
 import wasmtime
 from tensorwasm.compiler.rewrite import NEVER_SKIP
 from tensorwasm.runtime.offload import OffloadModule
+from tensorwasm.runtime.planning import ArrivalPlanner
 
 from tests.conftest import wat
 from tests.offload_cases import instantiate, module_bytes
@@ -70,13 +71,13 @@ def _instance(wasm: bytes, offload: OffloadModule | None):
 
 def _arrivals(monkeypatch) -> list:
     seen = []
-    real = OffloadModule._arrive
+    real = ArrivalPlanner.arrive
 
     def counting(self, lp, *rest):
         seen.append(lp.stats.func)
         return real(self, lp, *rest)
 
-    monkeypatch.setattr(OffloadModule, "_arrive", counting)
+    monkeypatch.setattr(ArrivalPlanner, "arrive", counting)
     return seen
 
 

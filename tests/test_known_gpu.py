@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-import tensorwasm.runtime.offload as offload_module
+import tensorwasm.runtime.cuda_device as cuda_device
 from tensorwasm.runtime import driver, known_gpu
 from tensorwasm.runtime.cache import default_cache
 from tensorwasm.runtime.driver import DeviceInfo, NoGPU
@@ -207,7 +207,7 @@ def contexts(monkeypatch):
 
     monkeypatch.setattr(driver.Context, "get", staticmethod(get))
     monkeypatch.setattr(driver.Context, "made", staticmethod(lambda ordinal=0: made[0] if made else None))
-    monkeypatch.setattr(offload_module, "load_kernels", lambda context, ptx: FakeCode(ptx))
+    monkeypatch.setattr(cuda_device, "load_kernels", lambda context, ptx: FakeCode(ptx))
     return made, device
 
 
@@ -223,7 +223,7 @@ def test_a_warm_start_on_a_remembered_gpu_waits_for_no_context(system, contexts)
     made, _ = contexts
     prepared = _warm(module_bytes("blas1", "O2"), made)
     assert not made  # the target came from the remembered description
-    assert prepared.target.arch == "sm_90" and prepared._mirror is None
+    assert prepared.target.arch == "sm_90" and prepared.mirror is None
     assert prepared.context is made[0]  # made at first need
     assert b".target sm_90" in prepared.ptx
 

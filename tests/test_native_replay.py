@@ -10,6 +10,7 @@ import struct
 
 import pytest
 import wasmtime
+from tensorwasm.runtime.device_replay import DeviceReplays
 from tensorwasm.runtime.offload import OffloadModule
 
 from tests.conftest import wat
@@ -22,13 +23,10 @@ DEVICES = ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)]
 def _prepared(wasm: bytes, device: str, mode: str = "always") -> OffloadModule:
     """``wasm`` prepared to launch from page-locked memory, replays going native after one
     in Python."""
-    from tensorwasm.oracle.simulated import simulate_gpu
+    from tensorwasm.oracle.simulated import SimulatedDevice
 
-    offload = OffloadModule(wasm, device="cpu" if device == "simulated" else "gpu", mode=mode, pin=True)
-    if device == "simulated":
-        simulate_gpu(offload)
-    offload.NATIVE_AFTER = 1
-    return offload
+    on = SimulatedDevice() if device == "simulated" else "gpu"
+    return OffloadModule(wasm, device=on, mode=mode, pin=True, native_after=1)
 
 
 def _bound(offload: OffloadModule, wasm: bytes):
@@ -189,7 +187,7 @@ def test_in_auto_mode_native_replays_are_timed_and_every_so_many_decided_again(m
         return True, "", model, cpu
 
     monkeypatch.setattr(Estimate, "decide", always)
-    monkeypatch.setattr(OffloadModule, "NATIVE_BUDGET", 4)
+    monkeypatch.setattr(DeviceReplays, "NATIVE_BUDGET", 4)
     saxpy = Saxpy("simulated", mode="auto")
     try:
         for _ in range(22):

@@ -11,7 +11,8 @@ import wasmtime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tensorwasm.dialect.types import I32
-from tensorwasm.runtime.offload import OffloadInstance, OffloadModule
+from tensorwasm.oracle.offload import OffloadInstance
+from tensorwasm.runtime.offload import OffloadModule
 
 from tests.offload_cases import SPECS, Case, module_bytes, run_case
 
@@ -165,12 +166,9 @@ def _saxpy_256(store, instance, a: float, data: bytes) -> bytes:
 def _pinned_offload(wasm: bytes, device: str) -> OffloadModule:
     """``wasm`` prepared to launch from page-locked memory on the GPU, or on the simulated
     device ("simulated")."""
-    from tensorwasm.oracle.simulated import simulate_gpu
+    from tensorwasm.oracle.simulated import SimulatedDevice
 
-    offload = OffloadModule(wasm, device="cpu" if device == "simulated" else "gpu", pin=True)
-    if device == "simulated":
-        simulate_gpu(offload)
-    return offload
+    return OffloadModule(wasm, device=SimulatedDevice() if device == "simulated" else "gpu", pin=True)
 
 
 def _blas1_pair(device: str):
@@ -205,33 +203,35 @@ def test_repeated_launches_replay_one_recorded_graph_with_exact_results(device: 
         # A launch whose arguments were on the device already is replayable: the third call's
         # was replayed, and of the last two sets of arguments, the one whose launch found them
         # there (-2.0, the second time) can be; the last (1.5) uploaded its own again.
-        (ready,) = offload._guard_cache[loop.kernel_index].values()
+        (ready,) = offload.planner.guard_cache[loop.kernel_index].values()
         assert [bool(arrival.replay) for arrival in ready._arrivals.values()] == [False, True]
         assert loop.stats.replayed == 1
     finally:
         offload.close()
 
 
-def _counting_guards(offload: OffloadModule) -> list[int]:
+def _counting_guards(offload: OffloadModule, monkeypatch) -> list[int]:
     """Count the arrivals that take the whole path (the guards' lookup) from now on."""
     calls = [0]
-    whole = offload._guards
+    whole = offload.planner.guards
 
     def guards(*args):
         calls[0] += 1
         return whole(*args)
 
-    offload._guards = guards
+    monkeypatch.setattr(offload.planner, "guards", guards)
     return calls
 
 
 @pytest.mark.parametrize("device", ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
-def test_an_arrival_like_the_last_replays_at_once_and_any_change_takes_the_whole_path(device: str) -> None:
+def test_an_arrival_like_the_last_replays_at_once_and_any_change_takes_the_whole_path(
+    device: str, monkeypatch
+) -> None:
     import random
     import struct
 
     offload, (store, ours), (plain_store, plain) = _blas1_pair(device)
-    whole = _counting_guards(offload)
+    whole = _counting_guards(offload, monkeypatch)
     rng = random.Random(11)
     loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
 
@@ -335,14 +335,16 @@ def divide(runs, divisors: list[int]) -> list[tuple[bytes, wasmtime.TrapCode | N
 
 
 @pytest.mark.parametrize("device", ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
-def test_a_replayed_launch_that_traps_leaves_the_loop_to_wasmtime_and_its_trap(device: str) -> None:
+def test_a_replayed_launch_that_traps_leaves_the_loop_to_wasmtime_and_its_trap(
+    device: str, monkeypatch
+) -> None:
 
     from tests.conftest import wat
     from tests.offload_cases import instantiate
 
     wasm = wat(DIVIDE_LOOP)
     offload = _pinned_offload(wasm, device)
-    whole = _counting_guards(offload)
+    whole = _counting_guards(offload, monkeypatch)
     (loop,) = offload.loops
     runs = [instantiate(offload.rewritten, offload), instantiate(wasm)]
 
@@ -371,14 +373,13 @@ def test_a_recorded_launch_that_fails_runs_on_the_cpu_or_step_by_step(monkeypatc
     import random
     import struct
 
-    from tensorwasm.oracle.simulated import HostGraph, simulate_gpu
+    from tensorwasm.oracle.simulated import HostGraph, SimulatedDevice
     from tensorwasm.runtime.driver import CudaError
 
     from tests.offload_cases import instantiate
 
     wasm = module_bytes("blas1", "O2")
-    offload = OffloadModule(wasm, device="cpu", pin=True)
-    simulate_gpu(offload)
+    offload = OffloadModule(wasm, device=SimulatedDevice(), pin=True)
     failures = {"left": 0}
     replay = HostGraph.launch
 
@@ -527,13 +528,13 @@ def test_a_loop_the_device_makes_slower_goes_back_to_the_cpu(monkeypatch) -> Non
 
     monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: 1e-7)  # ~5 ms for this loop
     offload = OffloadModule(module_bytes("blas1", "O2"), device="cpu", mode="auto")
-    real_run = offload._run
+    real_run = offload.planner.run
 
     def slow_run(*args):
         time.sleep(0.02)  # every launch takes longer than the CPU estimate
         return real_run(*args)
 
-    monkeypatch.setattr(offload, "_run", slow_run)
+    monkeypatch.setattr(offload.planner, "run", slow_run)
     spec, case = _saxpy_case()
     expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
     loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
@@ -785,7 +786,7 @@ SHIFTED_ROWS = """(module (memory (export "memory") 2)
 @pytest.mark.parametrize("device", ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_the_loops_inside_a_declined_nest_launch_on_their_own(device: str) -> None:
     import wasmtime
-    from tensorwasm.oracle.simulated import simulate_gpu
+    from tensorwasm.oracle.simulated import SimulatedDevice
     from tensorwasm.runtime.api import offload_report
     from tensorwasm.runtime.reference import ReferenceInstance
 
@@ -795,9 +796,7 @@ def test_the_loops_inside_a_declined_nest_launch_on_their_own(device: str) -> No
     m, n = 6, 300
     for b in (4 * m * n + 64, 4 * n):  # apart: one 2-D launch; a row apart: a launch per row
         expected = ReferenceInstance(wasm)
-        actual = OffloadInstance(wasm, device="cpu" if device == "simulated" else device)
-        if device == "simulated":
-            simulate_gpu(actual.offload)
+        actual = OffloadInstance(wasm, device=SimulatedDevice() if device == "simulated" else device)
         args = [(I32, 0), (I32, b), (I32, m), (I32, n)]
         for _ in range(2):  # memory starts at zero; the second call adds to the first's rows
             assert actual.call("run", args) == expected.call("run", args)
@@ -814,3 +813,136 @@ def test_the_loops_inside_a_declined_nest_launch_on_their_own(device: str) -> No
         else:
             assert nest.stats.offloaded == 0 and any("overlap" in why for why in nest.stats.declined)
             assert row.stats.offloaded == 2 * m
+
+
+def _imported_modules(path) -> set[str]:
+    """The modules a file imports, lazily (LazyModule's first argument) or not."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "LazyModule" and node.args:
+            names.add(node.args[0].value)
+    return names
+
+
+def test_planning_knows_nothing_of_the_driver_the_device_memory_or_the_gpu_process() -> None:
+    """Planning (guards, profitability, which arrivals replay) imports none of them, neither
+    itself nor through what it imports."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import tensorwasm.runtime.planning as planning
+
+    forbidden = {f"tensorwasm.runtime.{name}" for name in ("driver", "mirror", "remote")}
+    assert _imported_modules(Path(planning.__file__)) & forbidden == set()
+    code = f"import sys, tensorwasm.runtime.planning; print(sorted(set(sys.modules) & {forbidden!r}))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_runtime_imports_nothing_of_the_oracle_and_keeps_its_classes_small() -> None:
+    """The product only knows the Device protocol: the simulated device stays in the oracle
+    (the command line alone reaches it, for ``tensorwasm fuzz``). No class of the runtime or
+    the oracle is over 400 lines."""
+    import ast
+    from pathlib import Path
+
+    import tensorwasm.runtime.offload as offload_module
+
+    runtime = Path(offload_module.__file__).parent
+    for path in sorted(set(runtime.glob("*.py")) - {runtime / "cli.py"}):
+        assert not [name for name in _imported_modules(path) if name.startswith("tensorwasm.oracle")], (
+            path.name
+        )
+    for path in sorted([*runtime.glob("*.py"), *(runtime.parent / "oracle").glob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                assert node.end_lineno - node.lineno < 400, f"{path.name}: {node.name}"
+
+
+def test_the_device_given_at_construction_loads_and_runs_the_kernels() -> None:
+    """A Device passed to the module is the one its kernels load on and its launches use;
+    the simulated device takes the GPU path (copies through its context) with host code."""
+    from tensorwasm.oracle.simulated import SimulatedDevice
+    from tensorwasm.runtime.host_device import HostDevice
+
+    class Counting(HostDevice):
+        label = "cpu (counted)"
+
+        def __init__(self) -> None:
+            self.loads = 0
+
+        def load_kernels(self, prepared):
+            self.loads += 1
+            return super().load_kernels(prepared)
+
+    wasm = module_bytes("blas1", "O2")
+    spec, case = _saxpy_case()
+    expected = run_case(wasm, "saxpy", spec, case)
+    for device in (Counting(), SimulatedDevice()):
+        offload = OffloadModule(wasm, device=device)
+        assert offload.backend is device and offload.device == device.kind and offload.code_kind == "cpu"
+        assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+        loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
+        assert loop.stats.offloaded == 1 and loop.stats.device == device.label
+        if isinstance(device, Counting):
+            assert device.loads == 1
+        else:
+            assert [d for d, _ in device.context.copies].count("in") >= 1 and offload.mirror is not None
+        offload.close()
+
+
+def test_the_context_block_puts_each_named_field_in_its_slot() -> None:
+    from tensorwasm.compiler.lower import abi
+
+    fields = {"memory_base": 1, "memory_size": 2, "memory_capacity": 3, "max_pages": 4, "globals_at": 5,
+              "tables_at": 6, "data_at": 7, "elems_at": 8, "written_at": 9, "written_count": 10}  # fmt: skip
+    slots = {abi.CTX_MEM_BASE: 1, abi.CTX_MEM_SIZE: 2, abi.CTX_MEM_CAPACITY: 3, abi.CTX_MEM_MAX_PAGES: 4,
+             abi.CTX_GLOBALS: 5, abi.CTX_TABLES: 6, abi.CTX_DATA: 7, abi.CTX_ELEMS: 8, abi.CTX_WRITTEN: 9,
+             abi.CTX_WRITTEN_COUNT: 10}  # fmt: skip
+    assert list(abi.context_block(**fields)) == [slots.get(i, 0) for i in range(abi.CTX_SLOTS)]
+
+
+def test_a_launch_on_the_device_and_on_the_host_hand_the_kernel_the_same_context() -> None:
+    """The GPU path's scratch image and the host backend's context differ only where they
+    point: the device's memory and written ranges, or the host's."""
+    import struct
+
+    from tensorwasm.compiler.lower import abi
+    from tensorwasm.oracle.simulated import SimulatedDevice
+    from tensorwasm.runtime.device_launch import device_arguments
+    from tensorwasm.runtime.host_device import HostLaunches
+
+    wasm = module_bytes("blas1", "O2")
+    offload = OffloadModule(wasm, device=SimulatedDevice())
+    spec, case = _saxpy_case()
+    run_case(offload.rewritten, "saxpy", spec, case, offload)
+    loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
+    (ready,) = offload.planner.guard_cache[loop.kernel_index].values()
+    (arrival,) = ready._arrivals.values()
+    mirror = offload.mirror
+    image, _ = device_arguments(ready, mirror, arrival)
+    device = struct.unpack(f"<{abi.CTX_SLOTS}Q", image[: 8 * abi.CTX_SLOTS])
+    host_image, _ = HostLaunches(offload).host_arguments(ready)
+    host = struct.unpack(f"<{abi.CTX_SLOTS}Q", host_image)
+    pointers = {abi.CTX_MEM_BASE, abi.CTX_WRITTEN}
+    assert [v for i, v in enumerate(device) if i not in pointers] == [
+        v for i, v in enumerate(host) if i not in pointers
+    ]
+    assert (
+        device[abi.CTX_MEM_SIZE] == ready.size
+        and device[abi.CTX_MEM_MAX_PAGES] == ready.size // abi.PAGE_SIZE
+    )
+    assert device[abi.CTX_MEM_BASE] == mirror.memory_ptr and host[abi.CTX_MEM_BASE] == 0
+    assert device[abi.CTX_WRITTEN] == mirror.scratch_ptr + 8 * ready.back_slots
+    offload.close()

@@ -11,9 +11,10 @@ import ctypes
 import pytest
 import wasmtime
 from tensorwasm.dialect.types import I32, I64
-from tensorwasm.oracle.simulated import simulate_gpu
+from tensorwasm.oracle.offload import OffloadInstance
+from tensorwasm.oracle.simulated import SimulatedDevice
 from tensorwasm.runtime import hostfunc
-from tensorwasm.runtime.offload import STAGED_RESULT_BYTES, OffloadInstance
+from tensorwasm.runtime.device_launch import STAGED_RESULT_BYTES
 from tensorwasm.runtime.reference import ReferenceInstance
 
 from tests.conftest import wat
@@ -69,8 +70,9 @@ def test_a_raw_host_function_without_memory_and_its_exception_reach_the_caller()
 
 def _on_the_simulated_device(func: str, n: int, calls: int = 1):
     mod = "blas1" if func == "saxpy" else "reductions"
-    offload = OffloadInstance(module_bytes(mod, "O2"), device="cpu").offload
-    context = simulate_gpu(offload)
+    device = SimulatedDevice()
+    context = device.context
+    offload = OffloadInstance(module_bytes(mod, "O2"), device=device).offload
     spec = SPECS[mod][func]
     copies = []
     for seed in range(calls):
@@ -131,9 +133,7 @@ DIVIDE = """(module (memory (export "memory") 8)
 def test_a_kernel_that_traps_leaves_memory_as_wasmtime_does(n: int, device: str) -> None:
     wasm = wat(DIVIDE)
     expected = ReferenceInstance(wasm)
-    actual = OffloadInstance(wasm, device="gpu" if device == "gpu" else "cpu")
-    if device == "simulated":
-        simulate_gpu(actual.offload)
+    actual = OffloadInstance(wasm, device=SimulatedDevice() if device == "simulated" else device)
     for k in (n + 5, n - 7):  # no zero divisor, then one near the end
         for export, args in (("init", [(I32, n), (I32, k)]), ("run", [(I32, n)])):
             assert actual.call(export, args) == expected.call(export, args)

@@ -152,9 +152,9 @@ def test_a_replay_that_skips_its_launch_is_found_on_the_simulated_device(
     """The runtime's teeth too: an arrival replayed as an earlier one (the same live-ins)
     that skips the launch and takes the results staged last time leaves memory as that
     launch did, which the loops family's repeated calls on changed memory catch."""
-    from tensorwasm.runtime.offload import OffloadModule
+    from tensorwasm.runtime.device_replay import DeviceReplays
 
-    _planted_replay_is_found(monkeypatch, OffloadModule, "_again", "again.launch(again.stream)", "again.stream",
+    _planted_replay_is_found(monkeypatch, DeviceReplays, "replay", "again.launch(again.stream)", "again.stream",
                              tmp_path)  # fmt: skip
 
 
@@ -163,7 +163,7 @@ def test_a_native_replay_that_moves_no_results_is_found_on_the_simulated_device(
 ) -> None:
     """The same teeth for replays in native code (:mod:`runtime.replay`): one that launches
     but leaves its staged results out of linear memory is caught by the calls made again."""
-    from tensorwasm.runtime.offload import NativeReplay
+    from tensorwasm.runtime.device_replay import NativeReplay
 
     _planted_replay_is_found(
         monkeypatch, NativeReplay, "arm_with", "arm.n_staged, arm.staged = len(again.staged),",
@@ -266,8 +266,8 @@ def test_offloaded_loops_match_wasmtime_and_really_offload(device: str) -> None:
     from hypothesis import HealthCheck, given, settings
     from tensorwasm.oracle.compare import run_case
     from tensorwasm.oracle.generators import GENERATORS
+    from tensorwasm.oracle.offload import OffloadInstance
     from tensorwasm.oracle.simulated import SimulatedOffloadInstance
-    from tensorwasm.runtime.offload import OffloadInstance
 
     instances: list[OffloadInstance] = []
 

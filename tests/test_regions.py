@@ -12,9 +12,10 @@ import wasmtime
 from tensorwasm.compiler.analysis.regions import find_regions
 from tensorwasm.compiler.frontend import load
 from tensorwasm.dialect.types import I32
-from tensorwasm.oracle.simulated import HostAllocator, HostContext, simulate_gpu
+from tensorwasm.oracle.offload import OffloadInstance
+from tensorwasm.oracle.simulated import HostAllocator, HostContext, SimulatedDevice
 from tensorwasm.runtime.mirror import DeviceMirror, Span, subtract, union
-from tensorwasm.runtime.offload import OffloadInstance, OffloadModule
+from tensorwasm.runtime.offload import OffloadModule
 from tensorwasm.runtime.reference import ReferenceInstance
 
 from tests.conftest import wat
@@ -102,9 +103,7 @@ def test_find_regions_leaves_out_loops_with_gathers() -> None:
 def _compare(wasm: bytes, device: str, args: list[int]) -> OffloadInstance:
     expected_instance = ReferenceInstance(wasm)
     expected = expected_instance.call("run", [(I32, a) for a in args])
-    actual = OffloadInstance(wasm, device="cpu" if device == "simulated" else device)
-    if device == "simulated":
-        simulate_gpu(actual.offload)
+    actual = OffloadInstance(wasm, device=SimulatedDevice() if device == "simulated" else device)
     assert actual.call("run", [(I32, a) for a in args]) == expected
     assert actual.memory() == expected_instance.memory("memory"), "linear memory differs from wasmtime's"
     wasmtime.Module.validate(wasmtime.Engine(), actual.offload.rewritten)
@@ -164,9 +163,9 @@ def test_a_region_that_only_reads_sees_memory_written_between_its_calls(device: 
     from tests.offload_cases import instantiate
 
     wasm = wat(READING_REGION)
-    offload = OffloadModule(wasm, device="cpu" if device == "simulated" else "gpu", pin=True, mode="always")
-    if device == "simulated":
-        simulate_gpu(offload)
+    offload = OffloadModule(
+        wasm, device=SimulatedDevice() if device == "simulated" else "gpu", pin=True, mode="always"
+    )
     assert [lp.region for lp in offload.loops] == [0]
     runs = [instantiate(offload.rewritten, offload), instantiate(wasm)]
     try:
@@ -183,8 +182,7 @@ def test_a_region_that_only_reads_sees_memory_written_between_its_calls(device: 
 
 
 def test_the_mirror_copies_in_only_what_the_device_lacks_and_flushes_what_it_wrote() -> None:
-    mirror = DeviceMirror(HostContext())
-    mirror.allocator = HostAllocator()
+    mirror = DeviceMirror(HostContext(), allocator=HostAllocator())
     host = ctypes.create_string_buffer(bytes(range(256)) * 16)
     base = ctypes.addressof(host)
     mirror.ensure(4096, 8)

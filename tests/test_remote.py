@@ -224,40 +224,30 @@ class _Faults:
             def close(self) -> None:
                 faults.closed.append(self)
 
+        class Refusing(HostContext):
+            """The process's own context, whose reset the driver refuses."""
+
+            def __init__(self) -> None:
+                super().__init__()
+                self.info = DeviceInfo(0, "GPU", (9, 0), 13000, 1 << 30, 132)
+
+            def reset(self) -> None:
+                self.generation += 1
+                for watcher in list(self.watchers):
+                    watcher.context_reset(self)
+                self.refused = CudaError("cuDevicePrimaryCtxRetain", 700)
+                raise self.refused
+
         self.faulting = Faulting
         monkeypatch.setattr(remote, "WorkerContext", StandIn)
-        self.gpu = HostContext()  # the process's own, shared
-        self.gpu.info = DeviceInfo(0, "GPU", (9, 0), 13000, 1 << 30, 132)
-        self.gpu.reset = self._refused
-        self.monkeypatch = monkeypatch
-
-    def _refused(self) -> None:
-        gpu = self.gpu
-        gpu.generation += 1
-        for watcher in list(gpu.watchers):
-            watcher.context_reset(gpu)
-        gpu.refused = CudaError("cuDevicePrimaryCtxRetain", 700)
-        raise gpu.refused
+        self.gpu = Refusing()  # the process's own, shared
 
     def module(self, wasm: bytes):
         """A module on the shared GPU, its kernels loaded as Faulting host kernels."""
-        from tensorwasm.oracle.simulated import HostAllocator, simulate_gpu
-        from tensorwasm.runtime.mirror import DeviceMirror
+        from tensorwasm.oracle.simulated import SimulatedDevice
         from tensorwasm.runtime.offload import OffloadModule
 
-        offload = OffloadModule(wasm, device="cpu", mode="always")
-        entries = offload.kernels
-        simulate_gpu(offload)
-        offload.context = self.gpu
-        offload.mirror = DeviceMirror(self.gpu)
-        offload.mirror.allocator = HostAllocator()
-
-        def load_kernels() -> None:
-            offload.kernels = {name: self.faulting(entry) for name, entry in entries.items()}
-
-        self.monkeypatch.setattr(offload, "_load_kernels", load_kernels)
-        load_kernels()
-        return offload
+        return OffloadModule(wasm, device=SimulatedDevice(self.gpu, self.faulting), mode="always")
 
 
 def _saxpy_arrival(offload, n: int) -> None:
@@ -302,7 +292,8 @@ def test_a_module_whose_process_cannot_recover_goes_on_in_a_gpu_process(monkeypa
     for n in (4100, 4101):  # the third fault is recovered from, the fourth is not
         _saxpy_arrival(offload, n)
     assert (
-        offload.faults == offload.FAULTS_RECOVERED + 1 and len(faults.resets) == offload.FAULTS_RECOVERED - 1
+        offload.faults == offload.launches.FAULTS_RECOVERED + 1
+        and len(faults.resets) == offload.launches.FAULTS_RECOVERED - 1
     )
     assert "faulted 4 times" in offload.gpu_lost
     assert faults.closed == [worker] and offload.mirror.memory is None  # given up: nothing kept
@@ -321,11 +312,11 @@ def test_a_module_whose_shared_context_another_reset_renews_its_state(monkeypatc
     faults = _Faults(monkeypatch)
     a, b = faults.module(module_bytes("blas1", "O2")), faults.module(module_bytes("blas1", "O2"))
     _saxpy_arrival(b, 3000)
-    stale, generation = b.mirror, b._generation[0]
+    stale, generation = b.mirror, b.launches.generation[0]
     faults.on = True
     _saxpy_arrival(a, 4096)  # a faults and resets the shared context
     faults.on = False
-    assert stale.stale and b._generation[0] > generation  # told: its native replays go through Python
+    assert stale.stale and b.launches.generation[0] > generation  # told: its native replays go through Python
     _saxpy_arrival(b, 3001)
     _saxpy_arrival(a, 4097)
     worker_a, worker_b = faults.workers

@@ -112,15 +112,14 @@ def test_run_passes_environment_variables(tmp_path) -> None:
 def test_program_output_on_a_simulated_device_is_identical(name: str, tmp_path, capfd, monkeypatch) -> None:
     """The GPU path's data movement (per launch, and kept on the device inside the
     stencil's, the blur's and the N-body's regions) on a device simulated in host memory."""
-    from tensorwasm.oracle.simulated import simulate_gpu
+    from tensorwasm.oracle.simulated import SimulatedDevice
     from tensorwasm.runtime import run as run_module
     from tensorwasm.runtime.offload import OffloadModule
 
     made = []
 
     def simulated(wasm, **kwargs):
-        offload = OffloadModule(wasm, **{**kwargs, "device": "cpu", "pin": False})
-        simulate_gpu(offload)
+        offload = OffloadModule(wasm, **{**kwargs, "device": SimulatedDevice(), "pin": False})
         made.append(offload)
         return offload
 
@@ -151,7 +150,7 @@ def test_a_3d_stencil_runs_as_a_3d_launch_with_wasmtimes_output(
     """The benchmark's 7-point stencil: its x, y and z loops form one 3-D grid (x over z,
     the contiguous index), repeated over the time steps inside a device-resident region."""
     import tensorwasm.runtime.guards as guards_module
-    from tensorwasm.oracle.simulated import simulate_gpu
+    from tensorwasm.oracle.simulated import SimulatedDevice
     from tensorwasm.runtime import run as run_module
 
     launches = []
@@ -163,9 +162,7 @@ def test_a_3d_stencil_runs_as_a_3d_launch_with_wasmtimes_output(
         real_module = run_module.OffloadModule
 
         def simulated(wasm, **kwargs):
-            offload = real_module(wasm, **{**kwargs, "device": "cpu", "pin": False})
-            simulate_gpu(offload)
-            return offload
+            return real_module(wasm, **{**kwargs, "device": SimulatedDevice(), "pin": False})
 
         monkeypatch.setattr(run_module, "OffloadModule", simulated)
     path = ROOT / "benchmarks/suite/build/stencil3d.wasm"

@@ -124,6 +124,7 @@ def test_a_warm_auto_run_on_a_remembered_gpu_imports_neither_cuda_nor_llvm(tmp_p
     """The module prepared for the remembered GPU as its first run there left it (faked
     here, so that no GPU is needed): then ``auto`` takes the GPU without a context, and a
     run whose loops all decline never makes one."""
+    import tensorwasm.runtime.cuda_device as cuda_device
     import tensorwasm.runtime.offload as offload_module
     from tensorwasm.compiler.analysis.plan import AnalysisOptions
     from tensorwasm.runtime import driver, known_gpu
@@ -138,7 +139,7 @@ def test_a_warm_auto_run_on_a_remembered_gpu_imports_neither_cuda_nor_llvm(tmp_p
         monkeypatch.setattr(known_gpu, name, tmp_path / path)
     monkeypatch.setattr(driver.Context, "get", staticmethod(lambda ordinal=0: FakeContext(H100)))
     monkeypatch.setattr(driver.Context, "made", staticmethod(lambda ordinal=0: None))
-    monkeypatch.setattr(offload_module, "load_kernels", lambda context, ptx: FakeCode(ptx))
+    monkeypatch.setattr(cuda_device, "load_kernels", lambda context, ptx: FakeCode(ptx))
     known_gpu.remember(H100)
     offload_module.OffloadModule(PROGRAM.read_bytes(), device="gpu", mode="auto", options=AnalysisOptions())
     known_gpu.remember_launches(PROGRAM.read_bytes(), False)

@@ -17,6 +17,8 @@ memory, globals, tables, segments): the lowering marks pointers to them ``noalia
 
 from __future__ import annotations
 
+import ctypes
+
 CTX_MEM_BASE = 0
 CTX_MEM_SIZE = 1  # bytes
 CTX_MEM_CAPACITY = 2  # bytes reserved: memory.grow fails beyond this
@@ -41,6 +43,41 @@ SEGMENT_SLOTS = 2
 PAGE_SIZE = 65536
 IO_TRAP = 0
 IO_VALUES = 1
+
+ContextBlock = ctypes.c_uint64 * CTX_SLOTS
+
+
+def context_block(
+    *,
+    memory_base: int = 0,
+    memory_size: int = 0,
+    memory_capacity: int = 0,
+    max_pages: int = 0,
+    globals_at: int = 0,
+    tables_at: int = 0,
+    data_at: int = 0,
+    elems_at: int = 0,
+    written_at: int = 0,
+    written_count: int = 0,
+) -> ctypes.Array:
+    """The context block an executor hands compiled code, from named fields (the one writer
+    of its slots): linear memory's base address, size and capacity in bytes and its maximum
+    in pages; where the globals, the table descriptors and the data and element segment
+    descriptors are; the loop kernels' written ranges and their count. The trap and call
+    depth slots start at 0. Fields an executor lacks stay 0."""
+    block = ContextBlock()
+    block[CTX_MEM_BASE] = memory_base
+    block[CTX_MEM_SIZE] = memory_size
+    block[CTX_MEM_CAPACITY] = memory_capacity
+    block[CTX_MEM_MAX_PAGES] = max_pages
+    block[CTX_GLOBALS] = globals_at
+    block[CTX_TABLES] = tables_at
+    block[CTX_DATA] = data_at
+    block[CTX_ELEMS] = elems_at
+    block[CTX_WRITTEN] = written_at
+    block[CTX_WRITTEN_COUNT] = written_count
+    return block
+
 
 ENTRY_PREFIX = "tw_call_"
 

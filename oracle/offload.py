@@ -1,0 +1,73 @@
+"""The oracle's "offload" backend: a Wasm module run on wasmtime with its loops offloaded."""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from tensorwasm.compiler.rewrite import HOST_MODULE, NEVER_SKIP
+from tensorwasm.runtime.offload import OffloadModule
+
+from tensorwasm.support.digest import sha256
+
+if TYPE_CHECKING:
+    from tensorwasm.runtime.device import Device
+
+
+# Thresholds the fuzzer's offload instances give their filters: mostly never skip, else
+# skip only a loop with nowhere to go, a little, some, nearly all.
+FILTER_DRAWS = (NEVER_SKIP, NEVER_SKIP, NEVER_SKIP, NEVER_SKIP, 0, 3, 16, 1 << 20)
+
+
+class OffloadInstance:
+    """An instance of the rewritten module on wasmtime, called with exact bit patterns, whose
+    loops are offloaded: the differential oracle's "offload" backend. It answers the same
+    calls as the executors (``call``, ``memory``, ``globals``)."""
+
+    def __init__(self, wasm: bytes, device: str | Device = "cpu", filters: bool = False, pin: bool = False):
+        """``filters``: give the Wasm-side filters thresholds drawn per module (a fixed draw,
+        so a shrunk case keeps its own), as the fuzzer does: arrivals kept from the host
+        must run as they would there. Otherwise every arrival asks the host. ``pin``: on the
+        GPU, page-lock linear memory as ``tensorwasm run`` does (launches then replay from
+        recorded graphs); :meth:`close` must then be called before the instance goes.
+        ``device``: a name, or a :class:`~runtime.device.Device` (the simulated device)."""
+        from tensorwasm.runtime.instance import initial_state
+        from tensorwasm.runtime.reference import ReferenceInstance
+
+        # Replays go native at once: the oracle compares them too.
+        self.offload = OffloadModule(wasm, device=device, mode="always", pin=pin, native_after=1)
+        self.wasm = self.offload.wasm
+        self.state = initial_state(self.wasm)
+
+        def host_funcs(store):
+            return {(HOST_MODULE, name): f for name, f in self.offload.host_functions(store).items()}
+
+        self._instance = ReferenceInstance(self.offload.rewritten, host_funcs)
+        draws = None
+        if filters:
+            draw = random.Random(sha256(self.offload.rewritten).digest())
+            draws = [draw.choice(FILTER_DRAWS) for _ in self.offload.loops]
+        self.offload.bind(self._instance._store, self._instance._exports, draws)
+
+    def call(self, export: str, args):
+        return self._instance.call(export, args)
+
+    def close(self) -> None:
+        """Give back device memory and unpin linear memory (the oracle calls it per module)."""
+        self.offload.close()
+
+    def memory(self) -> bytes | None:
+        names = self.wasm.export_names("memory", 0)
+        return self._instance.memory(names[0]) if names else None
+
+    def globals(self) -> list[int]:
+        values = [0] * len(self.wasm.global_types())
+        exported = self._instance.globals()
+        for export in self.wasm.exports:
+            if export.kind == "global" and export.name in exported:
+                values[export.index] = exported[export.name][1]
+        return values
+
+    @property
+    def offloaded(self) -> int:
+        return sum(lp.stats.offloaded for lp in self.offload.loops)

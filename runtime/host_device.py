@@ -1,0 +1,164 @@
+"""The host backend as a device: loop kernels compiled for this CPU, run in linear memory.
+
+Where there is no GPU (tests, CI, laptops) an offloaded loop's kernel is the same LLVM IR
+compiled for the host, run in wasmtime's linear memory itself: no copies. A launch with
+enough iterations is cut into ranges run on host threads (the native code releases the
+GIL), each folding its reductions into its own slots. A kernel that traps leaves memory as
+it was: the ranges the loop writes are saved before the launch and restored after a trap,
+and wasmtime runs the loop (to its trap, if any).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from tensorwasm.compiler.lower import abi
+from tensorwasm.compiler.target import HostTarget
+from tensorwasm.runtime.planning import combine, identities, trap_reason
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tensorwasm.runtime.guards import Launch
+    from tensorwasm.runtime.planning import LaunchArguments, OffloadedLoop, PreparedLaunch
+
+U64 = ctypes.c_uint64
+CPUS = os.cpu_count() or 1
+
+
+class HostDevice:
+    """The host backend: kernels compiled for this CPU, on host threads."""
+
+    kind = "cpu"
+    code = "cpu"
+    label = "cpu"
+    pin = False
+
+    def target(self) -> HostTarget:
+        return HostTarget()
+
+    def load_kernels(self, prepared: Any) -> dict[str, Any]:
+        """The loop entries of the prepared module's host object code (JIT-loaded once)."""
+        if prepared.code is None:
+            prepared.code = HostTarget().jit(None, prepared.host_object)
+        return {lp.entry: host_entry_type(lp)(prepared.code.address(lp.entry)) for lp in prepared.loops}
+
+    def runner(self, prepared: Any) -> HostLaunches:
+        return HostLaunches(prepared)
+
+    def close(self) -> None:
+        pass
+
+
+def host_entry_type(lp: OffloadedLoop):
+    """``(ctx, params, begin, end, [trip2, [trip3,]] out)``: see ``lower_loop_entry``."""
+    counts = (ctypes.c_int64,) * (2 + len(lp.plan.collapse))
+    return ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, *counts, ctypes.c_void_p)
+
+
+class HostLaunches:
+    """The launches of one offloaded module on the host backend."""
+
+    # Iterations below which one host thread does the whole loop (a thread costs ~50 us).
+    THREAD_MIN_ITERATIONS = 8_192
+
+    def __init__(self, prepared: Any) -> None:
+        self.prepared = prepared
+        self._pool: ThreadPoolExecutor | None = None  # host threads, made on first need
+        self.replays = None  # launches in place leave nothing to replay
+
+    def transfer_estimate(self, lp: OffloadedLoop, ready: PreparedLaunch) -> tuple[int, bool]:
+        return 0, False  # nothing is copied
+
+    def record_replay(self, ready, arrival, live, memory, results) -> None:
+        raise AssertionError("a launch in linear memory is never recorded for replay")
+
+    def flush(self, caller: int, k: int) -> None:
+        """A region's results are in linear memory already."""
+
+    def close(self) -> None:
+        pass
+
+    def run(
+        self, lp: OffloadedLoop, ready: PreparedLaunch, arrival: LaunchArguments, base: int, size: int
+    ) -> list[int] | None:
+        """Run the launch in linear memory; the reductions' partial results, or None where
+        the kernel trapped (memory restored, the arrival declined)."""
+        stats = lp.stats
+        launch = ready.launch
+        params = arrival.params
+        ctx_image, chunks = self.host_arguments(ready)
+        ctx = abi.ContextBlock.from_buffer_copy(ctx_image)
+        ctx[abi.CTX_MEM_BASE] = base
+        saved = [(r.lo, ctypes.string_at(base + r.lo, r.hi - r.lo)) for r in ready.written]
+        start = time.perf_counter()
+        if len(chunks) == 1:
+            out = (U64 * len(ready.out_words))(*ready.out_words)
+            self.prepared.kernels[lp.entry](
+                ctypes.addressof(ctx), ctypes.addressof(params), 0, launch.trip, *launch.nest,
+                ctypes.addressof(out),
+            )  # fmt: skip
+        else:
+            out = self._run_threads(lp, launch, ctx, params, chunks)
+            stats.threads = max(stats.threads, len(chunks))
+        stats.kernel_seconds += time.perf_counter() - start
+        if ctx[abi.CTX_TRAP]:
+            for lo, raw in saved:  # undo, and let wasmtime run the loop (to its trap, if any)
+                ctypes.memmove(base + lo, raw, len(raw))
+            stats.decline(trap_reason(ctx[abi.CTX_TRAP]))
+            return None
+        return out[: ready.reductions]
+
+    def host_arguments(self, ready: PreparedLaunch) -> tuple[bytes, list[tuple[int, int]]]:
+        """The context's image (all but the memory base) and the iteration ranges of the host
+        threads (kept on ``ready``)."""
+        if ready.host_arguments is None:
+            spans = (U64 * len(ready.range_words))(*ready.range_words)  # the context points at it
+            ctx = abi.context_block(
+                memory_size=ready.size, memory_capacity=ready.size, max_pages=ready.size // abi.PAGE_SIZE,
+                written_at=ctypes.addressof(spans), written_count=len(ready.written),
+            )  # fmt: skip
+            chunks = self.chunks(ready.launch.trip, math.prod(ready.launch.nest))
+            ready.host_arguments = (bytes(ctx), chunks, spans)
+        image, chunks, _ = ready.host_arguments
+        return image, chunks
+
+    def chunks(self, trip: int, per_iteration: int = 1) -> list[tuple[int, int]]:
+        """The iteration ranges of the host threads a launch of ``trip`` iterations uses."""
+        threads = min(CPUS, trip, max(1, trip * per_iteration // self.THREAD_MIN_ITERATIONS))
+        step = -(-trip // threads)
+        return [(lo, min(lo + step, trip)) for lo in range(0, trip, step)]
+
+    def _run_threads(self, lp: OffloadedLoop, launch: Launch, ctx, params, chunks) -> ctypes.Array:
+        """Run iteration ranges on host threads (the native code releases the GIL), each
+        folding its reductions into its own slots; then fold the slots together."""
+        count = max(1, len(lp.plan.reductions))
+        outs = [(U64 * count)(*identities(lp)) for _ in chunks]
+        entry = self.prepared.kernels[lp.entry]
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=CPUS)
+        futures = [
+            self._pool.submit(
+                entry,
+                ctypes.addressof(ctx),
+                ctypes.addressof(params),
+                lo,
+                hi,
+                *launch.nest,
+                ctypes.addressof(o),
+            )
+            for (lo, hi), o in zip(chunks, outs, strict=True)
+        ]
+        for future in futures:
+            future.result()
+        total = (U64 * count)(*identities(lp))
+        for i, r in enumerate(lp.plan.reductions):
+            for o in outs:
+                total[i] = combine(r.op, total[i], o[i], r.arg.type)
+        return total

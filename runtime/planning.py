@@ -1,0 +1,424 @@
+"""Planning an arrival at an offloaded loop: whether and what to launch, apart from running it.
+
+Each time the rewritten module reaches an offloaded loop, its host function hands the
+loop's live-ins to :meth:`ArrivalPlanner.arrive`. Planning checks the guards on them
+(outcomes cached per loop, :mod:`runtime.guards`), turns an allowed launch into a
+:class:`PreparedLaunch` (what every launch with those guard inputs needs) and the live-ins'
+own part into :class:`LaunchArguments`, asks :class:`runtime.profit.Estimate` whether the
+launch pays in auto mode, and hands it to the execution side (a :class:`LaunchRunner`:
+device memory, copies, kernels and fault recovery live there). Planning knows nothing of
+the CUDA driver, the device mirror or the GPU process: it imports none of them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import math
+import operator
+import struct
+import time
+from typing import TYPE_CHECKING, Protocol
+
+from tensorwasm.compiler.analysis.plan import LoopPlan
+from tensorwasm.compiler.lower import abi
+from tensorwasm.compiler.rewrite import NEVER_SKIP, Insertion
+from tensorwasm.dialect.types import F32, Type
+from tensorwasm.runtime import hostfunc, profit
+from tensorwasm.runtime.profit import FIXED_SECONDS, Estimate, work
+from tensorwasm.runtime.spans import Span, union
+
+from tensorwasm.support.lazy import LazyModule
+from tensorwasm.support.records import field, record
+
+# The guards load when a loop first asks the host (a warm run whose loops the Wasm-side
+# filters keep from the host never imports them).
+guards = LazyModule("tensorwasm.runtime.guards", globals(), "guards")
+
+if TYPE_CHECKING:
+    from tensorwasm.runtime.guards import Launch
+
+U64 = ctypes.c_uint64
+MASKS = {32: 0xFFFFFFFF, 64: 0xFFFFFFFFFFFFFFFF}
+
+
+@record
+class LoopStats:
+    """What happened at one loop, for the report."""
+
+    func: str
+    offset: int
+    device: str
+    arrivals: int = 0
+    offloaded: int = 0
+    replayed: int = 0  # of the offloaded: replayed as the last arrival's launch (see ReplayRecord)
+    native: int = 0  # of the replayed: by native code, without Python (runtime.replay)
+    declined: dict[str, int] = field(default_factory=dict)
+    iterations: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    kernel_seconds: float = 0.0
+    transfer_seconds: float = 0.0
+    threads: int = 1  # the most host threads one launch used
+    pinned: bool = False  # GPU copies from page-locked linear memory
+    warned: set[str] = field(default_factory=set)  # fallback reasons already logged
+    region: int | None = None  # the device-resident region the loop is in
+
+    def decline(self, reason: str) -> None:
+        self.declined[reason] = self.declined.get(reason, 0) + 1
+
+
+@record
+class OffloadedLoop:
+    """A loop the module offloads: its analysis plan, its kernel (index and launch entry),
+    its host call in the rewritten module, its counts and its cost estimate."""
+
+    plan: LoopPlan
+    kernel_index: int
+    entry: str
+    insertion: Insertion
+    stats: LoopStats
+    estimate: Estimate = field(default_factory=Estimate)  # auto mode: does a launch pay?
+    # Its recent arrivals whose launch replays as it was, by live-ins: the execution side's
+    # records (runtime.device_replay.ReplayRecord).
+    again: dict[tuple[int, ...], object] = field(default_factory=dict)
+
+    @property
+    def region(self) -> int | None:
+        """The device-resident region the loop is in (index into OffloadModule.regions)."""
+        return self.stats.region
+
+
+@record
+class RegionStats:
+    """One device-resident region, for the report."""
+
+    func: str
+    offset: int
+    loops: int  # offloaded loops inside it
+    exits: int = 0  # times the region ended
+    bytes_out: int = 0  # results brought back to linear memory at its end or before a decline
+    transfer_seconds: float = 0.0
+
+
+class RegionLost(Exception):
+    """The device failed while it held a region's results that linear memory lacks: the
+    guest cannot go on (wasmtime reports this as a trap of the call)."""
+
+
+class LaunchRunner(Protocol):
+    """What planning asks of the execution side (:mod:`runtime.device_launch` for device
+    memory, :mod:`runtime.host_device` for the host backend)."""
+
+    def run(self, lp: OffloadedLoop, ready: PreparedLaunch, arrival: LaunchArguments, base: int,
+            size: int) -> list[int] | None:  # fmt: skip
+        """Run the launch; the reductions' partial results, or None where it declined."""
+
+    def transfer_estimate(self, lp: OffloadedLoop, ready: PreparedLaunch) -> tuple[int, bool]:
+        """The bytes a launch would copy and whether from page-locked memory (the cost model's)."""
+
+    def record_replay(self, ready: PreparedLaunch, arrival: LaunchArguments, live: tuple[int, ...],
+                      memory: tuple[int, int], results: list[int]):  # fmt: skip
+        """What replays this arrival's launch as it was (see ``LaunchArguments.replay``)."""
+
+
+class ArrivalPlanner:
+    """Decides each arrival at an offloaded loop: the guards' outcome (cached), whether the
+    launch pays (auto mode), and which launches replay; ``runner`` runs what it allows."""
+
+    # Guard outcomes kept per loop: a loop arrives again and again with the same live-ins
+    # (a time step's pointers alternate between two arrays), and the outcome is a function
+    # of the live-ins the guards read (:func:`runtime.guards.inputs`) and the memory size.
+    GUARD_CACHE_ENTRIES = 16
+    # What share of a launch's fixed cost a CPU estimate must reach before the host is asked:
+    # well below break-even, so the Wasm-side test keeps from the host only arrivals it would
+    # decline even after its launches came out faster than modelled.
+    ASK_SHARE = 0.25
+
+    def __init__(self, mode: str, device: str, runner: LaunchRunner) -> None:
+        """``device``: "gpu" (launches copy to device memory) or "cpu" (the host backend)."""
+        self.mode, self.device = mode, device
+        self.guard_cache: dict[int, dict[tuple, PreparedLaunch | str]] = {}  # per loop: see guards
+        self.guard_reads: dict[int, object] = {}  # per loop: the live-ins the guards read
+        self.run = runner.run
+        self.transfer_estimate = runner.transfer_estimate
+        self.record_replay = runner.record_replay
+
+    def threshold(self, lp: OffloadedLoop) -> int:
+        """The distance to go below which the loop's Wasm-side filter keeps an arrival from
+        the host (see :class:`compiler.rewrite.Filter`), for this planner's mode."""
+        if self.mode == "off":
+            return (1 << 63) - 1  # never asked: the host would decline
+        if self.mode != "auto":
+            return NEVER_SKIP
+        per_iteration = sum(ops for ops, _ in lp.plan.work) or 1
+        least = self.ASK_SHARE * FIXED_SECONDS[self.device] / profit.cpu_seconds_per_op()
+        # A distance d runs at most d / |step| + 2 iterations (see Filter).
+        iterations = math.ceil(least / per_iteration) - 2
+        return max(0, iterations) * abs(lp.plan.trip.step)
+
+    def arrive(
+        self, lp: OffloadedLoop, caller: int, args: tuple[int, ...], context: int | None = None
+    ) -> list[int]:
+        """One call of loop ``lp``'s host function: ``args`` are its live-ins, then the current
+        values of the locals it returns; the result is the flag (1: the loop ran here), then
+        those locals' values after the loop."""
+        stats = lp.stats
+        stats.arrivals += 1
+        n_live = len(lp.plan.live_ins)
+        if self.mode == "off":
+            stats.decline("offload is off")
+            return [0, *args[n_live:]]
+        memory = hostfunc.memory(caller, context=context)
+        if memory is None:
+            stats.decline("the module has no (unshared) linear memory")
+            return [0, *args[n_live:]]
+        base, size = memory
+        live = args[:n_live]
+        ready = self.guards(lp, live, size)
+        if isinstance(ready, str):
+            stats.decline(ready)
+            return [0, *args[n_live:]]
+        arrival = ready.arrival(lp, live)
+        launch = ready.launch
+        estimate = None
+        if self.mode == "auto" and launch.trip:
+            nbytes, pinned = self.transfer_estimate(lp, ready)
+            go, why, model, cpu = lp.estimate.decide(self.device, ready.ops, nbytes, pinned, ready.cells)
+            if not go:
+                stats.decline(why)
+                return [0, *args[n_live:]]
+            estimate = (time.perf_counter(), model, cpu)
+        if launch.trip == 0:  # a loop tested first that runs no iteration
+            partials = ready.identities
+        else:
+            partials = self.run(lp, ready, arrival, base, size)
+        if partials is None:
+            return [0, *args[n_live:]]
+        if estimate is not None:
+            started, model, cpu = estimate
+            lp.estimate.record(time.perf_counter() - started, model, cpu)
+        stats.offloaded += 1
+        stats.iterations += launch.trip
+        results = [1, *arrival.live_outs(partials)]
+        if launch.trip and arrival.replay is not None and not ready.reductions:  # this launch replays
+            if len(lp.again) >= ARRIVALS_KEPT:
+                lp.again.clear()
+            lp.again[live] = record_ = self.record_replay(ready, arrival, live, memory, results)
+            record_.decision = estimate[1:] if estimate is not None else None
+        return results
+
+    def guards(self, lp: OffloadedLoop, live: tuple[int, ...], size: int) -> PreparedLaunch | str:
+        """The launch the guards allow for these live-ins, made ready, or why they refuse it."""
+        cache = self.guard_cache.get(lp.kernel_index)
+        if cache is None:
+            cache = self.guard_cache[lp.kernel_index] = {}
+            read = guards.inputs(lp.plan)
+            indices = [i for i, (_, sym, _, _) in enumerate(lp.plan.live_ins) if sym in read]
+            self.guard_reads[lp.kernel_index] = operator.itemgetter(*indices) if indices else _nothing
+        key = (self.guard_reads[lp.kernel_index](live), size)
+        outcome = cache.get(key)
+        if outcome is None:
+            env = _environment(lp.plan, live)
+            env = {sym: env[sym] for sym in guards.inputs(lp.plan) if sym in env}
+            try:
+                launch = guards.check(lp.plan, env, size, strict_alignment=self.device == "gpu")
+                outcome = PreparedLaunch(lp, launch, size)
+            except guards.GuardFailed as exc:
+                outcome = str(exc)
+            if len(cache) >= self.GUARD_CACHE_ENTRIES:
+                cache.clear()
+            cache[key] = outcome
+        return outcome
+
+
+class PreparedLaunch:
+    """A launch the guards allowed, kept with their outcome (per loop, the live-ins they read
+    and the memory size), and what every launch of it needs that no arrival changes: the
+    ranges to copy, the grid, the scratch layout. What the other live-ins change is a
+    :class:`LaunchArguments`. The execution side keeps its own derived arguments here
+    (``device_arguments``: a GPU launch's; ``host_arguments``: the host backend's)."""
+
+    def __init__(self, lp: OffloadedLoop, launch: Launch, size: int) -> None:
+        self.launch = launch
+        self.size = size
+        self.written = tuple(merged_spans(launch.writes))
+        # Gathered loads may read anywhere: then the device gets all of memory.
+        self.needed = (
+            (Span(0, size),) if launch.gathers else tuple(merged_spans(launch.reads + launch.writes))
+        )
+        self.moved = sum(r.hi - r.lo for r in launch.reads + launch.writes)
+        self.in_bytes = sum(r.hi - r.lo for r in self.needed)
+        self.token = next(_tokens)  # names it in the mirror's recorded launches
+        self.out_bytes = sum(r.hi - r.lo for r in self.written)
+        self.ops = work(lp.plan, launch)
+        self.cells = launch.trip * math.prod(launch.nest)  # iterations in parallel
+        self.reductions = len(lp.plan.reductions)
+        self.identities = identities(lp)
+        self.grid, self.block = launch_grid(launch)
+        # The scratch buffer: context | live-ins | reduction slots | written ranges, in u64s.
+        self.out_words = self.identities or [0]
+        self.range_words = [v for r in self.written for v in (r.lo, r.hi)] or [0, 0]
+        self.out_at = abi.CTX_SLOTS + max(1, len(lp.plan.live_ins))
+        self.back_slots = self.out_at + len(self.out_words)  # what comes back after a launch
+        self.slots = self.back_slots + len(self.range_words)
+        self.back_bytes, self.staged_at = 8 * self.back_slots, 8 * self.slots
+        self.device_arguments: tuple | None = None
+        self.host_arguments: tuple | None = None
+        self._arrivals: dict[tuple[int, ...], LaunchArguments] = {}
+
+    def arrival(self, lp: OffloadedLoop, live: tuple[int, ...]) -> LaunchArguments:
+        """The part of a launch that these live-ins make (kept for the last few of them)."""
+        found = self._arrivals.get(live)
+        if found is None:
+            if len(self._arrivals) >= ARRIVALS_KEPT:
+                self._arrivals.clear()
+            found = self._arrivals[live] = LaunchArguments(lp, self.launch, live)
+        return found
+
+
+_tokens = itertools.count()
+
+# Live-ins kept per PreparedLaunch: a time step's counter makes a new set every step.
+ARRIVALS_KEPT = 16
+
+
+class LaunchArguments:
+    """What one arrival's live-ins add to a :class:`PreparedLaunch`: the kernel's parameters,
+    and the returned locals: those known without running it (induction values at the exit)
+    and, for each reduction's, where it goes, its slot, operator, initial value and type."""
+
+    def __init__(self, lp: OffloadedLoop, launch: Launch, live: tuple[int, ...]) -> None:
+        plan = lp.plan
+        env = _environment(plan, live)
+        bits = [v & MASKS[64] for v in live] or [0]
+        self.param_bytes = words(bits)
+        self.image = (None, b"")  # (kernel arguments, scratch image) of its last GPU launch
+        self.replay: tuple | None = None  # set by a device launch that can replay (ReplayRecord)
+        self.params = (U64 * len(bits))(*bits)  # the host backend's
+        k_exit = launch.trip if plan.trip.top else launch.trip - 1
+        at_exit = dict(env)
+        at_exit[plan.counter] = k_exit
+        types = lp.insertion.local_types
+        reductions = {id(r): i for i, r in enumerate(plan.reductions)}
+        self.values, self.folds = [], []
+        for live_out in _returned(plan):
+            ty = types[live_out.local]
+            if live_out.kind == "affine":
+                self.values.append(_to_host(live_out.value.evaluate(at_exit), ty))
+            else:
+                reduction = live_out.reduction
+                init = reduction.init.evaluate(env)
+                self.folds.append((len(self.values), reductions[id(reduction)], reduction.op, init, ty))
+                self.values.append(0)
+
+    def live_outs(self, partials: list[int]) -> list[int]:
+        """The loop's returned locals after it ran, given its reductions' partial results."""
+        out = list(self.values)
+        for at, index, op, init, ty in self.folds:
+            out[at] = _to_host(combine(op, init, partials[index], ty), ty)
+        return out
+
+
+def _returned(plan: LoopPlan) -> list:
+    """The live-outs the host hands back: a local not read after the loop keeps its value
+    (wasmtime-py converts every value crossing the boundary, at a cost per value)."""
+    return [live for live in plan.live_outs if live.kind != "dead"]
+
+
+def _environment(plan: LoopPlan, live: tuple[int, ...]) -> dict:
+    """The live-ins by symbol, as unsigned values of their types."""
+    masks = plan.__dict__.get("_live_masks")
+    if masks is None:
+        masks = plan.__dict__["_live_masks"] = [
+            (sym, MASKS.get(value.type.bits, MASKS[64])) for value, sym, _, _ in plan.live_ins
+        ]
+    return {sym: bits & mask for (sym, mask), bits in zip(masks, live, strict=True)}
+
+
+def _nothing(live: tuple[int, ...]) -> tuple[()]:
+    return ()
+
+
+def words(values: list[int]) -> bytes:
+    """``values`` as little-endian u64s."""
+    return struct.pack(f"<{len(values)}Q", *values)
+
+
+# Threads per block, and the grid's limit in y and z (x allows 2**31 - 1 blocks; the
+# kernels stride over whatever the grid does not cover).
+BLOCK_THREADS = 256
+MAX_GRID_Y = 65535
+
+
+def launch_grid(launch: Launch) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """Grid and block: 1-D over the iterations, or x over a nest's innermost counter (rounded
+    to whole warps), y over the next one out and z over the outermost of a 3-D nest."""
+    if not launch.nest:
+        return (max(1, min(-(-launch.trip // BLOCK_THREADS), 65535)), 1, 1), (BLOCK_THREADS, 1, 1)
+    *outer, innermost = (launch.trip, *launch.nest)
+    width = min(BLOCK_THREADS, 32 * -(-innermost // 32))
+    y = min(outer[-1], MAX_GRID_Y)
+    z = min(outer[0], MAX_GRID_Y) if len(outer) == 2 else 1
+    return (min(-(-innermost // width), 65535), y, z), (width, 1, 1)
+
+
+def identities(lp: OffloadedLoop) -> list[int]:
+    """The identity of each of the loop's reductions, as bits."""
+    from tensorwasm.compiler.outline import identity_bits
+
+    return [identity_bits(r.op, r.arg.type) for r in lp.plan.reductions]
+
+
+def _to_host(bits: int, ty: Type) -> int:
+    """A bit pattern as wasmtime-py wants an i32/i64 result: a signed Python int."""
+    width = 64 if ty.bits == 64 else 32
+    bits &= MASKS[width]
+    return bits - (1 << width) if bits >> (width - 1) else bits
+
+
+def combine(op: str, a: int, b: int, ty: Type) -> int:
+    """Two partial results of a reduction ``op`` folded into one, as Wasm computes it."""
+    bits = ty.bits
+    mask = MASKS[bits]
+    a &= mask
+    b &= mask
+    if op in ("fadd", "fmul"):
+        fmt, ifmt = ("<f", "<I") if ty is F32 else ("<d", "<Q")
+        x, y = (struct.unpack(fmt, struct.pack(ifmt, v))[0] for v in (a, b))
+        import numpy as np
+
+        cast = np.float32 if ty is F32 else np.float64
+        result = cast(x) + cast(y) if op == "fadd" else cast(x) * cast(y)
+        return struct.unpack(ifmt, struct.pack(fmt, result))[0]
+    if op == "add":
+        return (a + b) & mask
+    if op == "mul":
+        return (a * b) & mask
+    if op == "and":
+        return a & b
+    if op == "or":
+        return a | b
+    if op == "xor":
+        return a ^ b
+    kind, sign = op.split("_")
+    key = (lambda v: v - (1 << bits) if v >> (bits - 1) else v) if sign == "s" else (lambda v: v)
+    pick = min if kind == "min" else max
+    return pick(a, b, key=key)
+
+
+def trap_reason(code: int) -> str:
+    """Why an arrival declined after its kernel wrote trap ``code``."""
+    from tensorwasm.compiler.traps import TrapKind, trap_message
+
+    if code == TrapKind.GATHER_CONFLICT:
+        return "a gathered load read memory the loop writes; the loop re-ran on the CPU"
+    return f"the kernel trapped ({trap_message(code)}); the loop re-ran on the CPU"
+
+
+def merged_spans(ranges) -> list[Span]:
+    """Sorted, coalesced byte ranges (one covering span past 128 of them)."""
+    merged = union([(r.lo, r.hi) for r in ranges], [])
+    if len(merged) > 128:
+        merged = [(merged[0][0], merged[-1][1])]
+    return [Span(lo, hi) for lo, hi in merged]
