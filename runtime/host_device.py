@@ -16,9 +16,10 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+from tensorwasm.compiler.analysis.plan import ReductionKind
 from tensorwasm.compiler.lower import abi
 from tensorwasm.compiler.target import HostTarget
-from tensorwasm.runtime.planning import combine, identities, trap_reason
+from tensorwasm.runtime.planning import identities, trap_reason
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -160,5 +161,5 @@ class HostLaunches:
         total = (U64 * count)(*identities(lp))
         for i, r in enumerate(lp.plan.reductions):
             for o in outs:
-                total[i] = combine(r.op, total[i], o[i], r.arg.type)
+                total[i] = ReductionKind(r.op).fold_bits(total[i], o[i], r.arg.type.bits)
         return total

@@ -29,18 +29,10 @@ import weakref
 from typing import TYPE_CHECKING
 
 import wasmtime
-from tensorwasm.compiler.analysis.plan import AnalysisOptions, LoopPlan
+from tensorwasm.compiler.analysis.plan import AnalysisOptions
 from tensorwasm.compiler.frontend import load
 from tensorwasm.compiler.lower import abi
-from tensorwasm.compiler.rewrite import (
-    FILTER_EXPORT,
-    HOOKS_EXPORT,
-    HOST_MODULE,
-    Insertion,
-    RegionExit,
-    loop_filter,
-    rewrite,
-)
+from tensorwasm.compiler.rewrite import FILTER_EXPORT, HOOKS_EXPORT, HOST_MODULE
 from tensorwasm.compiler.target import HostTarget, describe, nvptx_for_device
 from tensorwasm.runtime import hostfunc, prepared
 from tensorwasm.runtime.cache import default_cache, make_key
@@ -53,7 +45,6 @@ from tensorwasm.runtime.planning import (
     RegionLost,
     RegionStats,
 )
-from tensorwasm.runtime.planning import _returned as _returned
 
 from tensorwasm.support import logs
 from tensorwasm.support.digest import sha256
@@ -67,8 +58,7 @@ driver = LazyModule("tensorwasm.runtime.driver", globals(), "driver")
 limits = LazyModule("tensorwasm.runtime.limits", globals(), "limits")
 
 if TYPE_CHECKING:
-    from tensorwasm.compiler.analysis.plan import LoopReport
-    from tensorwasm.compiler.analysis.regions import Region
+    from tensorwasm.compiler.prepare import PreparedModule
     from tensorwasm.runtime.device import Device
 
 __all__ = ["LoopStats", "OffloadModule", "OffloadedLoop", "RegionLost", "RegionStats", "device_named"]
@@ -124,32 +114,44 @@ class OffloadModule:
             lp.stats.device = self.backend.label
 
     def _load_or_prepare(self, wasm: bytes) -> None:
-        """The preparation, from the cache or made (and cached)."""
+        """The preparation, from the cache or made by the compiler (and cached)."""
         self._wasm_bytes = bytes(wasm)
         self._wasm = None
+        self._preparation = None  # the compiler's state, where this process prepared the module
         self.target = self.backend.target()
         cache = default_cache()
         digest = sha256(self._wasm_bytes).hexdigest()
         self._key = make_key("offload", digest, describe(self.target), self.options)
-        state = None
         blob = cache.get("prepared", self._key)
-        if blob is not None:
-            state = prepared.load(blob)
-        if state is not None:
-            self.reports, self.loops = state["reports"], state["loops"]
-            self.rewritten, self._host_sigs = state["rewritten"], state["host_sigs"]
-            self.regions, self.region_stats = state["regions"], state["region_stats"]
+        found = prepared.load(blob) if blob is not None else None
+        if found is not None:
+            self._adopt(found)
             if self._compile(cache):
                 return
-        self._prepare()
+        from tensorwasm.compiler.prepare import prepare_offload
+
+        self._preparation = prepare_offload(self._wasm_bytes, self.options, self.wasm)
+        self._adopt(self._preparation.prepared)
         self._compile(cache, must=True)
-        state = {"reports": self.reports, "loops": self.loops, "rewritten": self.rewritten,
-                 "host_sigs": self._host_sigs, "regions": self.regions,
-                 "region_stats": self.region_stats}  # fmt: skip
         try:
-            cache.put("prepared", self._key, prepared.dump(state))
+            cache.put("prepared", self._key, prepared.dump(self._preparation.prepared))
         except (pickle.PicklingError, RecursionError) as exc:  # costs warm starts, nothing else
             log.info("prepared module not cached: %s", exc)
+
+    def _adopt(self, found: PreparedModule) -> None:
+        """Take a prepared module's loops, reports and regions, with fresh statistics."""
+        self.reports = list(found.reports)
+        self.rewritten = found.rewritten
+        self.regions = list(found.regions)
+        self._host_sigs = found.host_sigs
+        self.loops = [
+            OffloadedLoop(lp.plan, lp.kernel_index, "", lp.insertion,
+                          LoopStats(lp.plan.func.name, lp.plan.loop.offset, self.code_kind, region=lp.region))
+            for lp in found.loops
+        ]  # fmt: skip
+        self.region_stats = [
+            RegionStats(self.loops[r.children[0]].stats.func, r.offset, len(r.children)) for r in self.regions
+        ]
 
     @property
     def wasm(self):
@@ -208,45 +210,6 @@ class OffloadModule:
         self.ptx = getattr(fresh, "ptx", None)  # None: no loops, nothing to load
         self._kernels = fresh._kernels  # loaded if it compiled them; else at the first launch
 
-    def _prepare(self) -> None:
-        """Translate, analyse, outline every outermost accepted loop, rewrite the module."""
-        from tensorwasm.compiler.analysis.loops import analyze_module
-        from tensorwasm.compiler.analysis.regions import find_regions
-        from tensorwasm.compiler.frontend.translate import loop_closure, translate_module
-        from tensorwasm.compiler.outline import outline
-
-        # Only what the loops need: the functions with loops and what their loops call.
-        self.module = translate_module(self.wasm, only=loop_closure(self.wasm))
-        self.reports: list[LoopReport] = analyze_module(self.module, self.options)
-        # Every accepted loop gets its host call, those inside another accepted loop too:
-        # they run when the outer one declines (its guards fail, or it is not worth it).
-        chosen = [r.plan for r in self.reports if r.verdict == "offload"]
-        self.loops: list[OffloadedLoop] = []
-        for n, plan in enumerate(chosen):
-            kernel = outline(self.module, plan)
-            insertion = _insertion(self.wasm, plan, f"loop_{n}")
-            stats = LoopStats(plan.func.name, plan.loop.offset, self.code_kind)
-            self.loops.append(OffloadedLoop(plan, kernel.index, "", insertion, stats))
-        spans = [
-            (lp.insertion.func_index, lp.insertion.start, lp.insertion.end,
-             bool(lp.plan.gathers))
-            for lp in self.loops
-        ]  # fmt: skip
-        self.regions: list[Region] = find_regions(self.wasm, spans)
-        self.region_stats = []
-        for k, region in enumerate(self.regions):
-            for n in region.children:
-                self.loops[n].stats.region = k
-            name = self.loops[region.children[0]].stats.func
-            self.region_stats.append(RegionStats(name, region.offset, len(region.children)))
-        for lp in self.loops:  # a region's loops always call: a decline must bring results back
-            lp.insertion.filter = loop_filter(lp.plan) if lp.region is None else None
-        exits = [RegionExit(r.func_index, r.exits, f"region_{k}") for k, r in enumerate(self.regions)]
-        self.rewritten = (
-            rewrite(self.wasm, [lp.insertion for lp in self.loops], exits) if self.loops else self._wasm_bytes
-        )
-        self._host_sigs = {lp.insertion.import_name: _host_sig(self.wasm, lp.insertion) for lp in self.loops}
-
     def _compile(self, cache, must: bool = False) -> bool:
         """Load the kernels' code from the cache, or (``must``) compile it; False on a miss."""
         if not self.loops:
@@ -262,27 +225,22 @@ class OffloadModule:
             return False
         self.cached = cached is not None
         if cached is None:
-            from tensorwasm.compiler.callgraph import reachable, recursive_functions
-            from tensorwasm.compiler.lower.function import FunctionLowering, ModuleLowering, lower_loop_entry
+            if self._preparation is None:  # the preparation came from the cache, not its kernels
+                from tensorwasm.compiler.prepare import prepare_offload
 
-            lowering = ModuleLowering(self.module, target)
-            indices = [lp.kernel_index for lp in self.loops]
-            closure = reachable(self.module, indices)
-            lowering.recursive = recursive_functions(self.module, closure)
-            for index in closure:
-                FunctionLowering(lowering, self.module.functions[index]).lower()
-            for lp in self.loops:
-                lower_loop_entry(lowering, lp.kernel_index, [r.op for r in lp.plan.reductions])
-            llvm_ir = str(lowering.llvm)
+                self._preparation = prepare_offload(self._wasm_bytes, self.options, self.wasm)
+            from tensorwasm.compiler.prepare import compile_loop_kernels
+
+            code = compile_loop_kernels(self._preparation, target)
         if gpu:
             if cached is None:
-                cached = target.emit_ptx(llvm_ir).encode("ascii")
+                cached = code.text.encode("ascii")
                 cache.put("ptx", key, cached)
             self.ptx = cached
             if not self.cached:  # code just compiled is loaded now, so a JIT error shows here
                 self._load_kernels()
         else:
-            self.code = None if cached is not None else HostTarget().jit(llvm_ir)
+            self.code = None if cached is not None else code.code
             self.host_object = cached if cached is not None else self.code.object
             if cached is None:
                 cache.put("obj", key, self.host_object)
@@ -443,22 +401,3 @@ def _compiled(engine: wasmtime.Engine, wasm: bytes) -> wasmtime.Module:
     module = wasmtime.Module(engine, wasm)
     cache.put("cwasm", key, module.serialize())
     return module
-
-
-def _insertion(wasm, plan: LoopPlan, import_name: str) -> Insertion:
-    index = plan.func.index
-    sig = wasm.func_sig(index)
-    local_types = list(sig.params) + wasm.codes[index - wasm.num_imported_funcs].locals
-    locals_ = [i for _, _, kind, i in plan.live_ins if kind == "local"]
-    globals_ = [i for _, _, kind, i in plan.live_ins if kind == "global"]
-    # The host receives the live-ins in plan order: locals first, then globals (the
-    # analysis orders them so, and the kernel's parameters follow the same order).
-    return Insertion(index, plan.loop.start, plan.loop.end, locals_, globals_,
-                     [lo.local for lo in _returned(plan)], local_types, import_name)  # fmt: skip
-
-
-def _host_sig(wasm, ins: Insertion):
-    from tensorwasm.compiler.rewrite import host_signature
-
-    sig = host_signature(ins, [g.type for g in wasm.global_types()])
-    return sig.params, sig.results

@@ -20,10 +20,11 @@ import struct
 import time
 from typing import TYPE_CHECKING, Protocol
 
-from tensorwasm.compiler.analysis.plan import LoopPlan
+from tensorwasm.compiler.analysis.plan import LoopPlan, ReductionKind
 from tensorwasm.compiler.lower import abi
+from tensorwasm.compiler.prepare import returned
 from tensorwasm.compiler.rewrite import NEVER_SKIP, Insertion
-from tensorwasm.dialect.types import F32, Type
+from tensorwasm.dialect.types import Type
 from tensorwasm.runtime import hostfunc, profit
 from tensorwasm.runtime.profit import FIXED_SECONDS, Estimate, work
 from tensorwasm.runtime.spans import Span, union
@@ -302,7 +303,7 @@ class LaunchArguments:
         types = lp.insertion.local_types
         reductions = {id(r): i for i, r in enumerate(plan.reductions)}
         self.values, self.folds = [], []
-        for live_out in _returned(plan):
+        for live_out in returned(plan):
             ty = types[live_out.local]
             if live_out.kind == "affine":
                 self.values.append(_to_host(live_out.value.evaluate(at_exit), ty))
@@ -316,14 +317,8 @@ class LaunchArguments:
         """The loop's returned locals after it ran, given its reductions' partial results."""
         out = list(self.values)
         for at, index, op, init, ty in self.folds:
-            out[at] = _to_host(combine(op, init, partials[index], ty), ty)
+            out[at] = _to_host(ReductionKind(op).fold_bits(init, partials[index], ty.bits), ty)
         return out
-
-
-def _returned(plan: LoopPlan) -> list:
-    """The live-outs the host hands back: a local not read after the loop keeps its value
-    (wasmtime-py converts every value crossing the boundary, at a cost per value)."""
-    return [live for live in plan.live_outs if live.kind != "dead"]
 
 
 def _environment(plan: LoopPlan, live: tuple[int, ...]) -> dict:
@@ -365,9 +360,7 @@ def launch_grid(launch: Launch) -> tuple[tuple[int, int, int], tuple[int, int, i
 
 def identities(lp: OffloadedLoop) -> list[int]:
     """The identity of each of the loop's reductions, as bits."""
-    from tensorwasm.compiler.outline import identity_bits
-
-    return [identity_bits(r.op, r.arg.type) for r in lp.plan.reductions]
+    return [ReductionKind(r.op).identity(r.arg.type.bits) for r in lp.plan.reductions]
 
 
 def _to_host(bits: int, ty: Type) -> int:
@@ -375,36 +368,6 @@ def _to_host(bits: int, ty: Type) -> int:
     width = 64 if ty.bits == 64 else 32
     bits &= MASKS[width]
     return bits - (1 << width) if bits >> (width - 1) else bits
-
-
-def combine(op: str, a: int, b: int, ty: Type) -> int:
-    """Two partial results of a reduction ``op`` folded into one, as Wasm computes it."""
-    bits = ty.bits
-    mask = MASKS[bits]
-    a &= mask
-    b &= mask
-    if op in ("fadd", "fmul"):
-        fmt, ifmt = ("<f", "<I") if ty is F32 else ("<d", "<Q")
-        x, y = (struct.unpack(fmt, struct.pack(ifmt, v))[0] for v in (a, b))
-        import numpy as np
-
-        cast = np.float32 if ty is F32 else np.float64
-        result = cast(x) + cast(y) if op == "fadd" else cast(x) * cast(y)
-        return struct.unpack(ifmt, struct.pack(fmt, result))[0]
-    if op == "add":
-        return (a + b) & mask
-    if op == "mul":
-        return (a * b) & mask
-    if op == "and":
-        return a & b
-    if op == "or":
-        return a | b
-    if op == "xor":
-        return a ^ b
-    kind, sign = op.split("_")
-    key = (lambda v: v - (1 << bits) if v >> (bits - 1) else v) if sign == "s" else (lambda v: v)
-    pick = min if kind == "min" else max
-    return pick(a, b, key=key)
 
 
 def trap_reason(code: int) -> str:

@@ -637,10 +637,12 @@ def test_offload_translates_only_the_functions_its_loops_need() -> None:
 
     from tests.conftest import wat
 
+    from tensorwasm.compiler.prepare import prepare_offload
+
     wasm = wat(CALLS_IN_AND_OUT_OF_LOOPS)
-    offload = OffloadModule(wasm, device="cpu")
-    assert loop_closure(offload.wasm) == {0, 1, 3}  # not $outside, called after the loop
-    assert [f.attrs.get("untranslated", False) for f in offload.module.functions[:4]] == [
+    preparation = prepare_offload(wasm)
+    assert loop_closure(preparation.state.wasm.module) == {0, 1, 3}  # not $outside, called after the loop
+    assert [f.attrs.get("untranslated", False) for f in preparation.state.dialect.module.functions[:4]] == [
         False, False, True, False
     ]  # fmt: skip
     expected = ReferenceInstance(wasm).call("k", [(I32, 500)])
