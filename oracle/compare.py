@@ -3,8 +3,9 @@
 Compared, call by call: the results (bit for bit; where the case says a float result may
 come from arithmetic, see :class:`oracle.case.Call`, by Wasm's NaN rules instead: a
 canonical NaN where wasmtime's is canonical, an arithmetic NaN where wasmtime's is another
-arithmetic one, see :func:`same_value`), trap or not, and the trap message. After the last call: linear memory 0 and every exported global. A call that traps
-half-way may leave memory written: both sides must agree on that too.
+arithmetic one, see :func:`same_value`), trap or not, and the trap message. After the last
+call: linear memory 0 and every exported global. A call that traps half-way may leave
+memory written: both sides must agree on that too.
 
 A module may hold several generated programs (:class:`oracle.case.Case`); each is judged
 by its own calls, and passes when every one of them was compared and agreed, and so did
