@@ -1,9 +1,11 @@
 """Run a case on wasmtime and on a backend under test, and compare what Wasm defines.
 
-Compared, call by call: the results (bit for bit; a NaN matches any NaN only where the
-case says the payload is open, see :class:`oracle.case.Call`), trap or not, and the trap
-message. After the last call: linear memory 0 and every exported global. A call that traps
-half-way may leave memory written: both sides must agree on that too.
+Compared, call by call: the results (bit for bit; where the case says a float result may
+come from arithmetic, see :class:`oracle.case.Call`, by Wasm's NaN rules instead: a
+canonical NaN where wasmtime's is canonical, an arithmetic NaN where wasmtime's is another
+arithmetic one, see :func:`same_value`), trap or not, and the trap message. After the last
+call: linear memory 0 and every exported global. A call that traps half-way may leave
+memory written: both sides must agree on that too.
 
 A module may hold several generated programs (:class:`oracle.case.Case`); each is judged
 by its own calls, and passes when every one of them was compared and agreed, and so did
@@ -33,7 +35,7 @@ from tensorwasm.dialect.types import F32, F64, Type
 from tensorwasm.oracle.case import Call, Case
 from tensorwasm.runtime.executor import Executor, GPUExecutor, HostExecutor
 from tensorwasm.runtime.reference import ReferenceBackendError, ReferenceInstance
-from tensorwasm.runtime.values import CallResult, WasmValue
+from tensorwasm.runtime.values import CallResult, NanPattern, WasmValue, matches
 
 from tensorwasm.support import logs
 from tensorwasm.support.errors import TensorWasmError
@@ -55,11 +57,22 @@ def is_nan(ty: Type, bits: int) -> bool:
 
 
 def same_value(expected: WasmValue, actual: WasmValue, exact: bool) -> bool:
-    """Equal bits; or, unless ``exact``, both NaNs (Wasm leaves an arithmetic NaN's payload open)."""
+    """Equal bits; or, unless ``exact`` (the value may come from float arithmetic), a NaN
+    that Wasm allows in place of wasmtime's: canonical where wasmtime's NaN is canonical
+    (no operand was a NaN, or the result is the bits of one that was), arithmetic (quiet bit
+    set) where wasmtime's is another arithmetic NaN. A signalling NaN is never the result of
+    arithmetic, so one from wasmtime, like any number, must be matched bit for bit."""
     (ty, want), (ty2, got) = expected, actual
     if ty is not ty2:
         return False
-    return want == got or (not exact and is_nan(ty, want) and is_nan(ty, got))
+    if want == got:
+        return True
+    if exact or not is_nan(ty, want):
+        return False
+    for pattern in (NanPattern.CANONICAL, NanPattern.ARITHMETIC):
+        if matches((ty, pattern), expected):
+            return matches((ty, pattern), actual)
+    return False
 
 
 def describe(result: CallResult) -> str:

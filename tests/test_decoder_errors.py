@@ -39,6 +39,16 @@ CASES = [
     ("tag section", HEADER + TYPE_SECTION + section(13, b"\x00"), "exception handling", 14),
     ("memory64", HEADER + section(5, vec([b"\x04\x01"])), "memory64", 11),
     ("memory too large", HEADER + section(5, vec([b"\x00\x81\x80\x04"])), "at most 65536 pages", 11),
+    # Wasm 2.0 rules that wasmtime's validator (with later proposals on) does not enforce.
+    ("two memories", HEADER + section(5, vec([b"\x00\x01", b"\x00\x01"])), "multi-memory", 10),
+    ("imported and defined memory", HEADER + section(2, vec([b"\x01m\x01n\x02\x00\x01"]))
+     + section(5, vec([b"\x00\x01"])), "2 memories", 20),
+    ("constant reads a defined global", HEADER + section(6, vec([b"\x7f\x00\x41\x00\x0b", b"\x7f\x00\x23\x00\x0b"])),
+     "unknown global 0", 18),
+    ("memory.grow reserved byte as a long zero", module_with_body(b"\x41\x00\x40\x80\x00\x1a\x0b"),
+     "zero byte expected", 26),
+    ("memory.size reserved byte as a long zero", module_with_body(b"\x3f\x80\x80\x00\x1a\x0b"),
+     "zero byte expected", 24),
 ]  # fmt: skip
 
 
@@ -59,6 +69,25 @@ def test_error_inside_code_names_the_function_index() -> None:
         decode(HEADER + TYPE_SECTION + imports + funcs + code)
     assert info.value.func_index == 2
     assert "function 2" in str(info.value) and "SIMD" in str(info.value)
+
+
+def test_inspect_refuses_what_wasm2_makes_invalid(tmp_path, capsys) -> None:
+    # wasmtime accepts both (multi-memory and GC are on): the decoder must refuse them.
+    from tensorwasm.runtime.cli import main
+
+    for text, cause in [
+        ("(module (memory 1) (memory 1))", "multi-memory"),
+        ("(module (global i32 (i32.const 0)) (global i32 (global.get 0)))", "unknown global 0"),
+    ]:
+        path = tmp_path / "m.wasm"
+        path.write_bytes(wat(text))
+        assert main(["inspect", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert cause in err and "at offset 0x" in err, err
+
+
+def test_constants_may_read_imported_globals() -> None:
+    load(wat('(module (global (import "m" "g") i32) (global i32 (global.get 0)))'))
 
 
 def test_invalid_but_well_formed_module_is_a_validation_error() -> None:

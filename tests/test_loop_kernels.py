@@ -175,7 +175,8 @@ def test_proven_accesses_carry_no_bounds_or_alignment_test(arch: str) -> None:
     ((_, body),) = kernels(ptx).items()
     loop = body[re.search(r"^\$L__BB\w+:", body, re.M).start() :]
     loop = loop[: loop.index("ret;")]
-    assert len(re.findall(r"\bsetp\.", loop)) == 1, loop
+    # (setp.nan picks the canonical NaN for a float result: a select, not a test)
+    assert len(re.findall(r"\bsetp\.(?!nan)", loop)) == 1, loop
     assert "call" not in loop and "_bytes" not in ptx
 
 

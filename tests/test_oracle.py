@@ -241,8 +241,8 @@ def test_const_text_keeps_every_bit() -> None:
 
 
 def test_nan_payload_compared_by_class_only_where_open() -> None:
-    assert same_value((F32, 0x7FC00000), (F32, 0xFFC00001), exact=False)
-    assert not same_value((F32, 0x7FC00000), (F32, 0xFFC00001), exact=True)
+    assert same_value((F32, 0x7FC00001), (F32, 0xFFC00000), exact=False)
+    assert not same_value((F32, 0x7FC00001), (F32, 0xFFC00000), exact=True)
     assert not same_value((F32, 0x7FC00000), (F32, 0x7F800000), exact=False)
     assert not same_value((I32, 1), (F32, 1), exact=False)
 

@@ -6,7 +6,10 @@ proposals), checks section order, sizes and LEB128 encodings, and stops at the f
 problem with a message naming the cause and the byte offset. Instruction immediates are
 read by the immediate kind of their opcode row; opcodes of proposals TensorWasm does not
 compile raise :class:`UnsupportedFeature` naming the proposal, so the bytes after them are
-never misread. Semantic validation (types, stack discipline) is the validator's job.
+never misread. Semantic validation (types, stack discipline) is the validator's job,
+except for two rules where wasmtime's validator, which accepts later proposals, is looser
+than the Wasm TensorWasm compiles (:func:`_check_wasm2_rules`): one memory at most, and
+constant expressions that read imported globals only.
 """
 
 from __future__ import annotations
@@ -294,7 +297,36 @@ def _decode(data: bytes) -> WasmModule:
             f"data count section says {module.data_count} segments, data section has {len(module.data)}",
             len(data),
         )
+    _check_wasm2_rules(module)
     return module
+
+
+def _check_wasm2_rules(module: WasmModule) -> None:
+    """Refuse what Wasm 2.0 makes invalid and wasmtime's validator accepts (it enables
+    multi-memory, and GC's constant expressions that read any earlier global): a second
+    memory, and a ``global.get`` in a constant expression of a global that is not imported
+    (the spec's "unknown global": only imports are defined when those expressions run)."""
+    memories = module.memory_limits()
+    if len(memories) > 1:
+        where = next((start for sid, start, _ in module.sections if sid == 5), None)
+        raise UnsupportedFeature(
+            f"{len(memories)} memories: more than one needs the multi-memory proposal, "
+            "which TensorWasm does not support",
+            where,
+        )
+    imported = len(module.imported("global"))
+    exprs = [g.init for g in module.globals]
+    exprs += [seg.offset_expr for seg in module.data if seg.offset_expr is not None]
+    for seg in module.elements:
+        exprs += [*seg.items, *([seg.offset_expr] if seg.offset_expr is not None else [])]
+    for expr in exprs:
+        for instr in expr:
+            if instr.op.name == "global.get" and instr.imm >= imported:
+                raise DecodeError(
+                    f"unknown global {instr.imm} in a constant expression: it may read "
+                    f"imported globals only ({imported} here)",
+                    instr.offset,
+                )
 
 
 def _vec(r: Reader, item) -> list:
@@ -501,11 +533,14 @@ def _read_imm(r: Reader, op: Opcode, pos: int):
     if kind is Imm.CALL_INDIRECT:
         return (r.u32(), r.u32())
     if kind is Imm.MEMORY:
+        at = r.pos
         index = r.u32()
         if index != 0:
             raise UnsupportedFeature(
                 f"{op.name} on memory {index} (multi-memory) is not supported", pos, r.func_index
             )
+        if r.pos != at + 1:  # a longer encoding of 0 is multi-memory's memory index
+            raise r.error(f"zero byte expected: {op.name}'s reserved byte is one byte 0x00", at)
         return 0
     if kind is Imm.SELECT_T:
         types = tuple(_vec(r, Reader.valtype))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
+from tensorwasm.compiler.lower.numeric import nan_canonicalised
 from tensorwasm.compiler.traps import TrapKind
 from tensorwasm.dialect.ir import Op
 
@@ -86,15 +87,16 @@ def lower_bitcast(fl: FunctionLowering, op: Op, args) -> ir.Value:
     return fl.b.bitcast(x, to)
 
 
-# int<->int, int->float (round to nearest even, as Wasm), f32<->f64 and bit casts agree.
+# int<->int, int->float (round to nearest even, as Wasm) and bit casts agree; f32<->f64
+# agree but for the NaN they return (LLVM folds a promotion and demotion pair away).
 LOWERINGS = {
     "arith.trunc": _cast("trunc"),
     "arith.zext": _cast("zext"),
     "arith.sext": _cast("sext"),
     "arith.sitofp": _cast("sitofp"),
     "arith.uitofp": _cast("uitofp"),
-    "arith.fptrunc": _cast("fptrunc"),
-    "arith.fpext": _cast("fpext"),
+    "arith.fptrunc": nan_canonicalised(_cast("fptrunc")),
+    "arith.fpext": nan_canonicalised(_cast("fpext")),
     "arith.bitcast": lower_bitcast,
     "arith.fptosi": lower_trapping_truncation,
     "arith.fptoui": lower_trapping_truncation,

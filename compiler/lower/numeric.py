@@ -3,8 +3,9 @@
 Ops whose Wasm semantics match LLVM's are rows of ``DIRECT`` (op -> IRBuilder method).
 Each gap between the two rule books has a helper named for it, with both rules stated:
 shift counts, division traps, rotations, bit counts, NaN-propagating min/max, and the
-sign-bit operations that must not touch a NaN's payload. No fast-math flag is ever set,
-so LLVM neither contracts ``a * b + c`` into an FMA nor flushes subnormals.
+sign-bit operations that must not touch a NaN's payload, and the NaN that float
+arithmetic may return (:func:`canonical_nan_result`). No fast-math flag is ever set, so
+LLVM neither contracts ``a * b + c`` into an FMA nor flushes subnormals.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ if TYPE_CHECKING:
 DIRECT = {
     "arith.add": "add", "arith.sub": "sub", "arith.mul": "mul",
     "arith.and": "and_", "arith.or": "or_", "arith.xor": "xor",
-    "arith.fadd": "fadd", "arith.fsub": "fsub", "arith.fmul": "fmul", "arith.fdiv": "fdiv",
 }  # fmt: skip
-# Float ops that are one LLVM intrinsic with IEEE semantics (correctly rounded, no FTZ).
+# Float arithmetic that is one LLVM instruction with the same semantics, but for the NaN
+# it returns (see canonical_nan_result).
+FLOAT_ARITHMETIC = {"arith.fadd": "fadd", "arith.fsub": "fsub", "arith.fmul": "fmul", "arith.fdiv": "fdiv"}
+# Float ops that are one LLVM intrinsic with IEEE semantics (correctly rounded, no FTZ),
+# but for the NaN they return (see canonical_nan_result).
 INTRINSICS = {
     "arith.fceil": "llvm.ceil", "arith.ffloor": "llvm.floor", "arith.ftrunc": "llvm.trunc",
     "arith.fnearest": "llvm.roundeven", "arith.fsqrt": "llvm.sqrt",
@@ -44,6 +48,35 @@ def intrinsic(fl: FunctionLowering, name: str, ty: ir.Type, args, extra_types=()
         arg_types = [ty] * (len(args) - len(extra_types)) + list(extra_types)
         fn = ir.Function(fl.module, ir.FunctionType(ty, arg_types), name=full)
     return fl.b.call(fn, args)
+
+
+# The canonical NaN of each float width: only the quiet bit of the payload set, sign clear.
+CANONICAL_NAN_BITS = {32: 0x7FC00000, 64: 0x7FF8000000000000}
+
+
+def canonical_nan_result(fl: FunctionLowering, value: ir.Value) -> ir.Value:
+    """Wasm constrains the NaN a float operation returns: canonical (only the quiet bit of
+    the payload set) where no operand is a NaN, arithmetic (quiet bit set) where one is; a
+    canonical NaN is both. LLVM and PTX follow neither rule: PTX's f32 NaN is 0x7FFFFFFF,
+    and LLVM folds ``x * 1``, ``x - 0``, ``x / 1``, ``-1 * x`` and ``fptrunc (fpext x)`` to
+    ``x``, returning a signalling NaN operand as it is. So a NaN result becomes the
+    canonical NaN, selected on the bits; the selected bits pass through ``target.opaque``
+    so that LLVM, which holds all NaNs interchangeable, cannot fold the choice away."""
+    b = fl.b
+    ity = int_of(value.type)
+    is_nan = b.fcmp_unordered("uno", value, value)
+    bits = b.select(is_nan, ir.Constant(ity, CANONICAL_NAN_BITS[ity.width]), b.bitcast(value, ity))
+    return b.bitcast(fl.target.opaque(b, bits), value.type)
+
+
+def nan_canonicalised(lower):
+    """``lower``, whose float result goes through :func:`canonical_nan_result`."""
+
+    def lowered(fl: FunctionLowering, op: Op, args) -> ir.Value:
+        return canonical_nan_result(fl, lower(fl, op, args))
+
+    lowered.__name__ = lowered.__qualname__ = f"nan_canonicalised_{lower.__name__}"
+    return lowered
 
 
 def shift_count_mask(b: ir.IRBuilder, count: ir.Value) -> ir.Value:
@@ -133,7 +166,7 @@ def wasm_min_max(fl: FunctionLowering, a: ir.Value, c: ir.Value, is_min: bool) -
     combined = b.bitcast(b.or_(ia, ic) if is_min else b.and_(ia, ic), a.type)
     first = b.fcmp_ordered("<" if is_min else ">", a, c)
     picked = b.select(equal, combined, b.select(first, a, c))
-    return b.select(nan, b.fadd(a, c), picked)  # a + c is a NaN that keeps a payload
+    return b.select(nan, b.fadd(a, c), picked)  # a NaN (made canonical by lower_min_max)
 
 
 def lower_min_max(fl: FunctionLowering, op: Op, args) -> ir.Value:
@@ -195,7 +228,8 @@ def _intrinsic(name: str):
 
 LOWERINGS = {
     **{name: _direct(method) for name, method in DIRECT.items()},
-    **{name: _intrinsic(intr) for name, intr in INTRINSICS.items()},
+    **{name: nan_canonicalised(_direct(method)) for name, method in FLOAT_ARITHMETIC.items()},
+    **{name: nan_canonicalised(_intrinsic(intr)) for name, intr in INTRINSICS.items()},
     "arith.shl": lower_shift, "arith.shr_s": lower_shift, "arith.shr_u": lower_shift,
     "arith.rotl": lower_rotate, "arith.rotr": lower_rotate,
     "arith.clz": lower_bit_count, "arith.ctz": lower_bit_count, "arith.popcnt": lower_bit_count,
@@ -203,7 +237,7 @@ LOWERINGS = {
     "arith.rem_s": lower_division, "arith.rem_u": lower_division,
     "arith.fabs": lower_sign_bit_op, "arith.fneg": lower_sign_bit_op,
     "arith.fcopysign": lower_sign_bit_op,
-    "arith.fmin": lower_min_max, "arith.fmax": lower_min_max,
+    "arith.fmin": nan_canonicalised(lower_min_max), "arith.fmax": nan_canonicalised(lower_min_max),
     "arith.cmpi": lower_cmpi, "arith.cmpf": lower_cmpf,
     "arith.select": lower_select, "arith.sext_inreg": lower_sext_inreg,
 }  # fmt: skip
