@@ -163,3 +163,16 @@ def test_a_broken_rule_is_found_and_named(layer: str, source: str, said: str) ->
 )
 def test_imports_downwards_are_allowed(layer: str, source: str) -> None:
     assert violations(FILE[layer], layer, source) == []
+
+
+# The most lines a class of the product may take: past this a class does several things.
+CLASS_LINES = 400
+
+
+def test_no_class_of_the_product_is_over_400_lines() -> None:
+    large = []
+    for path, _ in product_files():
+        for node in ast.walk(ast.parse((ROOT / path).read_text())):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > CLASS_LINES:
+                large.append(f"{path}: {node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not large, f"classes over {CLASS_LINES} lines:\n" + "\n".join(large)
