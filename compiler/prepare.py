@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from tensorwasm.compiler.pipeline import CompileState, NativeCode, PTXCode, Request
     from tensorwasm.compiler.rewrite import Insertion
     from tensorwasm.compiler.target import Target
+    from tensorwasm.dialect.ir import Module
     from tensorwasm.dialect.types import Type
 
 
@@ -42,6 +43,9 @@ class PreparedLoop:
     insertion: Insertion
     host_sig: tuple[list[Type], list[Type]]  # the host call's (params, results)
     region: int | None = None  # the device-resident region it is in (PreparedModule.regions)
+    # Whether its kernel can trap at all (see kernel_may_trap): where it cannot, the host
+    # backend runs it in linear memory with nothing kept to undo.
+    may_trap: bool = True
 
     def entry(self, gpu: bool) -> str:
         """The kernel's launch entry in the compiled code."""
@@ -101,12 +105,43 @@ def prepare_offload(
     exits = [RegionExit(r.func_index, r.exits, f"region_{k}") for k, r in enumerate(regions)]
     rewritten = rewrite(wasm, insertions, exits) if kernels else data
     global_types = [g.type for g in wasm.global_types()]
+    module = state.dialect.module
     loops = tuple(
-        PreparedLoop(k.plan, k.index, ins, host_sig(ins, global_types), region_of.get(n))
+        PreparedLoop(
+            k.plan,
+            k.index,
+            ins,
+            host_sig(ins, global_types),
+            region_of.get(n),
+            kernel_may_trap(module, k.index),
+        )
         for n, (ins, k) in enumerate(zip(insertions, kernels, strict=True))
     )
     prepared = PreparedModule(rewritten, state.loops.reports, loops, tuple(regions))
     return Preparation(prepared, request, state)
+
+
+# Ops that trap on some operands: integer division, trapping float-to-integer conversion,
+# ``unreachable``, table accesses, indirect calls, null checks, and any call (a recursion
+# can exhaust the stack). Memory ops trap unless the analysis proved their addresses
+# (``proven``: the guards check the whole range before the launch).
+TRAPPING_OPS = frozenset({
+    "arith.div_s", "arith.div_u", "arith.rem_s", "arith.rem_u", "arith.fptosi", "arith.fptoui",
+    "cf.trap", "func.call", "func.call_indirect", "table.get", "table.set", "table.fill",
+    "table.copy", "table.init", "ref.as_non_null",
+})  # fmt: skip
+CHECKED_MEMORY_OPS = frozenset({"mem.load", "mem.store", "mem.copy", "mem.fill", "mem.init"})
+
+
+def kernel_may_trap(module: Module, index: int) -> bool:
+    """Whether the kernel function ``index`` (or anything it calls) has an op that can trap."""
+    from tensorwasm.compiler.callgraph import reachable
+
+    for callee in reachable(module, [index]):
+        for op in module.functions[callee].ops():
+            if op.name in TRAPPING_OPS or (op.name in CHECKED_MEMORY_OPS and not op.attrs.get("proven")):
+                return True
+    return False
 
 
 def compile_loop_kernels(preparation: Preparation, target: Target) -> PTXCode | NativeCode:

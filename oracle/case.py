@@ -3,7 +3,7 @@
 Every generator produces a :class:`Case`; the comparator runs it on the reference and on a
 backend under test; a failing case is saved as a regression, ``<name>.wat`` (the module)
 next to ``<name>.json`` (the generator, the calls and the metadata), named by a hash of
-both, and replayed by ``tests/test_regressions.py`` from then on.
+both, and replayed by ``tests/oracle/test_regressions.py`` from then on.
 
 One module holds one or more *programs*, each one generated on its own: a numeric or
 control function, a loop kernel with its buffers, a wasm-smith module. Batching programs

@@ -95,7 +95,9 @@ class HostLaunches:
         ctx_image, chunks = self.host_arguments(ready)
         ctx = abi.ContextBlock.from_buffer_copy(ctx_image)
         ctx[abi.CTX_MEM_BASE] = base
-        saved = [(r.lo, ctypes.string_at(base + r.lo, r.hi - r.lo)) for r in ready.written]
+        saved = self._undo_copy(lp, ready, base)
+        if saved is None:
+            return None
         start = time.perf_counter()
         if len(chunks) == 1:
             out = (U64 * len(ready.out_words))(*ready.out_words)
@@ -109,10 +111,32 @@ class HostLaunches:
         stats.kernel_seconds += time.perf_counter() - start
         if ctx[abi.CTX_TRAP]:
             for lo, raw in saved:  # undo, and let wasmtime run the loop (to its trap, if any)
-                ctypes.memmove(base + lo, raw, len(raw))
+                ctypes.memmove(base + lo, (ctypes.c_char * len(raw)).from_buffer(raw), len(raw))
             stats.decline(trap_reason(ctx[abi.CTX_TRAP]))
             return None
         return out[: ready.reductions]
+
+    # The most bytes a launch whose kernel may trap keeps to undo it: a larger one stays on
+    # wasmtime (copying it costs what running it there would, and doubles the memory).
+    UNDO_LIMIT = 64 << 20
+
+    def _undo_copy(self, lp: OffloadedLoop, ready: PreparedLaunch, base: int) -> list | None:
+        """What the launch may overwrite, kept to undo a trap: nothing where the kernel
+        cannot trap; None (the arrival declined) where it may and writes too much."""
+        if not lp.may_trap:
+            return []
+        if ready.out_bytes > self.UNDO_LIMIT:
+            lp.stats.decline(
+                f"the kernel may trap and writes {ready.out_bytes >> 20} MiB, more than the host backend "
+                f"keeps to undo a trap ({self.UNDO_LIMIT >> 20} MiB)"
+            )
+            return None
+        saved = []
+        for span in ready.written:
+            raw = bytearray(span.hi - span.lo)
+            ctypes.memmove((ctypes.c_char * len(raw)).from_buffer(raw), base + span.lo, len(raw))
+            saved.append((span.lo, raw))
+        return saved
 
     def host_arguments(self, ready: PreparedLaunch) -> tuple[bytes, list[tuple[int, int]]]:
         """The context's image (all but the memory base) and the iteration ranges of the host

@@ -146,7 +146,8 @@ class OffloadModule:
         self._host_sigs = found.host_sigs
         self.loops = [
             OffloadedLoop(lp.plan, lp.kernel_index, "", lp.insertion,
-                          LoopStats(lp.plan.func.name, lp.plan.loop.offset, self.code_kind, region=lp.region))
+                          LoopStats(lp.plan.func.name, lp.plan.loop.offset, self.code_kind, region=lp.region),
+                          may_trap=lp.may_trap)
             for lp in found.loops
         ]  # fmt: skip
         self.region_stats = [

@@ -83,6 +83,7 @@ class OffloadedLoop:
     # Its recent arrivals whose launch replays as it was, by live-ins: the execution side's
     # records (runtime.device_replay.ReplayRecord).
     again: dict[tuple[int, ...], object] = field(default_factory=dict)
+    may_trap: bool = True  # its kernel can trap (compiler.prepare.kernel_may_trap)
 
     @property
     def region(self) -> int | None:

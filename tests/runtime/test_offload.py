@@ -482,7 +482,7 @@ def test_after_a_sticky_fault_later_launches_run_on_the_gpu_with_exact_results()
 
     done = subprocess.run(
         [sys.executable, "-c", _FAULT_SCRIPT], capture_output=True, text=True, timeout=300,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "ILLEGAL_ADDRESS" in done.stdout or "ILLEGAL_ADDRESS" in done.stderr

@@ -414,7 +414,7 @@ def test_trap_is_sticky_and_reset_recovers() -> None:
         """
         import pytest
         from tensorwasm.runtime.driver import Context, CudaError, StaleHandleError
-        from tests.test_driver import ADD_ONE_PTX, _assert_context_works
+        from tests.runtime.test_driver import ADD_ONE_PTX, _assert_context_works
         ctx = Context.get()
         module = ctx.load_module(ADD_ONE_PTX)
         stale = ctx.mem_alloc(64)

@@ -15,7 +15,7 @@ from tensorwasm.compiler.target import ARCH_PTX, ARCHES, NVPTXTarget, nvptx_for_
 
 from tests.conftest import CORPUS, wat
 from tests.numeric_cases import numeric_module_wat
-from tests.test_exec import PROGRAM
+from tests.runtime.test_exec import PROGRAM
 
 PROGRAMS = {
     "numeric": lambda: wat(numeric_module_wat()),

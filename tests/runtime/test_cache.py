@@ -171,7 +171,7 @@ def test_a_warm_run_whose_loops_decline_loads_neither_llvm_nor_cuda(cache_dir: P
     import sys
 
     from tests.conftest import ROOT
-    from tests.test_run import plain_wasmtime
+    from tests.runtime.test_run import plain_wasmtime
 
     path = ROOT / "examples/wasi/build/histogram.O2.wasm"
     env = dict(os.environ, TENSORWASM_CACHE_DIR=str(cache_dir))

@@ -952,7 +952,7 @@ def test_a_kernel_fault_is_reported_and_later_calls_are_refused() -> None:
     code = textwrap.dedent(
         """
         from tensorwasm.runtime.wasi_cuda import Status, WasiCuda
-        from tests.test_wasi_cuda import TEST_PTX, Guest
+        from tests.runtime.test_wasi_cuda import TEST_PTX, Guest
         api = WasiCuda()
         guest, other = Guest(api), Guest(WasiCuda())
         assert guest("mem_alloc", 64) > 0

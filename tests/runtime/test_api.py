@@ -194,7 +194,7 @@ def test_the_python_example_runs_a_wasi_program_with_its_loop_offloaded(tmp_path
     import sys
 
     from tests.conftest import ROOT
-    from tests.test_run import plain_wasmtime
+    from tests.runtime.test_run import plain_wasmtime
 
     done = subprocess.run(
         [sys.executable, "examples/python/offload_matmul.py", "128", "--device", "cpu"],

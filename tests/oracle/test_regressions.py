@@ -14,7 +14,7 @@ import pytest
 from tensorwasm.oracle.case import Case
 from tensorwasm.oracle.compare import run_case
 
-REGRESSIONS = Path(__file__).resolve().parent / "regressions"
+REGRESSIONS = Path(__file__).resolve().parents[1] / "regressions"
 CASES = sorted(REGRESSIONS.glob("*.json"))
 
 

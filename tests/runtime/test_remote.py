@@ -1,7 +1,7 @@
 """The GPU's work in a process of its own (:mod:`runtime.remote`), where a sticky fault
 left this process no context. Here the child's device is :mod:`tests.fake_device` (host
 memory, kernels in Python), so the transport runs without a GPU; the offload path's switch
-to a GPU process after a real fault is ``tests/test_offload.py``'s gpu test."""
+to a GPU process after a real fault is ``tests/runtime/test_offload.py``'s gpu test."""
 
 from __future__ import annotations
 

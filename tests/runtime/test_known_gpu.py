@@ -17,7 +17,7 @@ from tensorwasm.runtime.offload import OffloadModule
 
 from tests.conftest import ROOT
 from tests.offload_cases import module_bytes, run_case
-from tests.test_offload import _saxpy_case
+from tests.runtime.test_offload import _saxpy_case
 
 H100 = DeviceInfo(0, "NVIDIA H100 80GB HBM3", (9, 0), 13000, 80 << 30, 132)
 A100 = DeviceInfo(0, "NVIDIA A100-SXM4-40GB", (8, 0), 13000, 40 << 30, 108)
@@ -344,7 +344,7 @@ cli.entry()
 def test_a_run_done_before_the_cuda_context_ends_without_waiting_for_it(tmp_path) -> None:
     import os
 
-    from tests.test_run import plain_wasmtime
+    from tests.runtime.test_run import plain_wasmtime
 
     path = ROOT / "examples/wasi/build/histogram.O2.wasm"
     # A cache of its own: one that remembers no GPU here would start no thread at all.
@@ -381,7 +381,7 @@ print(known_gpu.fingerprint() is not None, driver.Context.made() is not None, of
 def test_on_the_gpu_a_warm_run_makes_its_context_only_to_launch(tmp_path) -> None:
     import os
 
-    from tests.test_run import plain_wasmtime
+    from tests.runtime.test_run import plain_wasmtime
 
     env = dict(os.environ, TENSORWASM_CACHE_DIR=str(tmp_path / "cache"))
 

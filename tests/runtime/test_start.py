@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import ROOT
-from tests.test_run import plain_wasmtime
+from tests.runtime.test_run import plain_wasmtime
 
 PROGRAM = ROOT / "examples/wasi/build/histogram.O2.wasm"  # every loop declines
 ARGS = ["3000"]
@@ -129,7 +129,7 @@ def test_a_warm_auto_run_on_a_remembered_gpu_imports_neither_cuda_nor_llvm(tmp_p
     from tensorwasm.compiler.analysis.plan import AnalysisOptions
     from tensorwasm.runtime import driver, known_gpu
 
-    from tests.test_known_gpu import H100, FakeCode, FakeContext, _fake_system
+    from tests.runtime.test_known_gpu import H100, FakeCode, FakeContext, _fake_system
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(cache))

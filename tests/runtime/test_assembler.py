@@ -13,7 +13,7 @@ from tensorwasm.runtime import assembler
 from tensorwasm.runtime.assembler import AssemblerCrash, assemble
 
 from tests.conftest import ROOT
-from tests.test_driver import ADD_ONE_PTX, _fake_context
+from tests.runtime.test_driver import ADD_ONE_PTX, _fake_context
 
 # A module ptxas 13.0 dies on (a segmentation fault): a recursive function that takes the
 # square root of a value it folds from constants, found by the GPU fuzzer (smith).

@@ -15,7 +15,7 @@ from tensorwasm.runtime.offload import OffloadModule
 
 from tests.conftest import wat
 from tests.offload_cases import instantiate, module_bytes
-from tests.test_offload import DIVIDE_LOOP, divide
+from tests.runtime.test_offload import DIVIDE_LOOP, divide
 
 DEVICES = ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)]
 

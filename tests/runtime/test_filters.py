@@ -153,7 +153,7 @@ def test_always_asks_the_host_every_time_and_off_never(mode: str, asked: int, mo
 
 
 def test_a_region_s_loops_always_ask_the_host() -> None:
-    from tests.test_regions import time_loop
+    from tests.runtime.test_regions import time_loop
 
     offload = OffloadModule(time_loop(), device="cpu")
     inside = [lp for lp in offload.loops if lp.region is not None]
