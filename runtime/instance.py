@@ -23,6 +23,9 @@ from tensorwasm.dialect.types import F32, F64
 from tensorwasm.support.errors import TensorWasmError
 
 MAX_PAGES = 65536
+# The most entries a table may start with (wasmtime's pooling allocator's default limit):
+# a module asking for more is refused at instantiation, not answered with a MemoryError.
+MAX_TABLE_ENTRIES = 10_000_000
 MASK64 = (1 << 64) - 1
 
 
@@ -88,6 +91,12 @@ def initial_state(module: WasmModule) -> InstanceState:
         memory = bytearray(limits[0].min * PAGE_SIZE)
         if limits[0].max is not None:
             max_pages = limits[0].max
+    for t in module.table_types():
+        if t.limits.min > MAX_TABLE_ENTRIES:
+            raise InstantiationError(
+                f"instantiation failed: a table of {t.limits.min} entries is more than the "
+                f"{MAX_TABLE_ENTRIES} this backend holds"
+            )
     tables = [TableState([0] * t.limits.min, t.limits.max) for t in module.table_types()]
     data = [seg.data if seg.mode == "passive" else b"" for seg in module.data]
     elems = [

@@ -172,3 +172,12 @@ def test_ctrl_c_stops_a_run_at_once_while_wasm_runs(tmp_path: Path) -> None:
 def test_an_endless_stream_that_is_no_module_is_refused_at_its_first_bytes(command: str) -> None:
     extra = {"run": ["--device", "cpu"], "inspect": ["--stage", "wasm"]}
     one_line(tensorwasm(command, "/dev/zero", *extra[command], timeout=30), 2, "not a WebAssembly module")
+
+
+def test_a_table_of_2_to_the_32_entries_is_refused_by_name(tmp_path: Path) -> None:
+    path = module(tmp_path, "(module (table 4294967295 funcref))")
+    one_line(
+        tensorwasm("invoke", path, "--backend", "cpu", "--calls", "/dev/null"),
+        2,
+        "a table of 4294967295 entries",
+    )
