@@ -12,5 +12,5 @@ def compile_bytecode() -> None:
     """Write the project's bytecode before timing fresh processes: an installed package has
     it (pip compiles at install), but a checkout run with PYTHONDONTWRITEBYTECODE set would
     compile every module from source in every process."""
-    for package in ("compiler", "dialect", "runtime", "oracle"):
+    for package in ("tensorwasm", "compiler", "dialect", "runtime", "oracle"):
         compileall.compile_dir(ROOT / package, quiet=1)
