@@ -254,6 +254,7 @@ class GPUExecutor(Executor):
             self.cu_module = load_kernels(ctxt, self.compilation.ptx.encode("ascii"), self.cache)
             self.kernels = {i: self.cu_module.function(n) for i, n in self.compilation.entries.items()}
         self.stack = StackPlan(0, 0)
+        self._recursive = False
         if self.compilation.entries:
             self.stack = self._size_stack()
         memory = {}
@@ -314,6 +315,7 @@ class GPUExecutor(Executor):
             if stack != current:
                 ctxt.set_stack_size(stack)
             return StackPlan(stack, 0)
+        self._recursive = True
         frames = self._frames()
         threads = resident_threads(ctxt.info.compute_capability, ctxt.info.multiprocessor_count)
         free, _ = ctxt.mem_get_info()
@@ -352,11 +354,11 @@ class GPUExecutor(Executor):
         return assembler.ptx_frame_bounds(ptx)
 
     def _run(self, index: int, io: ctypes.Array) -> None:
-        if self.stack.stack_bytes and self.stack.depth_limit == 0:
+        if self._recursive and self.stack.depth_limit == 0:
             io[abi.IO_TRAP] = TrapKind.STACK_OVERFLOW  # not even one frame fits: never launch
             return
         ctxt = self.context
-        if self.stack.depth_limit and ctxt.stack_size() < self.stack.stack_bytes:
+        if self._recursive and ctxt.stack_size() < self.stack.stack_bytes:
             ctxt.set_stack_size(self.stack.stack_bytes)  # someone shrank it since
         ctxt.memcpy_htod(self._io.ptr, io, ctypes.sizeof(io))
         self.kernels[index].launch((1, 1, 1), (1, 1, 1), [(U64, self._ctx.ptr), (U64, self._io.ptr)])
