@@ -18,6 +18,7 @@ import functools
 import os
 import re
 import signal
+import struct
 import subprocess
 import tempfile
 from pathlib import Path
@@ -127,3 +128,146 @@ def _keep(text: bytes) -> Path:
     with os.fdopen(fd, "wb") as out:
         out.write(text)
     return Path(name)
+
+
+# -- stack frames ----------------------------------------------------------------------------
+#
+# Recursion on the GPU runs on a per-thread stack whose size the runtime sets
+# (runtime.executor), so it needs each function's stack frame. ptxas writes them into the
+# cubin (the driver's JIT too) as the call frame information of .debug_frame: per function, a
+# DWARF frame description whose CFA offset is the frame's size ("N bytes stack frame" of
+# ptxas -v). Reading the cubin serves a cached cubin as well as a fresh one, with no second
+# run of ptxas (which takes minutes on a function of a thousand live locals).
+
+_DW_CFA_ADVANCE, _DW_CFA_OFFSET, _DW_CFA_RESTORE = 0x40, 0x80, 0xC0
+# The operands of each extended call-frame instruction: u (ULEB128), s (SLEB128), b (a ULEB128
+# length and that many bytes), 1/2/4/8 (fixed bytes).
+_CFA_OPERANDS = {
+    0x00: "", 0x01: "8", 0x02: "1", 0x03: "2", 0x04: "4", 0x05: "uu", 0x06: "u", 0x07: "u",
+    0x08: "u", 0x09: "uu", 0x0A: "", 0x0B: "", 0x0C: "uu", 0x0D: "u", 0x0E: "u", 0x0F: "b",
+    0x10: "ub", 0x11: "us", 0x12: "us", 0x13: "s", 0x14: "uu", 0x15: "us", 0x16: "ub",
+}  # fmt: skip
+_DEF_CFA, _DEF_CFA_OFFSET, _DEF_CFA_SF, _DEF_CFA_OFFSET_SF = 0x0C, 0x0E, 0x12, 0x13
+
+
+def stack_frames(cubin: bytes) -> list[int] | None:
+    """The stack frame of every function in ``cubin`` (entries included), in bytes: the
+    largest CFA offset of each frame description in its .debug_frame. None where the image
+    holds no frame information that this reads (no such section, or an instruction it does
+    not know): the caller then estimates (:func:`ptx_frame_bounds`)."""
+    try:
+        section = _elf_section(cubin, ".debug_frame")
+        if section is None:
+            return None
+        return _cfa_frames(section)
+    except (IndexError, KeyError, ValueError, struct.error):
+        return None
+
+
+def _elf_section(image: bytes, wanted: str) -> bytes | None:
+    """The contents of section ``wanted`` of a 64-bit little-endian ELF image."""
+    if image[:4] != b"\x7fELF" or image[4] != 2 or image[5] != 1:
+        return None
+    (shoff,) = struct.unpack_from("<Q", image, 0x28)
+    entsize, count, names = struct.unpack_from("<HHH", image, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", image, shoff + i * entsize) for i in range(count)]
+    names_at = headers[names][4]
+    for name, _, _, _, offset, size in headers:
+        end = image.index(b"\0", names_at + name)
+        if image[names_at + name : end].decode("ascii", "replace") == wanted:
+            return image[offset : offset + size]
+    return None
+
+
+def _uleb(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, at
+
+
+def _sleb(data: bytes, at: int) -> tuple[int, int]:
+    start = at
+    value, at = _uleb(data, at)
+    bits = 7 * (at - start)
+    return (value - (1 << bits) if value >> (bits - 1) & 1 else value), at
+
+
+def _cfa_frames(section: bytes) -> list[int]:
+    """The largest CFA offset of each FDE (64- or 32-bit DWARF, as ptxas writes them)."""
+    frames, data_align, at = [], 1, 0
+    while at < len(section):
+        (length,) = struct.unpack_from("<I", section, at)
+        wide = length == 0xFFFFFFFF
+        if wide:
+            (length,) = struct.unpack_from("<Q", section, at + 4)
+            at += 12
+        else:
+            at += 4
+        end = at + length
+        id_size = 8 if wide else 4
+        cie_id = int.from_bytes(section[at : at + id_size], "little")
+        if cie_id == (1 << 8 * id_size) - 1:  # a CIE: version, augmentation, alignments
+            p = section.index(b"\0", at + id_size + 1) + 1
+            _, p = _uleb(section, p)
+            data_align, p = _sleb(section, p)
+        else:  # an FDE: CIE pointer, initial location and range (8-byte addresses)
+            frames.append(_largest_cfa(section[at + id_size + 16 : end], data_align))
+        at = end
+    return frames
+
+
+def _largest_cfa(program: bytes, data_align: int) -> int:
+    largest, at = 0, 0
+    while at < len(program):
+        op = program[at]
+        at += 1
+        if op & 0xC0 == _DW_CFA_OFFSET:
+            _, at = _uleb(program, at)
+            continue
+        if op & 0xC0 in (_DW_CFA_ADVANCE, _DW_CFA_RESTORE):
+            continue
+        operands = []
+        for kind in _CFA_OPERANDS[op]:
+            if kind == "u":
+                value, at = _uleb(program, at)
+            elif kind == "s":
+                value, at = _sleb(program, at)
+            elif kind == "b":
+                value, at = _uleb(program, at)
+                at += value
+            else:
+                value, at = int.from_bytes(program[at : at + int(kind)], "little"), at + int(kind)
+            operands.append(value)
+        if op in (_DEF_CFA, _DEF_CFA_OFFSET):
+            largest = max(largest, operands[-1])
+        elif op in (_DEF_CFA_SF, _DEF_CFA_OFFSET_SF):
+            largest = max(largest, operands[-1] * data_align)
+    return largest
+
+
+_PTX_FUNCTION = re.compile(rb"^(?:\.visible\s+|\.extern\s+|\.weak\s+)*\.(?:entry|func)\b", re.M)
+_PTX_REGISTERS = re.compile(rb"\.reg\s+\.\w+\s+%\w+<(\d+)>")
+_PTX_PARAMS = re.compile(rb"\.param\s+\.(?:b|u|s|f)(\d+)\s+\w+(?:\[(\d+)\])?")
+_PTX_DEPOT = re.compile(rb"\.local\s+\.align\s+\d+\s+\.b8\s+\w+\[(\d+)\]")
+FRAME_BOUND_EXTRA = 64  # return address and alignment
+
+
+def ptx_frame_bounds(ptx: bytes) -> list[int]:
+    """An upper bound of each function's stack frame in ``ptx``, where the cubin tells none:
+    its local depot, every virtual register spilled (8 bytes each) and every parameter it
+    declares, plus :data:`FRAME_BOUND_EXTRA`. ptxas needs far less (a frame holds only the
+    registers live across a call), so the depth this allows is lower, never unsafe."""
+    starts = [m.start() for m in _PTX_FUNCTION.finditer(ptx)]
+    bounds = []
+    for start, end in zip(starts, [*starts[1:], len(ptx)], strict=True):
+        text = ptx[start:end]
+        registers = sum(int(n) for n in _PTX_REGISTERS.findall(text))
+        params = sum(int(bits) // 8 * int(count or 1) for bits, count in _PTX_PARAMS.findall(text))
+        depot = sum(int(n) for n in _PTX_DEPOT.findall(text))
+        bounds.append(depot + 8 * registers + params + FRAME_BOUND_EXTRA)
+    return bounds

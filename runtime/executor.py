@@ -14,14 +14,18 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import mmap
+import threading
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+from tensorwasm.compiler.callgraph import reachable, recursive_functions
 from tensorwasm.compiler.frontend import load, translate_module
 from tensorwasm.compiler.lower import abi
 from tensorwasm.compiler.lower.function import LowerOptions
 from tensorwasm.compiler.pipeline import Compilation, compile_entries, exported_functions
 from tensorwasm.compiler.target import HostTarget, NVPTXTarget, describe, nvptx_for_device
-from tensorwasm.compiler.traps import trap_message
+from tensorwasm.compiler.traps import TrapKind, trap_message
 from tensorwasm.dialect.types import Type
 from tensorwasm.runtime.instance import InstanceState, InstantiationError, initial_state
 from tensorwasm.runtime.values import CallResult, WasmValue
@@ -33,8 +37,21 @@ log = logs.get_logger(__name__)
 U64 = ctypes.c_uint64
 GPU_MEMORY_HEADROOM_PAGES = 16384  # 1 GiB of growth reserved on the device
 TABLE_HEADROOM = 4096
-GPU_STACK_BYTES = 16384
-GPU_MAX_CALL_DEPTH = 200
+GPU_STACK_BYTES = 16384  # the least per-thread stack a GPU executor sets
+# Recursion on the GPU: the stack is sized for this many calls on a cycle where the device's
+# memory allows (see plan_stack), and never beyond the hardware's local memory per thread.
+GPU_TARGET_CALL_DEPTH = 10_000
+GPU_MAX_STACK_BYTES = 512 * 1024 - 1024
+GPU_STACK_MEMORY_SHARE = 0.5  # of the device's free memory, at most, for the stack
+STACK_MARGIN_BYTES = 1024  # what the trap path and the entry's own calls may add
+MIN_FRAME_BYTES = 16
+# The driver reserves the stack for every thread that can be resident: per multiprocessor,
+# by compute capability major version (2048 where not listed, the largest).
+RESIDENT_THREADS_PER_SM = {7: 1024, 8: 1536, 9: 2048, 10: 2048, 12: 1536}
+# The host backend counts depth up to this, and traps sooner where the native stack of the
+# calling thread would run out (the context's stack floor, HOST_STACK_MARGIN_BYTES above it).
+HOST_CALL_DEPTH = 1_000_000
+HOST_STACK_MARGIN_BYTES = 1024 * 1024
 
 
 class Executor(ABC):
@@ -174,6 +191,7 @@ class HostExecutor(Executor):
             tables_at=ctypes.addressof(descriptors),
             data_at=self._segments([bytes(d) for d in state.data], item_size=1),
             elems_at=self._segments(state.elems, item_size=8),
+            depth_limit=HOST_CALL_DEPTH,
         )
 
     def _segments(self, segments, item_size: int) -> int:
@@ -190,6 +208,7 @@ class HostExecutor(Executor):
         return ctypes.addressof(descriptors)
 
     def _run(self, index: int, io: ctypes.Array) -> None:
+        self.ctx[abi.CTX_STACK_FLOOR] = native_stack_floor()
         self._entries[index](ctypes.addressof(self.ctx), ctypes.addressof(io))
 
     def memory(self) -> bytes | None:
@@ -212,7 +231,7 @@ class GPUExecutor(Executor):
         self.context = driver.Context.get()
         info = self.context.info
         self._target = target or nvptx_for_device(info.compute_capability, info.driver_version)
-        super().__init__(wasm, options or LowerOptions(max_call_depth=GPU_MAX_CALL_DEPTH))
+        super().__init__(wasm, options)
 
     def target(self):
         return self._target
@@ -234,8 +253,10 @@ class GPUExecutor(Executor):
 
             self.cu_module = load_kernels(ctxt, self.compilation.ptx.encode("ascii"), self.cache)
             self.kernels = {i: self.cu_module.function(n) for i, n in self.compilation.entries.items()}
-        if any(f.index in self.compilation.entries for f in self.module.functions):
-            ctxt.set_stack_size(max(GPU_STACK_BYTES, ctxt.stack_size()))
+        self.stack = StackPlan(0, 0)
+        self._recursive = False
+        if self.compilation.entries:
+            self.stack = self._size_stack()
         memory = {}
         if state.memory is not None:
             capacity = self.capacity_pages(GPU_MEMORY_HEADROOM_PAGES) * abi.PAGE_SIZE
@@ -267,6 +288,7 @@ class GPUExecutor(Executor):
             tables_at=self._alloc(ctypes.sizeof(descriptors), bytes(descriptors)).ptr,
             data_at=self._segments([bytes(d) for d in state.data], item_size=1),
             elems_at=self._segments(state.elems, item_size=8),
+            depth_limit=max(1, self.stack.depth_limit),
         )
         self._ctx = self._alloc(ctypes.sizeof(ctx), bytes(ctx))
         self._io = self._alloc(8 * self._io_slots)
@@ -280,8 +302,64 @@ class GPUExecutor(Executor):
             descriptors[i * abi.SEGMENT_SLOTS + abi.SEGMENT_LEN] = len(seg)
         return self._alloc(ctypes.sizeof(descriptors), bytes(descriptors)).ptr
 
-    def _run(self, index: int, io: ctypes.Array) -> None:
+    def _size_stack(self) -> StackPlan:
+        """Set the context's per-thread stack for this module's calls and return the plan:
+        from the frames of its functions (the cubin's, else an upper bound read from the PTX)
+        where one recurses, grown within the device's free memory and never shrunk (other
+        instances share the context)."""
         ctxt = self.context
+        current = ctxt.stack_size()
+        roots = list(self.compilation.entries)
+        if not recursive_functions(self.module, reachable(self.module, roots)):
+            stack = max(GPU_STACK_BYTES, current)
+            if stack != current:
+                ctxt.set_stack_size(stack)
+            return StackPlan(stack, 0)
+        self._recursive = True
+        frames = self._frames()
+        threads = resident_threads(ctxt.info.compute_capability, ctxt.info.multiprocessor_count)
+        free, _ = ctxt.mem_get_info()
+        budget = int((free + current * threads) * GPU_STACK_MEMORY_SHARE) // threads
+        plan = plan_stack(frames, budget, current)
+        from tensorwasm.runtime.driver import CudaError
+
+        size = plan.stack_bytes
+        while size > current:
+            try:
+                ctxt.set_stack_size(size)
+                break
+            except CudaError as exc:  # the driver could not reserve it: ask for less
+                if exc.sticky:
+                    raise
+                log.info("a %d-byte stack per thread was refused (%s): trying less", size, exc.error_name)
+                size = max(current, size // 2)
+        plan = plan_stack(frames, ctxt.stack_size(), ctxt.stack_size())
+        log.info(
+            "GPU stack: %d bytes per thread, recursion traps at call depth %d (largest frame %d bytes)",
+            plan.stack_bytes, plan.depth_limit, max(frames, default=0),
+        )  # fmt: skip
+        return plan
+
+    def _frames(self) -> list[int]:
+        """Every function's stack frame: ptxas's, from the cached cubin, else a bound."""
+        from tensorwasm.runtime import assembler
+        from tensorwasm.runtime.cache import kernels_cubin_key
+
+        ptx = self.compilation.ptx.encode("ascii")
+        if self.cache.enabled:
+            cubin = self.cache.get("cubin", kernels_cubin_key(self.context, ptx))
+            frames = assembler.stack_frames(cubin) if cubin is not None else None
+            if frames is not None:
+                return frames
+        return assembler.ptx_frame_bounds(ptx)
+
+    def _run(self, index: int, io: ctypes.Array) -> None:
+        if self._recursive and self.stack.depth_limit == 0:
+            io[abi.IO_TRAP] = TrapKind.STACK_OVERFLOW  # not even one frame fits: never launch
+            return
+        ctxt = self.context
+        if self._recursive and ctxt.stack_size() < self.stack.stack_bytes:
+            ctxt.set_stack_size(self.stack.stack_bytes)  # someone shrank it since
         ctxt.memcpy_htod(self._io.ptr, io, ctypes.sizeof(io))
         self.kernels[index].launch((1, 1, 1), (1, 1, 1), [(U64, self._ctx.ptr), (U64, self._io.ptr)])
         ctxt.memcpy_dtoh(io, self._io.ptr, ctypes.sizeof(io))
@@ -311,3 +389,72 @@ class GPUExecutor(Executor):
         for buf in self._buffers:
             buf.free()
         self._buffers.clear()
+
+
+# -- stacks ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StackPlan:
+    """A per-thread stack size, and the call depth at which recursion traps on it (0: not
+    one recursive call fits; no recursion, where ``stack_bytes`` is for a module without)."""
+
+    stack_bytes: int
+    depth_limit: int
+
+
+def plan_stack(frames: Sequence[int], budget: int, current: int) -> StackPlan:
+    """The stack to set for code whose functions have stack ``frames`` (bytes each), and the
+    call depth it allows, within ``budget`` bytes per thread, never below ``current``.
+
+    Depth counts calls to functions on a call cycle, and each one's frame is at most the
+    largest frame; the frames of all other functions appear at most once each on the stack,
+    so their sum, with :data:`STACK_MARGIN_BYTES`, is a fixed part. The stack aims at
+    :data:`GPU_TARGET_CALL_DEPTH` calls; where the budget or the hardware's limit is lower,
+    the depth is what fits."""
+    largest = max(MIN_FRAME_BYTES, max(frames, default=0))
+    fixed = sum(frames) + STACK_MARGIN_BYTES
+    wanted = fixed + GPU_TARGET_CALL_DEPTH * largest
+    ceiling = max(GPU_STACK_BYTES, min(budget, GPU_MAX_STACK_BYTES))
+    stack = max(current, GPU_STACK_BYTES, min(wanted, ceiling))
+    return StackPlan(stack, max(0, stack - fixed) // largest)
+
+
+def resident_threads(capability: tuple[int, int], multiprocessors: int) -> int:
+    """How many threads the driver reserves a stack for on a device."""
+    return multiprocessors * RESIDENT_THREADS_PER_SM.get(capability[0], 2048)
+
+
+_THREAD_FLOORS = threading.local()
+
+
+def native_stack_floor() -> int:
+    """The lowest native stack address compiled host code may start a recursive call below
+    on the calling thread (:data:`HOST_STACK_MARGIN_BYTES` above its stack's end), or 0 where
+    the C library does not tell the stack's bounds (the depth limit alone then holds)."""
+    floor = getattr(_THREAD_FLOORS, "floor", None)
+    if floor is None:
+        floor = _THREAD_FLOORS.floor = _read_stack_floor()
+    return floor
+
+
+def _read_stack_floor() -> int:
+    try:
+        libc = ctypes.CDLL(None)
+        getattr_np, getstack = libc.pthread_getattr_np, libc.pthread_attr_getstack
+    except (OSError, AttributeError):
+        return 0
+    libc.pthread_self.restype = ctypes.c_ulong
+    getattr_np.argtypes = [ctypes.c_ulong, ctypes.c_void_p]
+    attr = ctypes.create_string_buffer(256)  # a pthread_attr_t (56 bytes on glibc x86-64)
+    if getattr_np(libc.pthread_self(), attr) != 0:
+        return 0
+    low, size = ctypes.c_void_p(), ctypes.c_size_t()
+    try:
+        if getstack(attr, ctypes.byref(low), ctypes.byref(size)) != 0 or not low.value:
+            return 0
+    finally:
+        libc.pthread_attr_destroy(attr)
+    if size.value <= 2 * HOST_STACK_MARGIN_BYTES:
+        return 0
+    return low.value + HOST_STACK_MARGIN_BYTES

@@ -33,7 +33,12 @@ CTX_ELEMS = 9
 # a gathered load inside one of them stops the kernel with GATHER_CONFLICT.
 CTX_WRITTEN = 10
 CTX_WRITTEN_COUNT = 11
-CTX_SLOTS = 12
+# The call depth at which recursion traps, set by the executor from the stack it sized (one
+# compilation serves any stack); 0: the default compiled in (LowerOptions.max_call_depth).
+CTX_DEPTH_LIMIT = 12
+# Host code only: the lowest native stack address a recursive call may start below; 0: none.
+CTX_STACK_FLOOR = 13
+CTX_SLOTS = 14
 
 TABLE_PTR, TABLE_SIZE, TABLE_CAPACITY, TABLE_MAX = 0, 1, 2, 3
 TABLE_SLOTS = 4
@@ -59,12 +64,15 @@ def context_block(
     elems_at: int = 0,
     written_at: int = 0,
     written_count: int = 0,
+    depth_limit: int = 0,
+    stack_floor: int = 0,
 ) -> ctypes.Array:
     """The context block an executor hands compiled code, from named fields (the one writer
     of its slots): linear memory's base address, size and capacity in bytes and its maximum
     in pages; where the globals, the table descriptors and the data and element segment
-    descriptors are; the loop kernels' written ranges and their count. The trap and call
-    depth slots start at 0. Fields an executor lacks stay 0."""
+    descriptors are; the loop kernels' written ranges and their count; the call depth at which
+    recursion traps and, on the host, the native stack floor. The trap and call depth slots
+    start at 0. Fields an executor lacks stay 0."""
     block = ContextBlock()
     block[CTX_MEM_BASE] = memory_base
     block[CTX_MEM_SIZE] = memory_size
@@ -76,6 +84,8 @@ def context_block(
     block[CTX_ELEMS] = elems_at
     block[CTX_WRITTEN] = written_at
     block[CTX_WRITTEN_COUNT] = written_count
+    block[CTX_DEPTH_LIMIT] = depth_limit
+    block[CTX_STACK_FLOOR] = stack_floor
     return block
 
 

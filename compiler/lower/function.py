@@ -39,7 +39,10 @@ TERMINATORS = {"cf.br", "cf.cond_br", "cf.switch", "cf.return", "cf.trap"}
 
 @dataclass(frozen=True)
 class LowerOptions:
-    """Options that change the generated code (part of every cache key)."""
+    """Options that change the generated code (part of every cache key).
+
+    ``max_call_depth``: the call depth at which recursion traps where the context block
+    sets none (``abi.CTX_DEPTH_LIMIT`` 0); executors set their own from the stack they have."""
 
     max_call_depth: int = 10_000
 
@@ -153,11 +156,23 @@ class FunctionLowering:
                 self._lower_op(op)
 
     def _enter_depth(self) -> None:
-        """Count call depth in functions on a call cycle, trapping as stack exhaustion."""
+        """Count call depth in functions on a call cycle, trapping as stack exhaustion at the
+        context's limit (the compiled default where it holds 0). Host code also traps where
+        the native stack pointer is below the context's stack floor: the thread's own stack
+        runs out before a depth would."""
         b, env = self.b, self.env
         depth = env.load_ctx(abi.CTX_DEPTH)
-        limit = i64_const(self.lowering.options.max_call_depth)
+        given = env.load_ctx(abi.CTX_DEPTH_LIMIT)
+        default = i64_const(self.lowering.options.max_call_depth)
+        limit = b.select(b.icmp_unsigned("==", given, i64_const(0)), default, given)
         env.trap_if(b.icmp_unsigned(">=", depth, limit), TrapKind.STACK_OVERFLOW, "depth.ok")
+        if not self.target.is_gpu:
+            stacksave = self.module.globals.get("llvm.stacksave.p0")
+            if stacksave is None:
+                stacksave = ir.Function(self.module, ir.FunctionType(PTR_T, []), name="llvm.stacksave.p0")
+            sp = b.ptrtoint(b.call(stacksave, []), I64_T)
+            floor = env.load_ctx(abi.CTX_STACK_FLOOR)
+            env.trap_if(b.icmp_unsigned("<", sp, floor), TrapKind.STACK_OVERFLOW, "stack.ok")
         env.store_ctx(abi.CTX_DEPTH, b.add(depth, i64_const(1)))
         self.depth = depth
 
