@@ -1026,7 +1026,7 @@ def _counted(var: str, bound: str, body: str, indent: str) -> str:
 
 # -- wasm-smith -----------------------------------------------------------------------------
 
-SMITH_FUEL = 100  # loop iterations and calls: keeps recursion under the GPU's call depth of 200
+SMITH_FUEL = 100  # loop iterations and calls: keeps recursion under the GPU's call depth
 SMITH_FLAGS = [
     "--ensure-termination", f"--fuel={SMITH_FUEL}",
     "--simd-enabled=false", "--relaxed-simd-enabled=false", "--threads-enabled=false",
