@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Where the testsuite may be: $TENSORWASM_WASM_TESTSUITE, else the shared folder beside the
 # checkout (../shared) or inside it (a copy of the working tree, as on the GPU machine).
 TESTSUITE_PLACES = (ROOT.parent / "shared" / "wasm-testsuite", ROOT / "shared" / "wasm-testsuite")
-BACKENDS = ("cpu", "gpu", "wasmtime")
+BACKENDS = ("cpu", "gpu", "gpu-sm_80", "gpu-sm_75", "wasmtime")  # gpu: the device's own target
 EXTERNS = ("func", "table", "memory", "global")
 
 # The core files not claimed, each with its reason and what would let it run.
@@ -209,10 +209,12 @@ class Instance:
             from tensorwasm.runtime.executor import HostExecutor
 
             self.target = HostExecutor(self.bytes)
-        else:
+        else:  # gpu, or gpu-ARCH: code for an older architecture, run on this device
+            from tensorwasm.compiler.target import parse_target
             from tensorwasm.runtime.executor import GPUExecutor
 
-            self.target = GPUExecutor(self.bytes)
+            arch = self.backend.partition("-")[2]
+            self.target = GPUExecutor(self.bytes, target=parse_target(arch) if arch else None)
 
     def call(self, export: str, args: list) -> CallResult:
         return self.target.call(export, args)

@@ -61,3 +61,19 @@ def test_host_backend(name: str, workdir: Path) -> None:
 @pytest.mark.parametrize("name", CLAIMED)
 def test_gpu(name: str, workdir: Path) -> None:
     _check(name, "gpu", workdir)
+
+
+# The files whose checks differ between targets: float results (NaN bits, min/max, which
+# sm_75 emulates), conversions, integer edge cases, and recursion depth.
+ACROSS_TARGETS = [
+    name for name in CLAIMED
+    if name.startswith(("f32", "f64", "float", "conversions", "i32", "i64", "int_", "call"))
+]  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("arch", ["sm_80", "sm_75"])
+@pytest.mark.parametrize("name", ACROSS_TARGETS)
+def test_gpu_older_targets(name: str, arch: str, workdir: Path) -> None:
+    """The same checks with the code made for an older architecture, run on this device."""
+    _check(name, f"gpu-{arch}", workdir)
