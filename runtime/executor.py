@@ -164,7 +164,8 @@ class HostExecutor(Executor):
             self._mem = mmap.mmap(
                 -1, max(capacity, abi.PAGE_SIZE), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
             )
-            self._mem[: len(state.memory)] = state.memory
+            for lo, hi in state.initialised:  # the rest is zero, as the new mapping is
+                self._mem[lo:hi] = state.memory[lo:hi]
             self._mem_view = (ctypes.c_char * len(self._mem)).from_buffer(self._mem)
             memory = {
                 "memory_base": ctypes.addressof(self._mem_view),
@@ -262,8 +263,8 @@ class GPUExecutor(Executor):
             capacity = self.capacity_pages(GPU_MEMORY_HEADROOM_PAGES) * abi.PAGE_SIZE
             self._mem = self._alloc(capacity)
             ctxt.memset_d8(self._mem.ptr, 0, max(8, capacity))
-            if state.memory:
-                ctxt.memcpy_htod(self._mem.ptr, bytes(state.memory), len(state.memory))
+            for lo, hi in state.initialised:  # the rest is zero, as the memset left it
+                ctxt.memcpy_htod(self._mem.ptr + lo, bytes(state.memory[lo:hi]), hi - lo)
             memory = {
                 "memory_base": self._mem.ptr,
                 "memory_size": len(state.memory),

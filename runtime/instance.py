@@ -12,6 +12,7 @@ their own memory and build the context block of :mod:`compiler.lower.abi` around
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass, field
 
@@ -41,13 +42,16 @@ class TableState:
 
 @dataclass
 class InstanceState:
-    memory: bytearray | None
+    memory: bytearray | mmap.mmap | None  # anonymous memory where large: untouched pages cost nothing
     max_pages: int
     globals: list[int]  # bit patterns
     tables: list[TableState]
     data: list[bytes]  # passive segment bytes (empty once dropped)
     elems: list[list[int]]  # passive segment items (empty once dropped)
     global_types: list = field(default_factory=list)
+    # The byte ranges of memory the active data segments wrote (sorted, merged): all else is
+    # zero, so an executor copies only these.
+    initialised: list[tuple[int, int]] = field(default_factory=list)
 
 
 def eval_const(expr: list[Instr], globals_: list[int], global_types) -> int:
@@ -88,7 +92,8 @@ def initial_state(module: WasmModule) -> InstanceState:
     memory = None
     max_pages = MAX_PAGES
     if limits:
-        memory = bytearray(limits[0].min * PAGE_SIZE)
+        size = limits[0].min * PAGE_SIZE
+        memory = mmap.mmap(-1, size) if size else bytearray()
         if limits[0].max is not None:
             max_pages = limits[0].max
     for t in module.table_types():
@@ -112,6 +117,7 @@ def initial_state(module: WasmModule) -> InstanceState:
         if offset + len(items) > len(table.entries):
             raise InstantiationError(f"instantiation failed: {trap_message(TrapKind.TABLE_OUT_OF_BOUNDS)}")
         table.entries[offset : offset + len(items)] = items
+    written: list[tuple[int, int]] = []
     for seg in module.data:
         if seg.mode != "active":
             continue
@@ -119,7 +125,20 @@ def initial_state(module: WasmModule) -> InstanceState:
         if memory is None or offset + len(seg.data) > len(memory):
             raise InstantiationError(f"instantiation failed: {trap_message(TrapKind.MEMORY_OUT_OF_BOUNDS)}")
         memory[offset : offset + len(seg.data)] = seg.data
-    return InstanceState(memory, max_pages, globals_, tables, data, elems, types)
+        if seg.data:
+            written.append((offset, offset + len(seg.data)))
+    return InstanceState(memory, max_pages, globals_, tables, data, elems, types, _merged(written))
+
+
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted ranges with overlapping and touching ones joined."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
 
 
 def global_bits_to_python(bits: int, ty) -> float | int:

@@ -181,3 +181,20 @@ def test_a_table_of_2_to_the_32_entries_is_refused_by_name(tmp_path: Path) -> No
         2,
         "a table of 4294967295 entries",
     )
+
+
+def test_invoke_of_a_module_declaring_4_gib_of_memory_costs_what_it_touches(tmp_path: Path) -> None:
+    import resource
+
+    path = module(
+        tmp_path,
+        '(module (memory (export "memory") 65536) (data (i32.const 100) "hi")'
+        ' (func (export "f") (result i32) (i32.load8_u (i32.const 101))))',
+    )
+    calls = tmp_path / "calls.jsonl"
+    calls.write_text('{"func": "f", "args": []}\n')
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    done = tensorwasm("invoke", path, "--backend", "cpu", "--calls", calls)
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert done.returncode == 0 and '"value": "105"' in done.stdout, done
+    assert peak_kib < 1 << 20 or peak_kib == before, f"peak {peak_kib >> 10} MiB for 4 GiB declared"
