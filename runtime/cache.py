@@ -201,6 +201,17 @@ def make_key(*parts: object) -> str:
     return sha256(text.encode()).hexdigest()
 
 
+def _sum_counts(text: bytes) -> tuple[int, int, bool]:
+    """The hits and misses of the counts file ``text``, and whether all of it is lines of counts."""
+    *lines, tail = text.split(b"\n")  # (tail: b"" after the last line's newline)
+    hits = misses = good = 0
+    for line in lines:
+        parts = line.split(b" ")
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            hits, misses, good = hits + int(parts[0]), misses + int(parts[1]), good + 1
+    return hits, misses, good == len(lines) and not tail
+
+
 class Cache:
     """Compiled code by key; ``kind`` ("ptx", "cubin", "obj", "prepared": see
     :mod:`runtime.prepared`, "cwasm": wasmtime's code for a rewritten module) names the
@@ -438,22 +449,19 @@ class Cache:
             return
 
     def counts(self) -> dict[str, int]:
-        """The hits and misses of every process, summed; a counts file of another shape is
-        rewritten with the lines it had right."""
+        """The hits and misses of every process, summed. A counts file of another shape is
+        first rewritten with the lines it had right (lines appended to it meanwhile are
+        lost: a process's line appended to a damaged last line would be too)."""
+        found = self.read_file(Path(COUNTS_FILE))
+        if found is not None:
+            hits, misses, whole = _sum_counts(found)
+            if not whole:
+                self.damaged(self.directory / COUNTS_FILE, "not lines of counts")
+                if self.usable():
+                    self.write_file(Path(COUNTS_FILE), b"%d %d\n" % (hits, misses))
         self.write_counts()
         found = self.read_file(Path(COUNTS_FILE))
-        if found is None:
-            return {"hits": 0, "misses": 0}
-        hits = misses = 0
-        *lines, tail = found.split(b"\n")  # (tail: b"" after the last line's newline)
-        good = 0
-        for line in lines:
-            parts = line.split(b" ")
-            if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-                hits, misses, good = hits + int(parts[0]), misses + int(parts[1]), good + 1
-        if good != len(lines) or tail:
-            self.damaged(self.directory / COUNTS_FILE, "not lines of counts")
-            self.write_file(Path(COUNTS_FILE), b"%d %d\n" % (hits, misses))
+        hits, misses, _ = _sum_counts(found or b"")
         return {"hits": hits, "misses": misses}
 
     def info(self) -> dict:
