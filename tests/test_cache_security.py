@@ -13,6 +13,7 @@ import pickle
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,46 @@ PROGRAM = ROOT / "examples/wasi/build/histogram.O2.wasm"
 def cache_dir(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path / "cache"
+
+
+class Fifos:
+    """FIFOs a test makes in the cache. Should the test still run ``WAIT`` seconds on, they
+    are opened at both ends (a reader or writer blocked on one returns) and the test fails
+    at its end, as one that would have hung."""
+
+    WAIT = 20.0
+
+    def __init__(self) -> None:
+        self.made: list[Path] = []
+        self.hung = threading.Event()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def make(self, path: Path) -> None:
+        os.mkfifo(path)
+        self.made.append(path)
+
+    def _watch(self) -> None:
+        if self.done.wait(self.WAIT):
+            return
+        self.hung.set()
+        while not self.done.is_set():
+            for path in self.made:
+                try:
+                    os.close(os.open(path, os.O_RDWR | os.O_NONBLOCK))
+                except OSError:
+                    pass
+            self.done.wait(0.2)
+
+
+@pytest.fixture
+def fifos():
+    watch = Fifos()
+    yield watch
+    watch.done.set()
+    watch.thread.join()
+    assert not watch.hung.is_set(), "a FIFO in the cache blocked the process"
 
 
 def _warnings(caplog) -> list[str]:
@@ -305,41 +346,41 @@ def test_clear_says_when_there_is_nothing_to_remove(cache_dir: Path, capsys) -> 
 # 6. Damage of every kind heals: ignored, at most one warning, rewritten.
 
 
-def _fifo(path: Path) -> None:
+def _fifo(path: Path, fifos: Fifos) -> None:
     path.unlink()
-    os.mkfifo(path)
+    fifos.make(path)
 
 
-def _folder(path: Path) -> None:
+def _folder(path: Path, fifos: Fifos) -> None:
     path.unlink()
     path.mkdir()
 
 
-def _symlink(path: Path) -> None:
+def _symlink(path: Path, fifos: Fifos) -> None:
     """A link to a copy of the entry itself: whole, its MAC right, and not the entry."""
     path.rename(path.parent / "elsewhere")
     path.symlink_to(path.parent / "elsewhere")
 
 
-def _truncated(path: Path) -> None:
+def _truncated(path: Path, fifos: Fifos) -> None:
     path.write_bytes(path.read_bytes()[:-7])
 
 
-def _flipped(path: Path) -> None:
+def _flipped(path: Path, fifos: Fifos) -> None:
     blob = bytearray(path.read_bytes())
     blob[-1] ^= 1
     path.write_bytes(bytes(blob))
 
 
-def _text(path: Path) -> None:
+def _text(path: Path, fifos: Fifos) -> None:
     path.write_text("not an entry at all")
 
 
 @pytest.mark.parametrize("damage", [_truncated, _flipped, _text, _fifo, _folder, _symlink])
-def test_a_damaged_entry_heals(cache_dir: Path, caplog, damage) -> None:
+def test_a_damaged_entry_heals(cache_dir: Path, caplog, fifos: Fifos, damage) -> None:
     first = HostExecutor(wat(SQUARE))
     entry = cache_dir / "obj" / f"{first.cache_key}.bin"
-    damage(entry)
+    damage(entry, fifos)
     _fresh_process()
     again = HostExecutor(wat(SQUARE))
     assert not again.compilation.cached
@@ -387,7 +428,9 @@ def test_a_prepared_entry_of_the_wrong_structure_is_prepared_again(cache_dir: Pa
         assert again.loops and again._wasm is not None
 
 
-def test_a_fingerprint_file_of_bad_text_is_read_again_and_rewritten(cache_dir: Path, caplog) -> None:
+def test_a_fingerprint_file_of_bad_text_is_read_again_and_rewritten(
+    cache_dir: Path, caplog, fifos: Fifos
+) -> None:
     cache_module.compiler_fingerprint.cache_clear()
     try:
         first = cache_module.compiler_fingerprint()
@@ -398,7 +441,7 @@ def test_a_fingerprint_file_of_bad_text_is_read_again_and_rewritten(cache_dir: P
             assert cache_module.compiler_fingerprint() == first
             assert kept.read_text() == first
         kept.unlink()
-        os.mkfifo(kept)
+        fifos.make(kept)
         cache_module.compiler_fingerprint.cache_clear()
         assert cache_module.compiler_fingerprint() == first and kept.is_file()
     finally:
@@ -421,10 +464,10 @@ def test_a_counts_file_of_the_wrong_shape_heals(cache_dir: Path, capsys, caplog,
     assert len(_warnings(caplog)) == 1  # healed: the second reading finds nothing wrong
 
 
-def test_a_counts_path_that_is_no_file_heals(cache_dir: Path, capsys) -> None:
+def test_a_counts_path_that_is_no_file_heals(cache_dir: Path, fifos: Fifos) -> None:
     cache = Cache(cache_dir)
     cache.put("ptx", "k", b"x")
-    os.mkfifo(cache_dir / "counts")
+    fifos.make(cache_dir / "counts")
     cache.get("ptx", "k")
     cache.write_counts()  # neither hangs nor fails: the FIFO is replaced
     assert Cache(cache_dir).counts() == {"hits": 1, "misses": 0}
