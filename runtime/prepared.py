@@ -91,6 +91,7 @@ RECORDS = Schema(
         "tensorwasm.compiler.rewrite": ("Insertion", "Filter"),
         "tensorwasm.dialect.types": ("Type",),
         "tensorwasm.runtime.prepared": ("ValueRef", "OpRef", "FunctionRef", "LoopRef"),
+        # The offload module's own state, while it caches that rather than a PreparedModule.
         "tensorwasm.runtime.offload": ("OffloadedLoop", "LoopStats", "RegionStats"),
         "tensorwasm.runtime.profit": ("Estimate",),
     },
