@@ -319,14 +319,17 @@ class Cache:
         return data
 
     def damaged(self, path: Path, why: str) -> None:
-        """Ignore what is at ``path`` and take it away (the cache writes its own there),
-        with a warning for the first such path of a process."""
+        """Ignore what is at ``path`` and take it away (the cache writes its own there; not
+        in a directory it refused), with a warning for the first such path of a process."""
         if self._warned:
             log.info("ignoring the cache entry %s: %s", path, why)
         else:
             self._warned = True
-            log.warning("ignoring the cache entry %s: %s; it is rebuilt", path, why)
-        _remove(path)
+            log.warning(
+                "ignoring the cache entry %s: %s%s", path, why, "; it is rebuilt" if self._trusted else ""
+            )
+        if self._trusted:
+            _remove(path)
 
     def read_file(self, name: Path, limit: int = 1 << 40) -> bytes | None:
         """The bytes (at most ``limit``) of the file ``name`` (relative to the directory)
@@ -457,7 +460,7 @@ class Cache:
             hits, misses, whole = _sum_counts(found)
             if not whole:
                 self.damaged(self.directory / COUNTS_FILE, "not lines of counts")
-                if self.usable():
+                if self.usable():  # (a directory refused is only read)
                     self.write_file(Path(COUNTS_FILE), b"%d %d\n" % (hits, misses))
         self.write_counts()
         found = self.read_file(Path(COUNTS_FILE))

@@ -295,6 +295,19 @@ def test_a_directory_of_another_user_is_refused_with_one_warning(
     assert list(cache_dir.iterdir()) == []
 
 
+def test_info_on_a_refused_directory_changes_nothing_there(cache_dir: Path, capsys, fifos: Fifos) -> None:
+    cache_dir.mkdir()
+    (cache_dir / "counts").write_bytes(b"not counts")
+    (cache_dir / "obj").mkdir()
+    fifos.make(cache_dir / "obj" / ("a" * 64 + ".bin"))
+    cache_dir.chmod(0o777)
+    before = sorted(p.relative_to(cache_dir) for p in cache_dir.rglob("*"))
+    assert main(["cache", "info"]) == 0
+    assert "obj: 0 entries" in capsys.readouterr().out  # (a FIFO is no entry)
+    assert sorted(p.relative_to(cache_dir) for p in cache_dir.rglob("*")) == before
+    assert (cache_dir / "counts").read_bytes() == b"not counts"
+
+
 def test_a_missing_directory_is_made_for_the_user_alone(tmp_path: Path, monkeypatch) -> None:
     old = os.umask(0)
     try:
