@@ -15,9 +15,10 @@ a JSON scalar, and a :class:`Schema` maps each class tag to one class:
   objects shared when written are shared when read, as pickle keeps them.
 
 The document is ``[FORMAT, [[tag, field names...], ...], value]``: the fields of every
-class it uses, as the writer's classes declared them (and no JSON object anywhere). A reader whose class declares other fields
-(another version of it) refuses the document, as it refuses an unknown tag, an instance
-with another number of fields, and anything malformed: :class:`SerialError` in every case.
+class it uses, as the writer's classes declared them (and no JSON object anywhere). A
+reader whose class declares other fields (another version of it) refuses the document, as
+it refuses an unknown tag, an instance with another number of fields, and anything
+malformed: :class:`SerialError` in every case.
 """
 
 from __future__ import annotations
@@ -171,15 +172,7 @@ class Schema:
             return _reader(classes)(value) if type(value) is list else value
         except SerialError:
             raise
-        except (
-            TypeError,
-            ValueError,
-            KeyError,
-            IndexError,
-            AttributeError,
-            RecursionError,
-            binascii.Error,
-        ) as exc:
+        except (TypeError, ValueError, LookupError, AttributeError, RecursionError) as exc:
             raise SerialError(f"malformed document: {exc!r}") from exc
 
 
