@@ -284,8 +284,19 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
     cache = default_cache()
     if args.action == "clear":
-        cache.clear()
-        print(f"cleared {cache.directory}")
+        cleared = cache.clear()
+        if not cleared.found:
+            print(f"nothing to remove: {cache.directory} does not exist")
+        elif not cleared.removed and cleared.left:
+            print(f"{cache.directory} is not a TensorWasm cache: nothing removed")
+        elif not cleared.removed:
+            print(f"nothing to remove in {cache.directory}")
+        else:
+            files = sum(files for files, _ in cleared.removed.values())
+            kinds = ", ".join(f"{kind} {files}" for kind, (files, _) in sorted(cleared.removed.items()))
+            print(f"removed {files} files ({cleared.bytes} bytes) from {cache.directory}: {kinds}")
+            if cleared.left:
+                print(f"left {len(cleared.left)} files there that are not the cache's")
         return 0
     info = cache.info()
     print(f"cache {info['directory']}: {info['bytes']} bytes; {info['hits']} hits, {info['misses']} misses")

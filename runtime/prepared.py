@@ -3,31 +3,35 @@
 Preparing a module for offload (decode, translate, analyse, outline, rewrite) costs far
 more than loading its kernels from the code cache, so the result is cached too, keyed like
 the kernels (module hash, compiler fingerprint, target, options). An entry holds a
-:class:`compiler.prepare.PreparedModule`: the rewritten module, the loop reports, the
-regions, and for each offloaded loop its plan, kernel, insertion and host signature.
-Plans point into the IR (values, ops, blocks, functions, loops); here each such reference
-is pickled as a small stand-in carrying only what the runtime reads (a value's type, an
-op's offset, a function's name, a loop's offset and depth), and the plan fields only the
-outliner uses are dropped. An entry that cannot be read back whole (a stand-in that a
-later runtime change would need, a record of another version) is None at load, and then
-the module is simply prepared again.
+:class:`compiler.prepare.PreparedModule` (or the offload module's own state, a dict of the
+same records): the rewritten module, the loop reports, the regions, and for each offloaded
+loop its plan, kernel, insertion and host signature.
+
+It is written as typed records (:mod:`tensorwasm.support.serial`), never pickled: reading
+an entry builds only the classes of :data:`RECORDS`, through their constructors, so an
+entry cannot name code to run. Plans point into the IR (values, ops, functions, loops);
+each such reference is written as a small stand-in carrying only what the runtime reads (a
+value's type, an op's offset, a function's name, a loop's offset and depth), and the plan
+fields only the outliner uses are dropped. An entry that cannot be read back whole (a
+class not allowed, a record of another version, anything malformed) is None at load, and
+then the module is simply prepared again.
 """
 
 from __future__ import annotations
 
 import copy
-import io
 import pickle
 import sys
 from typing import NamedTuple
 
 from tensorwasm.compiler.analysis.plan import LoopPlan
 from tensorwasm.compiler.prepare import PreparedModule
-from tensorwasm.dialect.types import Type
+from tensorwasm.dialect.types import Type, by_name
 
 from tensorwasm.support import logs
 from tensorwasm.support.lazy import LazyModule
 from tensorwasm.support.records import replace
+from tensorwasm.support.serial import Custom, Schema, SerialError
 
 log = logs.get_logger(__name__)
 # The IR's classes, needed only to write an entry: reading one (a warm start) needs no IR.
@@ -65,73 +69,88 @@ def _slim(plan: LoopPlan) -> LoopPlan:
     return out
 
 
-class _Pickler(pickle.Pickler):
-    def persistent_id(self, obj: object):
-        if isinstance(obj, ir.Value):
-            return ("value", obj.type)
-        if isinstance(obj, ir.Op):
-            return ("op", obj.name, obj.offset)
-        if isinstance(obj, ir.Function):
-            return ("func", obj.name, obj.index)
-        if isinstance(obj, ir.LoopInfo):
-            return ("loop", obj.offset, obj.depth, obj.start, obj.end)
-        if isinstance(obj, ir.Block):
-            raise pickle.PicklingError("a plan still refers to a block")
-        return None
+# Every class an entry may hold, by module: a record's fields are its own declarations,
+# so a class that gains, loses or renames a field needs no change here, and one that moves
+# or is added is a line. A module is imported only when an entry holds one of its classes.
+RECORDS = Schema(
+    {
+        "tensorwasm.compiler.prepare": ("PreparedModule", "PreparedLoop"),
+        "tensorwasm.compiler.analysis.plan": (
+            "LoopPlan",
+            "LoopReport",
+            "TripCount",
+            "Access",
+            "Reduction",
+            "ReductionKind",
+            "LiveOut",
+            "Collapse",
+            "AnalysisOptions",
+        ),
+        "tensorwasm.compiler.analysis.poly": ("Poly", "Symbol"),
+        "tensorwasm.compiler.analysis.regions": ("Region",),
+        "tensorwasm.compiler.rewrite": ("Insertion", "Filter"),
+        "tensorwasm.dialect.types": ("Type",),
+        "tensorwasm.runtime.prepared": ("ValueRef", "OpRef", "FunctionRef", "LoopRef"),
+        # The offload module's own state, while it caches that rather than a PreparedModule.
+        "tensorwasm.runtime.offload": ("OffloadedLoop", "LoopStats", "RegionStats"),
+        "tensorwasm.runtime.profit": ("Estimate",),
+    },
+    custom={
+        "Poly": Custom(("terms",)),
+        # A symbol's number orders the symbols of a monomial: kept, not drawn afresh.
+        "Symbol": Custom(("kind", "ref", "name"), state=("order",)),
+        # Types are interned: one is read back as the instance of its name.
+        "Type": Custom(("name",), make=by_name),
+    },
+)
 
-    def reducer_override(self, obj: object):
-        # A plan is written slimmed, and once: pickle remembers the plan itself, so the
-        # report and the loop that share it still share it when read back.
-        if type(obj) is LoopPlan:
-            return _slim(obj).__reduce_ex__(pickle.HIGHEST_PROTOCOL)
-        return NotImplemented
+
+def _stand_in(obj: object) -> object:
+    """What is written in place of ``obj``: a stand-in for an IR object, a plan slimmed
+    (and once: the report and the loop that share a plan still share it when read back)."""
+    if type(obj) is LoopPlan:
+        return _slim(obj)
+    if isinstance(obj, ir.Value):
+        return ValueRef(obj.type)
+    if isinstance(obj, ir.Op):
+        return OpRef(obj.name, obj.offset)
+    if isinstance(obj, ir.Function):
+        return FunctionRef(obj.name, obj.index)
+    if isinstance(obj, ir.LoopInfo):
+        return LoopRef(obj.offset, obj.depth, obj.start, obj.end)
+    if isinstance(obj, ir.Block):
+        raise SerialError("a plan still refers to a block")
+    return obj
 
 
-class _Unpickler(pickle.Unpickler):
-    _REFS = {"value": ValueRef, "op": OpRef, "func": FunctionRef, "loop": LoopRef}
-
-    def persistent_load(self, pid):
-        kind, *fields = pid
-        return self._REFS[kind](*fields)
+class UnwritableError(SerialError, pickle.PicklingError):
+    """A prepared module that holds something :data:`RECORDS` cannot write. (Also a
+    PicklingError: what the offload module catches from :func:`dump` to go on uncached.)"""
 
 
-def dump(prepared: PreparedModule) -> bytes:
-    """The prepared module pickled, its IR references as stand-ins and its plans slimmed."""
-    buffer = io.BytesIO()
+def dump(prepared: PreparedModule | dict) -> bytes:
+    """The prepared module as records, its IR references as stand-ins and its plans slimmed."""
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 20_000))  # polynomials nest a little
     try:
-        _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(prepared)
+        return RECORDS.dumps(prepared, _stand_in)
+    except SerialError as exc:
+        raise UnwritableError(str(exc)) from exc
     finally:
         sys.setrecursionlimit(limit)
-    return buffer.getvalue()
 
 
-def load(blob: bytes) -> PreparedModule | None:
+def load(blob: bytes) -> PreparedModule | dict | None:
     """The prepared module :func:`dump` wrote, or None (logged) where it cannot be read
     back whole: the module is then prepared again."""
     try:
-        prepared = _Unpickler(io.BytesIO(blob)).load()
-    except Exception as exc:  # an entry from another build: prepare afresh
+        prepared = RECORDS.loads(blob)
+    except SerialError as exc:  # an entry from another build: prepare afresh
         log.info("prepared-module cache entry unusable (%s); preparing again", exc)
         return None
-    if isinstance(prepared, dict):  # OffloadModule's own state, until it builds on compiler.prepare
-        return prepared
-    if not _whole(prepared):
-        log.info("prepared-module cache entry unusable (not a whole PreparedModule); preparing again")
+    if isinstance(prepared, dict) and all(type(name) is str for name in prepared):
+        return prepared  # OffloadModule's own state, until it builds on compiler.prepare
+    if not isinstance(prepared, PreparedModule):
+        log.info("prepared-module cache entry unusable (not a prepared module); preparing again")
         return None
     return prepared
-
-
-def _whole(prepared: object) -> bool:
-    """Whether ``prepared`` is a PreparedModule whose records all have every field of
-    their classes (an entry written by another version of them has not)."""
-    if not isinstance(prepared, PreparedModule) or not _has_fields(prepared):
-        return False
-    return all(
-        _has_fields(lp) and _has_fields(lp.plan) and _has_fields(lp.insertion) for lp in prepared.loops
-    )
-
-
-def _has_fields(obj: object) -> bool:
-    return set(type(obj).__record_fields__) <= vars(obj).keys()

@@ -60,6 +60,13 @@ def test_cache_info_and_clear(cache_dir: Path, capsys) -> None:
     assert main(["cache", "info"]) == 0
     assert "fingerprints: 1 entries, 64 bytes" in capsys.readouterr().out
     assert main(["cache", "clear"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        out.startswith("removed ")
+        and f"from {cache_dir}: " in out
+        and "obj 1" in out
+        and "fingerprints" in out
+    )
     assert not cache_dir.exists()
 
 
