@@ -3,8 +3,7 @@
 Preparing a module for offload (decode, translate, analyse, outline, rewrite) costs far
 more than loading its kernels from the code cache, so the result is cached too, keyed like
 the kernels (module hash, compiler fingerprint, target, options). An entry holds a
-:class:`compiler.prepare.PreparedModule` (or the offload module's own state, a dict of the
-same records): the rewritten module, the loop reports, the regions, and for each offloaded
+:class:`compiler.prepare.PreparedModule`: the rewritten module, the loop reports, the regions, and for each offloaded
 loop its plan, kernel, insertion and host signature.
 
 It is written as typed records (:mod:`tensorwasm.support.serial`), never pickled: reading
@@ -91,9 +90,6 @@ RECORDS = Schema(
         "tensorwasm.compiler.rewrite": ("Insertion", "Filter"),
         "tensorwasm.dialect.types": ("Type",),
         "tensorwasm.runtime.prepared": ("ValueRef", "OpRef", "FunctionRef", "LoopRef"),
-        # The offload module's own state, while it caches that rather than a PreparedModule.
-        "tensorwasm.runtime.offload": ("OffloadedLoop", "LoopStats", "RegionStats"),
-        "tensorwasm.runtime.profit": ("Estimate",),
     },
     custom={
         "Poly": Custom(("terms",)),
@@ -128,7 +124,7 @@ class UnwritableError(SerialError, pickle.PicklingError):
     PicklingError: what the offload module catches from :func:`dump` to go on uncached.)"""
 
 
-def dump(prepared: PreparedModule | dict) -> bytes:
+def dump(prepared: PreparedModule) -> bytes:
     """The prepared module as records, its IR references as stand-ins and its plans slimmed."""
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 20_000))  # polynomials nest a little
@@ -140,7 +136,7 @@ def dump(prepared: PreparedModule | dict) -> bytes:
         sys.setrecursionlimit(limit)
 
 
-def load(blob: bytes) -> PreparedModule | dict | None:
+def load(blob: bytes) -> PreparedModule | None:
     """The prepared module :func:`dump` wrote, or None (logged) where it cannot be read
     back whole: the module is then prepared again."""
     try:
@@ -148,8 +144,6 @@ def load(blob: bytes) -> PreparedModule | dict | None:
     except SerialError as exc:  # an entry from another build: prepare afresh
         log.info("prepared-module cache entry unusable (%s); preparing again", exc)
         return None
-    if isinstance(prepared, dict) and all(type(name) is str for name in prepared):
-        return prepared  # OffloadModule's own state, until it builds on compiler.prepare
     if not isinstance(prepared, PreparedModule):
         log.info("prepared-module cache entry unusable (not a prepared module); preparing again")
         return None

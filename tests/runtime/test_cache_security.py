@@ -26,7 +26,7 @@ from tensorwasm.runtime.executor import HostExecutor
 from tensorwasm.support.digest import sha256
 from tensorwasm.support.serial import Custom, Schema, SerialError
 from tests.conftest import ROOT, wat
-from tests.test_run import plain_wasmtime
+from tests.runtime.test_run import plain_wasmtime
 
 SQUARE = '(module (func (export "sq") (param i32) (result i32) local.get 0 local.get 0 i32.mul))'
 DOUBLE = '(module (func (export "sq") (param i32) (result i32) local.get 0 local.get 0 i32.add))'
