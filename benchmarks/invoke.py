@@ -13,7 +13,6 @@ import sys
 import time
 
 from tensorwasm.dialect.types import I32
-
 from tests.conftest import wat
 
 MODULE = """

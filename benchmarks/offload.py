@@ -26,10 +26,10 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 import wasmtime
-from tensorwasm.runtime.cache import default_cache
-from tensorwasm.runtime.run import run
 
 from benchmarks import start
+from tensorwasm.runtime.cache import default_cache
+from tensorwasm.runtime.run import run
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = {

@@ -94,9 +94,8 @@ def environment(device: str) -> dict:
         "packages": {name: _version(name) for name in PACKAGES},
     }
     if device == "gpu":
-        from tensorwasm.runtime import driver
-
         from benchmarks.peers.cuda_c import find_nvcc
+        from tensorwasm.runtime import driver
 
         info = driver.device_info(0)
         major, minor = divmod(info.driver_version // 10, 100)
@@ -195,6 +194,7 @@ class LaunchEvents:
 
     def __enter__(self) -> LaunchEvents:
         from cuda.bindings import driver as cu
+
         from tensorwasm.runtime import driver
         from tensorwasm.runtime.mirror import DeviceMirror
 
@@ -230,6 +230,7 @@ class LaunchEvents:
         """Device seconds and launch count per kernel name; empty (with ``error`` set) when the
         events cannot be read, e.g. after a context reset."""
         from cuda.bindings import driver as cu
+
         from tensorwasm.runtime import driver
 
         totals: dict[str, dict[str, float]] = {}

@@ -107,7 +107,6 @@ def launch_overhead(device: str, calls: int = 2000, rounds: int = 5) -> dict:
     """Microseconds per call of a small offloaded loop, of the same call on plain wasmtime,
     and of the kernel's launch alone (each the best of ``rounds`` rounds of ``calls``)."""
     from tensorwasm.runtime.offload import OffloadModule
-
     from tests.offload_cases import instantiate, module_bytes
 
     wasm = module_bytes("blas1", "O2")

@@ -15,7 +15,6 @@ from tensorwasm.compiler import COMPILER_VERSION, pipeline
 from tensorwasm.compiler.errors import CompileError
 from tensorwasm.compiler.frontend import read_wasm
 from tensorwasm.compiler.target import ARCH_PTX, ARCHES, NVPTXTarget
-
 from tensorwasm.support.digest import sha256
 from tensorwasm.support.records import replace
 

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from tensorwasm.compiler.callgraph import reachable
 from tensorwasm.compiler.errors import CompileError, NotCompilable
 from tensorwasm.compiler.lower.abi import entry_name
-
 from tensorwasm.support import logs
 from tensorwasm.support.digest import sha256
 from tensorwasm.support.records import field, record

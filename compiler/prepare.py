@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tensorwasm.compiler.lower import abi
-
 from tensorwasm.support.records import record, replace
 
 if TYPE_CHECKING:

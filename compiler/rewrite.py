@@ -27,7 +27,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
-
 from tensorwasm.support.records import record
 
 # A warm start reads only the declarations here (the host module's name, Insertion,
@@ -367,11 +366,12 @@ def _exports(wasm: WasmModule, func_index, memory: bool, extra: list[bytes]) -> 
 
 def _appended(payload: bytes, item: bytes) -> bytes:
     """A section's vector ``payload`` with ``item`` added at its end."""
-    count, at = _read_uleb(payload, 0)
+    count, at = read_uleb(payload, 0)
     return uleb(count + 1) + payload[at:] + item
 
 
-def _read_uleb(data: bytes, at: int) -> tuple[int, int]:
+def read_uleb(data: bytes, at: int) -> tuple[int, int]:
+    """The unsigned LEB128 number at ``data[at]``, and where the next field starts."""
     value = shift = 0
     while True:
         byte = data[at]

@@ -10,7 +10,6 @@ from tensorwasm.dialect.arith import constant
 from tensorwasm.dialect.ir import Block, Function, Op, Successor, Value
 from tensorwasm.dialect.opdef import OpDef
 from tensorwasm.dialect.types import Type
-
 from tensorwasm.support.errors import IRTypeError
 
 

@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tensorwasm.dialect.types import F32, F64, I1, I32, I64, Type
-
 from tensorwasm.support.errors import IRTypeError
 
 INTS = (I32, I64)

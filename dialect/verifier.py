@@ -10,7 +10,6 @@ from __future__ import annotations
 from tensorwasm.dialect import cf
 from tensorwasm.dialect.builder import check_successor
 from tensorwasm.dialect.ir import Block, Function, Module, Op
-
 from tensorwasm.support.errors import IRTypeError, VerifyError
 
 

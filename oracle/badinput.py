@@ -106,7 +106,6 @@ def _argv(command: str, module: Path, work: Path) -> list[str]:
 def _calls(data: bytes) -> str:
     """One call of every exported function that takes no arguments (the rest need values)."""
     from tensorwasm.compiler.frontend import load
-
     from tensorwasm.support.errors import TensorWasmError
 
     try:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import wasmtime
+
 from tensorwasm.runtime.values import WasmValue, parse_json_value, to_json_value
 
 

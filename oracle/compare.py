@@ -36,7 +36,6 @@ from tensorwasm.oracle.case import Call, Case
 from tensorwasm.runtime.executor import Executor, GPUExecutor, HostExecutor
 from tensorwasm.runtime.reference import ReferenceBackendError, ReferenceInstance
 from tensorwasm.runtime.values import CallResult, NanPattern, WasmValue, matches
-
 from tensorwasm.support import logs
 from tensorwasm.support.errors import TensorWasmError
 

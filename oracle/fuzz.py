@@ -30,11 +30,11 @@ from typing import TextIO
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.internal.conjecture import engine as hypothesis_engine
+
 from tensorwasm.oracle import REGRESSIONS
 from tensorwasm.oracle.case import Case
 from tensorwasm.oracle.compare import ExecutorFactory, Outcome, make_factory, run_case
 from tensorwasm.oracle.generators import GENERATORS
-
 from tensorwasm.support import logs
 
 log = logs.get_logger(__name__)

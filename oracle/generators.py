@@ -54,6 +54,7 @@ from typing import Any, TypeVar
 
 from hypothesis import assume
 from hypothesis import strategies as st
+
 from tensorwasm.compiler.frontend.opcodes import OPCODES, Opcode
 from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
 from tensorwasm.oracle.case import Call, Case, wasm_tools

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 from tensorwasm.compiler.rewrite import HOST_MODULE, NEVER_SKIP
 from tensorwasm.runtime.offload import OffloadModule
-
 from tensorwasm.support.digest import sha256
 
 if TYPE_CHECKING:

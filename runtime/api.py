@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import wasmtime
+
 from tensorwasm.compiler.analysis.plan import AnalysisOptions
 from tensorwasm.compiler.rewrite import HOST_MODULE
 from tensorwasm.runtime.offload import OffloadModule
-
 from tensorwasm.support import logs, records
 from tensorwasm.support.errors import TensorWasmError
 

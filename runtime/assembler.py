@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Literal
 
+from tensorwasm.compiler.rewrite import read_uleb
 from tensorwasm.support import config, logs
 
 log = logs.get_logger(__name__)
@@ -179,20 +180,9 @@ def _elf_section(image: bytes, wanted: str) -> bytes | None:
     return None
 
 
-def _uleb(data: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return value, at
-
-
 def _sleb(data: bytes, at: int) -> tuple[int, int]:
     start = at
-    value, at = _uleb(data, at)
+    value, at = read_uleb(data, at)
     bits = 7 * (at - start)
     return (value - (1 << bits) if value >> (bits - 1) & 1 else value), at
 
@@ -213,7 +203,7 @@ def _cfa_frames(section: bytes) -> list[int]:
         cie_id = int.from_bytes(section[at : at + id_size], "little")
         if cie_id == (1 << 8 * id_size) - 1:  # a CIE: version, augmentation, alignments
             p = section.index(b"\0", at + id_size + 1) + 1
-            _, p = _uleb(section, p)
+            _, p = read_uleb(section, p)
             data_align, p = _sleb(section, p)
         else:  # an FDE: CIE pointer, initial location and range (8-byte addresses)
             frames.append(_largest_cfa(section[at + id_size + 16 : end], data_align))
@@ -227,18 +217,18 @@ def _largest_cfa(program: bytes, data_align: int) -> int:
         op = program[at]
         at += 1
         if op & 0xC0 == _DW_CFA_OFFSET:
-            _, at = _uleb(program, at)
+            _, at = read_uleb(program, at)
             continue
         if op & 0xC0 in (_DW_CFA_ADVANCE, _DW_CFA_RESTORE):
             continue
         operands = []
         for kind in _CFA_OPERANDS[op]:
             if kind == "u":
-                value, at = _uleb(program, at)
+                value, at = read_uleb(program, at)
             elif kind == "s":
                 value, at = _sleb(program, at)
             elif kind == "b":
-                value, at = _uleb(program, at)
+                value, at = read_uleb(program, at)
                 at += value
             else:
                 value, at = int.from_bytes(program[at : at + int(kind)], "little"), at + int(kind)

@@ -40,8 +40,8 @@ import tempfile
 from pathlib import Path
 
 import llvmlite
-from tensorwasm.compiler import COMPILER_VERSION
 
+from tensorwasm.compiler import COMPILER_VERSION
 from tensorwasm.support import logs
 from tensorwasm.support.config import cache_dir, cache_enabled
 from tensorwasm.support.digest import sha256

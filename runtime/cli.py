@@ -50,7 +50,6 @@ def _select_functions(module, key: str | None) -> set[int] | None:
 def cmd_inspect(args: argparse.Namespace) -> int:
     from tensorwasm.compiler import pipeline
     from tensorwasm.compiler.frontend import read_wasm
-
     from tensorwasm.support.records import replace
 
     request = pipeline.Request(read_wasm(args.module))

@@ -18,7 +18,6 @@ from typing import Any
 
 from tensorwasm.compiler.target import nvptx_for_device
 from tensorwasm.runtime.cache import load_kernels
-
 from tensorwasm.support import logs
 from tensorwasm.support.lazy import LazyModule
 

@@ -21,7 +21,6 @@ from tensorwasm.runtime import hostfunc
 from tensorwasm.runtime.device_replay import DeviceReplays, ReplayRecord
 from tensorwasm.runtime.planning import RegionLost, trap_reason, words
 from tensorwasm.runtime.spans import union
-
 from tensorwasm.support import logs
 from tensorwasm.support.errors import TensorWasmError
 from tensorwasm.support.lazy import LazyModule

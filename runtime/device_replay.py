@@ -17,11 +17,11 @@ import weakref
 from typing import TYPE_CHECKING
 
 import wasmtime
+
 from tensorwasm.compiler.lower import abi
 from tensorwasm.compiler.rewrite import MEMORY_EXPORT
 from tensorwasm.runtime import hostfunc, replay
 from tensorwasm.runtime.planning import MASKS, trap_reason
-
 from tensorwasm.support.lazy import LazyModule
 
 driver = LazyModule("tensorwasm.runtime.driver", globals(), "driver")

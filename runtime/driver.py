@@ -27,7 +27,6 @@ from types import TracebackType
 from typing import Any, ClassVar, Self
 
 from tensorwasm.runtime.device_info import DeviceInfo
-
 from tensorwasm.support import logs
 from tensorwasm.support.errors import TensorWasmError
 from tensorwasm.support.lazy import LazyModule

@@ -29,7 +29,6 @@ from tensorwasm.compiler.traps import TrapKind, trap_message
 from tensorwasm.dialect.types import Type
 from tensorwasm.runtime.instance import InstanceState, InstantiationError, initial_state
 from tensorwasm.runtime.values import CallResult, WasmValue
-
 from tensorwasm.support import logs
 
 log = logs.get_logger(__name__)

@@ -24,9 +24,10 @@ from ctypes import CFUNCTYPE, c_bool, c_char_p, c_size_t, c_void_p
 
 import wasmtime
 import wasmtime._func
+from wasmtime import _ffi as ffi
+
 from tensorwasm.compiler.rewrite import MEMORY_EXPORT
 from tensorwasm.dialect.types import Type
-from wasmtime import _ffi as ffi
 
 _dll = ffi.dll
 # Prototypes of our own (wasmtime-py's carry argtypes that build a ctypes object per call).

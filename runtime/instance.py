@@ -20,7 +20,6 @@ from tensorwasm.compiler.frontend.module import Instr, WasmModule
 from tensorwasm.compiler.lower.abi import PAGE_SIZE
 from tensorwasm.compiler.traps import TrapKind, trap_message
 from tensorwasm.dialect.types import F32, F64
-
 from tensorwasm.support.errors import TensorWasmError
 
 MAX_PAGES = 65536

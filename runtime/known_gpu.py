@@ -35,7 +35,6 @@ from pathlib import Path
 
 from tensorwasm.runtime.cache import default_cache, make_key
 from tensorwasm.runtime.device_info import DeviceInfo
-
 from tensorwasm.support import config, logs, records
 from tensorwasm.support.digest import sha256
 

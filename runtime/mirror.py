@@ -31,7 +31,6 @@ from tensorwasm.compiler.lower import abi
 from tensorwasm.runtime.driver import Context, CudaError, DeviceBuffer, PinnedBuffer
 from tensorwasm.runtime.limits import DeviceAllocator
 from tensorwasm.runtime.spans import Span, subtract, union
-
 from tensorwasm.support import logs
 
 log = logs.get_logger(__name__)

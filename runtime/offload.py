@@ -29,6 +29,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 import wasmtime
+
 from tensorwasm.compiler.analysis.plan import AnalysisOptions
 from tensorwasm.compiler.frontend import load
 from tensorwasm.compiler.lower import abi
@@ -45,7 +46,6 @@ from tensorwasm.runtime.planning import (
     RegionLost,
     RegionStats,
 )
-
 from tensorwasm.support import logs
 from tensorwasm.support.digest import sha256
 from tensorwasm.support.errors import TensorWasmError

@@ -28,7 +28,6 @@ from tensorwasm.dialect.types import Type
 from tensorwasm.runtime import hostfunc, profit
 from tensorwasm.runtime.profit import FIXED_SECONDS, Estimate, work
 from tensorwasm.runtime.spans import Span, union
-
 from tensorwasm.support.lazy import LazyModule
 from tensorwasm.support.records import field, record
 

@@ -26,7 +26,6 @@ from typing import NamedTuple
 from tensorwasm.compiler.analysis.plan import LoopPlan
 from tensorwasm.compiler.prepare import PreparedModule
 from tensorwasm.dialect.types import Type, by_name
-
 from tensorwasm.support import logs
 from tensorwasm.support.lazy import LazyModule
 from tensorwasm.support.records import replace

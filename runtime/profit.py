@@ -64,6 +64,7 @@ def cpu_seconds_per_op() -> float:
     import os
 
     import wasmtime
+
     from tensorwasm.compiler.target import HostTarget, describe
     from tensorwasm.runtime.cache import default_cache, make_key
 
@@ -94,6 +95,7 @@ def cpu_seconds_per_op() -> float:
 def _calibration_ops() -> int:
     """Dialect ops per iteration of the calibration loop, as the loop analysis counts them."""
     import wasmtime
+
     from tensorwasm.compiler.analysis.loops import analyze_module
     from tensorwasm.compiler.frontend import load, translate_module
 

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import wasmtime
-from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
-from tensorwasm.runtime.values import TRAP_MESSAGES, CallResult, WasmValue, trap_kind_from_wasmtime
 from wasmtime import _ffi as ffi
 from wasmtime._func import enter_wasm
 
+from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
+from tensorwasm.runtime.values import TRAP_MESSAGES, CallResult, WasmValue, trap_kind_from_wasmtime
 from tensorwasm.support.errors import TensorWasmError
 
 # Numeric dialect type -> (C API kind tag, the union member of the same width as the bits).

@@ -48,7 +48,6 @@ from tensorwasm.runtime.driver import (
     NoGPU,
     PageLocks,
 )
-
 from tensorwasm.support import logs
 from tensorwasm.support.errors import TensorWasmError
 

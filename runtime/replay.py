@@ -243,8 +243,9 @@ _lock = threading.Lock()
 @functools.cache
 def entry() -> int:
     """The address of the native host function (compiled at the first call in a process)."""
-    from tensorwasm.compiler.target import HostTarget
     from wasmtime import _ffi as ffi
+
+    from tensorwasm.compiler.target import HostTarget
 
     with _lock:
         ir_text = _build_ir(

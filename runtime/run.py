@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable
 
 import wasmtime
+
 from tensorwasm.compiler.analysis.plan import AnalysisOptions
 from tensorwasm.compiler.rewrite import HOST_MODULE
 from tensorwasm.runtime.offload import OffloadModule
-
 from tensorwasm.support import config, logs
 from tensorwasm.support.errors import TensorWasmError
 

@@ -29,7 +29,6 @@ from tensorwasm.compiler.traps import TRAP_MESSAGES as TRAP_MESSAGES
 from tensorwasm.compiler.traps import TrapKind
 from tensorwasm.compiler.traps import trap_message as trap_message
 from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
-
 from tensorwasm.support.errors import TensorWasmError
 
 WasmValue = tuple[Type, int]

@@ -7,8 +7,8 @@ import struct
 from dataclasses import dataclass
 
 import wasmtime
-from tensorwasm.runtime.offload import OffloadModule
 
+from tensorwasm.runtime.offload import OffloadModule
 from tests.conftest import ROOT
 
 BUILD = ROOT / "examples/loops/build"

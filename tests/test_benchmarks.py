@@ -12,13 +12,13 @@ import subprocess
 import sys
 
 import pytest
-from tensorwasm.compiler.analysis.loops import AnalysisOptions, analyze_module
-from tensorwasm.compiler.frontend import load, translate_module
 
 from benchmarks import report
 from benchmarks.peers import KERNEL_PEERS, bandwidth, workloads
 from benchmarks.programs import PROGRAMS
 from benchmarks.runner import attach_peers, run_family, run_wasmtime
+from tensorwasm.compiler.analysis.loops import AnalysisOptions, analyze_module
+from tensorwasm.compiler.frontend import load, translate_module
 from tests.conftest import ROOT
 
 # A bandwidth-bound map, a float reduction (--relaxed-float) and a time-stepped nest.

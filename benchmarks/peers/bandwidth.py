@@ -32,6 +32,7 @@ def measure(size_set: str) -> dict:
     document: dict = {"peer": "copy", "status": "ok"}
     try:
         from cuda.bindings import driver as cu
+
         from tensorwasm.runtime import driver
     except ImportError as exc:
         return {**document, "status": "skipped", "reason": f"cuda-python is not usable ({exc})"}

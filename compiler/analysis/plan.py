@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tensorwasm.compiler.analysis.poly import Poly, Symbol
-
 from tensorwasm.support.records import field, record
 
 if TYPE_CHECKING:

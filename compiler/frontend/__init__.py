@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import wasmtime
+
 from tensorwasm.compiler.errors import DecodeError, ValidationError
 
 if TYPE_CHECKING:

@@ -10,10 +10,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from tensorwasm import dialect
 from tensorwasm.compiler.frontend.opcodes import OPCODES
 from tensorwasm.compiler.frontend.translate import mapping
-
-from tensorwasm import dialect
 
 DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "opcodes.md"
 

@@ -45,7 +45,6 @@ from tensorwasm.dialect.ir import (
 )
 from tensorwasm.dialect.types import I1, I32, Type
 from tensorwasm.dialect.verifier import verify_function
-
 from tensorwasm.support.errors import TensorWasmError
 
 Handler = Callable[["FunctionTranslator", Instr], None]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
+
 from tensorwasm.compiler.errors import CompileError
 from tensorwasm.compiler.lower import abi
 from tensorwasm.compiler.lower.env import i64_const

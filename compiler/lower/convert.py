@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
+
 from tensorwasm.compiler.lower.numeric import nan_canonicalised
 from tensorwasm.compiler.traps import TrapKind
 from tensorwasm.dialect.ir import Op

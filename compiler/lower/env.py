@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
+
 from tensorwasm.compiler.lower import abi
 from tensorwasm.compiler.lower.types import I1_T, I32_T, I64_T, PTR_T
 from tensorwasm.compiler.traps import TrapKind

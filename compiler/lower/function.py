@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llvmlite import ir
+
 from tensorwasm.compiler.callgraph import indirect_candidates, reachable, recursive_functions
 from tensorwasm.compiler.errors import CompileError, NotCompilable
 from tensorwasm.compiler.lower import abi, control, convert, memory, numeric
@@ -25,7 +26,6 @@ from tensorwasm.compiler.lower.types import I64_T, PTR_T, VOID_T, constant, from
 from tensorwasm.compiler.traps import TrapKind
 from tensorwasm.dialect import cf
 from tensorwasm.dialect.ir import Block, FuncSig, Function, Module, Op
-
 from tensorwasm.support.errors import TensorWasmError
 
 LOWERINGS = {

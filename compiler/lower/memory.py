@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from llvmlite import ir
+
 from tensorwasm.compiler.lower import abi
 from tensorwasm.compiler.lower.env import i32_const, i64_const
 from tensorwasm.compiler.lower.types import I8_T, I64_T, INT_OF_WIDTH, PTR_T, int_of

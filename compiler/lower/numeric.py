@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
+
 from tensorwasm.compiler.lower.types import I1_T, int_of
 from tensorwasm.compiler.traps import TrapKind
 from tensorwasm.dialect.ir import Op

@@ -15,6 +15,7 @@ under relaxed float semantics, which allow the order to change.
 from __future__ import annotations
 
 from llvmlite import ir
+
 from tensorwasm.compiler.analysis.plan import ReductionKind
 from tensorwasm.compiler.lower.types import I32_T, I64_T, int_of
 

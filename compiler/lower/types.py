@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from llvmlite import ir
+
 from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I1, I32, I64, PTR, Type
 
 I1_T = ir.IntType(1)

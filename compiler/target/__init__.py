@@ -15,7 +15,6 @@ import sys
 import threading
 
 from tensorwasm.compiler.errors import CompileError
-
 from tensorwasm.support import logs
 from tensorwasm.support.digest import sha256
 from tensorwasm.support.lazy import LazyModule

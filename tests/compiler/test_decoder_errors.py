@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from tensorwasm.compiler.errors import DecodeError, UnsupportedFeature
 from tensorwasm.compiler.frontend import load, translate_module
 from tensorwasm.compiler.frontend.decoder import decode
-
 from tensorwasm.support.errors import TensorWasmError
 from tests.conftest import CORPUS, wat
 from tests.wasmbin import FUNC_SECTION, HEADER, TYPE_SECTION, body, module_with_body, section, vec

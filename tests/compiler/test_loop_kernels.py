@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from tensorwasm.compiler.analysis.loops import AnalysisOptions, analyze_module
 from tensorwasm.compiler.frontend import load, translate_module
 from tensorwasm.compiler.lower.function import FunctionLowering, ModuleLowering, lower_loop_entry, reachable
@@ -19,7 +20,6 @@ from tensorwasm.dialect.types import I32
 from tensorwasm.runtime.executor import HostExecutor
 from tensorwasm.runtime.offload import OffloadModule
 from tensorwasm.runtime.reference import ReferenceInstance
-
 from tests.conftest import wat
 
 N = 5_000_000  # iterations: ~20k blocks of 256 threads on the GPU

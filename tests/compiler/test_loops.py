@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from tensorwasm.compiler.analysis.loops import AnalysisOptions, analyze_module
 from tensorwasm.compiler.frontend import load, translate_module
 from tensorwasm.runtime.cli import main
-
 from tests.conftest import ROOT, wat
 from tests.offload_cases import module_bytes
 
@@ -43,7 +43,6 @@ GUARD_REJECTS = {"gauss_seidel": (["m", "n", ("f32", "mn")], "may overlap")}
 @pytest.mark.parametrize("level", ["O0", "O1", "O2"])
 def test_loops_that_must_stay_sequential_are_rejected_with_a_reason(level: str) -> None:
     from tensorwasm.runtime.offload import OffloadModule
-
     from tests.offload_cases import Case, run_case
 
     funcs = by_func(module_bytes("reject", level))

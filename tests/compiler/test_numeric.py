@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+
 from tensorwasm.compiler.target import ARCH_PTX, NVPTXTarget
 from tensorwasm.runtime.executor import GPUExecutor, HostExecutor
 from tensorwasm.runtime.reference import ReferenceInstance
-
 from tests.conftest import wat
 from tests.numeric_cases import (
     EDGES,

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+
 from tensorwasm.compiler.errors import UnsupportedFeature
 from tensorwasm.compiler.frontend import load
 from tensorwasm.compiler.frontend.decoder import decode
 from tensorwasm.compiler.frontend.opcodes import OPCODES, PREFIX_MISC, Imm, Opcode
 from tensorwasm.compiler.frontend.printer import print_module
 from tensorwasm.compiler.frontend.translate import HANDLERS, mapping, translate_module
-
 from tests.conftest import wat
 from tests.wasmbin import module_with_body, uleb
 

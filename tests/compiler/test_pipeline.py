@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from tensorwasm.compiler import pipeline
 from tensorwasm.compiler.analysis.plan import AnalysisOptions
 from tensorwasm.compiler.aot import choose_targets, compile_to_directory
@@ -19,7 +20,6 @@ from tensorwasm.compiler.errors import CompileError
 from tensorwasm.compiler.prepare import PreparedModule, compile_loop_kernels, prepare_offload
 from tensorwasm.compiler.target import ARCH_PTX, HostTarget, NVPTXTarget
 from tensorwasm.runtime import cli, prepared
-
 from tests.conftest import ROOT, wat
 from tests.offload_cases import module_bytes
 

@@ -8,11 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from tensorwasm.compiler import pipeline
 from tensorwasm.compiler.analysis.plan import AnalysisOptions
 from tensorwasm.compiler.errors import CompileError
 from tensorwasm.compiler.target import ARCH_PTX, ARCHES, NVPTXTarget, nvptx_for_device
-
 from tests.conftest import CORPUS, wat
 from tests.numeric_cases import numeric_module_wat
 from tests.runtime.test_exec import PROGRAM

@@ -10,6 +10,7 @@ import struct
 
 import pytest
 from llvmlite import ir
+
 from tensorwasm.compiler.analysis.loops import AnalysisOptions, analyze_module
 from tensorwasm.compiler.analysis.plan import ReductionKind
 from tensorwasm.compiler.frontend import load, translate_module
@@ -17,7 +18,6 @@ from tensorwasm.compiler.lower.reduction import combine, fold_atomic, fold_block
 from tensorwasm.compiler.lower.types import F32_T, F64_T, I32_T, I64_T, PTR_T
 from tensorwasm.compiler.target import ARCH_PTX, HostTarget, NVPTXTarget
 from tensorwasm.runtime.offload import OffloadModule
-
 from tests.conftest import wat
 from tests.offload_cases import instantiate
 

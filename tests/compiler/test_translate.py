@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tensorwasm.compiler.frontend import load, translate_module
 from tensorwasm.dialect.printer import print_function
-
 from tests.conftest import CORPUS, wat
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+
 from tensorwasm.dialect import arith, cf, mem
 from tensorwasm.dialect.builder import Builder
 from tensorwasm.dialect.ir import Function, Op, Successor
 from tensorwasm.dialect.printer import print_function
 from tensorwasm.dialect.types import F32, I1, I32, I64
 from tensorwasm.dialect.verifier import verify_function
-
 from tensorwasm.support.errors import IRTypeError, VerifyError
 
 

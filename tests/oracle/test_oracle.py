@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from tensorwasm.compiler.lower import control, convert, function, memory, numeric
 from tensorwasm.dialect.types import F32, I32
 from tensorwasm.oracle.case import Call, Case
@@ -233,6 +234,7 @@ def test_numeric_generator_covers_every_numeric_op() -> None:
 
 def test_const_text_keeps_every_bit() -> None:
     import wasmtime
+
     from tensorwasm.runtime.reference import ReferenceInstance
 
     for ty, bits in [(F32, 0x7FA00001), (F32, 0xFFC00000), (F32, 0x80000001), (F32, 0x7F7FFFFF)]:
@@ -264,6 +266,7 @@ def test_offloaded_loops_match_wasmtime_and_really_offload(device: str) -> None:
     generated kernel that the detector accepts runs as a kernel and must leave wasmtime's
     results, memory and globals."""
     from hypothesis import HealthCheck, given, settings
+
     from tensorwasm.oracle.compare import run_case
     from tensorwasm.oracle.generators import GENERATORS
     from tensorwasm.oracle.offload import OffloadInstance

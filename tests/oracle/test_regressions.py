@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tensorwasm.oracle.case import Case
 from tensorwasm.oracle.compare import run_case
 

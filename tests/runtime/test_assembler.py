@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tensorwasm.runtime import assembler
 from tensorwasm.runtime.assembler import AssemblerCrash, assemble
-
 from tests.conftest import ROOT
 from tests.runtime.test_driver import ADD_ONE_PTX, _fake_context
 
@@ -62,6 +62,7 @@ def test_a_crashing_ptxas_is_a_load_error_and_the_driver_never_sees_the_module(
     crash: str, tmp_path, monkeypatch
 ) -> None:
     from cuda.bindings import driver as cu
+
     from tensorwasm.runtime.driver import ModuleLoadError
 
     context = _fake_context(monkeypatch)

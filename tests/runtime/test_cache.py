@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tensorwasm.dialect.types import I32
 from tensorwasm.runtime.cache import Cache, default_cache
 from tensorwasm.runtime.cli import main
 from tensorwasm.runtime.executor import HostExecutor
-
 from tests.conftest import wat
 
 MODULE = '(module (func (export "sq") (param i32) (result i32) local.get 0 local.get 0 i32.mul))'
@@ -73,7 +73,6 @@ def test_cache_info_and_clear(cache_dir: Path, capsys) -> None:
 def test_warm_offload_start_skips_the_compiler_and_runs_the_same(cache_dir: Path, monkeypatch) -> None:
     import tensorwasm.compiler.frontend.translate as translate
     from tensorwasm.runtime.offload import OffloadModule
-
     from tests.offload_cases import SPECS, Case, module_bytes, run_case
 
     wasm = module_bytes("stencil", "O2")
@@ -100,7 +99,6 @@ def test_warm_offload_start_skips_the_compiler_and_runs_the_same(cache_dir: Path
 
 def test_unreadable_prepared_entry_is_prepared_again(cache_dir: Path) -> None:
     from tensorwasm.runtime.offload import OffloadModule
-
     from tests.offload_cases import module_bytes
 
     wasm = module_bytes("blas1", "O2")
@@ -116,8 +114,8 @@ def test_the_rewritten_module_compiled_by_wasmtime_is_cached_and_refused_code_re
     cache_dir: Path, monkeypatch
 ) -> None:
     import wasmtime
-    from tensorwasm.runtime.offload import OffloadModule
 
+    from tensorwasm.runtime.offload import OffloadModule
     from tests.offload_cases import module_bytes
 
     prepared = OffloadModule(module_bytes("blas1", "O2"), device="cpu")

@@ -17,12 +17,12 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from tensorwasm.dialect.types import I32
 from tensorwasm.runtime import cache as cache_module
 from tensorwasm.runtime.cache import HEADER, MAGIC, Cache, default_cache
 from tensorwasm.runtime.cli import main
 from tensorwasm.runtime.executor import HostExecutor
-
 from tensorwasm.support.digest import sha256
 from tensorwasm.support.serial import Custom, Schema, SerialError
 from tests.conftest import ROOT, wat
@@ -103,7 +103,6 @@ class _Plant:
 
 def test_a_prepared_entry_that_is_a_pickle_is_never_unpickled(cache_dir: Path, tmp_path: Path) -> None:
     from tensorwasm.runtime.offload import OffloadModule
-
     from tests.offload_cases import module_bytes
 
     wasm = module_bytes("blas1", "O2")
@@ -121,7 +120,6 @@ def test_a_prepared_entry_that_is_a_pickle_is_never_unpickled(cache_dir: Path, t
 
 def test_a_planted_entry_with_its_own_sha256_is_not_used(cache_dir: Path, tmp_path: Path) -> None:
     from tensorwasm.runtime.offload import OffloadModule
-
     from tests.offload_cases import module_bytes
 
     wasm = module_bytes("blas1", "O2")
@@ -155,6 +153,7 @@ def test_a_swapped_native_code_entry_is_not_run(cache_dir: Path, caplog) -> None
 
 def test_a_swapped_wasmtime_entry_is_not_run(cache_dir: Path) -> None:
     import wasmtime
+
     from tensorwasm.runtime.offload import _compiled
 
     engine = wasmtime.Engine()
@@ -428,7 +427,6 @@ def test_a_fifo_at_an_entry_path_never_hangs_a_run(tmp_path: Path) -> None:
 def test_a_prepared_entry_of_the_wrong_structure_is_prepared_again(cache_dir: Path) -> None:
     from tensorwasm.runtime.offload import OffloadModule
     from tensorwasm.runtime.prepared import RECORDS
-
     from tests.offload_cases import module_bytes
 
     wasm = module_bytes("blas1", "O2")

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from tensorwasm.compiler.lower import abi
 from tensorwasm.dialect.types import I32, I64
 from tensorwasm.runtime import assembler
@@ -26,7 +27,6 @@ from tensorwasm.runtime.executor import (
     resident_threads,
 )
 from tensorwasm.runtime.reference import ReferenceInstance
-
 from tests.conftest import wat
 
 EVEN_ODD = wat(

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tensorwasm.runtime import cli
 from tensorwasm.runtime.cli import main
-
 from tests.conftest import ROOT
 
 BLAS1 = ROOT / "examples/loops/build/blas1.O2.wasm"

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from cuda.bindings import driver as cu
 from cuda.pathfinder import DynamicLibNotFoundError
+
 from tensorwasm.runtime import driver
 from tensorwasm.runtime.driver import (
     Context,
@@ -33,7 +34,6 @@ from tensorwasm.runtime.driver import (
     devices,
     driver_available,
 )
-
 from tensorwasm.support.errors import TensorWasmError
 
 R = cu.CUresult

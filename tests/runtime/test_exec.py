@@ -4,10 +4,10 @@ traps and state across calls, on the host backend (everywhere) and the GPU (mark
 from __future__ import annotations
 
 import pytest
+
 from tensorwasm.dialect.types import F32, F64, I32, I64
 from tensorwasm.runtime.executor import GPUExecutor, HostExecutor
 from tensorwasm.runtime.reference import ReferenceInstance
-
 from tests.conftest import wat
 
 BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]

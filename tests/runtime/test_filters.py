@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import wasmtime
+
 from tensorwasm.compiler.rewrite import NEVER_SKIP
 from tensorwasm.runtime.offload import OffloadModule
 from tensorwasm.runtime.planning import ArrivalPlanner
-
 from tests.conftest import wat
 from tests.offload_cases import instantiate, module_bytes
 

@@ -6,6 +6,7 @@ import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tensorwasm.runtime.guards import Range, _conflict_grid
 
 

@@ -9,11 +9,11 @@ on wasmtime, and a trap still leaves memory as wasmtime would.
 from __future__ import annotations
 
 import wasmtime
+
+import tensorwasm
 from tensorwasm.compiler.prepare import prepare_offload
 from tensorwasm.runtime.host_device import HostLaunches
 from tensorwasm.runtime.offload import OffloadModule
-
-import tensorwasm
 from tests.conftest import wat
 
 # fill(n): memory[4i] = i + 7 for i < n, as i32 stores of a counted loop.

@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
+
 import tensorwasm.runtime.cuda_device as cuda_device
 from tensorwasm.runtime import driver, known_gpu
 from tensorwasm.runtime.cache import default_cache
 from tensorwasm.runtime.driver import DeviceInfo, NoGPU
 from tensorwasm.runtime.offload import OffloadModule
-
 from tests.conftest import ROOT
 from tests.offload_cases import module_bytes, run_case
 from tests.runtime.test_offload import _saxpy_case

@@ -10,9 +10,9 @@ import struct
 
 import pytest
 import wasmtime
+
 from tensorwasm.runtime.device_replay import DeviceReplays
 from tensorwasm.runtime.offload import OffloadModule
-
 from tests.conftest import wat
 from tests.offload_cases import instantiate, module_bytes
 from tests.runtime.test_offload import DIVIDE_LOOP, divide

@@ -10,10 +10,10 @@ import pytest
 import wasmtime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from tensorwasm.dialect.types import I32
 from tensorwasm.oracle.offload import OffloadInstance
 from tensorwasm.runtime.offload import OffloadModule
-
 from tests.offload_cases import SPECS, Case, module_bytes, run_case
 
 LEVELS = ["O1", "O2"]
@@ -375,7 +375,6 @@ def test_a_recorded_launch_that_fails_runs_on_the_cpu_or_step_by_step(monkeypatc
 
     from tensorwasm.oracle.simulated import HostGraph, SimulatedDevice
     from tensorwasm.runtime.driver import CudaError
-
     from tests.offload_cases import instantiate
 
     wasm = module_bytes("blas1", "O2")
@@ -508,7 +507,6 @@ GLOBAL_BASE_LOOP = """(module (memory (export "memory") 4) (global $A i32 (i32.c
 @pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_loop_reading_globals_gets_them_in_the_right_parameters(device: str) -> None:
     from tensorwasm.runtime.reference import ReferenceInstance
-
     from tests.conftest import wat
 
     wasm = wat(GLOBAL_BASE_LOOP)
@@ -572,7 +570,6 @@ def test_profitability_is_calibrated_against_wasmtime() -> None:
 def test_guard_outcomes_are_reused_for_the_same_live_ins_and_memory_size(monkeypatch) -> None:
     import tensorwasm.runtime.guards as guards_module
     from tensorwasm.runtime.reference import ReferenceInstance
-
     from tests.conftest import wat
 
     calls = []
@@ -603,7 +600,6 @@ def test_arrays_a_fixed_distance_apart_are_guarded_not_rejected() -> None:
     """Static arrays 1024 elements apart: the loop is parallel for n <= 1024, which only
     the trip count at run time tells; 2 elements apart it never pays, and is rejected."""
     from tensorwasm.runtime.reference import ReferenceInstance
-
     from tests.conftest import wat
 
     far = wat(FIXED_ARRAYS.replace("OUT", "4096"))
@@ -635,7 +631,6 @@ def test_offload_translates_only_the_functions_its_loops_need() -> None:
     from tensorwasm.compiler.frontend.translate import loop_closure
     from tensorwasm.compiler.prepare import prepare_offload
     from tensorwasm.runtime.reference import ReferenceInstance
-
     from tests.conftest import wat
 
     wasm = wat(CALLS_IN_AND_OUT_OF_LOOPS)
@@ -672,7 +667,6 @@ def test_accesses_run_untested_only_where_the_guards_prove_them(device: str) -> 
     operand, and on a GPU aligned. Each refusal runs the loop on wasmtime, trap included."""
     from tensorwasm.oracle.simulated import SimulatedOffloadInstance
     from tensorwasm.runtime.reference import ReferenceInstance
-
     from tests.conftest import wat
 
     wasm = wat(PROVEN_ACCESSES)
@@ -752,7 +746,6 @@ TRIANGLE = """(module (memory (export "memory") 1)
 def test_inner_loop_exit_values_and_varying_counts_match_wasmtime(program: str, args, device: str) -> None:
     from tensorwasm.oracle.simulated import SimulatedOffloadInstance
     from tensorwasm.runtime.reference import ReferenceInstance
-
     from tests.conftest import wat
 
     wasm = wat(program)
@@ -787,10 +780,10 @@ SHIFTED_ROWS = """(module (memory (export "memory") 2)
 @pytest.mark.parametrize("device", ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_the_loops_inside_a_declined_nest_launch_on_their_own(device: str) -> None:
     import wasmtime
+
     from tensorwasm.oracle.simulated import SimulatedDevice
     from tensorwasm.runtime.api import offload_report
     from tensorwasm.runtime.reference import ReferenceInstance
-
     from tests.conftest import wat
 
     wasm = wat(SHIFTED_ROWS)

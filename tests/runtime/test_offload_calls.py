@@ -10,13 +10,13 @@ import ctypes
 
 import pytest
 import wasmtime
+
 from tensorwasm.dialect.types import I32, I64
 from tensorwasm.oracle.offload import OffloadInstance
 from tensorwasm.oracle.simulated import SimulatedDevice
 from tensorwasm.runtime import hostfunc
 from tensorwasm.runtime.device_launch import STAGED_RESULT_BYTES
 from tensorwasm.runtime.reference import ReferenceInstance
-
 from tests.conftest import wat
 from tests.offload_cases import SPECS, Case, module_bytes, run_case
 

@@ -7,6 +7,7 @@ import re
 
 import pytest
 import wasmtime
+
 from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64
 from tensorwasm.runtime.reference import ReferenceBackendError, ReferenceInstance
 from tensorwasm.runtime.values import (
@@ -24,7 +25,6 @@ from tensorwasm.runtime.values import (
     trap_kind_from_wasmtime,
     trap_message,
 )
-
 from tensorwasm.support.errors import TensorWasmError
 from tests.conftest import wat
 

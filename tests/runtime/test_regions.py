@@ -9,6 +9,7 @@ import ctypes
 
 import pytest
 import wasmtime
+
 from tensorwasm.compiler.analysis.regions import find_regions
 from tensorwasm.compiler.frontend import load
 from tensorwasm.dialect.types import I32
@@ -17,7 +18,6 @@ from tensorwasm.oracle.simulated import HostAllocator, HostContext, SimulatedDev
 from tensorwasm.runtime.mirror import DeviceMirror, Span, subtract, union
 from tensorwasm.runtime.offload import OffloadModule
 from tensorwasm.runtime.reference import ReferenceInstance
-
 from tests.conftest import wat
 
 # A time loop around a parallel sweep over a[0:m) into b, then a pointer swap; the sweep

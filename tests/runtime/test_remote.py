@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 
 import pytest
+
 from tensorwasm.runtime.driver import CudaError, KernelParams, ModuleLoadError, NoGPU, StaleHandleError
 from tensorwasm.runtime.remote import WorkerContext, WorkerLost
 

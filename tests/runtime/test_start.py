@@ -128,7 +128,6 @@ def test_a_warm_auto_run_on_a_remembered_gpu_imports_neither_cuda_nor_llvm(tmp_p
     import tensorwasm.runtime.offload as offload_module
     from tensorwasm.compiler.analysis.plan import AnalysisOptions
     from tensorwasm.runtime import driver, known_gpu
-
     from tests.runtime.test_known_gpu import H100, FakeCode, FakeContext, _fake_system
 
     cache = tmp_path / "cache"

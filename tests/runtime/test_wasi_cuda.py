@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 import wasmtime
 from cuda.bindings import driver as cu
+
 from tensorwasm.compiler.target import ARCHES, find_ptxas
 from tensorwasm.runtime import driver
 from tensorwasm.runtime.driver import Context, DeviceInfo
@@ -39,7 +40,6 @@ from tensorwasm.runtime.wasi_cuda import (
     WasiCuda,
     define_if_imported,
 )
-
 from tensorwasm.support.errors import TensorWasmError
 from tests.conftest import ROOT
 

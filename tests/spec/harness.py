@@ -37,7 +37,6 @@ from typing import Any
 
 from tensorwasm.compiler.traps import TRAP_MESSAGES, TrapKind
 from tensorwasm.runtime.values import CallResult, NanPattern, matches, parse_expected_value, parse_json_value
-
 from tensorwasm.support.errors import TensorWasmError
 
 ROOT = Path(__file__).resolve().parents[2]

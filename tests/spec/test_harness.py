@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tensorwasm.compiler.traps import TrapKind
 
+from tensorwasm.compiler.traps import TrapKind
 from tests.conftest import wat
 from tests.spec.harness import FileRun, Tally, trap_kind
 from tests.spec.table import cell, current_cells, parse_cell, render

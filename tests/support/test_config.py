@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from tensorwasm.runtime.cli import main
 
+from tensorwasm.runtime.cli import main
 from tensorwasm.support import config
 from tensorwasm.support.errors import ConfigError, TensorWasmError
 from tests.conftest import ROOT
