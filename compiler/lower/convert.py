@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from tensorwasm.compiler.lower.numeric import nan_canonicalised
+from tensorwasm.compiler.lower.numeric import wasm_nans
 from tensorwasm.compiler.traps import TrapKind
 from tensorwasm.dialect.ir import Op
 
@@ -96,8 +96,8 @@ LOWERINGS = {
     "arith.sext": _cast("sext"),
     "arith.sitofp": _cast("sitofp"),
     "arith.uitofp": _cast("uitofp"),
-    "arith.fptrunc": nan_canonicalised(_cast("fptrunc")),
-    "arith.fpext": nan_canonicalised(_cast("fpext")),
+    "arith.fptrunc": wasm_nans(_cast("fptrunc")),
+    "arith.fpext": wasm_nans(_cast("fpext")),
     "arith.bitcast": lower_bitcast,
     "arith.fptosi": lower_trapping_truncation,
     "arith.fptoui": lower_trapping_truncation,

@@ -4,7 +4,7 @@ Ops whose Wasm semantics match LLVM's are rows of ``DIRECT`` (op -> IRBuilder me
 Each gap between the two rule books has a helper named for it, with both rules stated:
 shift counts, division traps, rotations, bit counts, NaN-propagating min/max, and the
 sign-bit operations that must not touch a NaN's payload, and the NaN that float
-arithmetic may return (:func:`canonical_nan_result`). No fast-math flag is ever set, so
+arithmetic may return (:func:`wasm_nan_result`). No fast-math flag is ever set, so
 LLVM neither contracts ``a * b + c`` into an FMA nor flushes subnormals.
 """
 
@@ -27,10 +27,10 @@ DIRECT = {
     "arith.and": "and_", "arith.or": "or_", "arith.xor": "xor",
 }  # fmt: skip
 # Float arithmetic that is one LLVM instruction with the same semantics, but for the NaN
-# it returns (see canonical_nan_result).
+# it returns (see wasm_nan_result).
 FLOAT_ARITHMETIC = {"arith.fadd": "fadd", "arith.fsub": "fsub", "arith.fmul": "fmul", "arith.fdiv": "fdiv"}
 # Float ops that are one LLVM intrinsic with IEEE semantics (correctly rounded, no FTZ),
-# but for the NaN they return (see canonical_nan_result).
+# but for the NaN they return (see wasm_nan_result).
 INTRINSICS = {
     "arith.fceil": "llvm.ceil", "arith.ffloor": "llvm.floor", "arith.ftrunc": "llvm.trunc",
     "arith.fnearest": "llvm.roundeven", "arith.fsqrt": "llvm.sqrt",
@@ -51,32 +51,64 @@ def intrinsic(fl: FunctionLowering, name: str, ty: ir.Type, args, extra_types=()
     return fl.b.call(fn, args)
 
 
-# The canonical NaN of each float width: only the quiet bit of the payload set, sign clear.
-CANONICAL_NAN_BITS = {32: 0x7FC00000, 64: 0x7FF8000000000000}
+# The NaN an operation returns where no operand is one: canonical (only the quiet bit of the
+# payload set), with the sign set, as x86's SSE returns it (its "default NaN"): wasmtime's.
+DEFAULT_NAN_BITS = {32: 0xFFC00000, 64: 0xFFF8000000000000}
+QUIET_BIT = {32: 1 << 22, 64: 1 << 51}
+# The payload bits below the quiet bit, by width.
+_PAYLOAD_BITS = {32: 22, 64: 51}
 
 
-def canonical_nan_result(fl: FunctionLowering, value: ir.Value) -> ir.Value:
-    """Wasm constrains the NaN a float operation returns: canonical (only the quiet bit of
-    the payload set) where no operand is a NaN, arithmetic (quiet bit set) where one is; a
-    canonical NaN is both. LLVM and PTX follow neither rule: PTX's f32 NaN is 0x7FFFFFFF,
-    and LLVM folds ``x * 1``, ``x - 0``, ``x / 1``, ``-1 * x`` and ``fptrunc (fpext x)`` to
-    ``x``, returning a signalling NaN operand as it is. So a NaN result becomes the
-    canonical NaN, selected on the bits; the selected bits pass through ``target.opaque``
-    so that LLVM, which holds all NaNs interchangeable, cannot fold the choice away."""
+def _quiet_nan_bits(b: ir.IRBuilder, operand: ir.Value, ity: ir.IntType) -> ir.Value:
+    """The bits of ``operand`` (a NaN) as an arithmetic NaN of the result's width ``ity``:
+    its sign and the top of its payload kept, the quiet bit set (what x86's conversions do
+    to a NaN, and its arithmetic to a NaN operand)."""
+    width = int_of(operand.type).width
+    bits = b.bitcast(operand, int_of(operand.type))
+    if width != ity.width:
+        sign = b.lshr(bits, ir.Constant(bits.type, width - 1))
+        payload = b.and_(bits, ir.Constant(bits.type, (1 << _PAYLOAD_BITS[width]) - 1))
+        shift = abs(_PAYLOAD_BITS[ity.width] - _PAYLOAD_BITS[width])
+        if width < ity.width:
+            payload = b.shl(b.zext(payload, ity), ir.Constant(ity, shift))
+            sign = b.zext(sign, ity)
+        else:
+            payload = b.trunc(b.lshr(payload, ir.Constant(bits.type, shift)), ity)
+            sign = b.trunc(sign, ity)
+        exponent = ir.Constant(ity, DEFAULT_NAN_BITS[ity.width] & ~(1 << (ity.width - 1)))
+        bits = b.or_(b.or_(b.shl(sign, ir.Constant(ity, ity.width - 1)), exponent), payload)
+    return b.or_(bits, ir.Constant(ity, QUIET_BIT[ity.width]))
+
+
+def wasm_nan_result(fl: FunctionLowering, value: ir.Value, operands, last_nan_wins: bool = False) -> ir.Value:
+    """Wasm constrains the NaN a float operation returns: canonical where no operand is a
+    NaN, arithmetic (quiet bit set) where one is. LLVM and PTX follow neither rule: PTX's
+    f32 NaN is 0x7FFFFFFF, and LLVM folds ``x * 1``, ``x - 0``, ``x / 1``, ``-1 * x`` and
+    ``fptrunc (fpext x)`` to ``x``, returning a signalling NaN operand as it is. So a NaN
+    result becomes what x86 (and so wasmtime) returns: the first NaN operand, quieted (the
+    last, for min and max, whose x86 instructions prefer their second operand), or the
+    default NaN where no operand is one. The choice is made on the bits and passes
+    through ``target.opaque``, so that LLVM, which holds all NaNs interchangeable, cannot
+    fold it away."""
     b = fl.b
     ity = int_of(value.type)
+    chosen = ir.Constant(ity, DEFAULT_NAN_BITS[ity.width])
+    floats = [v for v in operands if isinstance(v.type, (ir.FloatType, ir.DoubleType))]
+    for operand in floats if last_nan_wins else reversed(floats):
+        is_nan = b.fcmp_unordered("uno", operand, operand)
+        chosen = b.select(is_nan, _quiet_nan_bits(b, operand, ity), chosen)
     is_nan = b.fcmp_unordered("uno", value, value)
-    bits = b.select(is_nan, ir.Constant(ity, CANONICAL_NAN_BITS[ity.width]), b.bitcast(value, ity))
+    bits = b.select(is_nan, chosen, b.bitcast(value, ity))
     return b.bitcast(fl.target.opaque(b, bits), value.type)
 
 
-def nan_canonicalised(lower):
-    """``lower``, whose float result goes through :func:`canonical_nan_result`."""
+def wasm_nans(lower, last_nan_wins: bool = False):
+    """``lower``, whose float result goes through :func:`wasm_nan_result`."""
 
     def lowered(fl: FunctionLowering, op: Op, args) -> ir.Value:
-        return canonical_nan_result(fl, lower(fl, op, args))
+        return wasm_nan_result(fl, lower(fl, op, args), args, last_nan_wins)
 
-    lowered.__name__ = lowered.__qualname__ = f"nan_canonicalised_{lower.__name__}"
+    lowered.__name__ = lowered.__qualname__ = f"wasm_nans_{lower.__name__}"
     return lowered
 
 
@@ -229,8 +261,8 @@ def _intrinsic(name: str):
 
 LOWERINGS = {
     **{name: _direct(method) for name, method in DIRECT.items()},
-    **{name: nan_canonicalised(_direct(method)) for name, method in FLOAT_ARITHMETIC.items()},
-    **{name: nan_canonicalised(_intrinsic(intr)) for name, intr in INTRINSICS.items()},
+    **{name: wasm_nans(_direct(method)) for name, method in FLOAT_ARITHMETIC.items()},
+    **{name: wasm_nans(_intrinsic(intr)) for name, intr in INTRINSICS.items()},
     "arith.shl": lower_shift, "arith.shr_s": lower_shift, "arith.shr_u": lower_shift,
     "arith.rotl": lower_rotate, "arith.rotr": lower_rotate,
     "arith.clz": lower_bit_count, "arith.ctz": lower_bit_count, "arith.popcnt": lower_bit_count,
@@ -238,7 +270,8 @@ LOWERINGS = {
     "arith.rem_s": lower_division, "arith.rem_u": lower_division,
     "arith.fabs": lower_sign_bit_op, "arith.fneg": lower_sign_bit_op,
     "arith.fcopysign": lower_sign_bit_op,
-    "arith.fmin": nan_canonicalised(lower_min_max), "arith.fmax": nan_canonicalised(lower_min_max),
+    "arith.fmin": wasm_nans(lower_min_max, last_nan_wins=True),
+    "arith.fmax": wasm_nans(lower_min_max, last_nan_wins=True),
     "arith.cmpi": lower_cmpi, "arith.cmpf": lower_cmpf,
     "arith.select": lower_select, "arith.sext_inreg": lower_sext_inreg,
 }  # fmt: skip
