@@ -24,7 +24,6 @@ side (:mod:`runtime.device_launch` and :mod:`runtime.device_replay` for device m
 
 from __future__ import annotations
 
-import pickle
 import weakref
 from typing import TYPE_CHECKING
 
@@ -135,7 +134,7 @@ class OffloadModule:
         self._compile(cache, must=True)
         try:
             cache.put("prepared", self._key, prepared.dump(self._preparation.prepared))
-        except (pickle.PicklingError, RecursionError) as exc:  # costs warm starts, nothing else
+        except (prepared.UnwritableError, RecursionError) as exc:  # costs warm starts, nothing else
             log.info("prepared module not cached: %s", exc)
 
     def _adopt(self, found: PreparedModule) -> None:

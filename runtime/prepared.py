@@ -19,7 +19,6 @@ then the module is simply prepared again.
 from __future__ import annotations
 
 import copy
-import pickle
 import sys
 from typing import NamedTuple
 
@@ -118,9 +117,9 @@ def _stand_in(obj: object) -> object:
     return obj
 
 
-class UnwritableError(SerialError, pickle.PicklingError):
-    """A prepared module that holds something :data:`RECORDS` cannot write. (Also a
-    PicklingError: what the offload module catches from :func:`dump` to go on uncached.)"""
+class UnwritableError(SerialError):
+    """A prepared module that holds something :data:`RECORDS` cannot write: the offload
+    module catches it from :func:`dump` and goes on uncached."""
 
 
 def dump(prepared: PreparedModule) -> bytes:

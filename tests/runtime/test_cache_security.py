@@ -234,7 +234,7 @@ def test_writing_refuses_a_class_the_allow_list_does_not_name() -> None:
 
     with pytest.raises(SerialError):
         prepared.RECORDS.dumps({"x": Stranger()})
-    with pytest.raises(pickle.PicklingError):  # what the offload module catches to go on uncached
+    with pytest.raises(prepared.UnwritableError):  # what the offload module catches to go on uncached
         prepared.dump({"x": Stranger()})
 
 
