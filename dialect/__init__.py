@@ -24,8 +24,9 @@ def __getattr__(name: str):
     from tensorwasm.dialect.func import FUNC
     from tensorwasm.dialect.gpu import GPU
     from tensorwasm.dialect.mem import MEM
+    from tensorwasm.dialect.simd import SIMD
     from tensorwasm.dialect.variables import GLOBAL, REF, TABLE
 
-    dialects = (ARITH, MEM, CF, FUNC, GLOBAL, TABLE, REF, GPU)
+    dialects = (ARITH, MEM, CF, FUNC, GLOBAL, TABLE, REF, GPU, SIMD)
     globals().update(DIALECTS=dialects, OPS={op_name: op for d in dialects for op_name, op in d.ops.items()})
     return globals()[name]

@@ -9,14 +9,16 @@ little-endian and accesses may be unaligned (``align`` is a hint, log2 bytes).
 from __future__ import annotations
 
 from tensorwasm.dialect.opdef import INTS, NUMBERS, Custom, Dialect, Fixed
-from tensorwasm.dialect.types import I32
+from tensorwasm.dialect.types import I32, V128
 
-_WIDTHS = {8, 16, 32, 64}
+_WIDTHS = {8, 16, 32, 64, 128}
+# What may be loaded and stored: the numbers, and a whole v128.
+_VALUES = (*NUMBERS, V128)
 
 
 def _check_memarg(op, attrs, bits):
     if bits not in _WIDTHS:
-        raise op.fail(f"access width {bits} is not 8, 16, 32 or 64")
+        raise op.fail(f"access width {bits} is not 8, 16, 32, 64 or 128")
     offset = attrs.get("offset", 0)
     if not isinstance(offset, int) or not 0 <= offset < (1 << 32):
         raise op.fail(f"offset {offset!r} is not a u32")
@@ -27,7 +29,7 @@ def _load(op, operands, attrs):
     if operands[0] is not I32:
         raise op.fail(f"address must be i32, got {operands[0]}")
     ty, bits = attrs.get("type"), attrs.get("bits")
-    if ty not in NUMBERS:
+    if ty not in _VALUES:
         raise op.fail(f"cannot load a {ty}")
     _check_memarg(op, attrs, bits)
     if bits > ty.bits or (bits < ty.bits and ty not in INTS):
@@ -40,7 +42,7 @@ def _store(op, operands, attrs):
     addr, value = operands
     if addr is not I32:
         raise op.fail(f"address must be i32, got {addr}")
-    if value not in NUMBERS:
+    if value not in _VALUES:
         raise op.fail(f"cannot store a {value}")
     bits = attrs.get("bits")
     _check_memarg(op, attrs, bits)

@@ -1,8 +1,9 @@
 """The dialect's value types.
 
 Scalars mirror Wasm's number types, ``i1`` is the result of comparisons and the
-condition of branches, ``ptr`` is a device or host address used by later stages
-(kernel parameters, memory bases), and the two reference types mirror Wasm's.
+condition of branches, ``v128`` is SIMD's 128-bit vector (its lanes are the ops' business),
+``ptr`` is a device or host address used by later stages (kernel parameters, memory
+bases), and the two reference types mirror Wasm's.
 Types are interned singletons: compare them with ``is``.
 """
 
@@ -38,8 +39,9 @@ F64 = Type("f64", 64, is_float=True)
 PTR = Type("ptr", 64)
 FUNCREF = Type("funcref", 64, is_ref=True)
 EXTERNREF = Type("externref", 64, is_ref=True)
+V128 = Type("v128", 128)
 
-ALL = (I1, I32, I64, F32, F64, PTR, FUNCREF, EXTERNREF)
+ALL = (I1, I32, I64, F32, F64, PTR, FUNCREF, EXTERNREF, V128)
 _BY_NAME = {t.name: t for t in ALL}
 WASM_INTS = (I32, I64)
 WASM_FLOATS = (F32, F64)

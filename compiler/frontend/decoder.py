@@ -1,15 +1,16 @@
 """The Wasm binary decoder: bytes to a :class:`WasmModule`, or a DecodeError with an offset.
 
 It reads the whole core binary format (every section, the MVP instructions and the
-sign-extension, non-trapping float-to-int, bulk memory, multi-value and reference-type
-proposals), checks section order, sizes and LEB128 encodings, and stops at the first
-problem with a message naming the cause and the byte offset. Instruction immediates are
-read by the immediate kind of their opcode row; opcodes of proposals TensorWasm does not
-compile raise :class:`UnsupportedFeature` naming the proposal, so the bytes after them are
-never misread. Semantic validation (types, stack discipline) is the validator's job,
-except for two rules where wasmtime's validator, which accepts later proposals, is looser
-than the Wasm TensorWasm compiles (:func:`_check_wasm2_rules`): one memory at most, and
-constant expressions that read imported globals only.
+sign-extension, non-trapping float-to-int, bulk memory, multi-value, reference-type and
+fixed-width SIMD proposals), checks section order, sizes and LEB128 encodings, and stops
+at the first problem with a message naming the cause and the byte offset. Instruction
+immediates are read by the immediate kind of their opcode row (SIMD's too: 0xFD, v128,
+lanes); opcodes of proposals TensorWasm does not compile raise :class:`UnsupportedFeature`
+naming the proposal, so the bytes after them are never misread. Semantic validation
+(types, stack discipline) is the validator's job, except for two rules where wasmtime's
+validator, which accepts later proposals, is looser than the Wasm TensorWasm compiles
+(:func:`_check_wasm2_rules`): one memory at most, and constant expressions that read
+imported globals only.
 """
 
 from __future__ import annotations
@@ -37,22 +38,25 @@ from tensorwasm.compiler.frontend.opcodes import (
     MISC,
     PREFIX_FAMILIES,
     PREFIX_MISC,
+    PREFIX_SIMD,
+    SIMD,
     SINGLE,
     Feature,
     Imm,
     Opcode,
 )
 from tensorwasm.dialect.ir import FuncSig
-from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
+from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, V128, Type
 
 MAGIC = b"\0asm"
 VERSION = b"\x01\0\0\0"
 
-VALTYPES: dict[int, Type] = {0x7F: I32, 0x7E: I64, 0x7D: F32, 0x7C: F64, 0x70: FUNCREF, 0x6F: EXTERNREF}
+VALTYPES: dict[int, Type] = {
+    0x7F: I32, 0x7E: I64, 0x7D: F32, 0x7C: F64, 0x7B: V128, 0x70: FUNCREF, 0x6F: EXTERNREF,
+}  # fmt: skip
 REFTYPES: dict[int, Type] = {0x70: FUNCREF, 0x6F: EXTERNREF}
 # Value-type bytes of proposals we refuse, so that the error names the proposal.
 UNSUPPORTED_VALTYPES = {
-    0x7B: Feature.SIMD,
     0x64: Feature.FUNCTION_REFERENCES,
     0x63: Feature.FUNCTION_REFERENCES,
     0x6E: Feature.GC, 0x6D: Feature.GC, 0x6C: Feature.GC, 0x6B: Feature.GC, 0x6A: Feature.GC,
@@ -71,12 +75,14 @@ EXTERN_KINDS = {0: "func", 1: "table", 2: "memory", 3: "global", 4: "tag"}
 MAX_LOCALS = 50_000
 MAX_PAGES = 65_536
 CONST_OPS = frozenset(
-    {"i32.const", "i64.const", "f32.const", "f64.const", "global.get", "ref.null", "ref.func",
+    {"i32.const", "i64.const", "f32.const", "f64.const", "v128.const", "global.get", "ref.null", "ref.func",
      "i32.add", "i32.sub", "i32.mul", "i64.add", "i64.sub", "i64.mul", "end"}
 )  # fmt: skip
 _END = BY_NAME["end"]
 _ELSE = BY_NAME["else"]
 _OPENERS = frozenset({BY_NAME["block"], BY_NAME["loop"], BY_NAME["if"]})
+# A lane access's memarg reads as a plain memory access's does (multi-memory refused alike).
+_MEMARG_OF = {op: BY_NAME["v128.load"] for op in SIMD.values() if op.imm is Imm.MEMARG_LANE}
 
 
 class Reader:
@@ -555,6 +561,14 @@ def _read_imm(r: Reader, op: Opcode, pos: int):
         return (r.u32(), r.u32())
     if kind is Imm.MEMORY_INIT:
         return (r.u32(), r.u32())
+    if kind is Imm.V128:
+        return int.from_bytes(r.bytes(16), "little")
+    if kind is Imm.SHUFFLE or kind is Imm.LANE:
+        lanes = tuple(r.bytes(16 if kind is Imm.SHUFFLE else 1))
+        return lanes if kind is Imm.SHUFFLE else lanes[0]
+    if kind is Imm.MEMARG_LANE:
+        align, offset = _read_imm(r, _MEMARG_OF[op], pos)
+        return (align, offset, r.u8())
     raise AssertionError(f"no immediate reader for {kind}")
 
 
@@ -578,6 +592,11 @@ def _instructions(r: Reader, const: bool = False) -> list[Instr]:
                 op = MISC.get(sub)
                 if op is None:
                     raise r.error(f"unknown opcode 0xfc {sub}", pos)
+            elif b == PREFIX_SIMD:
+                sub = r.u32()
+                op = SIMD.get(sub)
+                if op is None:
+                    raise r.error(f"unknown opcode 0xfd {sub}", pos)
             elif b in PREFIX_FAMILIES:
                 family = PREFIX_FAMILIES[b]
                 sub = r.u32()

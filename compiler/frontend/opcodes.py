@@ -6,8 +6,12 @@ the dialect op it becomes. The decoder dispatches on these rows, the printer pri
 the translator picks its handler from them and ``docs/opcodes.md`` is generated from
 them, so adding an opcode is adding a row.
 
-Opcodes of proposals TensorWasm does not compile (SIMD, threads, exception handling, GC,
-tail calls, typed function references) have rows too, marked unsupported, so the decoder
+The fixed-width SIMD proposal's rows (prefix 0xFD) come from :func:`_simd_rows`: each
+names the dialect op of its family (``simd.binary``, ``simd.splat``...), and the op carries
+the Wasm name, which the lowering's tables are keyed by.
+
+Opcodes of proposals TensorWasm does not compile (threads, exception handling, GC, tail
+calls, typed function references) have rows too, marked unsupported, so the decoder
 names them in its error instead of mis-decoding the bytes that follow.
 """
 
@@ -43,6 +47,10 @@ class Imm(Enum):
     MEMORY_INIT = "dataidx memidx"
     DATA = "dataidx"
     MEMORY_COPY = "memidx memidx"
+    V128 = "i128"
+    SHUFFLE = "16 x laneidx"
+    LANE = "laneidx"
+    MEMARG_LANE = "memarg laneidx"
 
 
 class Feature(Enum):
@@ -63,7 +71,6 @@ class Feature(Enum):
 
 UNSUPPORTED_FEATURES = frozenset(
     {
-        Feature.SIMD,
         Feature.THREADS,
         Feature.EXCEPTIONS,
         Feature.GC,
@@ -286,10 +293,117 @@ def _rows() -> list[Opcode]:
     add(Opcode((PREFIX_MISC, 16), "table.size", Imm.TABLE, "-> i32", refs, "table.size"))
     add(Opcode((PREFIX_MISC, 17), "table.fill", Imm.TABLE, "i32 ref i32 ->", refs, "table.fill"))
 
+    rows.extend(_simd_rows())
+
     # Whole families that are recognised by their prefix and refused.
-    add(Opcode((PREFIX_SIMD, -1), "v128.*", sig="v128", feature=Feature.SIMD))
     add(Opcode((PREFIX_THREADS, -1), "atomic.*", sig="atomic", feature=Feature.THREADS))
     add(Opcode((PREFIX_GC, -1), "gc.*", sig="gc", feature=Feature.GC))
+    return rows
+
+
+def _simd_rows() -> list[Opcode]:
+    """The fixed-width SIMD proposal, by sub-opcode of the 0xFD prefix."""
+    rows: list[Opcode] = []
+    simd = Feature.SIMD
+
+    def add(sub: int, name: str, sig: str, dialect: str | None, imm: Imm = Imm.NONE) -> None:
+        rows.append(Opcode((PREFIX_SIMD, sub), name, imm, sig, simd, dialect))
+
+    # Memory (no dialect op of their own: mem.load/mem.store with splats, lanes and extends).
+    add(0, "v128.load", "i32 -> v128", None, Imm.MEMARG)
+    for i, name in enumerate(["8x8_s", "8x8_u", "16x4_s", "16x4_u", "32x2_s", "32x2_u",
+                              "8_splat", "16_splat", "32_splat", "64_splat"]):  # fmt: skip
+        add(1 + i, f"v128.load{name}", "i32 -> v128", None, Imm.MEMARG)
+    add(11, "v128.store", "i32 v128 ->", None, Imm.MEMARG)
+    add(12, "v128.const", "-> v128", "simd.const", Imm.V128)
+    add(13, "i8x16.shuffle", "v128 v128 -> v128", "simd.shuffle", Imm.SHUFFLE)
+    add(14, "i8x16.swizzle", "v128 v128 -> v128", "simd.binary")
+    scalar = {"i8x16": "i32", "i16x8": "i32", "i32x4": "i32", "i64x2": "i64", "f32x4": "f32", "f64x2": "f64"}
+    for i, (shape, ty) in enumerate(scalar.items()):
+        add(15 + i, f"{shape}.splat", f"{ty} -> v128", "simd.splat")
+    sub = 21
+    for shape, ty in scalar.items():
+        extracts = ["extract_lane_s", "extract_lane_u"] if shape in ("i8x16", "i16x8") else ["extract_lane"]
+        for name in extracts:
+            add(sub, f"{shape}.{name}", f"v128 -> {ty}", "simd.extract_lane", Imm.LANE)
+            sub += 1
+        add(sub, f"{shape}.replace_lane", f"v128 {ty} -> v128", "simd.replace_lane", Imm.LANE)
+        sub += 1
+    binary, unary = "v128 v128 -> v128", "v128 -> v128"
+    int_cmp = ["eq", "ne", "lt_s", "lt_u", "gt_s", "gt_u", "le_s", "le_u", "ge_s", "ge_u"]
+    for base, shape in ((35, "i8x16"), (45, "i16x8"), (55, "i32x4")):
+        for i, op in enumerate(int_cmp):
+            add(base + i, f"{shape}.{op}", binary, "simd.binary")
+    for base, shape in ((65, "f32x4"), (71, "f64x2")):
+        for i, op in enumerate(["eq", "ne", "lt", "gt", "le", "ge"]):
+            add(base + i, f"{shape}.{op}", binary, "simd.binary")
+    add(77, "v128.not", unary, "simd.unary")
+    for i, op in enumerate(["and", "andnot", "or", "xor"]):
+        add(78 + i, f"v128.{op}", binary, "simd.binary")
+    add(82, "v128.bitselect", "v128 v128 v128 -> v128", "simd.bitselect")
+    add(83, "v128.any_true", "v128 -> i32", "simd.test")
+    for i, bits in enumerate((8, 16, 32, 64)):
+        add(84 + i, f"v128.load{bits}_lane", "i32 v128 -> v128", None, Imm.MEMARG_LANE)
+        add(88 + i, f"v128.store{bits}_lane", "i32 v128 ->", None, Imm.MEMARG_LANE)
+    add(92, "v128.load32_zero", "i32 -> v128", None, Imm.MEMARG)
+    add(93, "v128.load64_zero", "i32 -> v128", None, Imm.MEMARG)
+    add(94, "f32x4.demote_f64x2_zero", unary, "simd.unary")
+    add(95, "f64x2.promote_low_f32x4", unary, "simd.unary")
+    # The rest, in sub-opcode order: (sub, name, family) where the family is not plain
+    # binary; holes in the numbering are opcodes the proposal dropped.
+    rest = {
+        96: "i8x16.abs u", 97: "i8x16.neg u", 98: "i8x16.popcnt u", 99: "i8x16.all_true t",
+        100: "i8x16.bitmask t", 101: "i8x16.narrow_i16x8_s", 102: "i8x16.narrow_i16x8_u",
+        103: "f32x4.ceil u", 104: "f32x4.floor u", 105: "f32x4.trunc u", 106: "f32x4.nearest u",
+        107: "i8x16.shl s", 108: "i8x16.shr_s s", 109: "i8x16.shr_u s", 110: "i8x16.add",
+        111: "i8x16.add_sat_s", 112: "i8x16.add_sat_u", 113: "i8x16.sub", 114: "i8x16.sub_sat_s",
+        115: "i8x16.sub_sat_u", 116: "f64x2.ceil u", 117: "f64x2.floor u", 118: "i8x16.min_s",
+        119: "i8x16.min_u", 120: "i8x16.max_s", 121: "i8x16.max_u", 122: "f64x2.trunc u",
+        123: "i8x16.avgr_u", 124: "i16x8.extadd_pairwise_i8x16_s u",
+        125: "i16x8.extadd_pairwise_i8x16_u u", 126: "i32x4.extadd_pairwise_i16x8_s u",
+        127: "i32x4.extadd_pairwise_i16x8_u u", 128: "i16x8.abs u", 129: "i16x8.neg u",
+        130: "i16x8.q15mulr_sat_s", 131: "i16x8.all_true t", 132: "i16x8.bitmask t",
+        133: "i16x8.narrow_i32x4_s", 134: "i16x8.narrow_i32x4_u",
+        135: "i16x8.extend_low_i8x16_s u", 136: "i16x8.extend_high_i8x16_s u",
+        137: "i16x8.extend_low_i8x16_u u", 138: "i16x8.extend_high_i8x16_u u",
+        139: "i16x8.shl s", 140: "i16x8.shr_s s", 141: "i16x8.shr_u s", 142: "i16x8.add",
+        143: "i16x8.add_sat_s", 144: "i16x8.add_sat_u", 145: "i16x8.sub", 146: "i16x8.sub_sat_s",
+        147: "i16x8.sub_sat_u", 148: "f64x2.nearest u", 149: "i16x8.mul", 150: "i16x8.min_s",
+        151: "i16x8.min_u", 152: "i16x8.max_s", 153: "i16x8.max_u", 155: "i16x8.avgr_u",
+        156: "i16x8.extmul_low_i8x16_s", 157: "i16x8.extmul_high_i8x16_s",
+        158: "i16x8.extmul_low_i8x16_u", 159: "i16x8.extmul_high_i8x16_u",
+        160: "i32x4.abs u", 161: "i32x4.neg u", 163: "i32x4.all_true t", 164: "i32x4.bitmask t",
+        167: "i32x4.extend_low_i16x8_s u", 168: "i32x4.extend_high_i16x8_s u",
+        169: "i32x4.extend_low_i16x8_u u", 170: "i32x4.extend_high_i16x8_u u",
+        171: "i32x4.shl s", 172: "i32x4.shr_s s", 173: "i32x4.shr_u s", 174: "i32x4.add",
+        177: "i32x4.sub", 181: "i32x4.mul", 182: "i32x4.min_s", 183: "i32x4.min_u",
+        184: "i32x4.max_s", 185: "i32x4.max_u", 186: "i32x4.dot_i16x8_s",
+        188: "i32x4.extmul_low_i16x8_s", 189: "i32x4.extmul_high_i16x8_s",
+        190: "i32x4.extmul_low_i16x8_u", 191: "i32x4.extmul_high_i16x8_u",
+        192: "i64x2.abs u", 193: "i64x2.neg u", 195: "i64x2.all_true t", 196: "i64x2.bitmask t",
+        199: "i64x2.extend_low_i32x4_s u", 200: "i64x2.extend_high_i32x4_s u",
+        201: "i64x2.extend_low_i32x4_u u", 202: "i64x2.extend_high_i32x4_u u",
+        203: "i64x2.shl s", 204: "i64x2.shr_s s", 205: "i64x2.shr_u s", 206: "i64x2.add",
+        209: "i64x2.sub", 213: "i64x2.mul", 214: "i64x2.eq", 215: "i64x2.ne", 216: "i64x2.lt_s",
+        217: "i64x2.gt_s", 218: "i64x2.le_s", 219: "i64x2.ge_s",
+        220: "i64x2.extmul_low_i32x4_s", 221: "i64x2.extmul_high_i32x4_s",
+        222: "i64x2.extmul_low_i32x4_u", 223: "i64x2.extmul_high_i32x4_u",
+        224: "f32x4.abs u", 225: "f32x4.neg u", 227: "f32x4.sqrt u", 228: "f32x4.add",
+        229: "f32x4.sub", 230: "f32x4.mul", 231: "f32x4.div", 232: "f32x4.min", 233: "f32x4.max",
+        234: "f32x4.pmin", 235: "f32x4.pmax", 236: "f64x2.abs u", 237: "f64x2.neg u",
+        239: "f64x2.sqrt u", 240: "f64x2.add", 241: "f64x2.sub", 242: "f64x2.mul",
+        243: "f64x2.div", 244: "f64x2.min", 245: "f64x2.max", 246: "f64x2.pmin", 247: "f64x2.pmax",
+        248: "i32x4.trunc_sat_f32x4_s u", 249: "i32x4.trunc_sat_f32x4_u u",
+        250: "f32x4.convert_i32x4_s u", 251: "f32x4.convert_i32x4_u u",
+        252: "i32x4.trunc_sat_f64x2_s_zero u", 253: "i32x4.trunc_sat_f64x2_u_zero u",
+        254: "f64x2.convert_low_i32x4_s u", 255: "f64x2.convert_low_i32x4_u u",
+    }  # fmt: skip
+    families = {"": (binary, "simd.binary"), "u": (unary, "simd.unary"),
+                "s": ("v128 i32 -> v128", "simd.shift"), "t": ("v128 -> i32", "simd.test")}  # fmt: skip
+    for sub, text in rest.items():
+        name, _, family = text.partition(" ")
+        sig, dialect = families[family]
+        add(sub, name, sig, dialect)
     return rows
 
 
@@ -300,7 +414,12 @@ SINGLE: dict[int, Opcode] = {op.code: op for op in OPCODES if isinstance(op.code
 MISC: dict[int, Opcode] = {
     op.code[1]: op for op in OPCODES if isinstance(op.code, tuple) and op.code[0] == PREFIX_MISC
 }
+SIMD: dict[int, Opcode] = {
+    op.code[1]: op for op in OPCODES if isinstance(op.code, tuple) and op.code[0] == PREFIX_SIMD
+}
 PREFIX_FAMILIES: dict[int, Opcode] = {
-    op.code[0]: op for op in OPCODES if isinstance(op.code, tuple) and op.code[0] != PREFIX_MISC
+    op.code[0]: op
+    for op in OPCODES
+    if isinstance(op.code, tuple) and op.code[0] not in (PREFIX_MISC, PREFIX_SIMD)
 }
 BY_NAME: dict[str, Opcode] = {op.name: op for op in OPCODES}

@@ -16,7 +16,8 @@ just rebinds the slot. Wasm's structured control becomes a CFG with block argume
 
 Comparisons produce ``i1`` and are widened to ``i32`` for the Wasm stack; a branch on a
 widened comparison uses the ``i1`` directly. The handler of each opcode is chosen from its
-row in :mod:`compiler.frontend.opcodes`; :func:`mapping` describes that choice for the docs.
+row in :mod:`compiler.frontend.opcodes` (SIMD rows by :mod:`compiler.frontend.translate_simd`);
+:func:`mapping` describes that choice for the docs.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ import gc
 from collections.abc import Callable
 
 from tensorwasm.compiler.errors import TranslateError
+from tensorwasm.compiler.frontend import translate_simd
 from tensorwasm.compiler.frontend.module import Instr, WasmModule
-from tensorwasm.compiler.frontend.opcodes import OPCODES, Opcode
+from tensorwasm.compiler.frontend.opcodes import OPCODES, Feature, Opcode
 from tensorwasm.dialect import OPS, arith, cf, mem, variables
 from tensorwasm.dialect import func as funcd
 from tensorwasm.dialect.builder import Builder
@@ -43,7 +45,7 @@ from tensorwasm.dialect.ir import (
     TableDecl,
     Value,
 )
-from tensorwasm.dialect.types import I1, I32, Type
+from tensorwasm.dialect.types import I1, I32, V128, Type
 from tensorwasm.dialect.verifier import verify_function
 from tensorwasm.support.errors import TensorWasmError
 
@@ -248,6 +250,8 @@ class FunctionTranslator:
     def _zero(self, ty: Type) -> Value:
         if ty.is_ref:
             return self.b.value(variables.ref_null, type=ty)
+        if ty is V128:
+            return translate_simd.zero(self)
         return self.constant(ty, 0)
 
     def _loop(self, instr: Instr, index: int) -> None:
@@ -629,6 +633,8 @@ def _build_handlers() -> tuple[dict[Opcode, Handler], dict[str, str]]:
             continue
         if op.name in fixed:
             handler, doc = fixed[op.name]
+        elif op.feature is Feature.SIMD:
+            handler, doc = translate_simd.handler(op)
         elif op.dialect == "mem.load":
             handler, doc = (
                 _load(op),

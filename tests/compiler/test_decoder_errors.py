@@ -64,11 +64,11 @@ def test_bad_module_names_cause_and_offset(data: bytes, reason: str, offset: int
 def test_error_inside_code_names_the_function_index() -> None:
     imports = section(2, vec([b"\x03env\x01f\x00\x00"]))  # one imported function
     funcs = section(3, vec([b"\x00", b"\x00"]))
-    code = section(10, vec([body(b"\x0b"), body(b"\xfd\x0c\x0b")]))
+    code = section(10, vec([body(b"\x0b"), body(b"\xfe\x00\x0b")]))
     with pytest.raises(UnsupportedFeature) as info:
         decode(HEADER + TYPE_SECTION + imports + funcs + code)
     assert info.value.func_index == 2
-    assert "function 2" in str(info.value) and "SIMD" in str(info.value)
+    assert "function 2" in str(info.value) and "threads" in str(info.value)
 
 
 def test_inspect_refuses_what_wasm2_makes_invalid(tmp_path, capsys) -> None:
