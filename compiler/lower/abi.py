@@ -2,13 +2,16 @@
 
 Compiled code sees an instance through one context block of 64-bit slots (``CTX_*``
 below); the runtime fills it on the host or on the device. Globals are 64-bit slots
-holding bit patterns (an i32 or f32 in the low half). Tables are descriptors of four
+holding bit patterns (an i32 or f32 in the low half); a v128 global keeps its low half in
+its own slot and its high half in a slot after all the globals' (:func:`global_slot_values`).
+Tables are descriptors of four
 slots (entries pointer, size, capacity, maximum) and their entries are 64-bit slots:
 0 is null, a function reference is its index + 1. Data and element segments are
 descriptors of two slots (pointer, length); dropping a segment sets its length to 0.
 
 A whole-function entry point ``tw_call_<index>(ctx, io)`` reads the arguments from
-``io[1..]``, writes the results to ``io[1..]`` and the trap code (0 for none) to ``io[0]``.
+``io[1..]``, writes the results to ``io[1..]`` and the trap code (0 for none) to ``io[0]``;
+a v128 takes two slots there, low half first (:func:`value_slots`).
 
 The runtime keeps the context block, and the parameter and result blocks of a loop
 kernel, apart from each other and from everything the code reaches through them (linear
@@ -50,6 +53,33 @@ IO_TRAP = 0
 IO_VALUES = 1
 
 ContextBlock = ctypes.c_uint64 * CTX_SLOTS
+MASK64 = (1 << 64) - 1
+
+
+def value_slots(type_name: str) -> int:
+    """How many 64-bit ``io`` slots a value of the named type takes."""
+    return 2 if type_name == "v128" else 1
+
+
+def high_half_slot(type_names: list[str], index: int) -> int:
+    """The slot of the high half of v128 global ``index`` (globals' types by name, in order)."""
+    return len(type_names) + sum(1 for name in type_names[:index] if name == "v128")
+
+
+def global_slot_values(type_names: list[str], values: list[int]) -> list[int]:
+    """The globals' slots from their bit patterns: one each, then the v128s' high halves."""
+    slots = [value & MASK64 for value in values]
+    slots += [value >> 64 for name, value in zip(type_names, values, strict=True) if name == "v128"]
+    return slots
+
+
+def global_values(type_names: list[str], slots: list[int]) -> list[int]:
+    """The globals' bit patterns read back from their slots (see :func:`global_slot_values`)."""
+    values = list(slots[: len(type_names)])
+    for i, name in enumerate(type_names):
+        if name == "v128":
+            values[i] |= slots[high_half_slot(type_names, i)] << 64
+    return values
 
 
 def context_block(

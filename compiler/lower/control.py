@@ -18,9 +18,10 @@ from tensorwasm.compiler.errors import CompileError
 from tensorwasm.compiler.lower import abi
 from tensorwasm.compiler.lower.env import i64_const
 from tensorwasm.compiler.lower.memory import memmove
-from tensorwasm.compiler.lower.types import I64_T, PTR_T, from_slot, to_slot
+from tensorwasm.compiler.lower.types import I64_T, PTR_T, from_slots, to_slots
 from tensorwasm.compiler.traps import TrapKind
 from tensorwasm.dialect.ir import Op
+from tensorwasm.dialect.types import V128
 
 if TYPE_CHECKING:
     from tensorwasm.compiler.lower.function import FunctionLowering
@@ -82,13 +83,24 @@ def lower_call_indirect(fl: FunctionLowering, op: Op, args) -> list[ir.Value]:
     return results
 
 
+def _global_slots(fl: FunctionLowering, op: Op) -> list[ir.Value]:
+    """The slots of a global: its own, and for a v128 the one of its high half (see abi)."""
+    index = op.attrs["index"]
+    slots = [fl.env.global_slot(index)]
+    if op.attrs["type"] is V128:
+        names = [g.type.name for g in fl.lowering.dialect.globals]
+        slots.append(fl.env.global_slot(abi.high_half_slot(names, index)))
+    return slots
+
+
 def lower_global_get(fl: FunctionLowering, op: Op, args) -> ir.Value:
-    slot = fl.b.load(fl.env.global_slot(op.attrs["index"]), typ=I64_T)
-    return from_slot(fl.b, slot, fl.llvm_type(op.attrs["type"]))
+    halves = [fl.b.load(slot, typ=I64_T) for slot in _global_slots(fl, op)]
+    return from_slots(fl.b, halves, fl.llvm_type(op.attrs["type"]))
 
 
 def lower_global_set(fl: FunctionLowering, op: Op, args) -> None:
-    fl.b.store(to_slot(fl.b, args[0]), fl.env.global_slot(op.attrs["index"]))
+    for half, slot in zip(to_slots(fl.b, args[0]), _global_slots(fl, op), strict=True):
+        fl.b.store(half, slot)
 
 
 def _table_entry(fl: FunctionLowering, table: int, index: ir.Value, count: ir.Value | int = 1) -> ir.Value:

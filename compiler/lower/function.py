@@ -19,10 +19,20 @@ from llvmlite import ir
 
 from tensorwasm.compiler.callgraph import indirect_candidates, reachable, recursive_functions
 from tensorwasm.compiler.errors import CompileError, NotCompilable
-from tensorwasm.compiler.lower import abi, control, convert, memory, numeric
+from tensorwasm.compiler.lower import abi, control, convert, memory, numeric, simd
 from tensorwasm.compiler.lower.env import Environment, i64_const
 from tensorwasm.compiler.lower.reduction import combine, fold_block, read_sreg
-from tensorwasm.compiler.lower.types import I64_T, PTR_T, VOID_T, constant, from_slot, llvm_type, to_slot
+from tensorwasm.compiler.lower.types import (
+    I64_T,
+    PTR_T,
+    VOID_T,
+    constant,
+    from_slot,
+    from_slots,
+    llvm_type,
+    slot_count,
+    to_slots,
+)
 from tensorwasm.compiler.traps import TrapKind
 from tensorwasm.dialect import cf
 from tensorwasm.dialect.ir import Block, FuncSig, Function, Module, Op
@@ -33,6 +43,7 @@ LOWERINGS = {
     **convert.LOWERINGS,
     **memory.LOWERINGS,
     **control.LOWERINGS,
+    **simd.LOWERINGS,
 }
 TERMINATORS = {"cf.br", "cf.cond_br", "cf.switch", "cf.return", "cf.trap"}
 
@@ -91,7 +102,8 @@ class ModuleLowering:
         return [self.lower_entry(index) for index in indices]
 
     def lower_entry(self, index: int) -> str:
-        """``tw_call_<index>(ctx, io)``: clear the trap slot, call, store trap code and results."""
+        """``tw_call_<index>(ctx, io)``: clear the trap slot, call, store trap code and results
+        (a v128 argument or result takes two slots, low half first)."""
         func = self.dialect.functions[index]
         fnty = ir.FunctionType(VOID_T, [PTR_T, PTR_T])
         entry = ir.Function(self.llvm, fnty, name=abi.entry_name(index))
@@ -102,16 +114,21 @@ class ModuleLowering:
         slot = functools.partial(_slot, b)
         b.store(i64_const(0), slot(ctx, abi.CTX_TRAP))
         b.store(i64_const(0), slot(ctx, abi.CTX_DEPTH))
-        args = [
-            from_slot(b, b.load(slot(io, abi.IO_VALUES + i), typ=I64_T), llvm_type(t))
-            for i, t in enumerate(func.params)
-        ]
+        args = []
+        at = abi.IO_VALUES
+        for t in func.params:
+            halves = [b.load(slot(io, at + k), typ=I64_T) for k in range(slot_count(t))]
+            args.append(from_slots(b, halves, llvm_type(t)))
+            at += len(halves)
         value = b.call(self.function_for(index), [ctx, *args])
         b.store(b.load(slot(ctx, abi.CTX_TRAP), typ=I64_T), slot(io, abi.IO_TRAP))
         n = len(func.results)
         values = [value] if n == 1 else [b.extract_value(value, i) for i in range(n)]
-        for i, v in enumerate(values):
-            b.store(to_slot(b, v), slot(io, abi.IO_VALUES + i))
+        at = abi.IO_VALUES
+        for v in values:
+            for half in to_slots(b, v):
+                b.store(half, slot(io, at))
+                at += 1
         b.ret_void()
         return entry.name
 

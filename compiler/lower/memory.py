@@ -164,7 +164,9 @@ def lower_store(fl: FunctionLowering, op: Op, args) -> None:
         if proven
         else checked_address(fl, addr, op.attrs["offset"], bits // 8)
     )
-    if isinstance(value.type, ir.IntType) and value.type.width != bits:
+    if isinstance(value.type, ir.VectorType):  # a v128: its bytes as they are
+        pass
+    elif isinstance(value.type, ir.IntType) and value.type.width != bits:
         value = fl.b.trunc(value, INT_OF_WIDTH[bits])
     elif not isinstance(value.type, ir.IntType):
         value = fl.target.float_bits(fl.b, value, INT_OF_WIDTH[bits])
@@ -172,7 +174,12 @@ def lower_store(fl: FunctionLowering, op: Op, args) -> None:
         fl.b.store(value, ptr, align=_proven_alignment(fl, bits))
         return
     by_alignment(fl, ptr, bits // 8, lambda align: fl.b.store(value, ptr, align=align) and None,
-                 lambda: store_bytes(fl, ptr, value))  # fmt: skip
+                 lambda: store_bytes(fl, ptr, _as_int(fl, value)))  # fmt: skip
+
+
+def _as_int(fl: FunctionLowering, value: ir.Value) -> ir.Value:
+    """An integer or a v128 as the integer of its width, for a byte-wise store."""
+    return value if isinstance(value.type, ir.IntType) else fl.b.bitcast(value, int_of(value.type))
 
 
 def _proven_alignment(fl: FunctionLowering, bits: int) -> int:
