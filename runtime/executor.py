@@ -74,7 +74,10 @@ class Executor(ABC):
         self.compilation: Compilation = compile_entries(
             self.module, target, roots, options, self.cache, self.cache_key
         )
-        self._io_slots = 1 + max([max(len(f.params), len(f.results)) for f in self.module.functions] + [0])
+        self._io_slots = 1 + max(
+            [max(_slot_count(f.params), _slot_count(f.results)) for f in self.module.functions] + [0]
+        )
+        self._global_types = [g.type.name for g in self.module.globals]
         self._setup()
         if self.wasm.start is not None:
             result = self.call_index(self.wasm.start, [])
@@ -115,13 +118,21 @@ class Executor(ABC):
             reason = self.compilation.skipped.get(index, "not compiled")
             return CallResult(error=f"not compilable for the {self.backend} backend: {reason}")
         io = (U64 * self._io_slots)()
-        for i, (_, bits) in enumerate(args):
-            io[abi.IO_VALUES + i] = bits
+        at = abi.IO_VALUES
+        for ty, bits in args:
+            for k in range(abi.value_slots(ty.name)):
+                io[at] = (bits >> (64 * k)) & abi.MASK64
+                at += 1
         self._run(index, io)
         if io[abi.IO_TRAP]:
             return CallResult(trap=trap_message(io[abi.IO_TRAP]))
-        values = tuple(_from_slot(t, io[abi.IO_VALUES + i]) for i, t in enumerate(func.results))
-        return CallResult(values=values)
+        values = []
+        at = abi.IO_VALUES
+        for ty in func.results:
+            n = abi.value_slots(ty.name)
+            values.append(_from_slot(ty, sum(io[at + k] << (64 * k) for k in range(n))))
+            at += n
+        return CallResult(values=tuple(values))
 
     # -- the layout shared by both backends ------------------------------------------------
 
@@ -129,6 +140,10 @@ class Executor(ABC):
         current = len(self.state.memory) // abi.PAGE_SIZE if self.state.memory is not None else 0
         limit = self.state.max_pages
         return limit if headroom is None else min(limit, current + headroom)
+
+
+def _slot_count(types) -> int:
+    return sum(abi.value_slots(t.name) for t in types)
 
 
 def _from_slot(ty: Type, bits: int) -> WasmValue:
@@ -171,7 +186,8 @@ class HostExecutor(Executor):
                 "memory_size": len(state.memory),
                 "memory_capacity": capacity,
             }
-        self._globals = (U64 * max(1, len(state.globals)))(*state.globals)
+        slots = abi.global_slot_values(self._global_types, state.globals)
+        self._globals = (U64 * max(1, len(slots)))(*slots)
         descriptors = (U64 * max(1, abi.TABLE_SLOTS * len(state.tables)))()
         for t, table in enumerate(state.tables):
             limit = table.max if table.max is not None else 0xFFFFFFFF
@@ -217,7 +233,7 @@ class HostExecutor(Executor):
         return bytes(self._mem[: self.ctx[abi.CTX_MEM_SIZE]])
 
     def globals(self) -> list[int]:
-        return list(self._globals[: len(self.state.globals)])
+        return abi.global_values(self._global_types, list(self._globals))
 
 
 class GPUExecutor(Executor):
@@ -269,7 +285,8 @@ class GPUExecutor(Executor):
                 "memory_size": len(state.memory),
                 "memory_capacity": capacity,
             }
-        self._globals = self._alloc(8 * len(state.globals), bytes((U64 * len(state.globals))(*state.globals)))
+        slots = abi.global_slot_values(self._global_types, state.globals)
+        self._globals = self._alloc(8 * len(slots), bytes((U64 * len(slots))(*slots)))
         descriptors = (U64 * max(1, abi.TABLE_SLOTS * len(state.tables)))()
         for t, table in enumerate(state.tables):
             limit = table.max if table.max is not None else 0xFFFFFFFF
@@ -379,11 +396,11 @@ class GPUExecutor(Executor):
         return bytes(out)
 
     def globals(self) -> list[int]:
-        n = len(self.state.globals)
+        n = len(abi.global_slot_values(self._global_types, self.state.globals))
         out = (U64 * max(1, n))()
         if n:
             self.context.memcpy_dtoh(out, self._globals.ptr, 8 * n)
-        return list(out[:n])
+        return abi.global_values(self._global_types, list(out[:n]))
 
     def close(self) -> None:
         for buf in self._buffers:

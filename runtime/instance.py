@@ -62,7 +62,7 @@ def eval_const(expr: list[Instr], globals_: list[int], global_types) -> int:
             break
         if name in ("i32.const", "i64.const"):
             stack.append(instr.imm & (MASK64 if name == "i64.const" else 0xFFFFFFFF))
-        elif name in ("f32.const", "f64.const"):
+        elif name in ("f32.const", "f64.const", "v128.const"):
             stack.append(instr.imm)
         elif name == "global.get":
             stack.append(globals_[instr.imm])
