@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tensorwasm.compiler.traps import TRAP_MESSAGES, TrapKind
+from tensorwasm.dialect.types import F32, F64, I32, I64, V128
 from tensorwasm.runtime.values import CallResult, NanPattern, matches, parse_expected_value, parse_json_value
 from tensorwasm.support.errors import TensorWasmError
 
@@ -45,6 +46,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TESTSUITE_PLACES = (ROOT.parent / "shared" / "wasm-testsuite", ROOT / "shared" / "wasm-testsuite")
 BACKENDS = ("cpu", "gpu", "gpu-sm_80", "gpu-sm_75", "wasmtime")  # gpu: the device's own target
 EXTERNS = ("func", "table", "memory", "global")
+# wast2json's lane types of a v128 -> the type one lane is read as (i8/i16 lanes are i32s
+# of their own width for matching: their bits are compared exactly).
+LANE_TYPES = {"i8": I32, "i16": I32, "i32": I32, "i64": I64, "f32": F32, "f64": F64}
 
 # The core files not claimed, each with its reason and what would let it run.
 _IMPORTED_STATE = (
@@ -79,10 +83,12 @@ NOT_CLAIMED: dict[str, str] = {
         what="tables hold functions imported from another module, called by call_indirect"
     ),
     "utf8-invalid-encoding": "no binary check: its assert_malformed modules are text (a text parser's test)",
+    "simd_linking": "imports a mutable v128 global from another module: "
+    + _IMPORTED_STATE.format(what="global"),
 }
 
 # The core files every backend must pass in full: the rest of the core testsuite.
-CLAIMED: tuple[str, ...] = (
+CORE_CLAIMED: tuple[str, ...] = (
     "address", "align", "binary", "binary-leb128", "block", "br", "br_if", "br_table", "bulk",
     "call", "call_indirect", "comments", "const", "conversions", "custom", "endianness",
     "exports", "f32", "f32_bitwise", "f32_cmp", "f64", "f64_bitwise", "f64_cmp", "fac",
@@ -95,6 +101,25 @@ CLAIMED: tuple[str, ...] = (
     "traps", "type", "unreachable", "unreached-invalid", "unreached-valid", "unwind",
     "utf8-custom-section-id", "utf8-import-field", "utf8-import-module",
 )  # fmt: skip
+# The fixed-width SIMD files every backend must pass in full: all but simd_linking.
+SIMD_CLAIMED: tuple[str, ...] = (
+    "simd_address", "simd_align", "simd_bit_shift", "simd_bitwise", "simd_boolean",
+    "simd_const", "simd_conversions", "simd_f32x4", "simd_f32x4_arith", "simd_f32x4_cmp",
+    "simd_f32x4_pmin_pmax", "simd_f32x4_rounding", "simd_f64x2", "simd_f64x2_arith",
+    "simd_f64x2_cmp", "simd_f64x2_pmin_pmax", "simd_f64x2_rounding", "simd_i16x8_arith",
+    "simd_i16x8_arith2", "simd_i16x8_cmp", "simd_i16x8_extadd_pairwise_i8x16",
+    "simd_i16x8_extmul_i8x16", "simd_i16x8_q15mulr_sat_s", "simd_i16x8_sat_arith",
+    "simd_i32x4_arith", "simd_i32x4_arith2", "simd_i32x4_cmp", "simd_i32x4_dot_i16x8",
+    "simd_i32x4_extadd_pairwise_i16x8", "simd_i32x4_extmul_i16x8",
+    "simd_i32x4_trunc_sat_f32x4", "simd_i32x4_trunc_sat_f64x2", "simd_i64x2_arith",
+    "simd_i64x2_arith2", "simd_i64x2_cmp", "simd_i64x2_extmul_i32x4", "simd_i8x16_arith",
+    "simd_i8x16_arith2", "simd_i8x16_cmp", "simd_i8x16_sat_arith", "simd_int_to_int_extend",
+    "simd_lane", "simd_load", "simd_load16_lane", "simd_load32_lane", "simd_load64_lane",
+    "simd_load8_lane", "simd_load_extend", "simd_load_splat", "simd_load_zero",
+    "simd_select", "simd_splat", "simd_store", "simd_store16_lane", "simd_store32_lane",
+    "simd_store64_lane", "simd_store8_lane",
+)  # fmt: skip
+CLAIMED: tuple[str, ...] = CORE_CLAIMED + SIMD_CLAIMED
 
 # The spec's trap messages (a prefix of them: some end with an index) -> the trap they name.
 SPEC_TRAPS: dict[str, TrapKind] = {
@@ -126,6 +151,16 @@ def find_testsuite() -> Path | None:
 def core_files(testsuite: Path) -> list[str]:
     """The names of the core ``.wast`` files, without the fixed-width SIMD ones."""
     return sorted(p.stem for p in testsuite.glob("*.wast") if not p.stem.startswith("simd_"))
+
+
+def simd_files(testsuite: Path) -> list[str]:
+    """The names of the fixed-width SIMD ``.wast`` files."""
+    return sorted(p.stem for p in testsuite.glob("simd_*.wast"))
+
+
+def testsuite_files(testsuite: Path) -> list[str]:
+    """Every file the harness knows: the core files, then the SIMD ones."""
+    return core_files(testsuite) + simd_files(testsuite)
 
 
 def find_wast2json() -> str | None:
@@ -239,7 +274,44 @@ def _host_ref(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+@dataclass(frozen=True)
+class Lanes:
+    """An expected v128 lane by lane: each lane exact bits or a NaN pattern (wast2json gives
+    a v128 as its lane type and one value per lane)."""
+
+    lane_type: str
+    lanes: tuple
+
+    def matches(self, bits: int) -> bool:
+        ty = LANE_TYPES[self.lane_type]
+        width = 128 // len(self.lanes)
+        for i, want in enumerate(self.lanes):
+            lane = (bits >> (width * i)) & ((1 << width) - 1)
+            if not matches((ty, want), (ty, lane)):
+                return False
+        return True
+
+    def __str__(self) -> str:
+        shown = (lane.value if isinstance(lane, NanPattern) else f"0x{lane:x}" for lane in self.lanes)
+        return f"{self.lane_type}x{len(self.lanes)}[{' '.join(shown)}]"
+
+
+def _lanes(obj: dict[str, Any], expected: bool):
+    """A wast2json v128 (``lane_type``, one value per lane) as a Lanes pattern, or as the
+    128-bit value where every lane is exact (always, for an argument)."""
+    ty = LANE_TYPES[obj["lane_type"]]
+    parse = parse_expected_value if expected else parse_json_value
+    lanes = tuple(parse({"type": ty.name, "value": v})[1] for v in obj["value"])
+    width = 128 // len(lanes)
+    if any(isinstance(lane, NanPattern) for lane in lanes):
+        return V128, Lanes(obj["lane_type"], lanes)
+    masked = (lane & ((1 << width) - 1) for lane in lanes)
+    return V128, sum(lane << (width * i) for i, lane in enumerate(masked))
+
+
 def _argument(obj: dict[str, Any]):
+    if obj["type"] == "v128":
+        return _lanes(obj, expected=False)
     return parse_json_value(_host_ref(obj))
 
 
@@ -247,6 +319,8 @@ def _expected(obj: dict[str, Any]):
     """An expected value; a reference without a value (``ref.func``) is any non-null one."""
     if "value" not in obj:
         return obj["type"], None
+    if obj["type"] == "v128":
+        return _lanes(obj, expected=True)
     return parse_expected_value(_host_ref(obj))
 
 
@@ -254,6 +328,8 @@ def _result_matches(want, got) -> bool:
     ty, pattern = want
     if pattern is None:
         return getattr(got[0], "name", None) == ty and got[1] != 0
+    if isinstance(pattern, Lanes):
+        return got[0] is V128 and pattern.matches(got[1])
     return matches(want, got)
 
 
@@ -261,6 +337,8 @@ def _show(value) -> str:
     ty, bits = value
     if isinstance(bits, NanPattern):
         return f"{ty}:{bits.value}"
+    if isinstance(bits, Lanes):
+        return f"{ty}:{bits}"
     return f"{ty}:0x{bits:x}" if isinstance(bits, int) else f"{ty}:non-null"
 
 
