@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
+from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, V128, Type
 from tensorwasm.support.records import record
 
 # A warm start reads only the declarations here (the host module's name, Insertion,
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from tensorwasm.compiler.frontend.module import Instr, WasmModule
     from tensorwasm.dialect.ir import FuncSig
 
-VALTYPE_BYTES = {I32: 0x7F, I64: 0x7E, F32: 0x7D, F64: 0x7C, FUNCREF: 0x70, EXTERNREF: 0x6F}
+VALTYPE_BYTES = {I32: 0x7F, I64: 0x7E, F32: 0x7D, F64: 0x7C, V128: 0x7B, FUNCREF: 0x70, EXTERNREF: 0x6F}
 HOST_MODULE = "tensorwasm"
 MEMORY_EXPORT = "tensorwasm:memory"  # memory 0, for the host functions
 FILTER_EXPORT = "tensorwasm:"  # then min_<n> / skipped_<n>: see Filter

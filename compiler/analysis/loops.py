@@ -39,6 +39,7 @@ from tensorwasm.compiler.analysis.trips import trip_count
 from tensorwasm.compiler.callgraph import reachable
 from tensorwasm.compiler.errors import NotCompilable
 from tensorwasm.dialect.ir import LoopInfo, Module, Op
+from tensorwasm.dialect.types import V128
 
 MEMORY_EFFECTS = {"mem.store", "mem.grow", "mem.copy", "mem.fill", "mem.init", "mem.data_drop"}
 STATE_WRITES = {"global.set", "table.set", "table.grow", "table.fill", "table.copy", "table.init",
@@ -96,6 +97,8 @@ def plan_loop(facts: FunctionLoops, info: LoopInfo, options: AnalysisOptions) ->
     accesses = collect_accesses(values)
     static_free = static_dependences(values, accesses)
     inputs = live_ins(values)
+    if any(value.type is V128 for value, *_ in inputs):
+        raise Reject("a v128 value enters the loop from outside: kernel parameters carry no v128 yet")
     outputs = live_outs(values)
     work: dict[tuple[Symbol, ...], int] = {}
     for block in values.body_order:
