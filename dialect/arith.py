@@ -22,14 +22,14 @@ from tensorwasm.dialect.opdef import (
     IntUnary,
     TrappingIntBinary,
 )
-from tensorwasm.dialect.types import F32, F64, I1, Type
+from tensorwasm.dialect.types import F32, F64, I1, V128, Type
 
 
 def _constant(op, operands, attrs):
     op.expect_count(operands, 0)
     ty = attrs.get("type")
     value = attrs.get("value")
-    if ty not in NUMBERS and ty is not I1:
+    if ty not in NUMBERS and ty is not I1 and ty is not V128:
         raise op.fail(f"constant of type {ty} is not allowed")
     if not isinstance(value, int) or not 0 <= value < (1 << ty.bits):
         raise op.fail(f"value {value!r} is not a {ty.bits}-bit pattern")
@@ -80,7 +80,8 @@ FLOAT_PREDICATES = ("oeq", "une", "olt", "ogt", "ole", "oge")
 
 constant = Custom(
     "arith.constant",
-    "A constant; ``value`` is the bit pattern (floats too, so NaN payloads survive). "
+    "A constant; ``value`` is the bit pattern (floats too, so NaN payloads survive; a v128's "
+    "128 bits, lane 0 lowest). "
     "`%0 = arith.constant 42 : i32`",
     _constant,
     pure=True,

@@ -11,11 +11,13 @@ import math
 import struct
 
 from tensorwasm.dialect.ir import FuncSig, Function, Module, Op, Value
-from tensorwasm.dialect.types import F32, F64, Type
+from tensorwasm.dialect.types import F32, F64, V128, Type
 
 
 def format_constant(type: Type, bits: int) -> str:
     """A constant's value as text: signed decimal, or a float with its bits where needed."""
+    if type is V128:
+        return f"0x{bits:032x}"
     if type is F32 or type is F64:
         fmt, ifmt = ("<f", "<I") if type is F32 else ("<d", "<Q")
         value = struct.unpack(fmt, struct.pack(ifmt, bits))[0]

@@ -6,7 +6,8 @@ the dot, says how the 128 bits divide (``i8x16`` ... ``f64x2``; ``v128`` for bit
 So the dialect stays small while the lowering keeps one table keyed by those names, with
 Wasm's semantics per lane: NaN rules, saturation, shift counts modulo the lane width and
 out-of-range swizzle indices giving 0. Memory goes through ``mem.load``/``mem.store``
-(a whole ``v128``, or a scalar combined with the ops below).
+(a whole ``v128``, or a scalar combined with the ops below), constants through
+``arith.constant`` (a 128-bit pattern, lane 0 in the low bits).
 """
 
 from __future__ import annotations
@@ -62,14 +63,6 @@ def _splat(op, given, attrs):
     return (V128,)
 
 
-def _const(op, given, attrs):
-    op.expect_count(given, 0)
-    value = attrs.get("value")
-    if not isinstance(value, int) or not 0 <= value < 1 << 128:
-        raise op.fail(f"value {value!r} is not a 128-bit pattern")
-    return (V128,)
-
-
 def _shuffle(op, given, attrs):
     lanes = attrs.get("lanes")
     if not (
@@ -83,7 +76,6 @@ def _shuffle(op, given, attrs):
     return (V128,)
 
 
-const = Custom("simd.const", "A 128-bit constant, little-endian. `%0 = simd.const 0x...`", _const, pure=True)
 splat = Custom(
     "simd.splat",
     "Every lane set to a scalar (i8x16/i16x8 keep its low bits). `%1 = simd.splat %0 {op = f32x4.splat}`",
@@ -142,6 +134,4 @@ test = Custom(
     pure=True,
 )
 
-SIMD = Dialect(
-    "simd", [const, splat, extract_lane, replace_lane, shuffle, unary, binary, bitselect, shift, test]
-)
+SIMD = Dialect("simd", [splat, extract_lane, replace_lane, shuffle, unary, binary, bitselect, shift, test])

@@ -315,7 +315,7 @@ def _simd_rows() -> list[Opcode]:
                               "8_splat", "16_splat", "32_splat", "64_splat"]):  # fmt: skip
         add(1 + i, f"v128.load{name}", "i32 -> v128", None, Imm.MEMARG)
     add(11, "v128.store", "i32 v128 ->", None, Imm.MEMARG)
-    add(12, "v128.const", "-> v128", "simd.const", Imm.V128)
+    add(12, "v128.const", "-> v128", "arith.constant", Imm.V128)
     add(13, "i8x16.shuffle", "v128 v128 -> v128", "simd.shuffle", Imm.SHUFFLE)
     add(14, "i8x16.swizzle", "v128 v128 -> v128", "simd.binary")
     scalar = {"i8x16": "i32", "i16x8": "i32", "i32x4": "i32", "i64x2": "i64", "f32x4": "f32", "f64x2": "f64"}

@@ -41,7 +41,7 @@ def _scalar_load(t: FunctionTranslator, addr, offset: int, align: int, bits: int
 
 def zero(t: FunctionTranslator):
     """The v128 zero (also every v128 local's initial value)."""
-    return t.b.value(simd.const, value=0)
+    return t.constant(V128, 0)
 
 
 def _load(op: Opcode) -> tuple[Handler, str]:
@@ -82,7 +82,7 @@ def _load(op: Opcode) -> tuple[Handler, str]:
             value = _scalar_load(t, t.stack.pop(), offset, align, bits)
             t.stack.append(t.b.value(simd.replace_lane, zero(t), value, op=f"{shape}.replace_lane", lane=0))
 
-        return handle, f"mem.load {{bits = {bits}}} + simd.replace_lane in simd.const 0"
+        return handle, f"mem.load {{bits = {bits}}} + simd.replace_lane in arith.constant 0 : v128"
 
     def handle(t: FunctionTranslator, instr: Instr) -> None:  # load{N}_lane
         align, offset, lane = instr.imm
@@ -116,7 +116,7 @@ def _store(op: Opcode) -> tuple[Handler, str]:
 
 
 def _const(t: FunctionTranslator, instr: Instr) -> None:
-    t.stack.append(t.b.value(simd.const, value=instr.imm))
+    t.stack.append(t.constant(V128, instr.imm))
 
 
 def _shuffle(t: FunctionTranslator, instr: Instr) -> None:
@@ -143,8 +143,8 @@ def handler(op: Opcode) -> tuple[Handler, str]:
         return _load(op)
     if op.name.startswith("v128.store"):
         return _store(op)
-    if op.dialect == "simd.const":
-        return _const, "simd.const"
+    if op.name == "v128.const":
+        return _const, "arith.constant : v128"
     if op.dialect == "simd.shuffle":
         return _shuffle, "simd.shuffle {lanes = ...}"
     return _family(op), f"{op.dialect} {{op = {op.name}}}"

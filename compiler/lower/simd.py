@@ -29,9 +29,9 @@ from llvmlite import ir
 
 from tensorwasm.compiler.errors import CompileError
 from tensorwasm.compiler.lower import convert, numeric
-from tensorwasm.compiler.lower.types import F32_T, F64_T, I32_T, I128_T, V128_T, constant
+from tensorwasm.compiler.lower.types import F32_T, F64_T, I32_T, I128_T, V128_T
 from tensorwasm.dialect.ir import Op
-from tensorwasm.dialect.types import F32, F64, I32, V128
+from tensorwasm.dialect.types import F32, F64, I32
 
 if TYPE_CHECKING:
     from tensorwasm.compiler.lower.function import FunctionLowering
@@ -464,10 +464,6 @@ def _binary_table() -> dict[str, Callable]:
 # -- lanes, constants, tests -------------------------------------------------------------------
 
 
-def lower_const(fl: FunctionLowering, op: Op, args) -> ir.Value:
-    return constant(V128, op.attrs["value"])
-
-
 def _scalar_to_lane(fl: FunctionLowering, value: ir.Value, ty: ir.VectorType) -> ir.Value:
     if not isinstance(value.type, ir.IntType):
         return fl.target.float_bits(fl.b, value, ty.element)
@@ -570,7 +566,6 @@ def lowering_of(dialect_op: str, wasm_name: str) -> Callable | None:
 
 
 LOWERINGS = {
-    "simd.const": lower_const,
     "simd.shuffle": lower_shuffle,
     "simd.bitselect": lower_bitselect,
     **LANE_OPS,

@@ -17,7 +17,9 @@ from tests.conftest import wat
 
 
 def test_every_simd_row_has_a_lowering() -> None:
-    missing = [op.name for op in SIMD_ROWS if op.dialect and simd.lowering_of(op.dialect, op.name) is None]
+    rows = [op for op in SIMD_ROWS if op.dialect and op.dialect.startswith("simd.")]
+    assert len(rows) == len(SIMD_ROWS) - 23  # the 22 memory rows and v128.const: mem and arith ops
+    missing = [op.name for op in rows if simd.lowering_of(op.dialect, op.name) is None]
     assert not missing, missing
     # And no table holds an operation no row names (a typo would go unnoticed otherwise).
     names = {op.name for op in SIMD_ROWS}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tensorwasm.dialect import simd
+from tensorwasm.dialect import arith, simd
 from tensorwasm.dialect.types import F32, I32, I64, V128
 from tensorwasm.support.errors import IRTypeError
 
@@ -17,7 +17,7 @@ def test_valid_ops_infer_their_results() -> None:
     assert simd.shift.infer([V128, I32], {"op": "i16x8.shr_u"}) == (V128,)
     assert simd.test.infer([V128], {"op": "v128.any_true"}) == (I32,)
     assert simd.shuffle.infer([V128, V128], {"lanes": tuple(range(16))}) == (V128,)
-    assert simd.const.infer([], {"value": (1 << 128) - 1}) == (V128,)
+    assert arith.constant.infer([], {"type": V128, "value": (1 << 128) - 1}) == (V128,)
 
 
 @pytest.mark.parametrize(
@@ -31,7 +31,7 @@ def test_valid_ops_infer_their_results() -> None:
         (simd.replace_lane, [V128, F32], {"op": "f64x2.replace_lane", "lane": 0}, "expects (v128, f64)"),
         (simd.shuffle, [V128, V128], {"lanes": (32,) * 16}, "16 byte indices below 32"),
         (simd.shuffle, [V128, V128], {"lanes": (0,) * 15}, "16 byte indices below 32"),
-        (simd.const, [], {"value": 1 << 128}, "not a 128-bit pattern"),
+        (arith.constant, [], {"type": V128, "value": 1 << 128}, "not a 128-bit pattern"),
         (simd.shift, [V128, I64], {"op": "i64x2.shl"}, "expects (v128, i32)"),
     ],
 )
