@@ -82,14 +82,13 @@ def _shuffle(fl: FunctionLowering, a: ir.Value, b: ir.Value, indices) -> ir.Valu
     return fl.b.shuffle_vector(a, b, mask)
 
 
-def _vector_intrinsic(
-    fl: FunctionLowering, name: str, args: list[ir.Value], ret: ir.Type | None = None
-) -> ir.Value:
+def _vector_intrinsic(fl: FunctionLowering, name: str, args: list[ir.Value]) -> ir.Value:
+    """Call the LLVM intrinsic ``name`` overloaded on the integer vector type of ``args``."""
     ty = args[0].type
     full = f"{name}.v{ty.count}i{ty.element.width}"
     fn = fl.module.globals.get(full)
     if fn is None:
-        fn = ir.Function(fl.module, ir.FunctionType(ret or ty, [a.type for a in args]), name=full)
+        fn = ir.Function(fl.module, ir.FunctionType(ty, [a.type for a in args]), name=full)
     return fl.b.call(fn, args)
 
 
@@ -113,14 +112,15 @@ def _gather(fl: FunctionLowering, values: list[ir.Value], shape: str) -> ir.Valu
     return v128(fl, out)
 
 
-def per_lane(scalar: str, to_shape: str | None = None, count: int | None = None, **attrs) -> Callable:
-    """A lowering that applies the scalar lowering of ``scalar`` to each lane (the first
-    ``count`` lanes, the rest of the result zero), giving lanes of ``to_shape``."""
+def per_lane(scalar: str, count: int | None = None, **attrs) -> Callable:
+    """A lowering that applies the scalar lowering of ``scalar`` (with ``attrs``) to each
+    lane: of the shape the op's name reads from where it names one (a conversion), else of
+    its own; the first ``count`` lanes where given, the result's other lanes zero."""
     lower_scalar = {**numeric.LOWERINGS, **convert.LOWERINGS}[scalar]
 
     def lower(fl: FunctionLowering, op: Op, args) -> ir.Value:
-        shape, _ = _split(op)
-        src = shape if to_shape is None else _source_shape(op)
+        shape, name = _split(op)
+        src = next((s for s in SHAPES if s in name), shape)
         n = count or SHAPES[src][0]
         float_type = SHAPES[src][2]
         vecs = [lanes_of(fl, a, src) for a in args]
@@ -385,23 +385,23 @@ def lower_popcnt(fl: FunctionLowering, op: Op, args) -> ir.Value:
     return v128(fl, _vector_intrinsic(fl, "llvm.ctpop", [lanes_of(fl, args[0], "i8x16")]))
 
 
-# Per-lane scalar lowerings of unary float ops and conversions: (scalar op, source lanes
-# used, attrs). The result shape is the op's own; lanes past the count are zero.
+# Unary float ops and conversions, lane by lane through the scalar op of the same rules
+# (with the lanes they read, where not all, and the scalar op's attributes).
 def _unary_per_lane() -> dict[str, Callable]:
     table: dict[str, Callable] = {}
     for shape in ("f32x4", "f64x2"):
         for name in ("abs", "neg", "sqrt", "ceil", "floor", "trunc", "nearest"):
             table[f"{shape}.{name}"] = per_lane(f"arith.f{name}")
-    table["i32x4.trunc_sat_f32x4_s"] = per_lane("arith.fptosi_sat", "i32x4", to=I32)
-    table["i32x4.trunc_sat_f32x4_u"] = per_lane("arith.fptoui_sat", "i32x4", to=I32)
-    table["i32x4.trunc_sat_f64x2_s_zero"] = per_lane("arith.fptosi_sat", "i32x4", 2, to=I32)
-    table["i32x4.trunc_sat_f64x2_u_zero"] = per_lane("arith.fptoui_sat", "i32x4", 2, to=I32)
-    table["f32x4.convert_i32x4_s"] = per_lane("arith.sitofp", "f32x4", to=F32)
-    table["f32x4.convert_i32x4_u"] = per_lane("arith.uitofp", "f32x4", to=F32)
-    table["f64x2.convert_low_i32x4_s"] = per_lane("arith.sitofp", "f64x2", 2, to=F64)
-    table["f64x2.convert_low_i32x4_u"] = per_lane("arith.uitofp", "f64x2", 2, to=F64)
-    table["f32x4.demote_f64x2_zero"] = per_lane("arith.fptrunc", "f32x4", 2, to=F32)
-    table["f64x2.promote_low_f32x4"] = per_lane("arith.fpext", "f64x2", 2, to=F64)
+    table["i32x4.trunc_sat_f32x4_s"] = per_lane("arith.fptosi_sat", to=I32)
+    table["i32x4.trunc_sat_f32x4_u"] = per_lane("arith.fptoui_sat", to=I32)
+    table["i32x4.trunc_sat_f64x2_s_zero"] = per_lane("arith.fptosi_sat", 2, to=I32)
+    table["i32x4.trunc_sat_f64x2_u_zero"] = per_lane("arith.fptoui_sat", 2, to=I32)
+    table["f32x4.convert_i32x4_s"] = per_lane("arith.sitofp", to=F32)
+    table["f32x4.convert_i32x4_u"] = per_lane("arith.uitofp", to=F32)
+    table["f64x2.convert_low_i32x4_s"] = per_lane("arith.sitofp", 2, to=F64)
+    table["f64x2.convert_low_i32x4_u"] = per_lane("arith.uitofp", 2, to=F64)
+    table["f32x4.demote_f64x2_zero"] = per_lane("arith.fptrunc", 2, to=F32)
+    table["f64x2.promote_low_f32x4"] = per_lane("arith.fpext", 2, to=F64)
     return table
 
 
