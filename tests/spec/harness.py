@@ -158,7 +158,7 @@ def simd_files(testsuite: Path) -> list[str]:
     return sorted(p.stem for p in testsuite.glob("simd_*.wast"))
 
 
-def testsuite_files(testsuite: Path) -> list[str]:
+def spec_files(testsuite: Path) -> list[str]:
     """Every file the harness knows: the core files, then the SIMD ones."""
     return core_files(testsuite) + simd_files(testsuite)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spec.harness import CLAIMED, NOT_CLAIMED, find_testsuite, run_file, testsuite_files
+from tests.spec.harness import CLAIMED, NOT_CLAIMED, find_testsuite, run_file, spec_files
 from tests.spec.table import DOC_PATH, cell, current_cells
 
 TESTSUITE = find_testsuite()
@@ -29,14 +29,14 @@ def workdir(tmp_path_factory) -> Path:
 
 
 def test_every_file_is_claimed_or_has_a_reason() -> None:
-    files = set(testsuite_files(TESTSUITE))
+    files = set(spec_files(TESTSUITE))
     assert set(CLAIMED) | set(NOT_CLAIMED) == files
     assert not set(CLAIMED) & set(NOT_CLAIMED)
 
 
 def test_docs_table_lists_every_file() -> None:
     cells = current_cells(DOC_PATH.read_text())
-    assert sorted(cells) == sorted(testsuite_files(TESTSUITE)), "run scripts/spec-table"
+    assert sorted(cells) == sorted(spec_files(TESTSUITE)), "run scripts/spec-table"
     for name, reason in NOT_CLAIMED.items():
         assert f"- `{name}`: {reason}" in DOC_PATH.read_text(), "run scripts/spec-table"
 
