@@ -94,21 +94,22 @@ def wasmtime_main(data: bytes) -> int:
     return instance.exports(store)["main"](store)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("proposal", sorted(CASES))
 def test_run_gives_wasmtimes_output_and_declines_only_the_unsupported_functions_loop(
-    proposal: str, tmp_path, capsys
+    proposal: str, device: str, tmp_path, capsys
 ) -> None:
     path = tmp_path / "m.wat"
     path.write_text(module_text(proposal))
     expected = wasmtime_main(wasmtime.wat2wasm(module_text(proposal)))
     status = main(
-        ["run", str(path), "--invoke", "main", "--device", "cpu", "--offload", "always", "--report", "json"]
+        ["run", str(path), "--invoke", "main", "--device", device, "--offload", "always", "--report", "json"]
     )
     out, err = capsys.readouterr()
     assert status == 0, err
     assert out.strip() == str(expected)
     report = json.loads(err.strip().splitlines()[-1])
-    assert report["unsupported"] is None
+    assert report["unsupported"] is None and report["device"] == device
     rows = {row["func"]: row for row in report["loops"]}
     assert rows["fill"]["verdict"] == "offload" and rows["fill"]["offloaded"] == 1, rows["fill"]
     assert rows["odd"]["verdict"] == "reject" and rows["odd"]["device"] is None
