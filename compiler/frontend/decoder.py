@@ -84,6 +84,9 @@ SECTION_RANK = {1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 8: 9, 9: 10, 12
 EXTERN_KINDS = {0: "func", 1: "table", 2: "memory", 3: "global", 4: "tag"}
 # Guards against absurd counts in hostile input, well above anything a real module has.
 MAX_LOCALS = 50_000
+# The largest function body wasmtime (wasmparser) accepts: where it refused the module,
+# ``check`` does not read a larger one for a message of its own (wasmtime's says why).
+WASMTIME_MAX_BODY = 7_654_321
 MAX_PAGES = 65_536
 CONST_OPS = frozenset(
     {"i32.const", "i64.const", "f32.const", "f64.const", "global.get", "ref.null", "ref.func",
@@ -566,7 +569,7 @@ def _code_section(r: Reader, first_index: int, bodies: str) -> list[Code]:
         code = Code.deferred(start, size, first_index + i, _body_reader(r.data, lenient))
         if bodies == "eager":
             code.load()
-        elif bodies == "check":  # (degrading, a malformed body raises; an unsupported one does not)
+        elif bodies == "check" and size <= WASMTIME_MAX_BODY:  # (degrading, only a malformed body raises)
             parts = _read_body(r.data, code, lenient, keep=False)
             if not parts.readable and not isinstance(parts.unsupported, UnsupportedFeature):
                 raise parts.unsupported

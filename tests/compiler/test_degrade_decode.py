@@ -87,7 +87,7 @@ def test_without_degrade_the_same_module_is_refused_at_the_first_use() -> None:
         ("(module (memory i64 1))", "memory64"),
         ("(module (memory 1 1 shared))", "threads"),
         ("(module (type (struct (field i32))))", "GC"),
-        ("(module (global v128 (v128.const i64x2 0 0)))", "SIMD"),
+        ("(module (global (mut exnref) (ref.null exn)))", "exception handling"),
     ],
 )
 def test_module_level_uses_block_the_whole_module(text: str, proposal: str) -> None:
