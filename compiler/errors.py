@@ -29,7 +29,30 @@ class DecodeError(TensorWasmError):
 
 
 class UnsupportedFeature(DecodeError):
-    """The module uses a Wasm proposal TensorWasm does not compile."""
+    """The module uses a Wasm proposal TensorWasm does not compile.
+
+    ``proposal`` names it ("threads") and ``what`` the use ("instruction return_call"),
+    where the decoder knows them: :meth:`uses` is then the short reason a report gives."""
+
+    def __init__(
+        self,
+        message: str,
+        offset: int | None = None,
+        func_index: int | None = None,
+        *,
+        proposal: str | None = None,
+        what: str | None = None,
+    ):
+        self.proposal = proposal
+        self.what = what
+        super().__init__(message, offset, func_index)
+
+    def uses(self) -> str:
+        """The reason in short: "uses the threads proposal (instruction 0xfe 30 at offset 0x4a)", else the message."""
+        if self.proposal is None:
+            return self._format()
+        where = f" at offset 0x{self.offset:x}" if self.offset is not None else ""
+        return f"uses the {self.proposal} proposal ({self.what}{where})"
 
 
 class ValidationError(TensorWasmError):

@@ -65,6 +65,9 @@ class Request:
     options: AnalysisOptions | None = None  # the loops stage's
     target: Target | None = None  # the llvm, ptx and native stages'
     lower_options: LowerOptions | None = None
+    # The wasm stage's: mark what the compiler cannot translate instead of refusing the
+    # module (offload: those functions stay on wasmtime; see compiler.degrade).
+    degrade: bool = False
 
     def __post_init__(self) -> None:
         if self.entries not in (FUNCTIONS, LOOPS):
@@ -177,16 +180,17 @@ class CompileState:
 def _decode(request: Request, state: CompileState) -> DecodedWasm:
     from tensorwasm.compiler.frontend import load
 
-    return DecodedWasm(request.data, load(request.data))
+    return DecodedWasm(request.data, load(request.data, degrade=request.degrade))
 
 
 def _translate(request: Request, state: CompileState) -> DialectModule:
+    from tensorwasm.compiler.degrade import stays_on_wasmtime
     from tensorwasm.compiler.frontend.translate import loop_closure, translate_module
 
     wasm = state.wasm.module
     only = None
     if request.translate == LOOP_CLOSURE:
-        only = loop_closure(wasm)
+        only = loop_closure(wasm) - stays_on_wasmtime(wasm).keys()
     elif request.translate == SELECTED and request.functions is not None:
         only = set(request.functions)
     return DialectModule(translate_module(wasm, only=only))

@@ -61,6 +61,9 @@ class PreparedModule:
     reports: tuple[LoopReport, ...]
     loops: tuple[PreparedLoop, ...]
     regions: tuple[Region, ...]
+    # Why no loop of the module is offloaded, where the module itself stands in the way
+    # (a 64-bit memory, say): it then runs on wasmtime as it is.
+    unsupported: str | None = None
 
     @property
     def host_sigs(self) -> dict[str, tuple[list[Type], list[Type]]]:
@@ -82,12 +85,17 @@ def prepare_offload(
     data: bytes, options: AnalysisOptions | None = None, wasm: WasmModule | None = None
 ) -> Preparation:
     """Prepare the module ``data`` (already decoded as ``wasm``, where given) for offload."""
-    from tensorwasm.compiler import pipeline
+    from tensorwasm.compiler import degrade, pipeline
     from tensorwasm.compiler.analysis.regions import find_regions
     from tensorwasm.compiler.rewrite import RegionExit, loop_filter, rewrite
 
-    request = pipeline.Request(data, entries=pipeline.LOOPS, translate=pipeline.LOOP_CLOSURE, options=options)
+    request = pipeline.Request(
+        data, entries=pipeline.LOOPS, translate=pipeline.LOOP_CLOSURE, options=options, degrade=True
+    )
     state = pipeline.CompileState(wasm=pipeline.DecodedWasm(data, wasm) if wasm is not None else None)
+    blocked = pipeline.run(request, "wasm", state=state).wasm.module.offload_blocker()
+    if blocked is not None:  # the module runs as it is
+        return Preparation(PreparedModule(data, (), (), (), degrade.reason(blocked)), request, state)
     pipeline.run(request, "kernels", state=state)
     wasm = state.wasm.module
     kernels = state.kernels.loops
@@ -116,7 +124,8 @@ def prepare_offload(
         )
         for n, (ins, k) in enumerate(zip(insertions, kernels, strict=True))
     )
-    prepared = PreparedModule(rewritten, state.loops.reports, loops, tuple(regions))
+    reports = degrade.declined_reports(wasm, module, state.loops.reports, degrade.stays_on_wasmtime(wasm))
+    prepared = PreparedModule(rewritten, reports, loops, tuple(regions))
     return Preparation(prepared, request, state)
 
 

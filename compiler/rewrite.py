@@ -41,6 +41,9 @@ HOST_MODULE = "tensorwasm"
 MEMORY_EXPORT = "tensorwasm:memory"  # memory 0, for the host functions
 FILTER_EXPORT = "tensorwasm:"  # then min_<n> / skipped_<n>: see Filter
 HOOKS_EXPORT = "tensorwasm:hooks"  # the table through which the loops' host calls go
+# The instructions whose immediate is a function index, which the new imports shift (the
+# tail call is in a function that stays on wasmtime: see compiler.degrade).
+FUNC_INDEX_OPS = frozenset({"call", "return_call", "ref.func"})
 
 
 def uleb(value: int) -> bytes:
@@ -333,7 +336,7 @@ def _expr(instrs: list[Instr], data: bytes, end: int, func_index) -> bytes:
     out = bytearray()
     for i, instr in enumerate(instrs):
         stop = instrs[i + 1].offset if i + 1 < len(instrs) else end
-        if instr.op.name in ("call", "ref.func"):
+        if instr.op.name in FUNC_INDEX_OPS:
             out += data[instr.offset : instr.offset + 1] + uleb(func_index(instr.imm))
         else:
             out += data[instr.offset : stop]
@@ -354,7 +357,7 @@ def _globals(wasm: WasmModule, func_index, extra: list[bytes]) -> bytes:
 
 
 def _exports(wasm: WasmModule, func_index, memory: bool, extra: list[bytes]) -> bytes:
-    kinds = {"func": 0, "table": 1, "memory": 2, "global": 3}
+    kinds = {"func": 0, "table": 1, "memory": 2, "global": 3, "tag": 4}
     items = [
         name(e.name) + bytes([kinds[e.kind]]) + uleb(func_index(e.index) if e.kind == "func" else e.index)
         for e in wasm.exports
@@ -455,7 +458,7 @@ def _body(
             if exit_label is None:
                 wrapped.append((ins.end, depth))
         name_ = instr.op.name
-        if name_ in ("call", "ref.func"):
+        if name_ in FUNC_INDEX_OPS:
             out += data[instr.offset : instr.offset + 1] + uleb(func_index(instr.imm))
         elif name_ in ("br", "br_if", "br_table") and wrapped:
             out += _relabel(instr, depth, wrapped)

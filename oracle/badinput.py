@@ -8,7 +8,9 @@ it in a fresh process, with a time limit, and a case fails where:
 
 - the process printed a Python traceback or died of a signal;
 - it ran past the time limit where plain wasmtime, given the same module, finished;
-- its peak memory passed the limit (``--max-rss-mib``).
+- its peak memory passed the limit (``--max-rss-mib``);
+- ``run`` refused, for a proposal TensorWasm does not compile, a module that wasmtime
+  validates (such a module runs, its untranslatable functions on wasmtime).
 
 ``python -m tensorwasm.oracle.badinput --seconds 60 --seed 7`` prints each failure (the
 command, what went wrong and the module's saved path) and a count per command.
@@ -163,6 +165,21 @@ def _wasmtime_finishes(module: Path, seconds: float) -> bool:
     return True
 
 
+def _unsupported(err: str) -> bool:
+    """Whether a command's one-line error is the compiler's refusal of a proposal."""
+    return "does not support" in err or "is not supported" in err
+
+
+def _wasmtime_validates(module: Path) -> bool:
+    import wasmtime
+
+    try:
+        wasmtime.Module.validate(wasmtime.Engine(), module.read_bytes())
+    except wasmtime.WasmtimeError:
+        return False
+    return True
+
+
 def check(
     module: Path, command: str, work: Path, seconds: float, max_rss_kib: int, env: dict[str, str]
 ) -> str | None:
@@ -178,6 +195,8 @@ def check(
         return f"died of signal {-status}"
     if command in CLEAN and status not in CLEAN[command]:
         return f"exit status {status}: {err.strip()[-300:]}"
+    if command == "run" and status == 2 and _unsupported(err) and _wasmtime_validates(module):
+        return f"refused a module wasmtime runs: {err.strip()[-300:]}"
     if peak > max_rss_kib:
         return f"peak memory {peak >> 10} MiB (limit {max_rss_kib >> 10} MiB)"
     return None

@@ -142,11 +142,15 @@ class LoopRecord:
 
 @dataclass
 class OffloadReport:
-    """Per loop of the module (its loops in libc included), in the order of the code."""
+    """Per loop of the module (its loops in libc included), in the order of the code; a
+    loop in a function that uses a proposal TensorWasm does not compile is declined with
+    that reason. ``unsupported`` says why no loop is offloaded where the module itself uses
+    such a proposal (a 64-bit memory, say): it then runs on wasmtime as it is."""
 
     device: str
     loops: list[LoopRecord]
     regions: list[dict]
+    unsupported: str | None = None
 
     def json(self) -> str:
         return json.dumps(asdict(self))
@@ -176,7 +180,8 @@ def offload_report(prepared: OffloadModule) -> OffloadReport:
             row.threads, row.pinned = stats.threads, stats.pinned
             row.inside = around.get(id(chosen))
         loops.append(row)
-    return OffloadReport(prepared.device, loops, [records.asdict(r) for r in prepared.region_stats])
+    regions = [records.asdict(r) for r in prepared.region_stats]
+    return OffloadReport(prepared.device, loops, regions, prepared.unsupported)
 
 
 def _enclosing(prepared: OffloadModule) -> dict[int, int]:

@@ -140,6 +140,7 @@ class OffloadModule:
     def _adopt(self, found: PreparedModule) -> None:
         """Take a prepared module's loops, reports and regions, with fresh statistics."""
         self.reports = list(found.reports)
+        self.unsupported = found.unsupported  # why nothing is offloaded, where the module says
         self.rewritten = found.rewritten
         self.regions = list(found.regions)
         self._host_sigs = found.host_sigs
@@ -155,9 +156,10 @@ class OffloadModule:
 
     @property
     def wasm(self):
-        """The decoded module (decoded on first use: a warm start does not need it)."""
+        """The decoded module (decoded on first use: a warm start does not need it), with
+        what the compiler cannot translate marked, not refused: wasmtime runs those parts."""
         if self._wasm is None:
-            self._wasm = load(self._wasm_bytes)
+            self._wasm = load(self._wasm_bytes, degrade=True)
         return self._wasm
 
     @property

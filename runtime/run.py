@@ -216,9 +216,12 @@ def report(prepared: OffloadModule, timings: dict, fmt: str) -> str:
     rows = [asdict(row) for row in found.loops]
     regions = found.regions
     if fmt == "json":
-        return json.dumps({"device": prepared.device, **timings, "loops": rows, "regions": regions})
+        return json.dumps({"device": prepared.device, **timings, "loops": rows, "regions": regions,
+                           "unsupported": found.unsupported})  # fmt: skip
     lines = [f"tensorwasm: offload report (device {prepared.device}; compile {timings['compile_seconds'] * 1e3:.0f} ms, "
              f"run {timings['run_seconds'] * 1e3:.0f} ms)"]  # fmt: skip
+    if found.unsupported is not None:
+        lines.append(f"  nothing offloaded: the module {found.unsupported}; it runs on wasmtime as it is")
     for row in rows:
         where = f"{row['func']} +0x{row['offset']:x}"
         if row["device"] is None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import wasmtime
 
 from tensorwasm.compiler.errors import DecodeError, ValidationError
+from tensorwasm.support.errors import TensorWasmError
 
 if TYPE_CHECKING:
     from tensorwasm.compiler.frontend.module import WasmModule
@@ -88,10 +89,27 @@ def validate(data: bytes) -> None:
         raise ValidationError("invalid module: " + "; ".join(lines[:3])) from None
 
 
-def load(data: bytes) -> WasmModule:
-    """Decode and validate: the module every later stage may rely on."""
-    from tensorwasm.compiler.frontend.decoder import decode
+def load(data: bytes, *, degrade: bool = False) -> WasmModule:
+    """Decode and validate: the module every later stage may rely on.
 
-    module = decode(data)
-    validate(data)
+    wasmtime validates the module before any function body is decoded (bodies are decoded
+    at first use), so hostile input costs memory in proportion to its size; where either
+    refuses the module, the first problem in the order of the bytes is raised, as a
+    decoder's error where the decoder finds one. Without ``degrade`` every body is decoded
+    here and the first use of a proposal TensorWasm does not compile is raised
+    (UnsupportedFeature); with it, such uses are marked on the module and its functions
+    instead (see :mod:`compiler.frontend.decoder`), for a caller that runs the module on
+    wasmtime anyway."""
+    from tensorwasm.compiler.frontend.decoder import check, decode
+
+    data = bytes(data)
+    try:
+        module = decode(data, lazy=True, degrade=degrade)
+        validate(data)
+    except TensorWasmError:
+        check(data, degrade)  # a decoder's error, with its offset, comes first
+        raise
+    if not degrade:
+        for code in module.codes:
+            code.load()
     return module

@@ -11,15 +11,29 @@ naming the proposal, so the bytes after them are never misread. Semantic validat
 validator, which accepts later proposals, is looser than the Wasm TensorWasm compiles
 (:func:`_check_wasm2_rules`): one memory at most, and constant expressions that read
 imported globals only.
+
+Function bodies are the bulk of a module, so they can be read when first needed
+(``lazy``): the sections are decoded, each body is only delimited, and
+:func:`tensorwasm.compiler.frontend.load` has wasmtime validate the whole module before any
+body becomes instructions (a 50 MB body is refused by the validator, not decoded into
+gigabytes of objects first). ``degrade`` is how ``tensorwasm run`` reads a module that
+wasmtime runs: an unsupported instruction or type inside a body marks that function
+(:attr:`Code.unsupported`) and the body is read on where the proposal's encoding is known
+(:data:`_FAMILY_IMMEDIATES`, :data:`_MORE_IMMEDIATES`), so the rewriter can still renumber
+its calls; what the rewriter cannot carry through (a type section of the GC proposal, a
+64-bit or shared memory, a body that cannot be read to its end) marks the whole module
+instead (:attr:`WasmModule.blocked`): the program then runs on wasmtime as it is.
 """
 
 from __future__ import annotations
 
 import gc
 import struct
+from collections.abc import Callable
 
 from tensorwasm.compiler.errors import DecodeError, UnsupportedFeature
 from tensorwasm.compiler.frontend.module import (
+    BodyParts,
     Code,
     CustomSection,
     DataSegment,
@@ -39,6 +53,7 @@ from tensorwasm.compiler.frontend.opcodes import (
     PREFIX_FAMILIES,
     PREFIX_MISC,
     PREFIX_SIMD,
+    PREFIX_THREADS,
     SIMD,
     SINGLE,
     Feature,
@@ -73,6 +88,9 @@ SECTION_RANK = {1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 8: 9, 9: 10, 12
 EXTERN_KINDS = {0: "func", 1: "table", 2: "memory", 3: "global", 4: "tag"}
 # Guards against absurd counts in hostile input, well above anything a real module has.
 MAX_LOCALS = 50_000
+# The largest function body wasmtime (wasmparser) accepts: where it refused the module,
+# ``check`` does not read a larger one for a message of its own (wasmtime's says why).
+WASMTIME_MAX_BODY = 7_654_321
 MAX_PAGES = 65_536
 CONST_OPS = frozenset(
     {"i32.const", "i64.const", "f32.const", "f64.const", "v128.const", "global.get", "ref.null", "ref.func",
@@ -80,21 +98,33 @@ CONST_OPS = frozenset(
 )  # fmt: skip
 _END = BY_NAME["end"]
 _ELSE = BY_NAME["else"]
-_OPENERS = frozenset({BY_NAME["block"], BY_NAME["loop"], BY_NAME["if"]})
+_IF = BY_NAME["if"]
+_OPENERS = frozenset({BY_NAME["block"], BY_NAME["loop"], _IF, BY_NAME["try_table"]})
 # A lane access's memarg reads as a plain memory access's does (multi-memory refused alike).
 _MEMARG_OF = {op: BY_NAME["v128.load"] for op in SIMD.values() if op.imm is Imm.MEMARG_LANE}
 
 
+# Value-type bytes followed by a heap type: a body that holds one cannot be read on.
+_HEAP_TYPED = frozenset({0x63, 0x64})
+
+
 class Reader:
-    """A cursor over a byte range with the primitive decoders of the binary format."""
+    """A cursor over a byte range with the primitive decoders of the binary format.
 
-    __slots__ = ("data", "end", "func_index", "pos")
+    A ``lenient`` reader (``decode(degrade=True)``) reads on past an unsupported
+    instruction or value type inside a function body, keeping the first in ``found``,
+    where the encoding says how many bytes it takes; at module level it reads tag imports
+    and exports; everything else unsupported still raises."""
 
-    def __init__(self, data: bytes, pos: int = 0, end: int | None = None):
+    __slots__ = ("data", "end", "found", "func_index", "lenient", "pos")
+
+    def __init__(self, data: bytes, pos: int = 0, end: int | None = None, lenient: bool = False):
         self.data = data
         self.pos = pos
         self.end = len(data) if end is None else end
         self.func_index: int | None = None
+        self.lenient = lenient
+        self.found: UnsupportedFeature | None = None
 
     def error(self, message: str, offset: int | None = None) -> DecodeError:
         return DecodeError(message, self.pos if offset is None else offset, self.func_index)
@@ -104,7 +134,17 @@ class Reader:
             f"{what} needs the {feature.value} proposal, which TensorWasm does not support",
             offset,
             self.func_index,
+            proposal=feature.value,
+            what=what,
         )
+
+    def note(self, exc: UnsupportedFeature) -> None:
+        """An unsupported construct whose bytes are known: raised, or (lenient, in a body)
+        remembered while the body is read on."""
+        if not self.lenient or self.func_index is None:
+            raise exc
+        if self.found is None:
+            self.found = exc
 
     def u8(self) -> int:
         if self.pos >= self.end:
@@ -172,27 +212,31 @@ class Reader:
         except UnicodeDecodeError:
             raise self.error("name is not valid UTF-8", start) from None
 
-    def valtype(self) -> Type:
+    def valtype(self) -> Type | None:
+        """A value type; None only for an unsupported one a lenient body reader reads on."""
         pos = self.pos
         b = self.u8()
         ty = VALTYPES.get(b)
         if ty is None:
-            feature = UNSUPPORTED_VALTYPES.get(b)
-            if feature is not None:
-                raise self.unsupported(feature, f"value type 0x{b:02x}", pos)
-            raise self.error(f"invalid value type 0x{b:02x}", pos)
+            return self._unsupported_type(b, "value", pos)
         return ty
 
-    def reftype(self) -> Type:
+    def reftype(self) -> Type | None:
         pos = self.pos
         b = self.u8()
         ty = REFTYPES.get(b)
         if ty is None:
-            feature = UNSUPPORTED_VALTYPES.get(b)
-            if feature is not None:
-                raise self.unsupported(feature, f"reference type 0x{b:02x}", pos)
-            raise self.error(f"invalid reference type 0x{b:02x}", pos)
+            return self._unsupported_type(b, "reference", pos)
         return ty
+
+    def _unsupported_type(self, b: int, kind: str, pos: int) -> None:
+        feature = UNSUPPORTED_VALTYPES.get(b)
+        if feature is None:
+            raise self.error(f"invalid {kind} type 0x{b:02x}", pos)
+        exc = self.unsupported(feature, f"{kind} type 0x{b:02x}", pos)
+        if b in _HEAP_TYPED:
+            raise exc
+        self.note(exc)
 
     def limits(self, what: str) -> Limits:
         pos = self.pos
@@ -200,7 +244,13 @@ class Reader:
         if flags in (2, 3):
             raise self.unsupported(Feature.THREADS, f"shared {what}", pos)
         if 4 <= flags <= 7:
-            raise UnsupportedFeature(f"64-bit {what} (memory64) is not supported", pos, self.func_index)
+            raise UnsupportedFeature(
+                f"64-bit {what} (memory64) is not supported",
+                pos,
+                self.func_index,
+                proposal="memory64",
+                what=f"a 64-bit {what}",
+            )
         if flags not in (0, 1):
             raise self.error(f"invalid limits flags 0x{flags:02x}", pos)
         lo = self.u32()
@@ -208,21 +258,37 @@ class Reader:
         return Limits(lo, hi)
 
 
-def decode(data: bytes) -> WasmModule:
-    """Decode a whole module; raises DecodeError (or UnsupportedFeature) on bad input."""
+def decode(data: bytes, *, lazy: bool = False, degrade: bool = False) -> WasmModule:
+    """Decode a whole module; raises DecodeError (or UnsupportedFeature) on bad input.
+
+    ``lazy``: function bodies are delimited, and decoded when first read (then they raise).
+    ``degrade`` (lazy too): what TensorWasm does not support is marked, not raised, in a
+    module wasmtime has validated (see the module docstring)."""
+    return _paused_gc(_decode, bytes(data), "lazy" if lazy or degrade else "eager", degrade)
+
+
+def check(data: bytes, degrade: bool = False) -> None:
+    """Raise the first problem :func:`decode` finds, in the order of the bytes, without
+    keeping any instruction: the bodies are read and dropped. With ``degrade``, what a
+    degrading decode marks is not a problem (nor is anything inside a body)."""
+    _paused_gc(_decode, bytes(data), "check", degrade)
+
+
+def _paused_gc(fn, *args):
     # Decoding allocates one object per instruction and frees none: pause the cyclic
     # collector, which would otherwise walk the growing lists again and again.
     paused = gc.isenabled()
     gc.disable()
     try:
-        return _decode(data)
+        return fn(*args)
     finally:
         if paused:
             gc.enable()
 
 
-def _decode(data: bytes) -> WasmModule:
-    data = bytes(data)
+def _decode(data: bytes, bodies: str, degrade: bool) -> WasmModule:
+    """``bodies``: "eager" (decoded now), "lazy" (when first read) or "check" (read now,
+    kept nowhere)."""
     if len(data) < 4 or data[:4] != MAGIC:
         raise DecodeError("not a WebAssembly module: bad magic number", 0)
     if len(data) < 8:
@@ -255,37 +321,17 @@ def _decode(data: bytes) -> WasmModule:
             if rank < last_rank:
                 raise DecodeError(f"{SECTION_NAMES[sid]} section out of order", section_start)
             last_rank = rank
-        s = Reader(data, body_start, body_start + size)
+        s = Reader(data, body_start, body_start + size, lenient=degrade)
         module.sections.append((sid, body_start, body_start + size))
-        if sid == 0:
-            _custom(s, module)
-        elif sid == 1:
-            module.types = _vec(s, _functype)
-        elif sid == 2:
-            module.imports = _vec(s, _import)
-        elif sid == 3:
-            module.funcs = _vec(s, Reader.u32)
+        try:
+            _section(s, sid, section_start, module, bodies)
+        except UnsupportedFeature as exc:
+            if not degrade:
+                raise
+            module.blocked = exc  # the rest is wasmtime's alone: nothing of it is offloaded
+            return module
+        if sid == 3:
             func_count = len(module.funcs)
-        elif sid == 4:
-            module.tables = _vec(s, _table)
-        elif sid == 5:
-            module.memories = _vec(s, _memory)
-        elif sid == 6:
-            module.globals = _vec(s, _global)
-        elif sid == 7:
-            module.exports = _vec(s, _export)
-        elif sid == 8:
-            module.start = s.u32()
-        elif sid == 9:
-            module.elements = _vec(s, _element)
-        elif sid == 12:
-            module.data_count = s.u32()
-        elif sid == 10:
-            module.codes = _code_section(s, module.num_imported_funcs)
-        elif sid == 11:
-            module.data = _vec(s, _data)
-        elif sid == 13:
-            raise s.unsupported(Feature.EXCEPTIONS, "the tag section", section_start)
         if s.pos != s.end:
             raise DecodeError(
                 f"{SECTION_NAMES[sid]} section size mismatch: {s.end - s.pos} bytes left unread",
@@ -303,8 +349,43 @@ def _decode(data: bytes) -> WasmModule:
             f"data count section says {module.data_count} segments, data section has {len(module.data)}",
             len(data),
         )
-    _check_wasm2_rules(module)
+    if not degrade:  # (wasmtime, which validated the module, runs what these rules refuse)
+        _check_wasm2_rules(module)
     return module
+
+
+def _section(s: Reader, sid: int, section_start: int, module: WasmModule, bodies: str) -> None:
+    """Decode the payload of section ``sid`` into ``module``."""
+    if sid == 0:
+        _custom(s, module)
+    elif sid == 1:
+        module.types = _vec(s, _functype)
+    elif sid == 2:
+        module.imports = _vec(s, _import)
+    elif sid == 3:
+        module.funcs = _vec(s, Reader.u32)
+    elif sid == 4:
+        module.tables = _vec(s, _table)
+    elif sid == 5:
+        module.memories = _vec(s, _memory)
+    elif sid == 6:
+        module.globals = _vec(s, _global)
+    elif sid == 7:
+        module.exports = _vec(s, _export)
+    elif sid == 8:
+        module.start = s.u32()
+    elif sid == 9:
+        module.elements = _vec(s, _element)
+    elif sid == 12:
+        module.data_count = s.u32()
+    elif sid == 10:
+        module.codes = _code_section(s, module.num_imported_funcs, bodies)
+    elif sid == 11:
+        module.data = _vec(s, _data)
+    elif sid == 13:
+        if not s.lenient:
+            raise s.unsupported(Feature.EXCEPTIONS, "the tag section", section_start)
+        s.pos = s.end  # the tags are wasmtime's: the rewriter copies the section as it is
 
 
 def _check_wasm2_rules(module: WasmModule) -> None:
@@ -367,7 +448,9 @@ def _import(r: Reader) -> Import:
     if kind == "global":
         return Import(module, name, kind, _globaltype(r))
     if kind == "tag":
-        raise r.unsupported(Feature.EXCEPTIONS, f"tag import {module}.{name}", pos)
+        if not r.lenient:
+            raise r.unsupported(Feature.EXCEPTIONS, f"tag import {module}.{name}", pos)
+        return Import(module, name, kind, _tagtype(r))
     raise r.error(f"invalid import kind 0x{r.data[pos]:02x}", pos)
 
 
@@ -406,9 +489,17 @@ def _export(r: Reader) -> Export:
     kind = EXTERN_KINDS.get(r.u8())
     if kind is None:
         raise r.error(f"invalid export kind 0x{r.data[pos]:02x}", pos)
-    if kind == "tag":
+    if kind == "tag" and not r.lenient:
         raise r.unsupported(Feature.EXCEPTIONS, f"tag export {name}", pos)
     return Export(name, kind, r.u32())
+
+
+def _tagtype(r: Reader) -> int:
+    """A tag's type (attribute 0, exceptions, then a type index): the type index."""
+    pos = r.pos
+    if r.u8() != 0:
+        raise r.error("invalid tag attribute", pos)
+    return r.u32()
 
 
 def _const_expr(r: Reader) -> list[Instr]:
@@ -469,33 +560,60 @@ def _data(r: Reader) -> DataSegment:
     raise r.error(f"invalid data segment flags {flags}", pos)
 
 
-def _code_section(r: Reader, first_index: int) -> list[Code]:
+def _code_section(r: Reader, first_index: int, bodies: str) -> list[Code]:
     count = r.u32()
     if count > r.end - r.pos:
         raise r.error(f"code section claims {count} bodies in {r.end - r.pos} bytes")
     codes = []
+    lenient = r.lenient
     for i in range(count):
         size_pos = r.pos
         size = r.u32()
         start = r.pos
         if size > r.end - start:
             raise r.error(f"function body size {size} runs past the code section", size_pos)
-        body = Reader(r.data, start, start + size)
-        body.func_index = first_index + i
-        locals_: list[Type] = []
+        code = Code.deferred(start, size, first_index + i, _body_reader(r.data, lenient))
+        if bodies == "eager":
+            code.load()
+        elif bodies == "check" and size <= WASMTIME_MAX_BODY:  # (degrading, only a malformed body raises)
+            parts = _read_body(r.data, code, lenient, keep=False)
+            if not parts.readable and not isinstance(parts.unsupported, UnsupportedFeature):
+                raise parts.unsupported
+        codes.append(code)
+        r.pos = start + size
+    return codes
+
+
+def _body_reader(data: bytes, lenient: bool) -> Callable[[Code], BodyParts]:
+    return lambda code: _read_body(data, code, lenient)
+
+
+def _read_body(data: bytes, code: Code, lenient: bool, keep: bool = True) -> BodyParts:
+    """A body's locals and instructions (none kept without ``keep``). A lenient read gives
+    what keeps the function on wasmtime instead of raising it, and where the body cannot
+    be read to its end (an encoding this decoder does not know), no instructions."""
+    body = Reader(data, code.offset, code.offset + code.size, lenient)
+    body.func_index = code.func_index
+    locals_: list[Type] = []
+    try:
+        declared = 0
         for _ in range(body.u32()):
             pos = body.pos
             n = body.u32()
             ty = body.valtype()
-            if len(locals_) + n > MAX_LOCALS:
+            declared += n
+            if declared > MAX_LOCALS:
                 raise body.error(f"too many locals (more than {MAX_LOCALS})", pos)
-            locals_.extend([ty] * n)
-        instrs = _instructions(body)
+            if keep:
+                locals_.extend([ty] * n)
+        instrs = _instructions(body, keep=keep)
         if body.pos != body.end:
             raise body.error("function body size mismatch: bytes left after the final end")
-        codes.append(Code(locals_, instrs, start, size))
-        r.pos = start + size
-    return codes
+    except DecodeError as exc:
+        if not lenient:
+            raise
+        return BodyParts(locals_, [], exc, readable=False)
+    return BodyParts(locals_, instrs, body.found, readable=True)
 
 
 def _read_imm(r: Reader, op: Opcode, pos: int):
@@ -508,14 +626,7 @@ def _read_imm(r: Reader, op: Opcode, pos: int):
     if kind is Imm.I32:
         return r.s32()
     if kind is Imm.MEMARG:
-        align = r.u32()
-        if align & 0x40:
-            raise UnsupportedFeature(
-                f"{op.name} names a memory index (multi-memory), which is not supported",
-                pos,
-                r.func_index,
-            )
-        return (align, r.u32())
+        return _memarg(r, op.name, pos)
     if kind is Imm.BLOCKTYPE:
         b = r.data[r.pos] if r.pos < r.end else None
         if b == 0x40:
@@ -542,9 +653,8 @@ def _read_imm(r: Reader, op: Opcode, pos: int):
         at = r.pos
         index = r.u32()
         if index != 0:
-            raise UnsupportedFeature(
-                f"{op.name} on memory {index} (multi-memory) is not supported", pos, r.func_index
-            )
+            r.note(_other_memory(r, op.name, index, pos))
+            return index
         if r.pos != at + 1:  # a longer encoding of 0 is multi-memory's memory index
             raise r.error(f"zero byte expected: {op.name}'s reserved byte is one byte 0x00", at)
         return 0
@@ -557,10 +667,14 @@ def _read_imm(r: Reader, op: Opcode, pos: int):
         return r.reftype()
     if kind is Imm.TABLE or kind is Imm.ELEM or kind is Imm.DATA:
         return r.u32()
-    if kind is Imm.TABLE_INIT or kind is Imm.TABLE_COPY or kind is Imm.MEMORY_COPY:
+    if kind is Imm.TABLE_INIT or kind is Imm.TABLE_COPY:
         return (r.u32(), r.u32())
-    if kind is Imm.MEMORY_INIT:
-        return (r.u32(), r.u32())
+    if kind is Imm.MEMORY_COPY or kind is Imm.MEMORY_INIT:
+        first, second = r.u32(), r.u32()
+        for index in (first, second) if kind is Imm.MEMORY_COPY else (second,):
+            if index != 0:
+                r.note(_other_memory(r, op.name, index, pos))
+        return (first, second)
     if kind is Imm.V128:
         return int.from_bytes(r.bytes(16), "little")
     if kind is Imm.SHUFFLE or kind is Imm.LANE:
@@ -572,13 +686,80 @@ def _read_imm(r: Reader, op: Opcode, pos: int):
     raise AssertionError(f"no immediate reader for {kind}")
 
 
-def _instructions(r: Reader, const: bool = False) -> list[Instr]:
-    """Decode instructions up to and including the ``end`` that closes the body."""
+def _memarg(r: Reader, name: str, pos: int) -> tuple[int, int]:
+    """A memory access's (alignment, offset); bit 6 of the alignment flags a memory index."""
+    align = r.u32()
+    if align & 0x40:
+        index = r.u32()
+        if index != 0 or not r.lenient:
+            r.note(
+                UnsupportedFeature(
+                    f"{name} names a memory index (multi-memory), which is not supported",
+                    pos,
+                    r.func_index,
+                    proposal="multi-memory",
+                    what=f"{name} on memory {index}",
+                )
+            )
+        align &= ~0x40
+    return (align, r.u32())
+
+
+def _other_memory(r: Reader, name: str, index: int, pos: int) -> UnsupportedFeature:
+    return UnsupportedFeature(
+        f"{name} on memory {index} (multi-memory) is not supported",
+        pos,
+        r.func_index,
+        proposal="multi-memory",
+        what=f"{name} on memory {index}",
+    )
+
+
+def _atomic_immediates(r: Reader, sub: int, pos: int) -> tuple[int, int] | None:
+    """The immediates of a threads instruction (0xFE ``sub``): ``atomic.fence`` has one zero
+    byte, every other (notify, wait, loads, stores, read-modify-writes) a memarg."""
+    if sub == 0x03:
+        at = r.pos
+        if r.u8() != 0:
+            raise r.error("zero byte expected: atomic.fence's reserved byte is 0x00", at)
+        return None
+    if sub > 0x4E or 0x03 < sub < 0x10:
+        raise r.error(f"unknown opcode 0xfe {sub}", pos)
+    return _memarg(r, f"instruction 0xfe {sub}", pos)
+
+
+def _catch_clauses(r: Reader, pos: int) -> tuple:
+    """``try_table``'s clauses after its block type: (kind, tag, label) each, kinds 0 and 1
+    catching one tag, 2 and 3 any."""
+    clauses = []
+    for _ in range(r.u32()):
+        at = r.pos
+        kind = r.u8()
+        if kind > 3:
+            raise r.error(f"invalid catch clause kind {kind}", at)
+        tag = r.u32() if kind < 2 else None
+        clauses.append((kind, tag, r.u32()))
+    return tuple(clauses)
+
+
+# How a lenient reader reads on past the unsupported instructions whose encoding it knows:
+# a prefixed family's by sub-opcode, and the rows whose immediates say less than the bytes.
+_FAMILY_IMMEDIATES = {PREFIX_THREADS: _atomic_immediates}
+_MORE_IMMEDIATES = {"try_table": _catch_clauses}
+# The legacy exception instructions (wasmtime refuses them unless asked): their blocks end
+# in ways the nesting count does not follow.
+_UNREADABLE = frozenset({"try", "catch", "catch_all", "delegate", "rethrow"})
+
+
+def _instructions(r: Reader, const: bool = False, keep: bool = True) -> list[Instr]:
+    """Decode instructions up to and including the ``end`` that closes the body (none are
+    kept without ``keep``: the bytes are checked, and nothing grows with their number)."""
     out: list[Instr] = []
     append = out.append
-    opens: list[int] = []
+    opens: list[tuple[int, Opcode]] = []  # the open blocks: (index in out, opener)
     data = r.data
     single = SINGLE
+    count = 0
     while True:
         pos = r.pos
         if pos >= r.end:
@@ -586,6 +767,8 @@ def _instructions(r: Reader, const: bool = False) -> list[Instr]:
         b = data[pos]
         r.pos = pos + 1
         op = single.get(b)
+        imm = None
+        family = False  # an instruction of a prefixed family, its immediates read
         if op is None:
             if b == PREFIX_MISC:
                 sub = r.u32()
@@ -598,28 +781,44 @@ def _instructions(r: Reader, const: bool = False) -> list[Instr]:
                 if op is None:
                     raise r.error(f"unknown opcode 0xfd {sub}", pos)
             elif b in PREFIX_FAMILIES:
-                family = PREFIX_FAMILIES[b]
+                op = PREFIX_FAMILIES[b]
                 sub = r.u32()
-                raise r.unsupported(
-                    family.feature, f"instruction 0x{b:02x} {sub} ({family.feature.value})", pos
-                )
+                exc = r.unsupported(op.feature, f"instruction 0x{b:02x} {sub}", pos)
+                reader = _FAMILY_IMMEDIATES.get(b)
+                if reader is None:
+                    raise exc
+                r.note(exc)
+                imm = reader(r, sub, pos)
+                family = True
             else:
                 raise r.error(f"unknown opcode 0x{b:02x}", pos)
-        if not op.supported:
-            raise r.unsupported(op.feature, f"instruction {op.name}", pos)
+        if not family and not op.supported:
+            exc = r.unsupported(op.feature, f"instruction {op.name}", pos)
+            if op.name in _UNREADABLE:
+                raise exc
+            r.note(exc)
         if const and op.name not in CONST_OPS:
             raise r.error(f"{op.name} is not allowed in a constant expression", pos)
-        instr = Instr(op, None if op.imm is Imm.NONE else _read_imm(r, op, pos), pos)
+        if not family and op.imm is not Imm.NONE:
+            imm = _read_imm(r, op, pos)
+            more = _MORE_IMMEDIATES.get(op.name)
+            if more is not None:
+                imm = (imm, more(r, pos))
         if op is _END:
             if not opens:
-                append(instr)
+                if keep:
+                    append(Instr(op, imm, pos))
                 return out
-            out[opens.pop()].match = len(out)
+            at, _ = opens.pop()
+            if keep:
+                out[at].match = len(out)
         elif op in _OPENERS:
-            opens.append(len(out))
-        elif op is _ELSE and (not opens or out[opens[-1]].op.name != "if"):
+            opens.append((count, op))
+        elif op is _ELSE and (not opens or opens[-1][1] is not _IF):
             raise r.error("else without a matching if", pos)
-        append(instr)
+        if keep:
+            append(Instr(op, imm, pos))
+        count += 1
 
 
 def _custom(r: Reader, module: WasmModule) -> None:

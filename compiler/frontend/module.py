@@ -6,11 +6,16 @@ helpers here answer "what type has function i" without callers redoing that arit
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tensorwasm.compiler.frontend.opcodes import Opcode
 from tensorwasm.dialect.ir import FuncSig
 from tensorwasm.dialect.types import Type
+
+if TYPE_CHECKING:
+    from tensorwasm.compiler.errors import DecodeError
 
 
 class Instr:
@@ -91,13 +96,66 @@ class DataSegment:
 
 
 @dataclass
-class Code:
-    """A function body: declared locals (beyond the parameters) and instructions."""
+class BodyParts:
+    """What reading a function body gives: its locals and instructions, what keeps it from
+    translation (None: nothing), and whether every instruction could be read (else
+    ``instrs`` is empty)."""
 
-    locals: list[Type]
-    body: list[Instr]
-    offset: int
-    size: int
+    locals: list[Type | None]
+    instrs: list[Instr]
+    unsupported: DecodeError | None = None
+    readable: bool = True
+
+
+class Code:
+    """A function body: declared locals (beyond the parameters) and instructions.
+
+    ``offset`` and ``size`` delimit it in the module (after its size field). A body
+    decoded lazily (:meth:`deferred`) is read at the first use of ``locals``, ``body``,
+    ``unsupported`` or ``readable``; a strict read raises its errors there.
+    """
+
+    __slots__ = ("_parts", "_read", "func_index", "offset", "size")
+
+    def __init__(self, locals_: list[Type], body: list[Instr], offset: int, size: int):
+        self.offset = offset
+        self.size = size
+        self.func_index: int | None = None
+        self._parts: BodyParts | None = BodyParts(locals_, body)
+        self._read: Callable[[Code], BodyParts] | None = None
+
+    @classmethod
+    def deferred(cls, offset: int, size: int, func_index: int, read: Callable[[Code], BodyParts]) -> Code:
+        """A body that ``read`` decodes when it is first needed."""
+        code = cls.__new__(cls)
+        code.offset, code.size, code.func_index = offset, size, func_index
+        code._parts, code._read = None, read
+        return code
+
+    def load(self) -> BodyParts:
+        """The decoded body (decoded now if it was not)."""
+        if self._parts is None:
+            self._parts = self._read(self)
+            self._read = None
+        return self._parts
+
+    @property
+    def locals(self) -> list[Type]:
+        return self.load().locals  # type: ignore[return-value]  # (None only where unsupported)
+
+    @property
+    def body(self) -> list[Instr]:
+        return self.load().instrs
+
+    @property
+    def unsupported(self) -> DecodeError | None:
+        """Why the function cannot be translated (read leniently), or None."""
+        return self.load().unsupported
+
+    @property
+    def readable(self) -> bool:
+        """Whether its instructions could all be read (so the rewriter can copy them)."""
+        return self.load().readable
 
 
 @dataclass
@@ -127,6 +185,24 @@ class WasmModule:
     raw: bytes = b""
     # (section id, payload start, payload end), in the order of the binary.
     sections: list[tuple[int, int, int]] = field(default_factory=list)
+    # Decoded with ``degrade``: what keeps the whole module from offload (it runs on
+    # wasmtime as it is); the sections from the one it is in on were not decoded.
+    blocked: DecodeError | None = None
+
+    def untranslatable(self) -> dict[int, DecodeError]:
+        """The defined functions the compiler cannot translate, by index, with the reason
+        (only a module decoded with ``degrade`` has any)."""
+        first = self.num_imported_funcs
+        return {
+            first + n: code.unsupported for n, code in enumerate(self.codes) if code.unsupported is not None
+        }
+
+    def offload_blocker(self) -> DecodeError | None:
+        """What keeps every loop of the module from offload: a module-level use of a
+        proposal, or a body the rewriter cannot carry through (it renumbers every call)."""
+        if self.blocked is not None:
+            return self.blocked
+        return next((code.unsupported for code in self.codes if not code.readable), None)
 
     def imported(self, kind: str) -> list[Import]:
         return [imp for imp in self.imports if imp.kind == kind]
