@@ -25,6 +25,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from tensorwasm.compiler.errors import CompileError
+from tensorwasm.compiler.target import NVPTX_TRIPLE
 from tensorwasm.support import logs
 
 if TYPE_CHECKING:
@@ -70,6 +71,11 @@ def emit_ptx(target: NVPTXTarget, llvm_ir: str) -> str:
     version = re.search(r"^\.version (\d+)\.(\d+)", ptx, re.MULTILINE)
     if version is None or f".target {target.arch}" not in ptx:
         raise NVVMError(f"libNVVM's PTX does not declare a .version and .target {target.arch}")
+    # The module is whole: an external function in the PTX is an intrinsic libNVVM did not
+    # know, which it leaves as a call for the linker, where there is none.
+    unknown = re.findall(r"^\.extern \.func[^\n]*?([\w.$]+)\s*$", ptx, re.MULTILINE)
+    if unknown:
+        raise NVVMUnsupported(f"{LIBRARY} does not know the intrinsic {', '.join(unknown)}")
     written = (int(version[1]), int(version[2]))
     if written < target.ptx_version:
         raise NVVMError(f"{LIBRARY} wrote PTX ISA {written[0]}.{written[1]}, older than {target.ptx_isa}")
@@ -169,8 +175,8 @@ _RENAMED = {
 # Intrinsics that LLVM 7 lacks and PTX has as one instruction: the instruction LLVM's
 # NVPTX backend selects for them (min.NaN/max.NaN: sm_80+, which alone asks for them).
 _AS_PTX = {
-    "llvm.minimum.f32": ('"min.NaN.f32 $0, $1, $2;", "=f,f,f"', "float"),
-    "llvm.maximum.f32": ('"max.NaN.f32 $0, $1, $2;", "=f,f,f"', "float"),
+    "llvm.minimum.f32": '"min.NaN.f32 $0, $1, $2;", "=f,f,f"',
+    "llvm.maximum.f32": '"max.NaN.f32 $0, $1, $2;", "=f,f,f"',
 }
 # Intrinsic families LLVM 7 and libNVVM know under today's names and mangling.
 _KNOWN_INTRINSICS = re.compile(
@@ -319,6 +325,7 @@ class _Downgrade:
     def run(self) -> str:
         self._scan()
         self.out.append(f'target datalayout = "{NVVM_DATA_LAYOUT}"')
+        self.out.append(f'target triple = "{NVPTX_TRIPLE}"')
         for line in self.lines:
             self._line(line)
         self.out.extend(self.declarations.values())
@@ -344,7 +351,7 @@ class _Downgrade:
                 self.metadata = max(self.metadata, int(m[1]) + 1)
 
     def _line(self, line: str) -> None:
-        if line.startswith((";", "target datalayout")) or not line.strip():
+        if line.startswith((";", "target datalayout", "target triple")) or not line.strip():
             return
         elif line.startswith("attributes #"):
             name = line.split()[1]
@@ -564,7 +571,7 @@ class _Downgrade:
         if target.startswith("@llvm."):
             name = target[1:]
             if name in _AS_PTX:
-                target, tail = f"asm {_AS_PTX[name][0]}", "nounwind readnone"
+                target, tail = f"asm {_AS_PTX[name]}", "nounwind readnone"
             else:
                 target = "@" + _intrinsic7(name)
         elif target.startswith("%"):

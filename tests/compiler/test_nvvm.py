@@ -156,6 +156,20 @@ def test_what_llvm7_lacks_is_refused_by_name(body: str, name: str) -> None:
         nvvm.to_nvvm_ir(module)
 
 
+def test_an_nvvm_intrinsic_libnvvm_does_not_know_is_refused_by_name() -> None:
+    """libNVVM leaves an unknown intrinsic as a call to an external function; the module is
+    whole, so that is an error naming it, not PTX that fails to link on the device."""
+    module = """declare i32 @llvm.nvvm.no.such.thing()
+define ptx_kernel void @k(ptr %p) {
+  %v = call i32 @llvm.nvvm.no.such.thing()
+  store i32 %v, ptr %p
+  ret void
+}
+"""
+    with pytest.raises(nvvm.NVVMUnsupported, match=r"intrinsic llvm\.nvvm\.no\.such\.thing"):
+        nvvm.emit_ptx(NVPTXTarget("sm_90", ARCH_PTX["sm_90"], "nvvm"), module)
+
+
 def test_the_options_are_exact_math_at_o3_for_the_targets_architecture() -> None:
     assert nvvm.options(NVPTXTarget("sm_75", ARCH_PTX["sm_75"])) == [
         "-arch=compute_75", "-opt=3", "-fma=0", "-prec-div=1", "-prec-sqrt=1", "-ftz=0"
@@ -215,8 +229,8 @@ def test_a_missing_libnvvm_is_named(monkeypatch) -> None:
 SUITE = ("saxpy", "reduce", "dot", "gemv", "gemm", "stencil2d", "stencil3d", "condmap")
 
 
-def _run_suite_program(name: str) -> tuple[bytes, int, int]:
-    """The suite program at its first small size on the GPU, every loop offloaded: its
+def _run_suite_program(name: str, device: str = "gpu") -> tuple[bytes, int, int]:
+    """The suite program at its first small size on ``device``, every loop offloaded: its
     final linear memory, exit status and number of launches."""
     import wasmtime
 
@@ -232,7 +246,7 @@ def _run_suite_program(name: str) -> tuple[bytes, int, int]:
     wasi = wasmtime.WasiConfig()
     wasi.argv = [str(program.wasm), *program.argv(params)]
     store.set_wasi(wasi)
-    instance = tensorwasm.instantiate(store, program.wasm.read_bytes(), linker=linker, device="gpu",
+    instance = tensorwasm.instantiate(store, program.wasm.read_bytes(), linker=linker, device=device,
                                       offload="always", relaxed_float=program.relaxed_float)  # fmt: skip
     status = 0
     try:
