@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from tensorwasm.compiler.errors import CompileError
 from tensorwasm.compiler.target import NVPTX_TRIPLE
-from tensorwasm.support import logs
+from tensorwasm.support import config, logs
 
 if TYPE_CHECKING:
     from tensorwasm.compiler.target import NVPTXTarget
@@ -83,6 +83,7 @@ def emit_ptx(target: NVPTXTarget, llvm_ir: str) -> str:
     # refuse; the code it writes for these architectures is older PTX. Declare the target's
     # ISA, as LLVM's PTX does: ptxas checks every instruction against the declared version,
     # so anything newer is an assembler error naming the feature, never a different program.
+    log.debug("libNVVM wrote PTX ISA %d.%d for %s; declared %s", *written, target.arch, target.ptx_isa)
     return ptx[: version.start()] + f".version {target.ptx_isa}" + ptx[version.end() :]
 
 
@@ -99,7 +100,7 @@ def _bindings():
     except Exception as exc:  # the loader raises its own types; all mean "not found"
         raise NVVMError(
             f"{LIBRARY} (libnvvm.so) was not found: install the pip package nvidia-nvvm or a CUDA "
-            f"toolkit, or choose the LLVM code generator (TENSORWASM_PTX_BACKEND=llvm): {exc}"
+            f"toolkit, or choose the LLVM code generator ({config.PTX_BACKEND}=llvm): {exc}"
         ) from exc
     return nvvm
 
