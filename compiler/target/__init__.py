@@ -31,6 +31,7 @@ log = logs.get_logger(__name__)
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
 NVPTX_DATA_LAYOUT = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
 ARCHES = ("sm_75", "sm_80", "sm_90")
+CODEGENS = ("llvm", "nvvm")  # who writes the PTX: LLVM's NVPTX backend, or libNVVM
 # The PTX ISA version emitted for each architecture: the lowest that supports it and every
 # instruction the lowering uses (min.NaN needs 7.0), so older drivers can load it too.
 ARCH_PTX = {"sm_75": (7, 0), "sm_80": (7, 0), "sm_90": (7, 8)}
@@ -135,6 +136,9 @@ class Target:
 class NVPTXTarget(Target):
     arch: str = "sm_90"
     ptx_version: tuple[int, int] = (7, 8)
+    # The code generator that writes the PTX: "llvm" (NVPTX) or "nvvm" (libNVVM, see
+    # nvvm.py); None: TENSORWASM_PTX_BACKEND's choice ("auto" is LLVM for now).
+    codegen: str | None = None
 
     triple = NVPTX_TRIPLE
     data_layout = NVPTX_DATA_LAYOUT
@@ -150,6 +154,18 @@ class NVPTXTarget(Target):
         if self.ptx_version < ARCH_PTX[self.arch]:
             want = ".".join(map(str, ARCH_PTX[self.arch]))
             raise CompileError(f"{self.arch} needs PTX ISA {want} or newer")
+        if self.codegen not in (None, *CODEGENS):
+            raise CompileError(f"unknown PTX code generator {self.codegen!r}: choose {' or '.join(CODEGENS)}")
+
+    @property
+    def backend(self) -> str:
+        """The code generator this target uses: its own choice, else the environment's."""
+        if self.codegen is not None:
+            return self.codegen
+        from tensorwasm.support import config
+
+        chosen = config.ptx_backend()
+        return "llvm" if chosen == "auto" else chosen
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -205,6 +221,10 @@ class NVPTXTarget(Target):
 
     def emit_ptx(self, llvm_ir: str) -> str:
         """Optimise and generate PTX text; checked to be ASCII and of the requested version."""
+        if self.backend == "nvvm":
+            from tensorwasm.compiler.target import nvvm
+
+            return nvvm.emit_ptx(self, llvm_ir)
         module = self.parse(llvm_ir)
         self.optimize(module)
         ptx = self.target_machine().emit_assembly(module)
@@ -302,6 +322,10 @@ def describe(target: Target) -> str:
     host is named by what its processor reports to the operating system, read without
     loading LLVM (a warm start never loads it); LLVM is asked where that cannot be read."""
     if target.is_gpu:
+        if target.backend == "nvvm":
+            from tensorwasm.compiler.target import nvvm
+
+            return f"{target.arch} ptx{target.ptx_isa} {nvvm.version()}"
         return f"{target.arch} ptx{target.ptx_isa}"
     return f"host {sys.platform} {platform.machine()} {_host_signature()}"
 

@@ -13,7 +13,10 @@ value. An unset variable and an empty one mean the same: the default.
   instance's launches may hold on the device, with an optional ``K``, ``M`` or ``G``
   suffix (powers of 1024);
 - ``TENSORWASM_PTXAS`` (:func:`ptxas`): the ptxas that assembles PTX before the driver
-  loads it (a path, or a name on ``PATH``), or ``off``.
+  loads it (a path, or a name on ``PATH``), or ``off``;
+- ``TENSORWASM_PTX_BACKEND`` (:func:`ptx_backend`): the code generator that writes PTX:
+  ``llvm`` (LLVM's NVPTX backend), ``nvvm`` (NVIDIA's libNVVM) or ``auto`` (the default:
+  LLVM for now; a per-kernel choice needs GPU timings, see ``benchmarks.codegen``).
 
 CUDA's own variables that decide which GPUs a process sees and which driver library it
 loads (``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``, ``LD_LIBRARY_PATH``) are read here
@@ -34,6 +37,9 @@ CACHE_DIR = "TENSORWASM_CACHE_DIR"
 CACHE = "TENSORWASM_CACHE"
 DEVICE_MEMORY_LIMIT = "TENSORWASM_DEVICE_MEMORY_LIMIT"
 PTXAS = "TENSORWASM_PTXAS"
+PTX_BACKEND = "TENSORWASM_PTX_BACKEND"
+#: The code generators that write PTX (``auto`` chooses one of the others).
+PTX_BACKENDS = ("llvm", "nvvm", "auto")
 #: CUDA's variables that select and order the devices a process sees.
 CUDA_SELECTION = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 LIBRARY_PATH = "LD_LIBRARY_PATH"
@@ -110,6 +116,17 @@ def ptxas() -> str | Literal[False] | None:
     if found is None:
         raise ConfigError(f"{PTXAS}={text!r} names no executable file (a ptxas, or off)")
     return text
+
+
+def ptx_backend() -> str:
+    """``TENSORWASM_PTX_BACKEND``: ``llvm``, ``nvvm`` or ``auto`` (the default)."""
+    text = _read(PTX_BACKEND)
+    if text is None:
+        return "auto"
+    value = text.strip().lower()
+    if value not in PTX_BACKENDS:
+        raise ConfigError(f"{PTX_BACKEND}={text!r}: say {', '.join(PTX_BACKENDS[:-1])} or {PTX_BACKENDS[-1]}")
+    return value
 
 
 def cuda_selection() -> tuple[str | None, ...]:
