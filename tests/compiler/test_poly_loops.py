@@ -3,9 +3,12 @@ them offloaded (host backend) leaves memory identical to wasmtime's."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tensorwasm.compiler.analysis.loops import analyze_module
+from tensorwasm.compiler.analysis.plan import LoopPlan
 from tensorwasm.compiler.frontend import load, translate_module
-from tensorwasm.dialect.types import I32
+from tensorwasm.dialect.types import F64, I32
 from tensorwasm.oracle.offload import OffloadInstance
 from tensorwasm.runtime.reference import ReferenceInstance
 from tests.conftest import wat
@@ -102,3 +105,44 @@ def test_an_inner_counter_from_an_unknown_start_leaves_the_outer_loop_parallel()
     assert verdicts(data)[("masked", 1)][0] == "offload"
     offload = run_both(data, [("fill", []), ("masked", i32s(0, 40000, 50))])
     assert offloaded_at_depth(offload, "masked", 1) == 1
+
+
+# Loop nests in C (tests/compiler/data/nests.c, built as its header says): n x n doubles.
+NESTS = (Path(__file__).parent / "data" / "nests.wasm").read_bytes()
+N = 40  # as nests.c defines it
+ARRAY_A, ARRAY_B, ARRAY_C = 0x10000, 0x20000, 0x40000  # C last, room after it
+
+
+def plan_of(data: bytes, func: str, depth: int) -> LoopPlan:
+    report = next(r for r in analyze_module(translate_module(load(data))) if r.func.name == func
+                  and r.loop.depth == depth)  # fmt: skip
+    assert report.verdict == "offload", report.reason
+    return report.plan
+
+
+def fills() -> list[tuple[str, list]]:
+    return [("fill", i32s(N, ARRAY_A, 37)), ("fill", i32s(N, ARRAY_B, 11)), ("fill", i32s(N, ARRAY_C, 5))]
+
+
+def test_a_triangular_nest_runs_one_thread_per_row() -> None:
+    """``j < i``: the inner loop's count moves with the row; the guards take its largest."""
+    plan = plan_of(NESTS, "lower", 1)
+    (_, inner), *_ = plan.inner_trips
+    assert plan.counter in inner.bound.symbols() | inner.start.symbols()
+    assert not plan.collapse  # a grid dimension would need one count for every row
+    beta = (F64, 0x3FF8000000000000)  # 1.5
+    offload = run_both(NESTS, [*fills(), ("lower", [beta, (I32, ARRAY_A), (I32, ARRAY_B)])])
+    assert offloaded_at_depth(offload, "lower", 1) == 1
+
+
+def test_symmetric_stores_are_proven_independent_on_the_triangle() -> None:
+    """Row i writes C[i][j] and C[j][i] for j >= i: the two stores meet only on the same
+    row, which isl proves on the triangular domain, so no guard compares them."""
+    plan = plan_of(NESTS, "symmetric", 1)
+    stores = [i for i, a in enumerate(plan.accesses) if a.store]
+    assert len(stores) == 2
+    assert (stores[0], stores[1]) in plan.static_dependence_free
+    assert (stores[1], stores[0]) in plan.static_dependence_free
+    offload = run_both(NESTS, [*fills(), ("symmetric", i32s(ARRAY_A, ARRAY_C))])
+    assert offloaded_at_depth(offload, "symmetric", 1) == 1
+
