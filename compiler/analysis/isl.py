@@ -17,6 +17,11 @@ around it, the *dependence* is the set of pairs of iterations, of different cand
 iterations, whose byte ranges meet: ``-width_S < addr_S(x) - addr_A(y) < width_A``.
 
 - Empty: the pair never conflicts, whatever the parameters: the guards need not test it.
+- Non-empty for every parameter value for which ``S`` and ``A`` run in two different
+  iterations at all: the loop is sequential by proof (a time-step loop writes the same
+  addresses in every iteration; a recurrence reads what the previous one wrote). A guard
+  could only ever refuse it, so it is rejected now, and may enclose a device-resident
+  region (:mod:`.regions`).
 
 Anything else (a conflict that depends on the parameters, such as two base pointers that
 may be equal: such pairs are not even modelled) is left to the runtime guards. A pair whose addresses or bounds are not
@@ -29,6 +34,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
+from tensorwasm.compiler.analysis.forest import Reject
 from tensorwasm.compiler.analysis.poly import Poly, Symbol
 from tensorwasm.support.lazy import LazyModule
 
@@ -163,7 +169,7 @@ def exact_dependences(
     settled: set[tuple[int, int]],
 ) -> list[tuple[int, int]]:  # fmt: skip
     """The store/access index pairs (not in ``settled``) proven never to meet across
-    iterations."""
+    iterations; :class:`Reject` where one meets in every launch of two iterations or more."""
     model = NestModel(values, trip, inner)
     free = []
     for i, store in enumerate(accesses):
@@ -177,10 +183,17 @@ def exact_dependences(
                 modelled = model.pair(store, other)
                 if modelled is None:
                     continue
-                _, meet = modelled
+                pairs, meet = modelled
                 independent = meet.is_empty()
+                always = not independent and pairs.params().is_subset(meet.params())
             except isl.Error:  # over the bound on operations: left to the guards
                 continue
             if independent:
                 free.append((i, j))
+            elif always:
+                what = "writes" if other.store else "reads"
+                raise Reject(
+                    f"sequential: store at {store.where} writes what another iteration {what} "
+                    f"({other.kind} at {other.where}) on every launch (isl)"
+                )
     return free

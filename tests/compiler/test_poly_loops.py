@@ -146,3 +146,14 @@ def test_symmetric_stores_are_proven_independent_on_the_triangle() -> None:
     offload = run_both(NESTS, [*fills(), ("symmetric", i32s(ARRAY_A, ARRAY_C))])
     assert offloaded_at_depth(offload, "symmetric", 1) == 1
 
+
+def test_a_time_loop_is_sequential_by_proof_and_a_device_resident_region() -> None:
+    """Every step of jacobi-1d writes B[1..n-2]: rejected statically (a guard could only
+    refuse it), so the loop holds its two parallel loops as a region."""
+    report = next(r for r in analyze_module(translate_module(load(NESTS))) if r.func.name == "jacobi"
+                  and r.loop.depth == 1)  # fmt: skip
+    assert report.verdict == "reject" and report.reason.startswith("sequential:"), report.reason
+    offload = run_both(NESTS, [*fills(), ("jacobi", i32s(6, 1000, ARRAY_A, ARRAY_B))])
+    assert offloaded_at_depth(offload, "jacobi", 2) == 12
+    regions = offload.offload.regions
+    assert len(regions) == 1 and len(regions[0].children) == 2
