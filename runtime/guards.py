@@ -14,6 +14,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from tensorwasm.compiler.analysis.extent import extent
 from tensorwasm.compiler.analysis.plan import Access, LoopPlan, TripCount
 from tensorwasm.compiler.analysis.poly import Symbol
 
@@ -101,6 +102,7 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
     counts = {plan.counter: trip}
     for counter, inner_trip in plan.inner_trips:  # outer loops first
         inner[counter] = counts[counter] = _most_trips(inner_trip, env, counts)
+    triangular = any((t.start.symbols() | t.bound.symbols()) & counts.keys() for _, t in plan.inner_trips)
     nest = tuple(inner[level.counter] for level in plan.collapse)
     if 0 in nest:
         raise GuardFailed("a collapsed inner loop runs no iteration")
@@ -111,6 +113,10 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
             ranges.append((access, None))  # a gather: checked by the kernel itself
             continue
         rng = _range(split, plan, env, counts, access.width, access.beyond)
+        if triangular and not access.beyond:  # the nest's own range, tighter than the box's
+            tight = extent(access.address, [(plan.counter, plan.trip), *plan.inner_trips], env, counts)
+            if tight is not None:
+                rng.lo, rng.hi = max(rng.lo, tight[0]), min(rng.hi, tight[1] + access.width)
         if rng.lo < access.offset or rng.hi > memory_size:
             raise GuardFailed(f"{access.kind} at {access.where} reaches outside linear memory")
         if strict_alignment and not rng.aligned:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tensorwasm.compiler.analysis.extent import extent
 from tensorwasm.compiler.analysis.loops import analyze_module
-from tensorwasm.compiler.analysis.plan import LoopPlan
+from tensorwasm.compiler.analysis.plan import LoopPlan, TripCount
+from tensorwasm.compiler.analysis.poly import Poly, Symbol
 from tensorwasm.compiler.frontend import load, translate_module
 from tensorwasm.dialect.types import F64, I32
 from tensorwasm.oracle.offload import OffloadInstance
@@ -110,7 +112,9 @@ def test_an_inner_counter_from_an_unknown_start_leaves_the_outer_loop_parallel()
 # Loop nests in C (tests/compiler/data/nests.c, built as its header says): n x n doubles.
 NESTS = (Path(__file__).parent / "data" / "nests.wasm").read_bytes()
 N = 40  # as nests.c defines it
-ARRAY_A, ARRAY_B, ARRAY_C = 0x10000, 0x20000, 0x40000  # C last, room after it
+# C ends linear memory (1 MiB): the box of a triangular nest's counters would take the
+# store to C[j][i] (j >= i) twice as far, so only the nest's exact range passes the guards.
+ARRAY_A, ARRAY_B, ARRAY_C = 0x10000, 0x20000, 0x100000 - N * N * 8
 
 
 def plan_of(data: bytes, func: str, depth: int) -> LoopPlan:
@@ -137,7 +141,8 @@ def test_a_triangular_nest_runs_one_thread_per_row() -> None:
 
 def test_symmetric_stores_are_proven_independent_on_the_triangle() -> None:
     """Row i writes C[i][j] and C[j][i] for j >= i: the two stores meet only on the same
-    row, which isl proves on the triangular domain, so no guard compares them."""
+    row, which isl proves on the triangular domain, so no guard compares them; and the
+    guards bound C[j][i] by the triangle, not by the box of (i, j)."""
     plan = plan_of(NESTS, "symmetric", 1)
     stores = [i for i, a in enumerate(plan.accesses) if a.store]
     assert len(stores) == 2
@@ -157,3 +162,23 @@ def test_a_time_loop_is_sequential_by_proof_and_a_device_resident_region() -> No
     assert offloaded_at_depth(offload, "jacobi", 2) == 12
     regions = offload.offload.regions
     assert len(regions) == 1 and len(regions[0].children) == 2
+
+
+def test_the_extent_of_a_triangular_nest_holds_every_address_and_no_more() -> None:
+    """Against enumeration: ``j`` from ``i`` to ``n`` (every row runs: exact) and ``j`` below
+    ``i`` (row 0 runs nothing: it may only widen the range), for coefficients of each sign."""
+    i, j, n = Symbol("counter", None, "i"), Symbol("counter", None, "j"), Symbol("value", None, "n")
+    pi, pj, pn = Poly.symbol(i), Poly.symbol(j), Poly.symbol(n)
+    upper = TripCount(True, "slt", pi, 1, pn, 32)  # j = i + k_j < n: k_j counts from 0
+    below = TripCount(True, "slt", Poly.const(0), 1, pi, 32)
+    for trip, rows, exact in ((upper, lambda r, m: range(r, m), True), (below, lambda r, m: range(r), False)):
+        for a, b in ((8, 640), (640, -8), (-24, 8), (-8, -640)):
+            address = Poly.const(5000) + pi.scale(a) + (trip.start + pj).scale(b)
+            m = 12
+            seen = [5000 + a * r + b * c for r in range(m) for c in rows(r, m)]
+            counts = {i: m, j: m}
+            lo, hi = extent(address, [(i, TripCount(True, "slt", Poly.const(0), 1, pn, 32)), (j, trip)], {n: m},
+                            counts)  # fmt: skip
+            assert lo <= min(seen) and hi >= max(seen), (a, b)
+            if exact:
+                assert (lo, hi) == (min(seen), max(seen)), (a, b)
