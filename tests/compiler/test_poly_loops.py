@@ -5,14 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tensorwasm.compiler.analysis.extent import extent
 from tensorwasm.compiler.analysis.loops import analyze_module
 from tensorwasm.compiler.analysis.plan import LoopPlan, TripCount
 from tensorwasm.compiler.analysis.poly import Poly, Symbol
 from tensorwasm.compiler.frontend import load, translate_module
+from tensorwasm.compiler.lower.function import FunctionLowering, ModuleLowering, lower_loop_entry, reachable
+from tensorwasm.compiler.outline import outline
+from tensorwasm.compiler.target import ARCH_PTX, NVPTXTarget
 from tensorwasm.dialect.types import F64, I32
 from tensorwasm.oracle.offload import OffloadInstance
 from tensorwasm.runtime.reference import ReferenceInstance
+from tests.compiler.test_loop_kernels import assemble
 from tests.conftest import wat
 
 # Fills 64 KiB of memory with small integers derived from their index (both sides run it).
@@ -33,10 +39,14 @@ def verdicts(data: bytes) -> dict[tuple[str, int], tuple[str, str]]:
     return out
 
 
-def run_both(data: bytes, calls: list[tuple[str, list]]) -> OffloadInstance:
-    """Run ``calls`` on wasmtime and offloaded on the host backend: same results, same memory."""
+DEVICES = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
+
+
+def run_both(data: bytes, calls: list[tuple[str, list]], device: str = "cpu") -> OffloadInstance:
+    """Run ``calls`` on wasmtime and offloaded on ``device`` (the host backend, or the GPU):
+    same results, same memory."""
     reference = ReferenceInstance(data)
-    offload = OffloadInstance(data, device="cpu")
+    offload = OffloadInstance(data, device=device)
     for export, args in calls:
         assert offload.call(export, args) == reference.call(export, args), export
     assert offload.memory() == reference.memory("memory")
@@ -75,10 +85,11 @@ DEAD_CARRIED = f"""(module (memory (export "memory") 1) {FILL}
 """
 
 
-def test_a_carried_local_overwritten_before_use_does_not_block_the_outer_loop() -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_carried_local_overwritten_before_use_does_not_block_the_outer_loop(device: str) -> None:
     data = wat(DEAD_CARRIED)
     assert verdicts(data)[("rowsum", 1)][0] == "offload"
-    offload = run_both(data, [("fill", []), ("rowsum", i32s(0, 40000, 60))])
+    offload = run_both(data, [("fill", []), ("rowsum", i32s(0, 40000, 60))], device)
     assert offloaded_at_depth(offload, "rowsum", 1) == 1
 
 
@@ -102,10 +113,11 @@ UNKNOWN_INNER_START = f"""(module (memory (export "memory") 1) {FILL}
 """
 
 
-def test_an_inner_counter_from_an_unknown_start_leaves_the_outer_loop_parallel() -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_inner_counter_from_an_unknown_start_leaves_the_outer_loop_parallel(device: str) -> None:
     data = wat(UNKNOWN_INNER_START)
     assert verdicts(data)[("masked", 1)][0] == "offload"
-    offload = run_both(data, [("fill", []), ("masked", i32s(0, 40000, 50))])
+    offload = run_both(data, [("fill", []), ("masked", i32s(0, 40000, 50))], device)
     assert offloaded_at_depth(offload, "masked", 1) == 1
 
 
@@ -128,18 +140,20 @@ def fills() -> list[tuple[str, list]]:
     return [("fill", i32s(N, ARRAY_A, 37)), ("fill", i32s(N, ARRAY_B, 11)), ("fill", i32s(N, ARRAY_C, 5))]
 
 
-def test_a_triangular_nest_runs_one_thread_per_row() -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_triangular_nest_runs_one_thread_per_row(device: str) -> None:
     """``j < i``: the inner loop's count moves with the row; the guards take its largest."""
     plan = plan_of(NESTS, "lower", 1)
     (_, inner), *_ = plan.inner_trips
     assert plan.counter in inner.bound.symbols() | inner.start.symbols()
     assert not plan.collapse  # a grid dimension would need one count for every row
     beta = (F64, 0x3FF8000000000000)  # 1.5
-    offload = run_both(NESTS, [*fills(), ("lower", [beta, (I32, ARRAY_A), (I32, ARRAY_B)])])
+    offload = run_both(NESTS, [*fills(), ("lower", [beta, (I32, ARRAY_A), (I32, ARRAY_B)])], device)
     assert offloaded_at_depth(offload, "lower", 1) == 1
 
 
-def test_symmetric_stores_are_proven_independent_on_the_triangle() -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_symmetric_stores_are_proven_independent_on_the_triangle(device: str) -> None:
     """Row i writes C[i][j] and C[j][i] for j >= i: the two stores meet only on the same
     row, which isl proves on the triangular domain, so no guard compares them; and the
     guards bound C[j][i] by the triangle, not by the box of (i, j)."""
@@ -148,17 +162,18 @@ def test_symmetric_stores_are_proven_independent_on_the_triangle() -> None:
     assert len(stores) == 2
     assert (stores[0], stores[1]) in plan.static_dependence_free
     assert (stores[1], stores[0]) in plan.static_dependence_free
-    offload = run_both(NESTS, [*fills(), ("symmetric", i32s(ARRAY_A, ARRAY_C))])
+    offload = run_both(NESTS, [*fills(), ("symmetric", i32s(ARRAY_A, ARRAY_C))], device)
     assert offloaded_at_depth(offload, "symmetric", 1) == 1
 
 
-def test_a_time_loop_is_sequential_by_proof_and_a_device_resident_region() -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_time_loop_is_sequential_by_proof_and_a_device_resident_region(device: str) -> None:
     """Every step of jacobi-1d writes B[1..n-2]: rejected statically (a guard could only
     refuse it), so the loop holds its two parallel loops as a region."""
     report = next(r for r in analyze_module(translate_module(load(NESTS))) if r.func.name == "jacobi"
                   and r.loop.depth == 1)  # fmt: skip
     assert report.verdict == "reject" and report.reason.startswith("sequential:"), report.reason
-    offload = run_both(NESTS, [*fills(), ("jacobi", i32s(6, 1000, ARRAY_A, ARRAY_B))])
+    offload = run_both(NESTS, [*fills(), ("jacobi", i32s(6, 1000, ARRAY_A, ARRAY_B))], device)
     assert offloaded_at_depth(offload, "jacobi", 2) == 12
     regions = offload.offload.regions
     assert len(regions) == 1 and len(regions[0].children) == 2
@@ -182,3 +197,18 @@ def test_the_extent_of_a_triangular_nest_holds_every_address_and_no_more() -> No
             assert lo <= min(seen) and hi >= max(seen), (a, b)
             if exact:
                 assert (lo, hi) == (min(seen), max(seen)), (a, b)
+
+
+def test_the_kernels_of_the_nests_assemble_for_sm_90(ptxas: str, tmp_path: Path) -> None:
+    """Every offloaded loop of nests.c (triangular nests included) as PTX that ptxas takes."""
+    module = translate_module(load(NESTS))
+    plans = [r.plan for r in analyze_module(module) if r.verdict == "offload"]
+    assert {(p.func.name, p.loop.depth) for p in plans} >= {("lower", 1), ("symmetric", 1), ("jacobi", 2)}
+    target = NVPTXTarget("sm_90", ARCH_PTX["sm_90"])
+    lowering = ModuleLowering(module, target)
+    kernels = [outline(module, plan) for plan in plans]
+    for index in reachable(module, [k.index for k in kernels]):
+        FunctionLowering(lowering, module.functions[index]).lower()
+    for kernel, plan in zip(kernels, plans, strict=True):
+        lower_loop_entry(lowering, kernel.index, [r.op for r in plan.reductions])
+    assemble(ptxas, target.emit_ptx(str(lowering.llvm)), "sm_90", tmp_path)
