@@ -10,9 +10,11 @@ Anything refused runs as the original loop on the CPU.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
+from tensorwasm.compiler.analysis.extent import extent
 from tensorwasm.compiler.analysis.plan import Access, LoopPlan, TripCount
 from tensorwasm.compiler.analysis.poly import Symbol
 
@@ -96,16 +98,14 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
     trip = trip_count(plan.trip, env)
     if trip == 0:
         return Launch(0, env, [], [])  # the body never runs: nothing is touched
-    inner = {}
-    for counter, inner_trip in plan.inner_trips:
-        # The analysis made sure the inner count does not change between iterations.
-        probe = dict(env)  # the analysis made sure no counter changes the count: take them at 0
-        probe.update({c: 0 for c in (plan.counter, *(c for c, _ in plan.inner_trips))})
-        inner[counter] = trip_count(inner_trip, probe)
+    inner: dict[Symbol, int] = {}
+    counts = {plan.counter: trip}
+    for counter, inner_trip in plan.inner_trips:  # outer loops first
+        inner[counter] = counts[counter] = _most_trips(inner_trip, env, counts)
+    triangular = any((t.start.symbols() | t.bound.symbols()) & counts.keys() for _, t in plan.inner_trips)
     nest = tuple(inner[level.counter] for level in plan.collapse)
     if 0 in nest:
         raise GuardFailed("a collapsed inner loop runs no iteration")
-    counts = {plan.counter: trip, **inner}
     reads, writes = [], []
     ranges: list[tuple[Access, Range]] = []
     for access, split in zip(plan.accesses, _split_addresses(plan), strict=True):
@@ -113,6 +113,10 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
             ranges.append((access, None))  # a gather: checked by the kernel itself
             continue
         rng = _range(split, plan, env, counts, access.width, access.beyond)
+        if triangular and not access.beyond:  # the nest's own range, tighter than the box's
+            tight = extent(access.address, [(plan.counter, plan.trip), *plan.inner_trips], env, counts)
+            if tight is not None:
+                rng.lo, rng.hi = max(rng.lo, tight[0]), min(rng.hi, tight[1] + access.width)
         if rng.lo < access.offset or rng.hi > memory_size:
             raise GuardFailed(f"{access.kind} at {access.where} reaches outside linear memory")
         if strict_alignment and not rng.aligned:
@@ -134,6 +138,32 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
                 if _conflict_grid(rs, ra, (trip, *nest)) if nest else _conflict(rs, ra, trip):
                     raise GuardFailed(f"store at {s.where} may overlap {a.kind} at {a.where}")
     return Launch(trip, env, reads, writes, bool(plan.gathers), nest, inner)
+
+
+def _most_trips(trip: TripCount, env: dict[Symbol, int], counts: dict[Symbol, int]) -> int:
+    """The most iterations an inner loop runs on any iteration of the loops around it. Its
+    bounds are affine in their counters (the analysis made sure), so the most is at a corner
+    of their box: each counter at 0 or at its last iteration. Ranges taken over that box
+    hold every access of a triangular nest."""
+    moving = [c for c in counts if trip.start.uses(c) or trip.bound.uses(c)]
+    most = 0
+    for corner in itertools.product(*((0, max(counts[c] - 1, 0)) for c in moving)):
+        probe = {**env, **dict(zip(moving, corner, strict=True))}
+        if moving:  # the analysis's model of such a nest holds where no bound wraps
+            _check_unwrapped(trip, probe)
+        most = max(most, trip_count(trip, probe))
+    return most
+
+
+def _check_unwrapped(trip: TripCount, env: dict[Symbol, int]) -> None:
+    """The bounds of a triangular inner loop, at one corner, in the range of its compare (a
+    "!=" test: its start on the side of its bound its step goes to), so that the integers
+    the analysis reasoned on are the ones the loop computes."""
+    start, bound = trip.start.evaluate(env), trip.bound.evaluate(env)
+    half = 1 << (trip.bits - 1)
+    lo, hi = (0, 2 * half) if trip.pred.startswith("u") else (-half, half)
+    if not (lo <= start < hi and lo <= bound < hi) or (trip.pred == "ne" and (bound - start) * trip.step < 0):
+        raise GuardFailed("an inner loop's bounds wrap around on some iteration of the loops around it")
 
 
 def _split_addresses(plan: LoopPlan) -> list:

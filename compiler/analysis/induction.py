@@ -9,12 +9,14 @@ of the nest has a counter symbol ``k<depth>``, its iteration number.
 Each header argument of each loop in the nest (the locals a Wasm ``loop`` carries around)
 falls in one class, in nest order, outer loops first:
 
-- dead: never read in the loop (clang reuses locals, so a carried local may mean nothing);
+- dead: never read in the loop (clang reuses locals, so a carried local may mean nothing;
+  the translator already gives a loop header arguments only for locals live there);
 - invariant: every back edge passes it through unchanged, so it is its entry value;
 - induction variable: every back edge adds the same loop-invariant step to it, along
   chains of ``add``/``sub`` and through merges whose paths all add the same amount (which
   covers clang's strength-reduced pointers and unrolled copies); its value is then
-  ``start + step * k``;
+  ``start + step * k``; any loop-invariant start is a symbol, and an inner loop's start
+  that is no polynomial leaves that variable unknown rather than rejecting the loop;
 - reduction (the candidate loop's own arguments only): recognised by
   :mod:`compiler.analysis.reductions`;
 - anything else rejects the candidate loop, unless it belongs to an inner loop, which runs
@@ -89,6 +91,12 @@ class LoopValues:
             steps = [self.step_of(v, arg, loop_body) for v in incoming]
             if all(s is not None for s in steps) and all(s == steps[0] for s in steps):
                 start = self.expr(entry[i])
+                if start is None and loop is not self.info:
+                    # An inner loop's counter from a value of the enclosing iteration that
+                    # is no polynomial: the inner loop still runs in the thread, and what
+                    # it addresses through this value is unknown (a gather, or a store
+                    # the access analysis names).
+                    continue
                 if start is None:
                     raise Reject(
                         f"induction variable {self.local_name(loop, i)} starts from an unknown value"

@@ -11,10 +11,12 @@ reason (:class:`Reject`):
 3. every header argument of the loop and its inner loops classified as dead, invariant,
    induction variable (``start + step * k``) or, for the loop's own, a reduction
    (:mod:`.induction`, :mod:`.reductions`);
-4. the trip count of the loop and of each inner loop, the inner ones the same on every
-   iteration (:mod:`.trips`);
+4. the trip count of the loop and of each inner loop, the inner ones' bounds affine in
+   the enclosing loops' counters (triangular and trapezoidal nests) (:mod:`.trips`);
 5. every memory access as a polynomial in the counters and live-ins (:mod:`.accesses`),
-   and the dependence tests that settle store/access pairs statically (:mod:`.dependences`);
+   and the dependence tests that settle store/access pairs statically: constant distances
+   (:mod:`.dependences`), then exact dependences on the nest's polyhedral model (:mod:`.isl`),
+   which also proves loops sequential (a time-step loop: a region around its inner loops);
 6. the live-ins and live-outs (:mod:`.liveness`), and the work per iteration.
 
 The verdict is "offload" when the loop is legal given runtime guards, with the guards
@@ -31,11 +33,12 @@ from tensorwasm.compiler.analysis.accesses import collect_accesses
 from tensorwasm.compiler.analysis.dependences import static_dependences
 from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject, at
 from tensorwasm.compiler.analysis.induction import LoopValues
+from tensorwasm.compiler.analysis.isl import exact_dependences
 from tensorwasm.compiler.analysis.liveness import live_ins, live_outs
 from tensorwasm.compiler.analysis.nests import collapse_nests
 from tensorwasm.compiler.analysis.plan import AnalysisOptions, LoopPlan, LoopReport, TripCount
 from tensorwasm.compiler.analysis.poly import Symbol
-from tensorwasm.compiler.analysis.trips import trip_count
+from tensorwasm.compiler.analysis.trips import check_affine_bounds, guarded_as_top, trip_count
 from tensorwasm.compiler.callgraph import reachable
 from tensorwasm.compiler.errors import NotCompilable
 from tensorwasm.dialect.ir import LoopInfo, Module, Op
@@ -84,18 +87,14 @@ def plan_loop(facts: FunctionLoops, info: LoopInfo, options: AnalysisOptions) ->
     for loop in values.nested:
         if loop is info:
             continue
-        inner_trip = trip_count(values, loop)
-        # Its count must be the same on every iteration of every enclosing loop: the
-        # guards compute it once (a triangular nest, l < j, runs on the CPU).
-        nest_counters = {values.counter(m) for m in values.nested}
-        if ((inner_trip.bound - inner_trip.start).symbols() & nest_counters) or (
-            inner_trip.pred not in ("ne", "eq")
-            and (inner_trip.start.symbols() | inner_trip.bound.symbols()) & nest_counters
-        ):
-            raise Reject(f"inner loop at +0x{loop.offset:x} runs a different number of times per iteration")
+        inner_trip = guarded_as_top(values, loop, trip_count(values, loop))
+        # Its bounds may move with the enclosing loops' counters (a triangular or
+        # trapezoidal nest): the guards then take its largest count over their box.
+        check_affine_bounds(values, loop, inner_trip)
         inner.append((values.counter(loop), inner_trip))
     accesses = collect_accesses(values)
     static_free = static_dependences(values, accesses)
+    static_free += exact_dependences(values, trip, inner, accesses, set(static_free))
     inputs = live_ins(values)
     if any(value.type is V128 for value, *_ in inputs):
         raise Reject("a v128 value enters the loop from outside: kernel parameters carry no v128 yet")

@@ -4,8 +4,8 @@ dimension for it (and, one level further, a third).
 The outer loop must have no reductions and exactly one child loop, itself accepted with
 no reductions; outside that child the outer body must store nothing (every thread of a
 row runs it), and the code after the child must not be able to trap (a collapsed thread
-skips it). The inner trip count is already known not to vary per iteration (the analysis
-of the outer loop required it). When the child collapses its own child the same way, the
+skips it). A child whose bounds move with the outer counter (a triangular nest) keeps
+running inside the thread: a grid dimension has one count for every row. When the child collapses its own child the same way, the
 nest becomes a 3-D grid, provided the grandchild's loop-carried values are still induction
 variables or invariants of the outer loop. Children are settled before their parents, so
 a parent sees its child's collapse.
@@ -48,6 +48,8 @@ def collapse_nests(facts: FunctionLoops, reports: list[LoopReport]) -> None:
             if counter is None:
                 break
             trip = next(t for c, t in plan.inner_trips if c is counter)
+            if any(s.kind == "counter" for s in trip.start.symbols() | trip.bound.symbols()):
+                break  # a triangular level: a grid dimension has one count for every row
             levels.append(Collapse(loop, counter, trip, body))
         if levels:
             plan.collapse = tuple(levels)

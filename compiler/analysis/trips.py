@@ -8,6 +8,14 @@ latch (a rotated loop, which runs at least once). The compare is followed throug
 be ``start + step * k`` in the loop's counter ``k`` with a constant, non-zero step, the
 other free of ``k`` and of every inner loop's counter; the result is a :class:`TripCount`
 ``pred(start + step*k, bound)`` that the runtime evaluates on the live-in values.
+
+An inner loop's bounds may move with the counters of the loops around it (``j <= i`` in a
+triangular nest, ``j < i + w`` in a trapezoidal one). :func:`check_affine_bounds` accepts
+them when each such counter enters linearly, with a constant coefficient (and, for a
+``!=`` test, one the step divides, so the counter meets its bound on every iteration of
+the loops around): the count is then affine in those counters (up to ``max(0, .)`` and a
+rounding up, both monotone), so its largest value over the enclosing loops' iterations is
+at a corner of their box, which is what the runtime guards take.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from tensorwasm.compiler.analysis.forest import Reject, at, only_traps
 from tensorwasm.compiler.analysis.plan import TripCount
+from tensorwasm.compiler.analysis.poly import Poly
 from tensorwasm.dialect import arith
 from tensorwasm.dialect.ir import LoopInfo, Op, Value
 
@@ -105,3 +114,65 @@ def _through_boolean_tests(cmp: Op) -> tuple[Op, bool]:
 def _is_zero(v: Value) -> bool:
     owner = v.owner
     return isinstance(owner, Op) and owner.opdef is arith.constant and owner.attrs["value"] == 0
+
+
+def check_affine_bounds(values: LoopValues, loop: LoopInfo, trip: TripCount) -> None:
+    """:class:`Reject` unless the bounds of inner ``loop`` are affine in the counters of the
+    loops around it inside the candidate loop (constant coefficients; see the module's
+    docstring), and free of every other counter."""
+    enclosing = set()
+    outer = loop.parent
+    while outer is not None and outer in values.nested:
+        enclosing.add(values.counter(outer))
+        outer = outer.parent
+    counters = set(values.counters.values())
+    diff = trip.bound - trip.start
+    for poly in (trip.start, trip.bound, diff):
+        for sym in poly.symbols() & counters:
+            split = poly.split(sym)
+            if sym not in enclosing or split is None or not split[1].is_constant():
+                raise Reject(
+                    f"inner loop at +0x{loop.offset:x} has bounds that are not affine in the "
+                    f"counters of the loops around it"
+                )
+            if poly is diff and trip.pred in ("ne", "eq") and split[1].constant % trip.step:
+                raise Reject(
+                    f"inner loop at +0x{loop.offset:x} may step over its bound on some "
+                    f"iterations of the loops around it"
+                )
+
+
+def guarded_as_top(values: LoopValues, loop: LoopInfo, trip: TripCount) -> TripCount:
+    """An inner loop tested at its bottom, entered only past a test equal to its own exit
+    test one step before its start (clang's rotated loop behind ``if (n > 0)``), as the
+    equivalent loop tested at its top: it runs no iteration exactly where that test fails,
+    which the count of a rotated loop (at least one) cannot say on the rows that skip it."""
+    if trip.top:
+        return trip
+    facts = values.facts
+    block = next(p for p in facts.preds[loop.header] if p not in facts.bodies[loop])
+    while len(block.ops) == 1 and block.terminator.name == "cf.br" and len(facts.preds[block]) == 1:
+        guard = facts.preds[block][0]
+        term = guard.terminator
+        if term.name == "cf.br":
+            block = guard
+            continue
+        if term.name != "cf.cond_br" or term.successors[0].block is term.successors[1].block:
+            return trip
+        cmp = term.operands[0].owner
+        if not (isinstance(cmp, Op) and cmp.name == "arith.cmpi"):
+            return trip
+        cmp, negated = _through_boolean_tests(cmp)
+        enters_when = (term.successors[0].block is block) != negated
+        pred = cmp.attrs["pred"] if enters_when else NEGATE[cmp.attrs["pred"]]
+        x, y = (values.expr(v) for v in cmp.operands)
+        before = trip.start - Poly.const(trip.step)
+        same = (pred, x, y) == (trip.pred, before, trip.bound) or (SWAP[pred], y, x) == (
+            trip.pred,
+            before,
+            trip.bound,
+        )
+        if not same or cmp.operands[0].type.bits != trip.bits:
+            return trip
+        return TripCount(True, trip.pred, before, trip.step, trip.bound, trip.bits)
+    return trip

@@ -1,0 +1,199 @@
+"""Exact dependences on the polyhedral model of a loop nest, with isl.
+
+The candidate loop's iterations and those of the loops inside it form an integer set, the
+*iteration domain*: the candidate's counter ``k`` in ``[0, T)`` for a trip count ``T``
+left free (any count the runtime finds), each inner loop's counter from 0 while its exit
+test holds. An inner loop whose bounds do not move with the counters around it runs a free
+number of times ``N`` (again any count); one whose bounds do (a triangular or trapezoidal
+nest) keeps its test as a constraint, ``start + step*j < bound`` and the like, over
+mathematical integers: the runtime guards check, at the corners of the enclosing counters'
+box, that those bounds lie in the range of the compare (so nothing wraps anywhere in the
+box, bounds being affine). A loop tested at its bottom runs ``j = 0`` unconditionally, which
+over-approximates one skipped by a test in front of it. The live-in values (base pointers,
+sizes) are parameters, one per monomial of them.
+
+For a store ``S`` and another access ``A`` of the body, each over the domain of the loops
+around it, the *dependence* is the set of pairs of iterations, of different candidate
+iterations, whose byte ranges meet: ``-width_S < addr_S(x) - addr_A(y) < width_A``.
+
+- Empty: the pair never conflicts, whatever the parameters: the guards need not test it.
+- Non-empty for every parameter value for which ``S`` and ``A`` run in two different
+  iterations at all: the loop is sequential by proof (a time-step loop writes the same
+  addresses in every iteration; a recurrence reads what the previous one wrote). A guard
+  could only ever refuse it, so it is rejected now, and may enclose a device-resident
+  region (:mod:`.regions`).
+
+Anything else (a conflict that depends on the parameters, such as two base pointers that
+may be equal: such pairs are not even modelled) is left to the runtime guards. A pair whose addresses or bounds are not
+affine with constant coefficients in the counters, or that is read after an inner loop at
+its exit value, is not modelled at all.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from tensorwasm.compiler.analysis.forest import Reject
+from tensorwasm.compiler.analysis.poly import Poly, Symbol
+from tensorwasm.support.lazy import LazyModule
+
+if TYPE_CHECKING:
+    from tensorwasm.compiler.analysis.induction import LoopValues
+    from tensorwasm.compiler.analysis.plan import Access, TripCount
+    from tensorwasm.dialect.ir import LoopInfo
+
+isl = LazyModule("islpy", globals(), "isl")  # loaded by the first nest modelled
+
+# The exit test that keeps a loop going, as a relation between its counter's value and
+# its bound in mathematical integers (a "!=" test goes the way its step does).
+_KEEPS = {"slt": "<", "ult": "<", "sle": "<=", "ule": "<=", "sgt": ">", "ugt": ">", "sge": ">=",
+          "uge": ">=", "eq": "="}  # fmt: skip
+
+
+class _NotAffine(Exception):
+    """A polynomial with a product of counters, or of a counter and a live-in."""
+
+
+class NestModel:
+    """The iteration domain of one candidate loop and its accesses, as isl sets."""
+
+    def __init__(self, values: LoopValues, trip: TripCount, inner: list[tuple[Symbol, TripCount]]):
+        self.values = values
+        self.info = values.info
+        self.trips = {values.counter(values.info): trip, **dict(inner)}
+        self.counters = set(self.trips)
+        self.params: dict[tuple, str] = {}
+        self.names = {sym: f"c{n}" for n, sym in enumerate(sorted(self.trips, key=lambda s: s.order))}
+
+    # -- affine text ----------------------------------------------------------------------
+
+    def affine(self, poly: Poly, prefix: str) -> str:
+        """``poly`` as isl text, counters as ``prefix`` + name, other monomials as parameters."""
+        parts = []
+        for monomial, coeff in poly.terms.items():
+            counters = [s for s in monomial if s in self.counters]
+            if counters and len(monomial) > 1:
+                raise _NotAffine
+            if not monomial:
+                parts.append(str(coeff))
+                continue
+            if counters:
+                name = prefix + self.names[counters[0]]
+            else:
+                key = tuple(s.order for s in monomial)
+                name = self.params.setdefault(key, f"p{len(self.params)}")
+            parts.append(f"{coeff}*{name}")
+        return " + ".join(parts) or "0"
+
+    # -- domains --------------------------------------------------------------------------
+
+    def loops_around(self, access: Access) -> list[LoopInfo]:
+        """The loops of the nest around ``access``, outermost first."""
+        block = access.op.block
+        bodies = self.values.facts.bodies
+        return [m for m in self.values.nested if block in bodies[m] and self.values.counter(m) in self.trips]
+
+    def constraints(self, loops: list[LoopInfo], prefix: str) -> list[str]:
+        """The domain of the loops ``loops`` (outermost first) in variables named ``prefix``."""
+        out = []
+        for loop in loops:
+            sym = self.values.counter(loop)
+            var = prefix + self.names[sym]
+            trip = self.trips[sym]
+            if loop is self.info:
+                out.append(f"0 <= {var} < T")
+                continue
+            moving = (trip.start.symbols() | trip.bound.symbols()) & self.counters
+            if not moving:
+                out.append(f"0 <= {var} < N{self.names[sym]}")
+                continue
+            keep = _KEEPS.get(trip.pred) or ("<" if trip.step > 0 else ">")
+            bound = self.affine(trip.bound, prefix)
+            start = self.affine(trip.start, prefix)
+            at = f"{start} + {trip.step}*{var}"
+            if trip.top:
+                out.append(f"{var} >= 0 and {at} {keep} {bound}")
+            else:  # iteration j runs when the test after iteration j - 1 held
+                out.append(f"{var} >= 0 and ({var} = 0 or {at} + {-trip.step} {keep} {bound})")
+        return out
+
+    def pair(self, store: Access, other: Access) -> tuple[object, object] | None:
+        """(pairs of iterations in different candidate iterations running both accesses,
+        those of them whose byte ranges meet), or None where the pair is not modelled."""
+        if store.address is None or other.address is None or store.beyond or other.beyond:
+            return None
+        if (store.address - other.address).symbols() - self.counters:
+            return None  # apart by live-in values (two base pointers): only the guards can say
+        try:
+            outer_s, outer_a = self.loops_around(store), self.loops_around(other)
+            if not outer_s or outer_s[0] is not self.info or not outer_a or outer_a[0] is not self.info:
+                return None
+            cons = self.constraints(outer_s, "x") + self.constraints(outer_a, "y")
+            diff = f"({self.affine(store.address, 'x')}) - ({self.affine(other.address, 'y')})"
+        except _NotAffine:
+            return None
+        k = self.names[self.values.counter(self.info)]
+        variables = [f"x{self.names[self.values.counter(m)]}" for m in outer_s]
+        variables += [f"y{self.names[self.values.counter(m)]}" for m in outer_a]
+        free = sorted(
+            {f"N{self.names[self.values.counter(m)]}" for m in outer_s + outer_a if m is not self.info}
+            | set(self.params.values())
+            | {"T"}
+        )
+        head = f"[{', '.join(free)}] -> {{ [{', '.join(variables)}] : "
+        both = " and ".join(cons) + f" and x{k} != y{k}"
+        context = _context()
+        pairs = isl.Set(head + both + " }", context=context)
+        meet = isl.Set(
+            head + both + f" and {diff} > -{store.width} and {diff} < {other.width} }}", context=context
+        )
+        return pairs, meet
+
+
+# isl operations one pair may take before it is left to the guards (deep nests with many
+# parameters can make the projections expensive; a typical pair takes a few thousand).
+MAX_OPERATIONS = 200_000
+
+
+@functools.cache
+def _context() -> object:
+    """The isl context of the analysis, with the bound on operations."""
+    context = isl.Context()
+    context.set_max_operations(MAX_OPERATIONS)
+    return context
+
+
+def exact_dependences(
+    values: LoopValues, trip: TripCount, inner: list[tuple[Symbol, TripCount]], accesses: list[Access],
+    settled: set[tuple[int, int]],
+) -> list[tuple[int, int]]:  # fmt: skip
+    """The store/access index pairs (not in ``settled``) proven never to meet across
+    iterations; :class:`Reject` where one meets in every launch of two iterations or more."""
+    model = NestModel(values, trip, inner)
+    free = []
+    for i, store in enumerate(accesses):
+        if not store.store:
+            continue
+        for j, other in enumerate(accesses):
+            if (i, j) in settled:
+                continue
+            _context().reset_operations()
+            try:
+                modelled = model.pair(store, other)
+                if modelled is None:
+                    continue
+                pairs, meet = modelled
+                independent = meet.is_empty()
+                always = not independent and pairs.params().is_subset(meet.params())
+            except isl.Error:  # over the bound on operations: left to the guards
+                continue
+            if independent:
+                free.append((i, j))
+            elif always:
+                what = "writes" if other.store else "reads"
+                raise Reject(
+                    f"sequential: store at {store.where} writes what another iteration {what} "
+                    f"({other.kind} at {other.where}) on every launch (isl)"
+                )
+    return free
