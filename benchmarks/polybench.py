@@ -86,6 +86,8 @@ def build(src: Path, source: Path, dataset: str, out_dir: Path) -> Path:
     inputs = [source, source.with_suffix(".h"), src / "utilities" / "polybench.c", SHIM]
     if out.exists() and out.stat().st_mtime >= max(p.stat().st_mtime for p in inputs if p.exists()):
         return out
+    if shutil.which(CLANG) is None:
+        raise RuntimeError(f"{source.stem}: {CLANG} is not installed (and no current build at {out})")
     out.parent.mkdir(parents=True, exist_ok=True)
     command = [CLANG, *CFLAGS, f"-D{dataset}_DATASET", "-I", str(src / "utilities"), "-I", str(source.parent),
                str(src / "utilities" / "polybench.c"), str(source), str(SHIM), *LIBS, "-o", str(out)]  # fmt: skip
@@ -364,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="timed runs of each (medians)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one run may take")
     parser.add_argument("--out", type=Path, default=BUILD, help=f"builds and results (default {BUILD})")
+    parser.add_argument("--build-only", action="store_true", help="build the programs, run nothing")
     parser.add_argument(
         "--docs", action="store_true", help="write the section of docs/benchmarks.md and the plot"
     )
@@ -373,18 +376,22 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.src / "utilities" / "benchmark_list").exists():
         print(f"benchmarks.polybench: no PolyBench/C tree at {args.src} (--src)", file=sys.stderr)
         return 2
-    if shutil.which(CLANG) is None:
-        print(f"benchmarks.polybench: {CLANG} is not installed", file=sys.stderr)
-        return 2
     suite = programs(args.src)
     names = list(suite) if not args.only else args.only.split(",")
     unknown = [n for n in names if n not in suite]
     if unknown:
         print(f"benchmarks.polybench: unknown program(s) {', '.join(unknown)}", file=sys.stderr)
         return 2
+    try:
+        built = {name: build(args.src, suite[name], args.dataset, args.out) for name in names}
+    except RuntimeError as exc:
+        print(f"benchmarks.polybench: {exc}", file=sys.stderr)
+        return 2
+    if args.build_only:
+        print(f"built {len(built)} program(s) under {args.out / args.dataset.lower()}")
+        return 0
     rows = []
-    for name in names:
-        wasm = build(args.src, suite[name], args.dataset, args.out)
+    for name, wasm in built.items():
         row = measure(name, wasm, args.device, args.offload, max(1, args.repeat), args.timeout)
         rows.append(row)
         loops = row["loops"]
