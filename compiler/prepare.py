@@ -109,6 +109,7 @@ def prepare_offload(
     for n, (ins, k) in enumerate(zip(insertions, kernels, strict=True)):
         # A region's loops always call the host: a decline must bring its results back.
         ins.filter = loop_filter(k.plan) if n not in region_of else None
+        ins.gate = n not in region_of
     exits = [RegionExit(r.func_index, r.exits, f"region_{k}") for k, r in enumerate(regions)]
     rewritten = rewrite(wasm, insertions, exits) if kernels else data
     global_types = [g.type for g in wasm.global_types()]

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 VALTYPE_BYTES = {I32: 0x7F, I64: 0x7E, F32: 0x7D, F64: 0x7C, V128: 0x7B, FUNCREF: 0x70, EXTERNREF: 0x6F}
 HOST_MODULE = "tensorwasm"
 MEMORY_EXPORT = "tensorwasm:memory"  # memory 0, for the host functions
-FILTER_EXPORT = "tensorwasm:"  # then min_<n> / skipped_<n>: see Filter
+FILTER_EXPORT = "tensorwasm:"  # then min_<n> / skipped_<n> / wait_<n>: see Filter and Insertion.gate
 HOOKS_EXPORT = "tensorwasm:hooks"  # the table through which the loops' host calls go
 # The instructions whose immediate is a function index, which the new imports shift (the
 # tail call is in a function that stays on wasmtime: see compiler.degrade).
@@ -161,6 +161,11 @@ class Insertion:
     local_types: list[Type]  # every local of the function, parameters first
     import_name: str
     filter: Filter | None = None
+    # A gate before the host call (every loop outside a device-resident region): while the
+    # exported i64 global ``tensorwasm:wait_<n>`` is not zero an arrival stays in Wasm, counts
+    # in ``skipped_<n>`` and takes one off it. The host sets it after a loop declined again
+    # and again, or for a reason that lasts, so later arrivals cost no host call.
+    gate: bool = False
 
 
 @record
@@ -211,17 +216,29 @@ def rewrite(wasm: WasmModule, insertions: list[Insertion], exits: list[RegionExi
     def func_index(old: int) -> int:
         return old if old < first_defined else old + shift
 
-    # Two globals per filter, after the module's own (no index moves): its threshold and
-    # its count of arrivals it kept from the host.
-    filters: dict[int, int] = {}  # insertion number -> its threshold global's index
-    for n, ins in enumerate(insertions):
-        if ins.filter is not None:
-            filters[n] = len(global_types) + 2 * len(filters)
-    extra_globals = [b"\x7e\x01\x42" + sleb(NEVER_SKIP) + b"\x0b", b"\x7e\x01\x42\x00\x0b"] * len(filters)
+    # Globals per gated or filtered loop, after the module's own (no index moves): the
+    # filter's threshold (where it has a filter), its count of arrivals kept from the host,
+    # and the gate's wait (see Insertion.gate).
+    filters: dict[int, FilterGlobals] = {}  # insertion number -> its globals
+    extra_globals: list[bytes] = []
     extra_exports = []
-    for n, index in filters.items():
-        extra_exports.append(name(f"{FILTER_EXPORT}min_{n}") + b"\x03" + uleb(index))
-        extra_exports.append(name(f"{FILTER_EXPORT}skipped_{n}") + b"\x03" + uleb(index + 1))
+    zero = b"\x7e\x01\x42\x00\x0b"
+    for n, ins in enumerate(insertions):
+        if ins.filter is None and not ins.gate:
+            continue
+        at = len(global_types) + len(extra_globals)
+        if ins.filter is not None:
+            extra_globals.append(b"\x7e\x01\x42" + sleb(NEVER_SKIP) + b"\x0b")
+            extra_exports.append(name(f"{FILTER_EXPORT}min_{n}") + b"\x03" + uleb(at))
+            at += 1
+        extra_globals.append(zero)
+        extra_exports.append(name(f"{FILTER_EXPORT}skipped_{n}") + b"\x03" + uleb(at))
+        wait = None
+        if ins.gate:
+            extra_globals.append(zero)
+            extra_exports.append(name(f"{FILTER_EXPORT}wait_{n}") + b"\x03" + uleb(at + 1))
+            wait = at + 1
+        filters[n] = FilterGlobals(at - 1 if ins.filter is not None else None, at, wait)
     # The hooks table: entry n holds insertion n's import until the host replaces it.
     hooks = len(wasm.table_types())
     if insertions:
@@ -439,9 +456,7 @@ def _body(
             if exit_label is None:
                 out += b"\x02\x40"  # block: the skip lands after the loop
             if at is not None:  # ask the host only past the threshold; else count and run it
-                out += (
-                    _distance(ins.filter) + b"\x23" + uleb(at) + b"\x59\x04\x7f"
-                )  # i64.ge_s; if (result i32)
+                out += _asks(ins, at) + b"\x04\x7f"  # if (result i32)
             for n in ins.live_in_locals:
                 out += b"\x20" + uleb(n) + TO_BITS.get(types[n], b"")
             for g in ins.live_in_globals:
@@ -451,9 +466,14 @@ def _body(
             out += host
             for n in reversed(ins.assigned):
                 out += FROM_BITS.get(types[n], b"") + b"\x21" + uleb(n)
-            if at is not None:  # else: skipped += 1; the flag 0 (the loop runs here)
-                counter = uleb(at + 1)
-                out += b"\x05\x23" + counter + b"\x42\x01\x7c\x24" + counter + b"\x41\x00\x0b"
+            if at is not None:  # else: skipped += 1; wait -= (wait != 0); the flag 0 (the loop runs here)
+                counter = uleb(at.skipped)
+                out += b"\x05\x23" + counter + b"\x42\x01\x7c\x24" + counter
+                if at.wait is not None:
+                    wait = uleb(at.wait)
+                    # global.get w; global.get w; i64.const 0; i64.ne; i64.extend_i32_u; i64.sub; global.set w
+                    out += b"\x23" + wait + b"\x23" + wait + b"\x42\x00\x52\xad\x7d\x24" + wait
+                out += b"\x41\x00\x0b"
             out += b"\x0d" + uleb(0 if exit_label is None else _fix(exit_label, depth, wrapped))
             if exit_label is None:
                 wrapped.append((ins.end, depth))
@@ -474,6 +494,28 @@ def _body(
         for host in exits.get(i, ()):
             out += b"\x10" + uleb(host)
     return bytes(out)
+
+
+@record
+class FilterGlobals:
+    """The globals of one loop's test before its host call (indices in the rewritten module)."""
+
+    threshold: int | None  # the filter's (None: no filter)
+    skipped: int
+    wait: int | None  # the gate's (None: no gate)
+
+
+def _asks(ins: Insertion, at: FilterGlobals) -> bytes:
+    """Code leaving the i32 condition under which the host is asked: the distance reaches
+    the threshold (where there is a filter) and the wait is zero (where there is a gate)."""
+    out = b""
+    if ins.filter is not None:
+        out += _distance(ins.filter) + b"\x23" + uleb(at.threshold) + b"\x59"  # i64.ge_s
+    if at.wait is not None:
+        out += b"\x23" + uleb(at.wait) + b"\x50"  # global.get wait; i64.eqz
+        if ins.filter is not None:
+            out += b"\x71"  # i32.and
+    return out
 
 
 def _affine(terms: Affine) -> bytes:

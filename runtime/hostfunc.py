@@ -36,6 +36,9 @@ _caller_context = CFUNCTYPE(c_void_p, c_void_p)(("wasmtime_caller_context", _dll
 _memory_data = CFUNCTYPE(c_void_p, c_void_p, c_void_p)(("wasmtime_memory_data", _dll))
 _memory_size = CFUNCTYPE(c_size_t, c_void_p, c_void_p)(("wasmtime_memory_data_size", _dll))
 _trap_new = CFUNCTYPE(c_void_p, c_char_p, c_size_t)(("wasmtime_trap_new", _dll))
+_global_get = CFUNCTYPE(None, c_void_p, c_void_p, c_void_p)(("wasmtime_global_get", _dll))
+_global_set = CFUNCTYPE(c_void_p, c_void_p, c_void_p, c_void_p)(("wasmtime_global_set", _dll))
+_error_delete = CFUNCTYPE(None, c_void_p)(("wasmtime_error_delete", _dll))
 _CALLBACK = CFUNCTYPE(c_size_t, c_void_p, c_void_p, c_void_p, c_size_t)
 _FINALIZER = CFUNCTYPE(None, c_void_p)
 _func_new = CFUNCTYPE(None, c_void_p, c_void_p, c_void_p, c_void_p, _FINALIZER, c_void_p)(
@@ -162,3 +165,31 @@ def memory(
 
 def _valtype(ty: Type) -> wasmtime.ValType:
     return {"i32": wasmtime.ValType.i32, "i64": wasmtime.ValType.i64}[ty.name]()
+
+
+class I64Global:
+    """A mutable i64 global of an instance, read and written at C cost, from a host call of
+    its store too: through the store's context (:func:`store_context`), which a host call
+    of that store may use as its caller's."""
+
+    def __init__(self, glob: wasmtime.Global) -> None:
+        self._handle = ffi.wasmtime_global_t()
+        ctypes.memmove(
+            ctypes.addressof(self._handle), ctypes.addressof(glob._global), ctypes.sizeof(self._handle)
+        )
+        self._value = ffi.wasmtime_val_t()
+        self._value.kind = ffi.WASMTIME_I64.value
+        self._handle_at = ctypes.addressof(self._handle)
+        self._value_at = ctypes.addressof(self._value)
+
+    def get(self, context: int) -> int:
+        _global_get(context, self._handle_at, self._value_at)
+        return self._value.of.i64
+
+    def set(self, context: int, value: int) -> None:
+        self._value.kind = ffi.WASMTIME_I64.value
+        self._value.of.i64 = value
+        error = _global_set(context, self._handle_at, self._value_at)
+        if error:  # a global of another type or store: a bug here, never the guest's
+            _error_delete(error)
+            raise ValueError("cannot set the global: not a mutable i64 of this store")

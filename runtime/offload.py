@@ -32,7 +32,7 @@ import wasmtime
 from tensorwasm.compiler.analysis.plan import AnalysisOptions
 from tensorwasm.compiler.frontend import load
 from tensorwasm.compiler.lower import abi
-from tensorwasm.compiler.rewrite import FILTER_EXPORT, HOOKS_EXPORT, HOST_MODULE
+from tensorwasm.compiler.rewrite import HOOKS_EXPORT, HOST_MODULE
 from tensorwasm.compiler.target import HostTarget, describe, nvptx_for_device
 from tensorwasm.runtime import hostfunc, prepared
 from tensorwasm.runtime.cache import default_cache, make_key
@@ -305,21 +305,16 @@ class OffloadModule:
             linker.define(store, HOST_MODULE, import_name, func)
 
     def bind(self, store, exports, thresholds: list[int] | None = None) -> None:
-        """Set the instance's Wasm-side filters (see :class:`compiler.rewrite.Filter`): in
-        auto mode an arrival whose counter has too little to go is kept from the host (it
-        would decline it), with offload off every arrival is, and in always mode none.
+        """Set the instance's Wasm-side filters (see :class:`compiler.rewrite.Filter`) and
+        gates (:class:`runtime.planning.ArrivalGate`): in auto mode an arrival whose counter
+        has too little to go is kept from the host (it would decline it), with offload off
+        every arrival is, and in always mode none; a loop that keeps declining is kept from it.
         ``exports`` are the instance's; ``thresholds`` (per loop) overrides the mode's. An
         instance left unbound asks the host at every arrival."""
-        self._skipped = []
         for hook in self._unbound_hooks:
             hook.table = exports[HOOKS_EXPORT]
         self._unbound_hooks = []
-        for n, lp in enumerate(self.loops):
-            if lp.insertion.filter is None:
-                continue
-            threshold = thresholds[n] if thresholds is not None else self.planner.threshold(lp)
-            exports[f"{FILTER_EXPORT}min_{n}"].set_value(store, wasmtime.Val.i64(threshold))
-            self._skipped.append((lp, exports[f"{FILTER_EXPORT}skipped_{n}"], weakref.ref(store), [0]))
+        self._gates = self.planner.bind(self.loops, store, exports, thresholds)
 
     def collect_skipped(self) -> None:
         """Fold the arrivals the Wasm-side filters kept from the host, and those replayed in
@@ -327,16 +322,8 @@ class OffloadModule:
         replays = self.launches.replays
         for native in replays.natives if replays is not None else ():
             replays.collect_native_counts(native)
-        reason = "offload is off" if self.mode == "off" else "too little work to pay for a launch"
-        for lp, counter, store_ref, seen in getattr(self, "_skipped", ()):
-            store = store_ref()
-            if store is None:  # the instance is gone: its counts were collected or are lost
-                continue
-            total = counter.value(store)
-            if total > seen[0]:
-                lp.stats.arrivals += total - seen[0]
-                lp.stats.declined[reason] = lp.stats.declined.get(reason, 0) + total - seen[0]
-                seen[0] = total
+        for gate in getattr(self, "_gates", ()):
+            gate.collect()
 
     def _callback(self, lp: OffloadedLoop, context: int, hook: Hook | None = None):
         """Loop ``lp``'s host function's body, for a store whose context is at ``context``

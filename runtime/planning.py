@@ -18,12 +18,15 @@ import math
 import operator
 import struct
 import time
+import weakref
 from typing import TYPE_CHECKING, Protocol
+
+import wasmtime
 
 from tensorwasm.compiler.analysis.plan import LoopPlan, ReductionKind
 from tensorwasm.compiler.lower import abi
 from tensorwasm.compiler.prepare import returned
-from tensorwasm.compiler.rewrite import NEVER_SKIP, Insertion
+from tensorwasm.compiler.rewrite import FILTER_EXPORT, NEVER_SKIP, Insertion
 from tensorwasm.dialect.types import Type
 from tensorwasm.runtime import hostfunc, profit
 from tensorwasm.runtime.profit import FIXED_SECONDS, Estimate, work
@@ -63,9 +66,11 @@ class LoopStats:
     pinned: bool = False  # GPU copies from page-locked linear memory
     warned: set[str] = field(default_factory=set)  # fallback reasons already logged
     region: int | None = None  # the device-resident region the loop is in
+    last_declined: str | None = None  # why its last arrival declined
 
-    def decline(self, reason: str) -> None:
-        self.declined[reason] = self.declined.get(reason, 0) + 1
+    def decline(self, reason: str, arrivals: int = 1) -> None:
+        self.declined[reason] = self.declined.get(reason, 0) + arrivals
+        self.last_declined = reason
 
 
 @record
@@ -83,6 +88,7 @@ class OffloadedLoop:
     # records (runtime.device_replay.ReplayRecord).
     again: dict[tuple[int, ...], object] = field(default_factory=dict)
     may_trap: bool = True  # its kernel can trap (compiler.prepare.kernel_may_trap)
+    gate: ArrivalGate | None = None  # its bound instance's gate (where the loop has one)
 
     @property
     def region(self) -> int | None:
@@ -123,6 +129,91 @@ class LaunchRunner(Protocol):
         """What replays this arrival's launch as it was (see ``LaunchArguments.replay``)."""
 
 
+# Why a loop declines that no later arrival changes: its gate closes for good.
+LASTING = frozenset({"the module has no (unshared) linear memory"})
+# The gate's wait when closed for good (about 2^63 arrivals).
+FOREVER = (1 << 63) - 1
+
+
+class ArrivalGate:
+    """One instance's Wasm-side gate and counters before one loop's host call (see
+    :class:`compiler.rewrite.Insertion`): a declined loop costs a host call (microseconds of
+    Python) at every arrival; once it declined for a reason that lasts, or
+    :attr:`BACKOFF_AFTER` times in a row, the gate keeps the next arrivals in Wasm, where
+    they cost a few instructions: for good, or for a wait that doubles with each further
+    decline up to :attr:`WAIT_LIMIT` arrivals, so a loop whose arrivals grow into
+    launches is asked again soon enough. A launch opens it again. Declining is always
+    exact (the original loop runs), so the gate trades only launches it may miss."""
+
+    BACKOFF_AFTER = 4
+    WAIT_LIMIT = 63
+
+    def __init__(self, lp: OffloadedLoop, n: int, store, exports, threshold: int | None, mode: str) -> None:
+        self.loop = lp
+        self.context = hostfunc.store_context(store)
+        self.store = weakref.ref(store)
+        self.skipped = exports[f"{FILTER_EXPORT}skipped_{n}"]
+        self.wait = hostfunc.I64Global(exports[f"{FILTER_EXPORT}wait_{n}"]) if lp.insertion.gate else None
+        self.mode_reason = "offload is off" if mode == "off" else "too little work to pay for a launch"
+        self.seen = 0  # skipped arrivals already counted in
+        self.declines = 0  # in a row
+        self.waiting = 0  # the wait last set
+        self.waiting_for = ""  # the decline that set it
+        self.waited = 0  # arrivals of past waits not yet counted in
+        if lp.insertion.filter is not None and threshold is not None:
+            exports[f"{FILTER_EXPORT}min_{n}"].set_value(store, wasmtime.Val.i64(threshold))
+        if mode == "off" and self.wait is not None:
+            self.wait.set(self.context, FOREVER)
+
+    def arrived(self) -> None:
+        """The host was asked: the last wait ran out (every one of its arrivals stayed in Wasm)."""
+        if self.waiting:
+            self.waited += self.waiting  # counted in at collect, with the filter's
+            self.waiting = 0
+
+    def launched(self) -> None:
+        self.declines = 0
+
+    def declined(self, reason: str | None) -> None:
+        """An arrival declined: close the gate where the reason lasts or declines repeat."""
+        if self.wait is None:
+            return
+        self.declines += 1
+        if reason in LASTING:
+            wait = FOREVER
+        elif self.declines >= self.BACKOFF_AFTER:
+            wait = min((1 << (self.declines - self.BACKOFF_AFTER + 1)) - 1, self.WAIT_LIMIT)
+        else:
+            return
+        self.wait.set(self.context, wait)
+        self.waiting, self.waiting_for = wait, reason or "declined again and again"
+
+    def collect(self) -> None:
+        """Count in the arrivals the gate and the filter kept from the host: those of the
+        waits under the decline that set them, the others under the mode's reason."""
+        store = self.store()
+        if store is None:  # the instance is gone: its counts were collected or are lost
+            return
+        total = self.skipped.value(store)
+        if self.waiting:  # a wait still running: the part of it spent so far
+            left = self.wait.get(self.context)
+            spent = self.waiting - left
+            self.waited += spent
+            self.waiting = left
+        new = total - self.seen
+        if new <= 0:
+            return
+        stats = self.loop.stats
+        stats.arrivals += new
+        waited = min(self.waited, new)
+        if waited:
+            stats.decline(self.waiting_for, waited)
+        if new > waited:
+            stats.decline(self.mode_reason, new - waited)
+        self.waited -= waited
+        self.seen = total
+
+
 class ArrivalPlanner:
     """Decides each arrival at an offloaded loop: the guards' outcome (cached), whether the
     launch pays (auto mode), and which launches replay; ``runner`` runs what it allows."""
@@ -158,12 +249,43 @@ class ArrivalPlanner:
         iterations = math.ceil(least / per_iteration) - 2
         return max(0, iterations) * abs(lp.plan.trip.step)
 
+    def bind(
+        self, loops: list[OffloadedLoop], store, exports, thresholds: list[int] | None = None
+    ) -> list[ArrivalGate]:
+        """Each loop's gate and filter in the instance whose ``exports`` these are (see
+        :meth:`runtime.offload.OffloadModule.bind`); later arrivals from that instance's
+        store close its gates."""
+        gates = []
+        for n, lp in enumerate(loops):
+            if lp.insertion.filter is None and not lp.insertion.gate:
+                lp.gate = None
+                continue
+            threshold = thresholds[n] if thresholds is not None else self.threshold(lp)
+            lp.gate = ArrivalGate(lp, n, store, exports, threshold, self.mode)
+            gates.append(lp.gate)
+        return gates
+
     def arrive(
         self, lp: OffloadedLoop, caller: int, args: tuple[int, ...], context: int | None = None
     ) -> list[int]:
         """One call of loop ``lp``'s host function: ``args`` are its live-ins, then the current
         values of the locals it returns; the result is the flag (1: the loop ran here), then
-        those locals' values after the loop."""
+        those locals' values after the loop. A decline may close the loop's gate in the
+        calling instance (:class:`ArrivalGate`)."""
+        gate = lp.gate
+        if gate is None or gate.context != context:
+            return self._arrive(lp, caller, args, context)
+        gate.arrived()
+        results = self._arrive(lp, caller, args, context)
+        if results[0]:
+            gate.launched()
+        else:
+            gate.declined(lp.stats.last_declined)
+        return results
+
+    def _arrive(
+        self, lp: OffloadedLoop, caller: int, args: tuple[int, ...], context: int | None
+    ) -> list[int]:
         stats = lp.stats
         stats.arrivals += 1
         n_live = len(lp.plan.live_ins)

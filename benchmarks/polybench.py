@@ -1,0 +1,422 @@
+"""PolyBench/C 4.2.1 on ``tensorwasm run`` against plain wasmtime: ``python -m benchmarks.polybench``.
+
+The detector is judged on code nobody here wrote. This builds the suite's 30 programs from
+an unmodified PolyBench/C 4.2.1 tree (``--src``; the project does not copy it) with
+clang-16 for wasm32-wasi, and runs each in a process of its own, under plain wasmtime and
+under ``tensorwasm run --device D``:
+
+- the builds define ``POLYBENCH_TIME`` (the kernel's time, PolyBench's own timer, printed
+  first) and ``POLYBENCH_DUMP_ARRAYS``, with every ``fprintf`` sent through a compiled-in
+  shim (``polybench-support/dump.c``) that writes each floating-point element as the hex
+  digits of its bits instead of PolyBench's two decimals, and the dump to stdout: the
+  outputs after the time line are compared byte for byte;
+- each program runs once untimed under both (compiled code cached: wasmtime's own cache,
+  tensorwasm's), then ``--repeat`` times each, alternating; the median of the kernel
+  times and of the whole process times is kept;
+- tensorwasm's JSON report gives the loops the analysis accepted (candidates), those that
+  launched at least once, and why arrivals declined.
+
+It writes ``build/polybench/polybench-<dataset>-<device>.json``, the markdown table, and
+with ``--docs`` the PolyBench section of ``docs/benchmarks.md`` (between its markers) and
+a plot in ``docs/img/`` (where matplotlib is installed; else the section says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SUPPORT = ROOT / "benchmarks" / "polybench-support"
+SHIM = SUPPORT / "dump.c"
+DEFAULT_SRC = ROOT.parent / "shared" / "polybench-4.2.1"
+BUILD = ROOT / "build" / "polybench"
+MD_PATH = ROOT / "docs" / "benchmarks.md"
+IMG_DIR = ROOT / "docs" / "img"
+PLOT = "polybench-speedup.png"
+DATASETS = ("MINI", "SMALL", "MEDIUM", "LARGE", "EXTRALARGE")
+BEGIN, END = "<!-- polybench:begin -->", "<!-- polybench:end -->"
+SCHEMA = 1
+
+CLANG = "clang-16"
+CFLAGS = ["--target=wasm32-wasi", "-O2", "-DPOLYBENCH_TIME", "-DPOLYBENCH_DUMP_ARRAYS",
+          "-D_WASI_EMULATED_PROCESS_CLOCKS", "-Dfprintf=tw_fprintf"]  # fmt: skip
+LIBS = ["-lwasi-emulated-process-clocks", "-lm"]
+
+# Plain wasmtime, in a process of its own: the program with its stdio inherited, its
+# compiled code in wasmtime's own cache (as tensorwasm's is in its cache).
+PLAIN = """
+import sys, wasmtime
+config = wasmtime.Config()
+config.cache = True
+engine = wasmtime.Engine(config)
+store = wasmtime.Store(engine)
+linker = wasmtime.Linker(engine)
+linker.define_wasi()
+wasi = wasmtime.WasiConfig()
+wasi.argv = [sys.argv[1]]
+wasi.inherit_stdout()
+wasi.inherit_stderr()
+store.set_wasi(wasi)
+instance = linker.instantiate(store, wasmtime.Module.from_file(engine, sys.argv[1]))
+try:
+    instance.exports(store)["_start"](store)
+except wasmtime.ExitTrap as exc:
+    sys.exit(exc.code)
+"""
+
+
+def programs(src: Path) -> dict[str, Path]:
+    """The suite's programs by name: their C files, as ``utilities/benchmark_list`` lists them."""
+    listed = (src / "utilities" / "benchmark_list").read_text().split()
+    return {Path(line).stem: src / line for line in listed}
+
+
+def build(src: Path, source: Path, dataset: str, out_dir: Path) -> Path:
+    """``source`` built for wasm32-wasi with the chosen dataset (kept while up to date)."""
+    out = out_dir / dataset.lower() / f"{source.stem}.wasm"
+    inputs = [source, source.with_suffix(".h"), src / "utilities" / "polybench.c", SHIM]
+    if out.exists() and out.stat().st_mtime >= max(p.stat().st_mtime for p in inputs if p.exists()):
+        return out
+    if shutil.which(CLANG) is None:
+        raise RuntimeError(f"{source.stem}: {CLANG} is not installed (and no current build at {out})")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    command = [CLANG, *CFLAGS, f"-D{dataset}_DATASET", "-I", str(src / "utilities"), "-I", str(source.parent),
+               str(src / "utilities" / "polybench.c"), str(source), str(SHIM), *LIBS, "-o", str(out)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{source.stem}: clang failed:\n{done.stderr}\n{' '.join(command)}")
+    return out
+
+
+def split_output(stdout: str) -> tuple[float | None, str]:
+    """PolyBench's kernel time (its first line) and the dump after it."""
+    first, _, rest = stdout.partition("\n")
+    try:
+        return float(first), rest
+    except ValueError:
+        return None, stdout
+
+
+def _timed(command: list[str], timeout: float) -> tuple[subprocess.CompletedProcess, float]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+    return done, time.perf_counter() - start
+
+
+def run_plain(wasm: Path, timeout: float) -> dict:
+    """One run under plain wasmtime: status, kernel and process seconds, the dump."""
+    done, seconds = _timed([sys.executable, "-c", PLAIN, str(wasm)], timeout)
+    kernel, dump = split_output(done.stdout)
+    return {
+        "status": done.returncode,
+        "kernel": kernel,
+        "process": seconds,
+        "dump": dump,
+        "stderr": done.stderr,
+    }
+
+
+def run_tensorwasm(wasm: Path, device: str, offload: str, timeout: float) -> dict:
+    """One run under ``tensorwasm run``: as :func:`run_plain`, with its JSON report."""
+    command = [sys.executable, "-m", "tensorwasm", "run", "--device", device, "--offload", offload,
+               "--report", "json", str(wasm)]  # fmt: skip
+    done, seconds = _timed(command, timeout)
+    kernel, dump = split_output(done.stdout)
+    report, other = None, []
+    for line in done.stderr.splitlines():
+        if line.startswith('{"device"'):
+            report = json.loads(line)
+        else:
+            other.append(line)
+    return {"status": done.returncode, "kernel": kernel, "process": seconds, "dump": dump,
+            "report": report, "stderr": "\n".join(other)}  # fmt: skip
+
+
+def loop_summary(report: dict | None) -> dict:
+    """From tensorwasm's report: candidates (loops the analysis accepts), those launched at
+    least once, arrivals, launches, the decline reasons and the analysis's reasons for the
+    loops it rejects (counted)."""
+    if report is None:
+        return {"candidates": 0, "launched": 0, "arrivals": 0, "launches": 0, "declined": {}, "rejected": {},
+                "kernel_seconds": 0.0, "transfer_seconds": 0.0}  # fmt: skip
+    loops = report["loops"]
+    candidates = [row for row in loops if row["verdict"] == "offload"]
+    declined: dict[str, int] = {}
+    rejected: dict[str, int] = {}
+    for row in candidates:
+        for why, n in (row["declined"] or {}).items():
+            declined[why] = declined.get(why, 0) + n
+    for row in loops:
+        if row["verdict"] != "offload":
+            rejected[_reason_kind(row["reason"])] = rejected.get(_reason_kind(row["reason"]), 0) + 1
+    return {
+        "candidates": len(candidates),
+        "launched": sum(1 for row in candidates if row["offloaded"]),
+        "arrivals": sum(row["arrivals"] for row in candidates),
+        "launches": sum(row["offloaded"] for row in candidates),
+        "declined": declined,
+        "rejected": rejected,
+        "kernel_seconds": sum(row["kernel_seconds"] for row in candidates),
+        "transfer_seconds": sum(row["transfer_seconds"] for row in candidates),
+    }
+
+
+def _reason_kind(reason: str) -> str:
+    """A rejection reason without its offsets and operands (so they group across programs)."""
+    words = []
+    for word in reason.split():
+        if word.startswith("+0x") or word.startswith("(+0x") or word[:1].isdigit():
+            word = "N"
+        words.append(word)
+    return " ".join(words)
+
+
+def measure(name: str, wasm: Path, device: str, offload: str, repeat: int, timeout: float) -> dict:
+    """Warm both, then ``repeat`` runs of each, alternating; medians and the comparison."""
+    run_plain(wasm, timeout)
+    run_tensorwasm(wasm, device, offload, timeout)
+    plain, tw = [], []
+    for _ in range(repeat):
+        plain.append(run_plain(wasm, timeout))
+        tw.append(run_tensorwasm(wasm, device, offload, timeout))
+    reference = plain[0]
+    identical = all(r["status"] == 0 and r["dump"] == reference["dump"] and r["dump"] for r in plain + tw)
+    row = {
+        "program": name,
+        "identical_output": identical,
+        "dump_bytes": len(reference["dump"]),
+        "wasmtime": _medians(plain),
+        "tensorwasm": _medians(tw),
+        "loops": loop_summary(tw[-1]["report"]),
+    }
+    failed = [r for r in plain + tw if r["status"] != 0]
+    if failed:
+        row["error"] = failed[0]["stderr"].strip().splitlines()[-1:] or [f"exit status {failed[0]['status']}"]
+    w, t = row["wasmtime"], row["tensorwasm"]
+    row["kernel_speedup"] = w["kernel"] / t["kernel"] if w["kernel"] and t["kernel"] else None
+    row["process_speedup"] = w["process"] / t["process"]
+    return row
+
+
+def _medians(runs: list[dict]) -> dict:
+    kernels = [r["kernel"] for r in runs if r["kernel"] is not None]
+    return {
+        "kernel": statistics.median(kernels) if kernels else None,
+        "process": statistics.median(r["process"] for r in runs),
+        "kernels": kernels,
+        "processes": [r["process"] for r in runs],
+        "status": max((r["status"] for r in runs), key=abs),
+    }
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def summary(rows: list[dict]) -> dict:
+    kernel = [r["kernel_speedup"] for r in rows if r["kernel_speedup"]]
+    process = [r["process_speedup"] for r in rows]
+    return {
+        "identical": sum(r["identical_output"] for r in rows),
+        "programs": len(rows),
+        "kernel_geomean": geomean(kernel),
+        "process_geomean": geomean(process),
+        "slower_than_1_05": sum(1 for s in process if s < 1 / 1.05),
+        "launched": sum(r["loops"]["launched"] for r in rows),
+        "candidates": sum(r["loops"]["candidates"] for r in rows),
+    }
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.2f}"
+
+
+def _x(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def markdown(doc: dict, plot: str | None) -> str:
+    """The PolyBench section of docs/benchmarks.md."""
+    s = doc["summary"]
+    env = doc["environment"]
+    lines = [
+        BEGIN,
+        "## PolyBench/C 4.2.1",
+        "",
+        f"`python -m benchmarks.polybench --dataset {doc['dataset']} --device {doc['device']} "
+        f"--offload {doc['offload']} --repeat {doc['repeat']}` on {env['cpu']} ({env['cpu_count']} cores), "
+        f"{env['date']}, commit {env['commit']}: each program built with clang-16 `-O2` for wasm32-wasi, run "
+        "in a process of its own under plain wasmtime and under `tensorwasm run` (compiled code cached for "
+        "both, medians). Kernel: PolyBench's own timer around the kernel. Process: the whole process, "
+        "interpreter start included. Outputs: the live-out arrays dumped with every bit (hex), compared byte "
+        "for byte. Loops: candidates the analysis accepts, launched at least once.",
+        "",
+        f"Outputs identical: {s['identical']}/{s['programs']}. Kernel-time geomean {_x(s['kernel_geomean'])}, "
+        f"process geomean {_x(s['process_geomean'])}; {s['slower_than_1_05']} program(s) more than 5% slower "
+        f"end to end; {s['launched']} of {s['candidates']} candidate loops launched.",
+        "",
+        "| program | identical | wasmtime kernel ms | tensorwasm kernel ms | kernel speedup | wasmtime process ms "
+        "| tensorwasm process ms | process speedup | loops launched / candidates | arrivals / launches | declined |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in doc["results"]:
+        loops = r["loops"]
+        declined = "; ".join(f"{n}x {why}" for why, n in loops["declined"].items()) or "-"
+        lines.append(
+            f"| {r['program']} | {'yes' if r['identical_output'] else '**no**'} | {_ms(r['wasmtime']['kernel'])} "
+            f"| {_ms(r['tensorwasm']['kernel'])} | {_x(r['kernel_speedup'])} | {_ms(r['wasmtime']['process'])} "
+            f"| {_ms(r['tensorwasm']['process'])} | {_x(r['process_speedup'])} "
+            f"| {loops['launched']} / {loops['candidates']} | {loops['arrivals']} / {loops['launches']} | {declined} |"
+        )
+    lines.append("")
+    if plot is not None:
+        lines += [f"![PolyBench speedups](img/{plot})", ""]
+    else:
+        lines += ["Plot not drawn: matplotlib is not installed (`pip install -e '.[bench]'`).", ""]
+    lines.append(END)
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(doc: dict, md_path: Path, img_dir: Path) -> str | None:
+    """The section into ``md_path`` (replacing the one between the markers, else appended),
+    and the plot into ``img_dir``; the plot's file name, or None without matplotlib."""
+    plot = draw(doc, img_dir)
+    section = markdown(doc, plot)
+    text = md_path.read_text() if md_path.exists() else ""
+    if BEGIN in text and END in text:
+        head, _, rest = text.partition(BEGIN)
+        _, _, tail = rest.partition(END)
+        text = head + section.rstrip("\n") + tail
+    else:
+        text = text.rstrip("\n") + ("\n\n" if text else "") + section
+    md_path.write_text(text)
+    return plot
+
+
+def draw(doc: dict, img_dir: Path) -> str | None:
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = doc["results"]
+    fig, ax = plt.subplots(figsize=(12, 4.5))
+    xs = range(len(rows))
+    ax.bar(
+        [x - 0.2 for x in xs], [r["kernel_speedup"] or 0 for r in rows], 0.4, label="kernel (PolyBench timer)"
+    )
+    ax.bar([x + 0.2 for x in xs], [r["process_speedup"] for r in rows], 0.4, label="whole process")
+    ax.axhline(1.0, color="grey", linewidth=1)
+    ax.set_yscale("log")
+    ax.set_xticks(list(xs), [r["program"] for r in rows], rotation=60, ha="right", fontsize="small")
+    ax.set_ylabel("wasmtime time / tensorwasm time")
+    ax.set_title(f"PolyBench/C 4.2.1 {doc['dataset']}, device {doc['device']}, offload {doc['offload']}")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    img_dir.mkdir(parents=True, exist_ok=True)
+    name = PLOT.replace(".png", f"-{doc['device']}.png")
+    fig.savefig(img_dir / name, dpi=90, metadata={"Software": None})
+    plt.close(fig)
+    return name
+
+
+def environment() -> dict:
+    import datetime
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    commit = os.environ.get("TENSORWASM_COMMIT")
+    if commit is None:
+        done = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, cwd=ROOT
+        )
+        commit = done.stdout.strip() or None
+    return {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "cpu": cpu,
+            "cpu_count": os.cpu_count(), "python": platform.python_version(), "commit": commit}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.polybench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--src", type=Path, default=DEFAULT_SRC, help="the PolyBench/C 4.2.1 tree")
+    parser.add_argument("--dataset", default="LARGE", type=str.upper, choices=DATASETS)
+    parser.add_argument("--device", default="auto", choices=("cpu", "gpu", "auto"))
+    parser.add_argument("--offload", default="auto", choices=("auto", "always", "off"))
+    parser.add_argument("--only", help="NAME,... of the programs to run (default: all 30)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs of each (medians)")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one run may take")
+    parser.add_argument("--out", type=Path, default=BUILD, help=f"builds and results (default {BUILD})")
+    parser.add_argument("--build-only", action="store_true", help="build the programs, run nothing")
+    parser.add_argument(
+        "--docs", action="store_true", help="write the section of docs/benchmarks.md and the plot"
+    )
+    parser.add_argument("--md", type=Path, default=MD_PATH, help=argparse.SUPPRESS)
+    parser.add_argument("--img", type=Path, default=IMG_DIR, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if not (args.src / "utilities" / "benchmark_list").exists():
+        print(f"benchmarks.polybench: no PolyBench/C tree at {args.src} (--src)", file=sys.stderr)
+        return 2
+    suite = programs(args.src)
+    names = list(suite) if not args.only else args.only.split(",")
+    unknown = [n for n in names if n not in suite]
+    if unknown:
+        print(f"benchmarks.polybench: unknown program(s) {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    try:
+        built = {name: build(args.src, suite[name], args.dataset, args.out) for name in names}
+    except RuntimeError as exc:
+        print(f"benchmarks.polybench: {exc}", file=sys.stderr)
+        return 2
+    if args.build_only:
+        print(f"built {len(built)} program(s) under {args.out / args.dataset.lower()}")
+        return 0
+    rows = []
+    for name, wasm in built.items():
+        row = measure(name, wasm, args.device, args.offload, max(1, args.repeat), args.timeout)
+        rows.append(row)
+        loops = row["loops"]
+        print(f"{name:16} identical={row['identical_output']!s:5} kernel {_ms(row['wasmtime']['kernel'])} -> "
+              f"{_ms(row['tensorwasm']['kernel'])} ms ({_x(row['kernel_speedup'])}), process "
+              f"{_ms(row['wasmtime']['process'])} -> {_ms(row['tensorwasm']['process'])} ms "
+              f"({_x(row['process_speedup'])}), loops {loops['launched']}/{loops['candidates']}", flush=True)  # fmt: skip
+    doc = {"schema": SCHEMA, "dataset": args.dataset, "device": args.device, "offload": args.offload,
+           "repeat": args.repeat, "environment": environment(), "results": rows, "summary": summary(rows)}  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = f"polybench-{args.dataset.lower()}-{args.device}"
+    (args.out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+    (args.out / f"{stem}.md").write_text(markdown(doc, None))
+    s = doc["summary"]
+    print(f"identical {s['identical']}/{s['programs']}; kernel geomean {_x(s['kernel_geomean'])}, process "
+          f"geomean {_x(s['process_geomean'])}; {s['launched']}/{s['candidates']} loops launched; "
+          f"wrote {args.out / stem}.json")  # fmt: skip
+    if args.docs:
+        plot = write_docs(doc, args.md, args.img)
+        print(
+            f"wrote {args.md}"
+            + (f" and {args.img / plot}" if plot else " (no plot: matplotlib is not installed)")
+        )
+    return 0 if all(r["identical_output"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""The Wasm-side gate before a loop's host call: a loop that keeps declining stops leaving
+Wasm (the host is asked again after waits that double, up to a limit), one that declines for
+a reason that lasts never asks again, offload off never asks, and every arrival is counted
+under a reason; the program computes what plain wasmtime computes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import wasmtime
+
+from benchmarks.declines import NEST
+from tensorwasm.runtime.offload import OffloadModule
+from tensorwasm.runtime.planning import FOREVER, LASTING, ArrivalGate, ArrivalPlanner
+
+DEVICES = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
+
+
+def _instance(mode: str, monkeypatch: pytest.MonkeyPatch | None = None, device: str = "cpu"):
+    offload = OffloadModule(wasmtime.wat2wasm(NEST), device=device, mode=mode)
+    store = wasmtime.Store()
+    linker = wasmtime.Linker(store.engine)
+    asked: list[int] = []
+    if monkeypatch is not None:
+        real = ArrivalPlanner._arrive
+
+        def counting(self, lp, *rest):
+            asked.append(lp.stats.offset)
+            return real(self, lp, *rest)
+
+        monkeypatch.setattr(ArrivalPlanner, "_arrive", counting)
+    offload.define(linker, store)
+    instance = linker.instantiate(store, offload.compiled(store.engine))
+    offload.bind(store, instance.exports(store))
+    outer = min(offload.loops, key=lambda lp: lp.stats.offset)
+    return offload, store, instance.exports(store), outer, asked
+
+
+def _memory(store, exports) -> bytes:
+    memory = exports["memory"]
+    return bytes(memory.read(store, 0, memory.data_len(store)))
+
+
+def _plain_memory(arrivals: int, n: int, m: int) -> bytes:
+    store = wasmtime.Store()
+    instance = wasmtime.Instance(store, wasmtime.Module(store.engine, wasmtime.wat2wasm(NEST)), [])
+    instance.exports(store)["repeat"](store, arrivals, n, m)
+    return _memory(store, instance.exports(store))
+
+
+def _asks_expected(arrivals: int) -> int:
+    """Host calls for ``arrivals`` declines in a row under the backoff."""
+    asks, at, declines = 0, 0, 0
+    while at < arrivals:
+        asks += 1
+        at += 1
+        declines += 1
+        if declines >= ArrivalGate.BACKOFF_AFTER:
+            at += min((1 << (declines - ArrivalGate.BACKOFF_AFTER + 1)) - 1, ArrivalGate.WAIT_LIMIT)
+    return asks
+
+
+def test_a_nest_has_a_gate_and_no_filter() -> None:
+    offload, store, exports, outer, _ = _instance("auto")
+    assert outer.insertion.filter is None and outer.insertion.gate
+    n = offload.loops.index(outer)
+    assert exports[f"tensorwasm:wait_{n}"].value(store) == 0
+    assert f"tensorwasm:min_{n}" not in exports
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("arrivals", [3, 40, 1000])
+def test_a_loop_that_keeps_declining_stops_asking_the_host(arrivals: int, device: str, monkeypatch) -> None:
+    offload, store, exports, outer, asked = _instance("auto", monkeypatch, device)
+    exports["repeat"](store, arrivals, 2, 2)  # too little work: every arrival declines
+    assert asked.count(outer.stats.offset) == _asks_expected(arrivals)
+    if arrivals >= 1000:
+        assert asked.count(outer.stats.offset) <= math.ceil(arrivals / ArrivalGate.WAIT_LIMIT) + 10
+    offload.close()
+    assert outer.stats.arrivals == arrivals and outer.stats.offloaded == 0
+    assert outer.stats.declined == {"too little work to pay for a launch": arrivals}
+    assert _memory(store, exports) == _plain_memory(arrivals, 2, 2)
+
+
+def test_the_counts_are_whole_while_a_wait_still_runs(monkeypatch) -> None:
+    offload, store, exports, outer, asked = _instance("auto", monkeypatch)
+    exports["repeat"](store, 12, 2, 2)  # asks at 1, 2, 3, 4, 6 and 10: a wait of 7 has 5 to go
+    assert len(asked) == 6 and exports[f"tensorwasm:wait_{offload.loops.index(outer)}"].value(store) == 5
+    offload.collect_skipped()
+    assert outer.stats.arrivals == 12 and sum(outer.stats.declined.values()) == 12
+    exports["repeat"](store, 5, 2, 2)
+    offload.close()
+    assert outer.stats.arrivals == 17 and sum(outer.stats.declined.values()) == 17
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_launches_keep_the_gate_open(device: str, monkeypatch) -> None:
+    offload, store, exports, outer, asked = _instance("always", monkeypatch, device)
+    exports["repeat"](store, 30, 8, 8)
+    assert exports[f"tensorwasm:wait_{offload.loops.index(outer)}"].value(store) == 0
+    offload.close()
+    assert outer.stats.offloaded == 30 and asked  # (on the GPU, later launches may replay without asking)
+    assert _memory(store, exports) == _plain_memory(30, 8, 8)
+
+
+def test_a_lasting_reason_closes_the_gate_for_good(monkeypatch) -> None:
+    offload, store, exports, outer, asked = _instance("always", monkeypatch)
+    (reason,) = LASTING
+    outer.gate.declined(reason)
+    n = offload.loops.index(outer)
+    assert exports[f"tensorwasm:wait_{n}"].value(store) == FOREVER
+    exports["repeat"](store, 20, 8, 8)
+    offload.close()
+    assert asked.count(outer.stats.offset) == 0 and outer.stats.offloaded == 0
+    assert outer.stats.declined == {reason: 20}
+    assert _memory(store, exports) == _plain_memory(20, 8, 8)
+
+
+def test_offload_off_never_asks(monkeypatch) -> None:
+    offload, store, exports, outer, asked = _instance("off", monkeypatch)
+    exports["repeat"](store, 20, 8, 8)
+    offload.close()
+    assert asked == []
+    assert outer.stats.arrivals == 20 and outer.stats.declined == {"offload is off": 20}
