@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -519,6 +520,18 @@ def plot(doc: dict, img_dir: Path) -> list[str] | None:
     return [TIME_PLOT, SPEEDUP_PLOT]
 
 
+def kept_sections(md_path: Path) -> str:
+    """The sections other benchmarks write into the same file, each between its own
+    ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` markers: kept, in order, after the
+    rendered report."""
+    try:
+        text = md_path.read_text()
+    except OSError:
+        return ""
+    pattern = re.compile(r"<!-- ([\w-]+):begin -->.*?<!-- \1:end -->", re.S)
+    return "".join(f"\n{m.group(0)}\n" for m in pattern.finditer(text))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__)
     parser.add_argument("results", type=Path, help="JSON written by python -m benchmarks")
@@ -539,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     args.md.parent.mkdir(parents=True, exist_ok=True)
-    args.md.write_text(render(doc, plots, args.results.name))
+    args.md.write_text(render(doc, plots, args.results.name) + kept_sections(args.md))
     print(f"wrote {args.md}" + (f" and {', '.join(str(args.img / p) for p in plots)}" if plots else ""))
     return 0
 

@@ -192,3 +192,17 @@ def test_the_example_programs_benchmark_runs_on_the_host_backend() -> None:
         assert row["cold"]["identical_output"] and row["warm"]["identical_output"], row["program"]
     assert rows["histogram"]["warm"]["launches"] == 0
     assert rows["histogram"]["fresh_process"]["tensorwasm_seconds"] > 0
+
+
+def test_report_keeps_the_sections_other_benchmarks_wrote(tmp_path) -> None:
+    from benchmarks.report import kept_sections
+
+    md = tmp_path / "benchmarks.md"
+    md.write_text(
+        "# old report\n\n<!-- polybench:begin -->\n## PolyBench\nrow\n<!-- polybench:end -->\n"
+        "old text\n<!-- codegen:begin -->\n## Code generators\n<!-- codegen:end -->\n"
+    )
+    kept = kept_sections(md)
+    assert "old report" not in kept and "old text" not in kept
+    assert kept.index("## PolyBench\nrow") < kept.index("## Code generators")
+    assert kept_sections(tmp_path / "missing.md") == ""
