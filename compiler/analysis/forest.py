@@ -6,13 +6,16 @@ loop's natural body: the header, and every block that reaches a latch (a predece
 the header that the header dominates) without passing through the header. Alongside it
 keeps, for every SSA value, the block that defines it and the ops (terminators' branch
 arguments included) that use it. Every part of the loop analysis reads these facts; they
-are computed once per function and shared by its loops.
+are computed once per function and shared by its loops, and each question they answer costs
+what its answer holds, not the size of the function: dominance by the dominator tree's
+DFS numbering, a loop's blocks in function order by their positions, its inner loops from
+the loop tree (a function of thousands of loops was quadratic in their number).
 """
 
 from __future__ import annotations
 
 from tensorwasm.dialect.ir import Block, Function, LoopInfo, Module, Op, Value
-from tensorwasm.dialect.verifier import dominators, reverse_postorder
+from tensorwasm.dialect.verifier import DominatorTree, reverse_postorder
 
 
 class Reject(Exception):
@@ -36,8 +39,13 @@ class FunctionLoops:
     def __init__(self, module: Module, func: Function):
         self.module = module
         self.func = func
-        order = reverse_postorder(func)
-        self.idom = dominators(order)
+        self.dominator_tree = DominatorTree(reverse_postorder(func))
+        self.idom = self.dominator_tree.idom
+        self.position = {b: i for i, b in enumerate(func.blocks)}
+        self.loop_position = {info: i for i, info in enumerate(func.loops)}
+        self.children: dict[LoopInfo | None, list[LoopInfo]] = {}
+        for info in func.loops:
+            self.children.setdefault(info.parent, []).append(info)
         self.preds: dict[Block, list[Block]] = {b: [] for b in func.blocks}
         for b in func.blocks:
             for s in b.successors:
@@ -62,13 +70,25 @@ class FunctionLoops:
 
     def dominates(self, a: Block, b: Block) -> bool:
         """Every path from the entry to ``b`` passes through ``a``."""
-        while True:
-            if a is b:
-                return True
-            parent = self.idom.get(b)
-            if parent is None or parent is b:
-                return False
-            b = parent
+        return self.dominator_tree.dominates(a, b)
+
+    def in_order(self, blocks: set[Block]) -> list[Block]:
+        """``blocks`` in function order (what set iteration is not: it differs between processes)."""
+        position = self.position
+        return sorted(blocks, key=position.__getitem__)
+
+    def nested(self, info: LoopInfo) -> list[LoopInfo]:
+        """The loops inside ``info``, itself included, in the function's loop order: natural
+        loops of a reducible graph (Wasm's are) nest or are disjoint, so a loop is inside
+        where its header is."""
+        body = self.bodies[info]
+        found, work = [info], list(self.children.get(info, ()))
+        while work:
+            m = work.pop()
+            if m.header in body:
+                found.append(m)
+            work.extend(self.children.get(m, ()))
+        return sorted(found, key=self.loop_position.__getitem__)
 
     def _body(self, info: LoopInfo) -> set[Block]:
         """The natural loop: the header and every block reaching a latch without it."""

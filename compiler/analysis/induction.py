@@ -41,7 +41,7 @@ class LoopValues:
         self.body = facts.bodies[info]
         # Blocks in function order: everything derived from the body (live-in order, access
         # indices) must not depend on set iteration, which differs between processes.
-        self.body_order = [b for b in facts.func.blocks if b in self.body]
+        self.body_order = facts.in_order(self.body)
         self.counters: dict[LoopInfo, Symbol] = {}
         self.symbols: dict[Value, Symbol] = {}
         self.globals: dict[int, Symbol] = {}
@@ -51,9 +51,7 @@ class LoopValues:
         self.dead_args: set[Value] = set()
         self.lenient = lenient  # classify what can be classified, reject nothing
         self.reductions: dict[Value, Reduction] = {}
-        # The loops inside this one, itself included: natural loops of a reducible graph (Wasm's
-        # are) nest or are disjoint, so a loop is inside where its header is (O(1) a loop).
-        self.nested = [m for m in facts.func.loops if m.header in self.body]
+        self.nested = facts.nested(info)  # the loops inside this one, itself included
 
     def counter(self, loop: LoopInfo) -> Symbol:
         """The symbol of ``loop``'s iteration number, made at its first use."""
