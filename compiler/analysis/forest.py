@@ -63,7 +63,16 @@ class FunctionLoops:
                 for succ in op.successors:
                     for v in succ.args:
                         self.users.setdefault(v, []).append((op, block))
-        self.bodies: dict[LoopInfo, set[Block]] = {info: self._body(info) for info in func.loops}
+        # Each block's innermost loop, and each loop's innermost enclosing one (None: outermost).
+        self.innermost: dict[Block, LoopInfo] = {}
+        self.enclosing: dict[LoopInfo, LoopInfo | None] = {}
+        self._taken_by: dict[LoopInfo, LoopInfo] = {}  # see _outermost_made
+        self.bodies: dict[LoopInfo, set[Block]] = {}
+        for info in sorted(func.loops, key=lambda m: -m.depth):  # inner loops first
+            self.bodies[info] = self._body(info)
+        self.bodies = {info: self.bodies[info] for info in func.loops}
+        self._exits: dict[LoopInfo, list[tuple[Block, Op]]] | None = None
+        self.effects: dict[LoopInfo, tuple[int, str] | None] = {}  # see loops.first_effect
         self.latches: dict[LoopInfo, list[Block]] = {
             info: [p for p in self.preds[info.header] if p in self.bodies[info]] for info in func.loops
         }
@@ -91,18 +100,69 @@ class FunctionLoops:
         return sorted(found, key=self.loop_position.__getitem__)
 
     def _body(self, info: LoopInfo) -> set[Block]:
-        """The natural loop: the header and every block reaching a latch without it."""
+        """The natural loop: the header and every block reaching a latch without it. The
+        loops inside it are made first: the walk takes each one's body whole where it meets
+        it, and goes on from that loop's header, so every block is walked once per function
+        (a nest of depth d walked d^2 / 2 blocks)."""
         header = info.header
-        latches = [p for p in self.preds[header] if self.dominates(header, p)]
         body = {header}
-        work = list(latches)
+        self.innermost.setdefault(header, info)
+        work = [p for p in self.preds[header] if self.dominates(header, p)]
         while work:
             b = work.pop()
             if b in body:
                 continue
-            body.add(b)
-            work.extend(self.preds[b])
+            inner = self.innermost.get(b)
+            if inner is None:
+                self.innermost[b] = info
+                body.add(b)
+                work.extend(self.preds[b])
+                continue
+            inner = self._outermost_made(inner)
+            self.enclosing[inner] = self._taken_by[inner] = info
+            body.update(self.bodies[inner])
+            work.extend(self.preds[inner.header])
+        self.enclosing.setdefault(info, None)
         return body
+
+    def _outermost_made(self, info: LoopInfo) -> LoopInfo:
+        """The outermost loop made so far that holds ``info`` (a union-find with path
+        compression over the loops that took others whole)."""
+        top = info
+        while top in self._taken_by:
+            top = self._taken_by[top]
+        while info is not top:
+            above = self._taken_by[info]
+            self._taken_by[info] = top
+            info = above
+        return top
+
+    def own_blocks(self) -> dict[LoopInfo, list[Block]]:
+        """Each loop's blocks that no loop inside it holds, in function order."""
+        own: dict[LoopInfo, list[Block]] = {info: [] for info in self.func.loops}
+        for block in self.func.blocks:
+            info = self.innermost.get(block)
+            if info is not None:
+                own[info].append(block)
+        return own
+
+    def exits(self, info: LoopInfo) -> list[tuple[Block, Op]]:
+        """The edges out of ``info``'s body (to anything but a trap), as (block, its
+        terminator) once per such successor. Made for every loop at once, each edge walked
+        up from its block's innermost loop to the first loop holding its successor."""
+        if self._exits is None:
+            self._exits = {m: [] for m in self.func.loops}
+            for block, m in self.innermost.items():
+                term = block.terminator
+                if term is None:
+                    continue
+                for succ in term.successors:
+                    loop = m
+                    while loop is not None and succ.block not in self.bodies[loop]:
+                        if not only_traps(succ.block):
+                            self._exits[loop].append((block, term))
+                        loop = self.enclosing.get(loop)
+        return self._exits[info]
 
     def entry_edge_args(self, info: LoopInfo) -> list[Value]:
         """The values the edge into the loop (from outside its body) gives its header."""
