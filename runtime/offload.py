@@ -130,6 +130,8 @@ class OffloadModule:
             self._adopt(found)
             return
         self._adopt(self.preparation().prepared)
+        if not cache.enabled:  # (writing the record costs ~2 ms a loop: not for nothing)
+            return
         try:
             cache.put("prepared", self._key, prepared.dump(self._preparation.prepared))
         except (prepared.UnwritableError, RecursionError) as exc:  # costs warm starts, nothing else

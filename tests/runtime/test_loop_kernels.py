@@ -135,3 +135,23 @@ def test_a_program_whose_loops_all_decline_compiles_nothing_and_loads_no_llvm(tm
         [sys.executable, "-c", DECLINED, mode], cwd=ROOT, env=env, capture_output=True, text=True, check=True
     ).stdout
     assert out.split() == ["0", "0"], out  # cold: the module analysed, no kernel compiled, no LLVM
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_each_launched_kernel_is_a_module_of_its_own(tmp_path, monkeypatch) -> None:
+    from tests.offload_cases import SPECS, Case
+
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path))
+    wasm = module_bytes("blas1", "O2")
+    offload = _fresh(wasm, device="gpu")
+    _saxpy(offload, wasm)
+    spec = SPECS["blas1"]["sscal"]
+    case = Case({"n": 4096}, [2.5], [0], seed=3)
+    assert run_case(offload.rewritten, "sscal", spec, case, offload) == run_case(wasm, "sscal", spec, case)
+    launched = [lp for lp in offload.loops if lp.stats.offloaded]
+    assert {lp.plan.func.name for lp in launched} == {"saxpy", "sscal"}
+    assert set(offload.kernels) == {lp.entry for lp in launched}  # nothing else compiled or loaded
+    modules = [offload.backend.cu_modules[lp.entry] for lp in launched]
+    assert modules[0] is not modules[1]
+    assert [tuple(m.entries) for m in modules] == [(lp.entry,) for lp in launched]
+    offload.close()
