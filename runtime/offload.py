@@ -155,6 +155,12 @@ class OffloadModule:
         ]
 
     @property
+    def cached(self) -> bool:
+        """Whether everything it used so far came from the cache: its preparation, and every
+        kernel it loaded (none was compiled in this process)."""
+        return self._preparation is None and not self._kernels.counts.compiled
+
+    @property
     def key(self) -> str:
         """The code cache's key of the prepared module (the module, the target, the options)."""
         return self._key
