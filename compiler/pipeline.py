@@ -20,7 +20,9 @@ a state an earlier run (or its caller) filled, after the last stage found in it.
 
 from __future__ import annotations
 
+import gc
 import time
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from tensorwasm.compiler.callgraph import reachable
@@ -31,7 +33,7 @@ from tensorwasm.support.digest import sha256
 from tensorwasm.support.records import field, record
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Iterator
 
     from tensorwasm.compiler.analysis.plan import AnalysisOptions, LoopPlan, LoopReport
     from tensorwasm.compiler.frontend.module import WasmModule
@@ -373,13 +375,31 @@ def run(
     stages = list(STAGES.values())
     done = [n for n, stage in enumerate(stages) if getattr(state, stage.name) is not None]
     last = list(STAGES).index(stop) if stop is not None else len(stages) - 1
-    for stage in stages[done[-1] + 1 if done else 0 : last + 1]:
-        if stage.applies(request):
-            result = stage.run(request, state)
-            setattr(state, stage.name, result)
-            if dump is not None:
-                dump(stage, result)
+    with cycle_collection_paused():
+        for stage in stages[done[-1] + 1 if done else 0 : last + 1]:
+            if stage.applies(request):
+                result = stage.run(request, state)
+                setattr(state, stage.name, result)
+                if dump is not None:
+                    dump(stage, result)
     return state
+
+
+@contextmanager
+def cycle_collection_paused() -> Iterator[None]:
+    """Python's cycle collector off while the stages run. The stages build millions of
+    objects that stay alive until the end (the IR, llvmlite's), and every full collection
+    walks all of them: with the collector on, lowering N functions cost O(N^1.3) and more
+    (4000 functions: 5.6 s, against 2.9 s with it off). Cycles left as garbage meanwhile
+    are collected once it is on again."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 # -- whole functions ------------------------------------------------------------------

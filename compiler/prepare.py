@@ -9,7 +9,8 @@ region), finds the device-resident regions around them, rewrites the module, and
 each call its host signature. The result is a :class:`PreparedModule`, a record the
 runtime caches (:mod:`runtime.prepared`), and the compiler's state its kernels are made
 from: :func:`compile_loop_kernels` resumes the pipeline from there for a target, to PTX
-or to native code.
+or to native code, for every kernel or for some (the runtime compiles each kernel on its
+own, at its first launch: :mod:`runtime.loop_kernels`).
 
 This module itself imports only records: a warm start reads a cached
 :class:`PreparedModule` without the analysis, the outliner or the lowering.
@@ -23,6 +24,8 @@ from tensorwasm.compiler.lower import abi
 from tensorwasm.support.records import record, replace
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from tensorwasm.compiler.analysis.plan import AnalysisOptions, LiveOut, LoopPlan, LoopReport
     from tensorwasm.compiler.analysis.regions import Region
     from tensorwasm.compiler.frontend.module import WasmModule
@@ -153,11 +156,22 @@ def kernel_may_trap(module: Module, index: int) -> bool:
     return False
 
 
-def compile_loop_kernels(preparation: Preparation, target: Target) -> PTXCode | NativeCode:
-    """The prepared loops' kernels compiled for ``target``: PTX for a GPU, else native code."""
+def compile_loop_kernels(
+    preparation: Preparation, target: Target, indices: Iterable[int] | None = None
+) -> PTXCode | NativeCode:
+    """The prepared loops' kernels compiled for ``target``: PTX for a GPU, else native code.
+    ``indices`` (kernel function indices) picks the kernels, with what they call, into a
+    compile unit of their own; None takes them all."""
     from tensorwasm.compiler import pipeline
 
-    state = replace(preparation.state, llvm=None, ptx=None, native=None)
+    kernels = preparation.state.kernels
+    if indices is not None:
+        wanted = set(indices)
+        missing = wanted - {k.index for k in kernels.loops}
+        if missing:
+            raise ValueError(f"no loop kernel at function index {min(missing)}")
+        kernels = replace(kernels, loops=tuple(k for k in kernels.loops if k.index in wanted))
+    state = replace(preparation.state, kernels=kernels, llvm=None, ptx=None, native=None)
     pipeline.run(replace(preparation.request, target=target), state=state)
     return state.ptx if target.is_gpu else state.native
 

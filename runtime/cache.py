@@ -67,6 +67,7 @@ KINDS = (
     "cubin",
     "obj",
     "prepared",
+    "aot",
     "cwasm",
     "calibration",
     "device",

@@ -201,9 +201,12 @@ def _device_target():
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from tensorwasm.compiler.aot import compile_to_directory
+    from tensorwasm.runtime.cache import default_cache, make_key
 
     device = _device_target() if args.target is None else None
-    manifest = compile_to_directory(args.module, Path(args.output), args.target, device)
+    manifest = compile_to_directory(
+        args.module, Path(args.output), args.target, device, default_cache(), make_key
+    )
     kernels = len(manifest["kernels"])
     skipped = len(manifest["skipped"])
     targets = ", ".join(manifest["targets"])

@@ -37,7 +37,7 @@ class CudaDevice:
     def __init__(self) -> None:
         self._context = None  # see the context property
         self.assumed = None  # the remembered device the target was made for (known_gpu)
-        self.cu_module = None  # the loaded kernels' module
+        self.cu_modules: dict[str, Any] = {}  # the loaded kernels' modules, by an entry of each
         self._owner: weakref.ref | None = None  # the module whose launches run here (see runner)
 
     def target(self):
@@ -77,9 +77,13 @@ class CudaDevice:
         self._owner = weakref.ref(prepared)
         return DeviceLaunches(prepared, self)
 
-    def load_kernels(self, prepared: Any) -> dict[str, Any]:
-        self.cu_module = load_kernels(self.context, prepared.ptx)
-        return {lp.entry: self.cu_module.function(lp.entry) for lp in prepared.loops}
+    def load_kernels(self, unit: Any) -> dict[str, Any]:
+        """One kernel's PTX (a :class:`~runtime.loop_kernels.KernelUnit`) loaded as a module of
+        its own, through the cubin cache; its loops' entries in it."""
+        module = load_kernels(self.context, unit.ptx)
+        for lp in unit.loops:
+            self.cu_modules[lp.entry] = module
+        return {lp.entry: module.function(lp.entry) for lp in unit.loops}
 
     def allocate(self, limit: int | None):
         from tensorwasm.runtime.mirror import DeviceMirror

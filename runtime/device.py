@@ -30,8 +30,9 @@ class Device(Protocol):
     def target(self) -> Any:
         """The compilation target of its code."""
 
-    def load_kernels(self, prepared: Any) -> dict[str, Any]:
-        """The prepared module's loop kernels by entry name, loaded on this device."""
+    def load_kernels(self, unit: Any) -> dict[str, Any]:
+        """One kernel's code (a :class:`runtime.loop_kernels.KernelUnit`: its loops, and its
+        PTX or host object code) loaded on this device: its loops' entries by name."""
 
     def runner(self, prepared: Any) -> Any:
         """The execution side of the prepared module's launches on this device (a

@@ -42,11 +42,12 @@ class HostDevice:
     def target(self) -> HostTarget:
         return HostTarget()
 
-    def load_kernels(self, prepared: Any) -> dict[str, Any]:
-        """The loop entries of the prepared module's host object code (JIT-loaded once)."""
-        if prepared.code is None:
-            prepared.code = HostTarget().jit(None, prepared.host_object)
-        return {lp.entry: host_entry_type(lp)(prepared.code.address(lp.entry)) for lp in prepared.loops}
+    def load_kernels(self, unit: Any) -> dict[str, Any]:
+        """The loop entries of one kernel's host object code (a
+        :class:`~runtime.loop_kernels.KernelUnit`, JIT-loaded once)."""
+        if unit.code is None:
+            unit.code = HostTarget().jit(None, unit.host_object)
+        return {lp.entry: host_entry_type(lp)(unit.code.address(lp.entry)) for lp in unit.loops}
 
     def runner(self, prepared: Any) -> HostLaunches:
         return HostLaunches(prepared)

@@ -1,9 +1,10 @@
 """Auto-offload: a Wasm module runs on wasmtime while its parallel loops run as kernels.
 
 :class:`OffloadModule` analyses a module, outlines every outermost loop the analysis
-accepts into an iteration kernel, compiles the kernels for the chosen device (the GPU, or
-the host backend where there is none), and rewrites the module so that a host function
-runs before each such loop (:mod:`compiler.rewrite`). That function checks the guards on
+accepts into an iteration kernel, and rewrites the module so that a host function runs
+before each such loop (:mod:`compiler.rewrite`). Each kernel is compiled for the chosen
+device (the GPU, or the host backend where there is none) at its first launch
+(:mod:`runtime.loop_kernels`). That function checks the guards on
 the live values (:mod:`runtime.guards`); if they hold it runs the loop as a kernel on
 wasmtime's linear memory (copied to and from the device for the GPU) and returns the
 loop's live-out locals; otherwise, or if the kernel traps, it declines and the original
@@ -31,13 +32,13 @@ import wasmtime
 
 from tensorwasm.compiler.analysis.plan import AnalysisOptions
 from tensorwasm.compiler.frontend import load
-from tensorwasm.compiler.lower import abi
 from tensorwasm.compiler.rewrite import HOOKS_EXPORT, HOST_MODULE
-from tensorwasm.compiler.target import HostTarget, describe, nvptx_for_device
+from tensorwasm.compiler.target import describe, nvptx_for_device
 from tensorwasm.runtime import hostfunc, prepared
 from tensorwasm.runtime.cache import default_cache, make_key
 from tensorwasm.runtime.device_replay import Hook
 from tensorwasm.runtime.host_device import HostDevice
+from tensorwasm.runtime.loop_kernels import CompileFirst, LoopKernels
 from tensorwasm.runtime.planning import (
     ArrivalPlanner,
     LoopStats,
@@ -51,8 +52,8 @@ from tensorwasm.support.errors import TensorWasmError
 from tensorwasm.support.lazy import LazyModule
 
 # A warm start (its preparation cached) imports neither the analysis nor the outliner
-# (they load in _prepare), nor the GPU's layers until it needs the GPU: a run on the host
-# backend, or one whose loops all stay on the CPU, never does.
+# (they load in _load_or_prepare), nor the GPU's layers until it needs the GPU: a run on
+# the host backend, or one whose loops all stay on the CPU, never does.
 driver = LazyModule("tensorwasm.runtime.driver", globals(), "driver")
 limits = LazyModule("tensorwasm.runtime.limits", globals(), "limits")
 
@@ -77,7 +78,8 @@ def device_named(name: str) -> Device:
 
 
 class OffloadModule:
-    """A module prepared for offload: the rewritten bytes and the compiled kernels.
+    """A module prepared for offload: the rewritten bytes, and its kernels (each compiled at
+    its first launch: :class:`~runtime.loop_kernels.LoopKernels`).
 
     ``device`` is "gpu", "cpu" or a :class:`~runtime.device.Device` (the simulated device,
     a GPU process); ``mode`` "always" launches whenever the guards hold, "off" never does
@@ -102,18 +104,19 @@ class OffloadModule:
         self.native_after = native_after
         if self.code_kind == "gpu" and device_memory_limit is None:
             limits.default_limit()  # a malformed TENSORWASM_DEVICE_MEMORY_LIMIT fails here, not at a launch
-        self._kernels: dict | None = None  # see the kernels property
+        self._kernels = LoopKernels(self)
         self.mode = mode
         self.options = options or AnalysisOptions()
         self._unbound_hooks: list[Hook] = []  # made by host_functions, given their table by bind
         self.launches = self.backend.runner(self)
-        self.planner = ArrivalPlanner(mode, self.device, self.launches)
+        self.planner = ArrivalPlanner(mode, self.device, CompileFirst(self.launches, self._kernels))
         self._load_or_prepare(wasm)
         for lp in self.loops:
             lp.stats.device = self.backend.label
 
     def _load_or_prepare(self, wasm: bytes) -> None:
-        """The preparation, from the cache or made by the compiler (and cached)."""
+        """The preparation, from the cache or made by the compiler (and cached); no kernel is
+        compiled here."""
         self._wasm_bytes = bytes(wasm)
         self._wasm = None
         self._preparation = None  # the compiler's state, where this process prepared the module
@@ -125,13 +128,10 @@ class OffloadModule:
         found = prepared.load(blob) if blob is not None else None
         if found is not None:
             self._adopt(found)
-            if self._compile(cache):
-                return
-        from tensorwasm.compiler.prepare import prepare_offload
-
-        self._preparation = prepare_offload(self._wasm_bytes, self.options, self.wasm)
-        self._adopt(self._preparation.prepared)
-        self._compile(cache, must=True)
+            return
+        self._adopt(self.preparation().prepared)
+        if not cache.enabled:  # (writing the record costs ~2 ms a loop: not for nothing)
+            return
         try:
             cache.put("prepared", self._key, prepared.dump(self._preparation.prepared))
         except (prepared.UnwritableError, RecursionError) as exc:  # costs warm starts, nothing else
@@ -144,8 +144,9 @@ class OffloadModule:
         self.rewritten = found.rewritten
         self.regions = list(found.regions)
         self._host_sigs = found.host_sigs
+        gpu = self.code_kind == "gpu"
         self.loops = [
-            OffloadedLoop(lp.plan, lp.kernel_index, "", lp.insertion,
+            OffloadedLoop(lp.plan, lp.kernel_index, lp.entry(gpu), lp.insertion,
                           LoopStats(lp.plan.func.name, lp.plan.loop.offset, self.code_kind, region=lp.region),
                           may_trap=lp.may_trap)
             for lp in found.loops
@@ -153,6 +154,26 @@ class OffloadModule:
         self.region_stats = [
             RegionStats(self.loops[r.children[0]].stats.func, r.offset, len(r.children)) for r in self.regions
         ]
+
+    @property
+    def cached(self) -> bool:
+        """Whether everything it used so far came from the cache: its preparation, and every
+        kernel it loaded (none was compiled in this process)."""
+        return self._preparation is None and not self._kernels.counts.compiled
+
+    @property
+    def key(self) -> str:
+        """The code cache's key of the prepared module (the module, the target, the options)."""
+        return self._key
+
+    def preparation(self):
+        """The compiler's state the kernels are made from (:class:`compiler.prepare.Preparation`):
+        made here at the first need where the prepared module came from the cache."""
+        if self._preparation is None:
+            from tensorwasm.compiler.prepare import prepare_offload
+
+            self._preparation = prepare_offload(self._wasm_bytes, self.options, self.wasm)
+        return self._preparation
 
     @property
     def wasm(self):
@@ -208,46 +229,8 @@ class OffloadModule:
             raise driver.NoGPU(f"the kernels could not be made for this GPU: {exc}") from exc
         if [lp.entry for lp in fresh.loops] != [lp.entry for lp in self.loops]:
             raise driver.NoGPU("the GPU is not the one the module's kernels were prepared for")
-        self.target, self._key, self.cached = fresh.target, fresh._key, fresh.cached
-        self.ptx = getattr(fresh, "ptx", None)  # None: no loops, nothing to load
-        self._kernels = fresh._kernels  # loaded if it compiled them; else at the first launch
-
-    def _compile(self, cache, must: bool = False) -> bool:
-        """Load the kernels' code from the cache, or (``must``) compile it; False on a miss."""
-        if not self.loops:
-            self._kernels = {}
-            return True
-        target = self.target
-        key = make_key("kernels", self._key, [lp.kernel_index for lp in self.loops])
-        gpu = self.code_kind == "gpu"
-        for lp in self.loops:
-            lp.entry = abi.loop_entry_name(lp.kernel_index, gpu)
-        cached = cache.get("ptx" if gpu else "obj", key)
-        if cached is None and not must:
-            return False
-        self.cached = cached is not None
-        if cached is None:
-            if self._preparation is None:  # the preparation came from the cache, not its kernels
-                from tensorwasm.compiler.prepare import prepare_offload
-
-                self._preparation = prepare_offload(self._wasm_bytes, self.options, self.wasm)
-            from tensorwasm.compiler.prepare import compile_loop_kernels
-
-            code = compile_loop_kernels(self._preparation, target)
-        if gpu:
-            if cached is None:
-                cached = code.text.encode("ascii")
-                cache.put("ptx", key, cached)
-            self.ptx = cached
-            if not self.cached:  # code just compiled is loaded now, so a JIT error shows here
-                self._load_kernels()
-        else:
-            self.code = None if cached is not None else code.code
-            self.host_object = cached if cached is not None else self.code.object
-            if cached is None:
-                cache.put("obj", key, self.host_object)
-                self._load_kernels()
-        return True
+        self.target, self._key = fresh.target, fresh._key
+        self._kernels.forget_all()  # each made again for the real target at its next launch
 
     def compiled(self, engine: wasmtime.Engine) -> wasmtime.Module:
         """The rewritten module compiled by ``engine``, through the cache (wasmtime's own
@@ -256,21 +239,15 @@ class OffloadModule:
         return _compiled(engine, self.rewritten)
 
     @property
-    def kernels(self) -> dict:
-        """The kernels by entry name. Cached code is loaded at the first launch: a program
-        whose loops all stay on the CPU never pays for it (nor for loading LLVM)."""
-        if self._kernels is None:
-            self._load_kernels()
+    def kernels(self) -> LoopKernels:
+        """The kernels by entry name, each compiled (or read from the cache) and loaded at its
+        first launch: a program whose loops all stay on the CPU never pays for one (nor for
+        loading LLVM)."""
         return self._kernels
 
-    def _load_kernels(self) -> None:
-        if self.code_kind != "gpu" and self.code is None:
-            self.code = HostTarget().jit(None, self.host_object)
-        self._kernels = self.backend.load_kernels(self)
-
     def reload_kernels(self) -> None:
-        """Load the kernels again (on a device whose context was reset)."""
-        self._load_kernels()
+        """Load the kernels again, each at its next launch (on a device whose context was reset)."""
+        self._kernels.forget_loaded()
 
     def close(self) -> None:
         """Give back device memory and unpin linear memory (call before the store dies);

@@ -66,8 +66,9 @@ def pick_device(device: str) -> tuple[str, str | None]:
 def prepare(wasm: bytes, device: str, **options) -> tuple[OffloadModule, str | None]:
     """The module prepared for offload on the device :func:`pick_device` names, with the
     line that says why ``auto`` took the host backend (else None). Where ``auto`` named a
-    remembered GPU whose context cannot be made when a cold start loads its kernels, the
-    module is prepared for the host backend instead, and the line says so."""
+    GPU whose context cannot be made while the module is prepared, the module is prepared
+    for the host backend instead, and the line says so (a remembered GPU's context is made
+    only at the first launch: where that fails, wasmtime runs the loops)."""
     if device not in DEVICES:
         raise TensorWasmError(f"device must be auto, gpu or cpu, not {device!r}")
     config.device_memory_limit()  # a malformed limit is refused whichever device runs the loops

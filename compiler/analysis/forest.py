@@ -6,13 +6,16 @@ loop's natural body: the header, and every block that reaches a latch (a predece
 the header that the header dominates) without passing through the header. Alongside it
 keeps, for every SSA value, the block that defines it and the ops (terminators' branch
 arguments included) that use it. Every part of the loop analysis reads these facts; they
-are computed once per function and shared by its loops.
+are computed once per function and shared by its loops, and each question they answer costs
+what its answer holds, not the size of the function: dominance by the dominator tree's
+DFS numbering, a loop's blocks in function order by their positions, its inner loops from
+the loop tree (a function of thousands of loops was quadratic in their number).
 """
 
 from __future__ import annotations
 
 from tensorwasm.dialect.ir import Block, Function, LoopInfo, Module, Op, Value
-from tensorwasm.dialect.verifier import dominators, reverse_postorder
+from tensorwasm.dialect.verifier import DominatorTree, reverse_postorder
 
 
 class Reject(Exception):
@@ -36,8 +39,13 @@ class FunctionLoops:
     def __init__(self, module: Module, func: Function):
         self.module = module
         self.func = func
-        order = reverse_postorder(func)
-        self.idom = dominators(order)
+        self.dominator_tree = DominatorTree(reverse_postorder(func))
+        self.idom = self.dominator_tree.idom
+        self.position = {b: i for i, b in enumerate(func.blocks)}
+        self.loop_position = {info: i for i, info in enumerate(func.loops)}
+        self.children: dict[LoopInfo | None, list[LoopInfo]] = {}
+        for info in func.loops:
+            self.children.setdefault(info.parent, []).append(info)
         self.preds: dict[Block, list[Block]] = {b: [] for b in func.blocks}
         for b in func.blocks:
             for s in b.successors:
@@ -55,34 +63,106 @@ class FunctionLoops:
                 for succ in op.successors:
                     for v in succ.args:
                         self.users.setdefault(v, []).append((op, block))
-        self.bodies: dict[LoopInfo, set[Block]] = {info: self._body(info) for info in func.loops}
+        # Each block's innermost loop, and each loop's innermost enclosing one (None: outermost).
+        self.innermost: dict[Block, LoopInfo] = {}
+        self.enclosing: dict[LoopInfo, LoopInfo | None] = {}
+        self._taken_by: dict[LoopInfo, LoopInfo] = {}  # see _outermost_made
+        self.bodies: dict[LoopInfo, set[Block]] = {}
+        for info in sorted(func.loops, key=lambda m: -m.depth):  # inner loops first
+            self.bodies[info] = self._body(info)
+        self.bodies = {info: self.bodies[info] for info in func.loops}
+        self._exits: dict[LoopInfo, list[tuple[Block, Op]]] | None = None
+        self.effects: dict[LoopInfo, tuple[int, str] | None] = {}  # see loops.first_effect
         self.latches: dict[LoopInfo, list[Block]] = {
             info: [p for p in self.preds[info.header] if p in self.bodies[info]] for info in func.loops
         }
 
     def dominates(self, a: Block, b: Block) -> bool:
         """Every path from the entry to ``b`` passes through ``a``."""
-        while True:
-            if a is b:
-                return True
-            parent = self.idom.get(b)
-            if parent is None or parent is b:
-                return False
-            b = parent
+        return self.dominator_tree.dominates(a, b)
+
+    def in_order(self, blocks: set[Block]) -> list[Block]:
+        """``blocks`` in function order (what set iteration is not: it differs between processes)."""
+        position = self.position
+        return sorted(blocks, key=position.__getitem__)
+
+    def nested(self, info: LoopInfo) -> list[LoopInfo]:
+        """The loops inside ``info``, itself included, in the function's loop order: natural
+        loops of a reducible graph (Wasm's are) nest or are disjoint, so a loop is inside
+        where its header is."""
+        body = self.bodies[info]
+        found, work = [info], list(self.children.get(info, ()))
+        while work:
+            m = work.pop()
+            if m.header in body:
+                found.append(m)
+            work.extend(self.children.get(m, ()))
+        return sorted(found, key=self.loop_position.__getitem__)
 
     def _body(self, info: LoopInfo) -> set[Block]:
-        """The natural loop: the header and every block reaching a latch without it."""
+        """The natural loop: the header and every block reaching a latch without it. The
+        loops inside it are made first: the walk takes each one's body whole where it meets
+        it, and goes on from that loop's header, so every block is walked once per function
+        (a nest of depth d walked d^2 / 2 blocks)."""
         header = info.header
-        latches = [p for p in self.preds[header] if self.dominates(header, p)]
         body = {header}
-        work = list(latches)
+        self.innermost.setdefault(header, info)
+        work = [p for p in self.preds[header] if self.dominates(header, p)]
         while work:
             b = work.pop()
             if b in body:
                 continue
-            body.add(b)
-            work.extend(self.preds[b])
+            inner = self.innermost.get(b)
+            if inner is None:
+                self.innermost[b] = info
+                body.add(b)
+                work.extend(self.preds[b])
+                continue
+            inner = self._outermost_made(inner)
+            self.enclosing[inner] = self._taken_by[inner] = info
+            body.update(self.bodies[inner])
+            work.extend(self.preds[inner.header])
+        self.enclosing.setdefault(info, None)
         return body
+
+    def _outermost_made(self, info: LoopInfo) -> LoopInfo:
+        """The outermost loop made so far that holds ``info`` (a union-find with path
+        compression over the loops that took others whole)."""
+        top = info
+        while top in self._taken_by:
+            top = self._taken_by[top]
+        while info is not top:
+            above = self._taken_by[info]
+            self._taken_by[info] = top
+            info = above
+        return top
+
+    def own_blocks(self) -> dict[LoopInfo, list[Block]]:
+        """Each loop's blocks that no loop inside it holds, in function order."""
+        own: dict[LoopInfo, list[Block]] = {info: [] for info in self.func.loops}
+        for block in self.func.blocks:
+            info = self.innermost.get(block)
+            if info is not None:
+                own[info].append(block)
+        return own
+
+    def exits(self, info: LoopInfo) -> list[tuple[Block, Op]]:
+        """The edges out of ``info``'s body (to anything but a trap), as (block, its
+        terminator) once per such successor. Made for every loop at once, each edge walked
+        up from its block's innermost loop to the first loop holding its successor."""
+        if self._exits is None:
+            self._exits = {m: [] for m in self.func.loops}
+            for block, m in self.innermost.items():
+                term = block.terminator
+                if term is None:
+                    continue
+                for succ in term.successors:
+                    loop = m
+                    while loop is not None and succ.block not in self.bodies[loop]:
+                        if not only_traps(succ.block):
+                            self._exits[loop].append((block, term))
+                        loop = self.enclosing.get(loop)
+        return self._exits[info]
 
     def entry_edge_args(self, info: LoopInfo) -> list[Value]:
         """The values the edge into the loop (from outside its body) gives its header."""

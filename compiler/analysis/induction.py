@@ -25,6 +25,8 @@ falls in one class, in nest order, outer loops first:
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject
 from tensorwasm.compiler.analysis.plan import AnalysisOptions, Reduction
 from tensorwasm.compiler.analysis.poly import Poly, Symbol
@@ -41,9 +43,6 @@ class LoopValues:
         self.info = info
         self.options = options
         self.body = facts.bodies[info]
-        # Blocks in function order: everything derived from the body (live-in order, access
-        # indices) must not depend on set iteration, which differs between processes.
-        self.body_order = [b for b in facts.func.blocks if b in self.body]
         self.counters: dict[LoopInfo, Symbol] = {}
         self.symbols: dict[Value, Symbol] = {}
         self.globals: dict[int, Symbol] = {}
@@ -53,9 +52,20 @@ class LoopValues:
         self.dead_args: set[Value] = set()
         self.lenient = lenient  # classify what can be classified, reject nothing
         self.reductions: dict[Value, Reduction] = {}
-        # The loops inside this one, itself included: natural loops of a reducible graph (Wasm's
-        # are) nest or are disjoint, so a loop is inside where its header is (O(1) a loop).
-        self.nested = [m for m in facts.func.loops if m.header in self.body]
+
+    # Both made at first use: a loop rejected by its own header arguments (every loop around
+    # the innermost of a deep nest, say) needs neither, and each costs the size of the body.
+    @cached_property
+    def body_order(self) -> list[Block]:
+        """The body's blocks in function order: everything derived from the body (live-in
+        order, access indices) must not depend on set iteration, which differs between
+        processes."""
+        return self.facts.in_order(self.body)
+
+    @cached_property
+    def nested(self) -> list[LoopInfo]:
+        """The loops inside this one, itself included, in the function's loop order."""
+        return self.facts.nested(self.info)
 
     def counter(self, loop: LoopInfo) -> Symbol:
         """The symbol of ``loop``'s iteration number, made at its first use."""

@@ -80,8 +80,10 @@ def plan_loop(facts: FunctionLoops, info: LoopInfo, options: AnalysisOptions) ->
         raise Reject(f"has {len(info.exits)} ways out (an early exit)" if info.exits else "never exits")
     values = LoopValues(facts, info, options)
     _check_effects(values)
+    values.classify_header_args(info)  # (first: where it rejects, the inner loops are not listed)
     for loop in sorted(values.nested, key=lambda m: m.depth):
-        values.classify_header_args(loop)
+        if loop is not info:
+            values.classify_header_args(loop)
     trip = trip_count(values, info)
     inner = []
     for loop in values.nested:
@@ -111,22 +113,52 @@ def plan_loop(facts: FunctionLoops, info: LoopInfo, options: AnalysisOptions) ->
 
 
 def _check_effects(values: LoopValues) -> None:
-    """Reject a body with an effect a kernel cannot have (or that the guards cannot see)."""
-    for block in values.body_order:
-        for op in block.ops:
-            name = op.name
-            if name == "func.call_indirect":
-                raise Reject(f"makes an indirect call at {at(op)}")
-            if name == "func.call":
-                _check_callee(values.facts.module, op)
-            elif name in MEMORY_EFFECTS - {"mem.store"}:
-                raise Reject(
-                    f"{name.replace('mem.', 'memory.')} at {at(op)} changes memory in bulk or its size"
-                )
-            elif name in STATE_WRITES:
-                raise Reject(f"{name} at {at(op)} writes module state")
-            elif name == "cf.return":
-                raise Reject(f"returns from inside the loop at {at(op)}")
+    """Reject a body with an effect a kernel cannot have (or that the guards cannot see):
+    the first such op in function order."""
+    found = first_effect(values.facts, values.info)
+    if found is not None:
+        raise Reject(found[1])
+
+
+def first_effect(facts: FunctionLoops, info: LoopInfo) -> tuple[int, str] | None:
+    """The first op of ``info``'s body, in function order, that a kernel cannot have: its
+    block's position and the reason. Made for every loop of the function at once, inner
+    loops first, each from its own blocks and the loops right inside it: each block is read
+    once per function, however deep the nest."""
+    if not facts.effects:
+        inside: dict[LoopInfo, list[LoopInfo]] = {}
+        for m, parent in facts.enclosing.items():
+            inside.setdefault(parent, []).append(m)
+        own = facts.own_blocks()
+        for m in sorted(facts.func.loops, key=lambda m: -m.depth):
+            found = [facts.effects[k] for k in inside.get(m, ()) if facts.effects[k] is not None]
+            for block in own[m]:
+                why = _block_effect(facts.module, block)
+                if why is not None:
+                    found.append((facts.position[block], why))
+                    break  # (its own blocks are in function order)
+            facts.effects[m] = min(found, default=None)
+    return facts.effects[info]
+
+
+def _block_effect(module: Module, block) -> str | None:
+    """Why the block's first op a kernel cannot have cannot be in one; None where all can."""
+    for op in block.ops:
+        name = op.name
+        if name == "func.call_indirect":
+            return f"makes an indirect call at {at(op)}"
+        if name == "func.call":
+            try:
+                _check_callee(module, op)
+            except Reject as exc:
+                return str(exc)
+        elif name in MEMORY_EFFECTS - {"mem.store"}:
+            return f"{name.replace('mem.', 'memory.')} at {at(op)} changes memory in bulk or its size"
+        elif name in STATE_WRITES:
+            return f"{name} at {at(op)} writes module state"
+        elif name == "cf.return":
+            return f"returns from inside the loop at {at(op)}"
+    return None
 
 
 def _check_callee(module: Module, op: Op) -> None:

@@ -26,7 +26,7 @@ def collapse_nests(facts: FunctionLoops, reports: list[LoopReport]) -> None:
         plan = report.plan
         if plan is None or plan.reductions:
             continue
-        children = [m for m in facts.func.loops if m.parent is plan.loop]
+        children = facts.children.get(plan.loop, [])
         if len(children) != 1:
             continue
         (child,) = children

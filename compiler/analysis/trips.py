@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tensorwasm.compiler.analysis.forest import Reject, at, only_traps
+from tensorwasm.compiler.analysis.forest import Reject, at
 from tensorwasm.compiler.analysis.plan import TripCount
 from tensorwasm.compiler.analysis.poly import Poly
 from tensorwasm.dialect import arith
@@ -43,12 +43,7 @@ def trip_count(values: LoopValues, loop: LoopInfo) -> TripCount:
     """The trip count of ``loop`` (the candidate loop or one inside it), or :class:`Reject`."""
     facts = values.facts
     body = facts.bodies[loop]
-    exits = []
-    for block in body:
-        term = block.terminator
-        for succ in term.successors:
-            if succ.block not in body and not only_traps(succ.block):
-                exits.append((block, term))
+    exits = facts.exits(loop)
     if len(exits) != 1:
         raise Reject(f"loop at +0x{loop.offset:x} has {len(exits)} exits (an early exit)")
     block, term = exits[0]
@@ -87,7 +82,8 @@ def trip_count(values: LoopValues, loop: LoopInfo) -> TripCount:
         raise Reject(f"loop at +0x{loop.offset:x} has no counted exit test")
     start, step = split
     other_counters = {s for s in start.symbols() | y.symbols() if s.kind == "counter" and s is not k}
-    inner = {values.counters.get(m) for m in values.nested if m is not loop and m.depth > loop.depth}
+    # (the counters made so far of loops inside the candidate and deeper than this one)
+    inner = {sym for m, sym in values.counters.items() if m.depth > loop.depth and m.header in values.body}
     if other_counters & inner:
         raise Reject(f"loop at +0x{loop.offset:x} has an exit test that depends on an inner loop")
     return TripCount(top, pred, start, step.constant, y, cmp.operands[0].type.bits)

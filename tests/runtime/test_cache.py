@@ -77,6 +77,10 @@ def test_warm_offload_start_skips_the_compiler_and_runs_the_same(cache_dir: Path
 
     wasm = module_bytes("stencil", "O2")
     cold = OffloadModule(wasm, device="cpu")
+    spec = SPECS["stencil"]["jacobi2d"]
+    case = Case({"m": 19, "n": 23, "k": 1}, [0.0] * len(spec), [0, 4], seed=2)
+    assert run_case(cold.rewritten, "jacobi2d", spec, case, cold) == run_case(wasm, "jacobi2d", spec, case)
+    assert cold.kernels.counts.compiled == 1 and not cold.cached  # compiled at its first launch
     default_cache().memory.clear()  # as a new process would start
 
     def refuse(*args):
@@ -85,16 +89,14 @@ def test_warm_offload_start_skips_the_compiler_and_runs_the_same(cache_dir: Path
     monkeypatch.setattr(translate, "translate_module", refuse)
     warm = OffloadModule(wasm, device="cpu")
     assert warm._wasm is None  # not even decoded
-    assert warm.code is None and warm._kernels is None  # its code is loaded at the first launch
+    assert not warm.kernels and not warm.kernels.units  # its code is read at the first launch
     assert [lp.stats.offset for lp in warm.loops] == [lp.stats.offset for lp in cold.loops]
     assert [(r.func.name, r.loop.offset, r.verdict, r.reason) for r in warm.reports] == [
         (r.func.name, r.loop.offset, r.verdict, r.reason) for r in cold.reports
     ]
-    spec = SPECS["stencil"]["jacobi2d"]
-    case = Case({"m": 19, "n": 23, "k": 1}, [0.0] * len(spec), [0, 4], seed=2)
     assert run_case(warm.rewritten, "jacobi2d", spec, case, warm) == run_case(wasm, "jacobi2d", spec, case)
     assert sum(lp.stats.offloaded for lp in warm.loops) == 1
-    assert warm.code is not None
+    assert warm.kernels.counts.cached == 1 and warm.cached  # read, not compiled
 
 
 def test_unreadable_prepared_entry_is_prepared_again(cache_dir: Path) -> None:
@@ -182,7 +184,8 @@ def test_a_warm_run_whose_loops_decline_loads_neither_llvm_nor_cuda(cache_dir: P
     env = dict(os.environ, TENSORWASM_CACHE_DIR=str(cache_dir))
     command = [sys.executable, "-c", _WARM_RUN, str(path), "3000", *NOT_NEEDED_WARM]
     cold = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, check=True)
-    assert "llvmlite.binding" in cold.stderr  # it compiled the kernels
+    assert "tensorwasm.compiler.frontend.translate" in cold.stderr  # it prepared the module
+    assert "llvmlite.binding" not in cold.stderr  # and, its loops declining, compiled no kernel
     warm = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, check=True)
     assert warm.stderr.splitlines()[-1] == "0 []"
     assert warm.stdout == plain_wasmtime(path, ["3000"], tmp_path)[1]

@@ -407,7 +407,10 @@ def test_a_fifo_at_an_entry_path_never_hangs_a_run(tmp_path: Path) -> None:
     env = dict(os.environ, TENSORWASM_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT))
     command = [sys.executable, "-m", "tensorwasm", "run", str(PROGRAM), "300", "--device", "cpu"]
     subprocess.run(command, capture_output=True, cwd=ROOT, env=env, timeout=300, check=True)
-    for kind in ("cwasm", "prepared", "obj"):
+    # (kernel code, "obj", is written only where a loop launched: at this size none does)
+    kinds = [kind for kind in ("cwasm", "prepared", "obj") if (cache / kind).exists()]
+    assert {"cwasm", "prepared"} <= set(kinds)
+    for kind in kinds:
         for entry in (cache / kind).iterdir():
             entry.unlink()
             os.mkfifo(entry)
@@ -417,11 +420,7 @@ def test_a_fifo_at_an_entry_path_never_hangs_a_run(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout == plain_wasmtime(PROGRAM, ["300"], tmp_path)[1]
     assert len([line for line in done.stderr.splitlines() if "ignoring the cache entry" in line]) == 1
-    assert all(
-        stat.S_ISREG(e.lstat().st_mode)
-        for kind in ("cwasm", "prepared", "obj")
-        for e in (cache / kind).iterdir()
-    )
+    assert all(stat.S_ISREG(e.lstat().st_mode) for kind in kinds for e in (cache / kind).iterdir())
 
 
 def test_a_prepared_entry_of_the_wrong_structure_is_prepared_again(cache_dir: Path) -> None:

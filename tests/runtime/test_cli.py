@@ -131,6 +131,33 @@ def test_compile_writes_ptx_and_manifest(tmp_path: Path, capsys) -> None:
     assert "left out noisy" in capsys.readouterr().out
 
 
+def test_a_second_identical_compile_is_served_from_the_cache(tmp_path: Path, monkeypatch) -> None:
+    """The second compile neither translates nor lowers: each target's output is a cache entry;
+    another target, or a changed module, is compiled."""
+    from tensorwasm.compiler import pipeline
+
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
+    first, second, third = tmp_path / "first", tmp_path / "second", tmp_path / "third"
+    assert main(["compile", str(BLAS1), "-o", str(first), "--target", "sm_80"]) == 0
+    runs = []
+    real_run = pipeline.run
+    monkeypatch.setattr(pipeline, "run", lambda *a, **k: runs.append(a) or real_run(*a, **k))
+    assert main(["compile", str(BLAS1), "-o", str(second), "--target", "sm_80"]) == 0
+    assert runs == []
+    assert sorted(p.name for p in second.iterdir()) == sorted(p.name for p in first.iterdir())
+    for path in first.iterdir():
+        assert (second / path.name).read_bytes() == path.read_bytes()
+    assert main(["compile", str(BLAS1), "-o", str(third), "--target", "sm_90"]) == 0
+    assert runs  # another target: compiled
+    changed = tmp_path / "m.wat"
+    changed.write_text(
+        '(module (func (export "sq") (param i32) (result i32) local.get 0 local.get 0 i32.mul))'
+    )
+    runs.clear()
+    assert main(["compile", str(changed), "-o", str(third), "--target", "sm_80"]) == 0
+    assert runs and json.loads((third / "manifest.json").read_text())["kernels"][0]["function"] == "sq"
+
+
 def test_inspect_llvm_and_ptx(capsys) -> None:
     assert main(["inspect", str(DEMO), "--stage", "llvm", "--func", "div"]) == 0
     llvm_ir = capsys.readouterr().out

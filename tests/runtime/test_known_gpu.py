@@ -225,7 +225,8 @@ def test_a_warm_start_on_a_remembered_gpu_waits_for_no_context(system, contexts)
     assert not made  # the target came from the remembered description
     assert prepared.target.arch == "sm_90" and prepared.mirror is None
     assert prepared.context is made[0]  # made at first need
-    assert b".target sm_90" in prepared.ptx
+    assert not prepared.kernels.units  # nothing compiled before a launch needs it
+    assert b".target sm_90" in prepared.kernels.unit(prepared.loops[0].kernel_index).ptx
 
 
 def test_a_context_unlike_the_remembered_gpu_gets_code_made_for_it(system, contexts) -> None:
@@ -236,10 +237,14 @@ def test_a_context_unlike_the_remembered_gpu_gets_code_made_for_it(system, conte
     device["info"] = H100  # the machine's GPU now, its /proc files unchanged
     assert prepared.target.arch == "sm_80" and not made
     entries = [lp.entry for lp in prepared.loops]
-    assert prepared.context is made[0]
-    assert prepared.target.arch == "sm_90" and b".target sm_90" in prepared.ptx
+    first = prepared.loops[0].kernel_index
+    assert b".target sm_80" in prepared.kernels.unit(first).ptx  # compiled before the context
+    assert prepared.kernels[entries[0]] == entries[0]  # its load makes the context: the H100's
+    assert made and prepared.target.arch == "sm_90"
+    assert b".target sm_90" in prepared.backend.cu_modules[entries[0]].ptx  # not the sm_80 code
     assert [lp.entry for lp in prepared.loops] == entries
-    assert set(prepared.kernels) == set(entries)
+    assert [prepared.kernels[e] for e in entries] == entries  # each loaded from its own code
+    assert all(b".target sm_90" in prepared.backend.cu_modules[e].ptx for e in entries)
 
 
 def test_declined_arrivals_on_a_remembered_gpu_make_no_context(system, contexts) -> None:
@@ -303,26 +308,32 @@ def test_a_driver_too_old_for_any_target_sends_the_loops_to_the_cpu(system, cont
     assert loop.stats.offloaded == 0 and "driver" in prepared.gpu_lost
 
 
-def test_a_cold_start_on_a_remembered_gpu_that_is_gone_runs_on_the_host_backend(
+def test_a_cold_start_on_a_remembered_gpu_that_is_gone_is_a_warm_one(
     system, contexts, monkeypatch, capfd
 ) -> None:
+    """A cold start compiles no kernel before a launch, so it needs no context either: as a
+    warm start, it finds the GPU gone at its first launch, and wasmtime runs the loops."""
     from tensorwasm.runtime.run import prepare
 
     known_gpu.remember(H100)
+    reason = "no usable GPU: the driver sees no device (check CUDA_VISIBLE_DEVICES)"
 
     def gone(ordinal: int = 0):
-        raise NoGPU("no usable GPU: the driver sees no device (check CUDA_VISIBLE_DEVICES)")
+        raise NoGPU(reason)
 
     monkeypatch.setattr(driver.Context, "get", staticmethod(gone))
-    prepared, note = prepare(module_bytes("blas1", "O2"), "auto")  # compiles, then loads: no context
-    assert prepared.device == "cpu"
-    assert (
-        note
-        == "no usable GPU: the driver sees no device (check CUDA_VISIBLE_DEVICES); loops run on the host backend (cpu)"
-    )
+    wasm = module_bytes("blas1", "O2")
+    prepared, note = prepare(wasm, "auto", mode="always")
+    assert prepared.device == "gpu" and note is None and not prepared.kernels.units
     assert capfd.readouterr().err == ""
-    with pytest.raises(NoGPU):
-        prepare(module_bytes("stencil", "O2"), "gpu")  # asked for by name (and cold): the error stands
+    spec, case = _saxpy_case(4096)
+    for _ in range(2):
+        assert run_case(prepared.rewritten, "saxpy", spec, case, prepared) == run_case(
+            wasm, "saxpy", spec, case
+        )
+    loop = next(lp for lp in prepared.loops if lp.plan.func.name == "saxpy")
+    assert loop.stats.offloaded == 0 and loop.stats.declined == {reason: 2}
+    assert prepared.kernels.counts.compiled == 1  # the first arrival's; none once the GPU is known lost
 
 
 def test_auto_picks_a_remembered_gpu_without_waiting_for_it(system, contexts) -> None:
