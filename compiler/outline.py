@@ -61,7 +61,11 @@ def outline(module: Module, plan: LoopPlan) -> Function:
             halves.setdefault(value.owner.operands[0], []).append(param)
     for vector, (low, high) in halves.items():
         mapping[vector] = b.value(
-            simd.replace_lane, b.value(simd.splat, low, op="i64x2.splat"), high, op="i64x2.replace_lane", lane=1
+            simd.replace_lane,
+            b.value(simd.splat, low, op="i64x2.splat"),
+            high,
+            op="i64x2.replace_lane",
+            lane=1,
         )
 
     def emit_poly(poly: Poly, ty: Type, b: Builder = b) -> Value:
@@ -229,7 +233,9 @@ def _carried(plan: LoopPlan, back: Successor, clone: Block, value_of) -> list[Va
             out.append(value_of(back.args[header.args.index(r.arg)]))
             continue
         lane = r.arg.owner
-        read = Op(lane.opdef, [value_of(back.args[header.args.index(r.vector)])], (r.arg.type,), dict(lane.attrs))
+        read = Op(
+            lane.opdef, [value_of(back.args[header.args.index(r.vector)])], (r.arg.type,), dict(lane.attrs)
+        )
         read.block = clone
         clone.ops.append(read)
         out.append(read.results[0])

@@ -449,7 +449,11 @@ def _with_scratch(locals_raw: bytes, insertions) -> bytes:
         return locals_raw
     extra = longest.local_types[longest.own_locals :]
     count, at = read_uleb(locals_raw, 0)
-    return uleb(count + len(extra)) + locals_raw[at:] + b"".join(b"\x01" + bytes([VALTYPE_BYTES[t]]) for t in extra)
+    return (
+        uleb(count + len(extra))
+        + locals_raw[at:]
+        + b"".join(b"\x01" + bytes([VALTYPE_BYTES[t]]) for t in extra)
+    )
 
 
 def _body(
