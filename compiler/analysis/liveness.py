@@ -118,11 +118,20 @@ def _live_in(values: LoopValues, v: Value, entry: list, seen: dict) -> None:
 def used_outside(values: LoopValues, value: Value) -> bool:
     """Something after the loop reads ``value`` (an op outside the body, or an edge out)."""
     for op, block in values.facts.users.get(value, []):
-        if block not in values.body:
+        if block not in values.body and not _ignored_by_shuffle(op, value):
             return True
         if any(value in s.args and s.block not in values.body for s in op.successors):
             return True
     return False
+
+
+def _ignored_by_shuffle(op: Op, value: Value) -> bool:
+    """``op`` is a shuffle that picks no byte of ``value`` (clang fills the unused operand
+    of a shuffle with whatever vector is at hand, often the loop's last loaded one)."""
+    if op.name != "simd.shuffle":
+        return False
+    picked = {index >= 16 for index in op.attrs["lanes"]}
+    return all(operand is not value or (n == 1) not in picked for n, operand in enumerate(op.operands))
 
 
 def live_outs(values: LoopValues) -> list[LiveOut]:

@@ -119,10 +119,13 @@ def _vector_lanes(values: LoopValues) -> list:
         if reduction.arg.type is not V128:
             reductions.append(reduction)
             continue
+        info = values.info
+        entry = values.facts.entry_edge_args(info)[info.header.args.index(reduction.arg)]
+        # The local holding the vector's entry value, which the lanes' results fold into.
+        reduction.local = next((n for n in info.assigned if info.entry_env[n] is entry), None)
         if reduction.local is None:
-            raise Reject(f"a v128 reduction ({reduction.lanes}) is carried by no local")
+            raise Reject(f"a v128 reduction ({reduction.lanes}) starts from a value no local holds")
         reduction.init = None
-        entry = values.facts.entry_edge_args(values.info)[values.info.header.args.index(reduction.arg)]
         values.symbols.pop(entry, None)
         reductions.extend(lane_reductions(reduction))
     return reductions
