@@ -130,7 +130,9 @@ def prepare_offload(
     reports = degrade.declined_reports(wasm, module, state.loops.reports, degrade.stays_on_wasmtime(wasm))
     # A report points at its loop's plan as the host sees it (its v128 parts in scratch locals).
     host_plans = {id(k.plan): plan for k, plan in zip(kernels, plans, strict=True) if plan is not k.plan}
-    reports = [replace(r, plan=host_plans[id(r.plan)]) if id(r.plan) in host_plans else r for r in reports]
+    reports = tuple(
+        replace(r, plan=host_plans[id(r.plan)]) if id(r.plan) in host_plans else r for r in reports
+    )
     prepared = PreparedModule(rewritten, reports, loops, tuple(regions))
     return Preparation(prepared, request, state)
 
