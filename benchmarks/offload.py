@@ -106,15 +106,20 @@ def main() -> int:
         choices=["always", "auto"],
         help="offload mode (default: auto, as tensorwasm run)",
     )
+    parser.add_argument(
+        "--simd",
+        action="store_true",
+        help="run the -msimd128 builds (examples/wasi/build/<name>.O2.simd.wasm)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as cache_dir:
         os.environ["TENSORWASM_CACHE_DIR"] = cache_dir
         for name, prog_args in SIZES[args.sizes].items():
-            path = ROOT / f"examples/wasi/build/{name}.O2.wasm"
+            path = ROOT / f"examples/wasi/build/{name}.O2{'.simd' if args.simd else ''}.wasm"
             base_seconds, expected = plain(path, prog_args)
-            row = {"program": name, "args": prog_args, "wasmtime_seconds": base_seconds}
+            row = {"program": name, "args": prog_args, "simd": args.simd, "wasmtime_seconds": base_seconds}
             for start in ("cold", "warm"):
                 default_cache().memory.clear()
                 timings, output = offloaded(path, prog_args, args.device, args.mode)

@@ -43,10 +43,12 @@ class Program:
     # Float reductions may be reordered (tensorwasm run --relaxed-float): the program's
     # data makes every order give the same bits.
     relaxed_float: bool = False
+    # The -msimd128 build (``<name>.simd.wasm``, clang's vectoriser's SIMD128 loops).
+    simd: bool = False
 
     @property
     def wasm(self) -> Path:
-        return BUILD / f"{self.name}.wasm"
+        return BUILD / f"{self.name}{'.simd' if self.simd else ''}.wasm"
 
     @property
     def kernel_function(self) -> str:

@@ -20,6 +20,7 @@ host backend and the peers are skipped, with the reason printed and recorded.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import gc
 import json
@@ -505,6 +506,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", choices=SIZE_SETS, default="small")
     parser.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto")
     parser.add_argument("--out", type=Path, default=Path("out/benchmarks"), help="directory for the JSON")
+    parser.add_argument(
+        "--simd", action="store_true", help="run the programs' -msimd128 builds (build/<name>.simd.wasm)"
+    )
     parser.add_argument("--programs", default="all", help="comma-separated program names (default: all)")
     parser.add_argument("--peers", default=",".join(FAMILIES),
                         help="comma-separated peer families to run on the GPU (default: all)")  # fmt: skip
@@ -524,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
             f"benchmarks: no peer family {', '.join(unknown)} (have: {', '.join(FAMILIES)})", file=sys.stderr
         )
         return 2
+    if args.simd:
+        programs = [dataclasses.replace(p, simd=True) for p in programs]
     missing = [str(p.wasm.relative_to(ROOT)) for p in programs if not p.wasm.exists()]
     if missing:
         print(f"benchmarks: missing {', '.join(missing)}: run benchmarks/suite/build.sh", file=sys.stderr)
@@ -543,6 +549,7 @@ def main(argv: list[str] | None = None) -> int:
         "sizes": args.sizes,
         "device": device,
         "offload": args.offload,
+        "simd": args.simd,
         "environment": environment(device),
         "startup": {
             "cuda_context_seconds": context_seconds if device == "gpu" else None,

@@ -7,7 +7,9 @@ then runs a copy of the loop body. Inner loops are copied whole and run sequenti
 the thread, except collapsed ones (:class:`compiler.analysis.plan.Collapse`, the kernel's
 second and third counters): the thread enters each at its own iteration and runs only
 that one of the innermost. Branches back to the header, and the loop's exit, end the iteration and
-return each reduction's contribution; trap blocks the body can reach are copied too. The
+return each reduction's contribution; trap blocks the body can reach are copied too. A v128
+live-in comes as its two i64 halves, put together again in the entry block; a v128
+reduction starts from its lanes' identities and returns each lane's contribution. The
 kernel goes through the ordinary lowering, so it runs on the GPU and on the host alike;
 the launch entry points around it live in :mod:`compiler.lower.function`.
 """
@@ -17,10 +19,11 @@ from __future__ import annotations
 from tensorwasm.compiler.analysis.liveness import widened_in
 from tensorwasm.compiler.analysis.plan import LoopPlan, Reduction, ReductionKind
 from tensorwasm.compiler.analysis.poly import Poly
-from tensorwasm.dialect import arith
+from tensorwasm.compiler.analysis.reductions import lane_identity
+from tensorwasm.dialect import arith, simd
 from tensorwasm.dialect.builder import Builder
 from tensorwasm.dialect.ir import Block, Function, Module, Op, Successor, Value
-from tensorwasm.dialect.types import I32, I64, Type
+from tensorwasm.dialect.types import I32, I64, V128, Type
 from tensorwasm.dialect.verifier import reverse_postorder, verify_function
 
 
@@ -50,9 +53,20 @@ def outline(module: Module, plan: LoopPlan) -> Function:
     k = entry.args[0]
     mapping: dict[Value, Value] = {}
     by_symbol = {}
-    for (value, sym, _, _), param in zip(plan.live_ins, entry.args[len(counters) :], strict=True):
+    halves: dict[Value, list[Value]] = {}
+    for (value, sym, kind, _), param in zip(plan.live_ins, entry.args[len(counters) :], strict=True):
         mapping[value] = param
         by_symbol[sym] = param
+        if kind.startswith("v128 "):
+            halves.setdefault(value.owner.operands[0], []).append(param)
+    for vector, (low, high) in halves.items():
+        mapping[vector] = b.value(
+            simd.replace_lane,
+            b.value(simd.splat, low, op="i64x2.splat"),
+            high,
+            op="i64x2.replace_lane",
+            lane=1,
+        )
 
     def emit_poly(poly: Poly, ty: Type, b: Builder = b) -> Value:
         total = None
@@ -83,7 +97,7 @@ def outline(module: Module, plan: LoopPlan) -> Function:
             at_entry = Builder(kernel, entry)  # the entry's branch goes last at the end
             mapping[v] = at_entry.value(arith.cmpi, held, at_entry.constant(held.type, 0), pred="ne")
             return mapping[v]
-        if isinstance(owner, Op) and owner.name.startswith("arith.") and owner.opdef.pure:
+        if isinstance(owner, Op) and owner.name.startswith(("arith.", "simd.")) and owner.opdef.pure:
             # Pure arithmetic before the loop that no local holds: recomputed from its
             # operands (the analysis made sure they reach the kernel).
             operands = [value_of(x) for x in owner.operands]
@@ -103,8 +117,11 @@ def outline(module: Module, plan: LoopPlan) -> Function:
         raise KeyError(f"value {v} has no counterpart in the kernel")
 
     reductions: dict[Value, Reduction] = {r.arg: r for r in plan.reductions}
+    vectors = {r.vector: r for r in plan.reductions if r.vector is not None}
     for arg in header.args:
-        if arg in plan.ivs:
+        if arg in vectors:
+            mapping[arg] = b.constant(V128, _vector_identity(vectors[arg]))
+        elif arg in plan.ivs:
             start, step = plan.ivs[arg]
             mapping[arg] = emit_poly(start + step * Poly.symbol(plan.counter), arg.type)
         elif arg in plan.invariant_args:
@@ -160,13 +177,12 @@ def outline(module: Module, plan: LoopPlan) -> Function:
                 elif succ.block in starts:  # back to a collapsed level's header: done too
                     succs.append(Successor(done, []))
                 elif succ.block is header:
-                    carried = [succ.args[header.args.index(r.arg)] for r in plan.reductions]
-                    succs.append(Successor(done, [value_of(v) for v in carried]))
+                    succs.append(Successor(done, _carried(plan, succ, clone, value_of)))
                 elif succ.block in clones:
                     succs.append(Successor(clones[succ.block], [value_of(v) for v in succ.args]))
                 else:  # the loop's exit: this iteration is over
-                    carried = _exit_values(op, header, plan)
-                    succs.append(Successor(done, [value_of(v) for v in carried] if carried else identity))
+                    back = next((s for s in op.successors if s.block is header), None)
+                    succs.append(Successor(done, _carried(plan, back, clone, value_of) if back else identity))
             attrs = dict(op.attrs)
             if id(op) in checked:
                 attrs["gather"] = True
@@ -206,13 +222,32 @@ def value_of_identity(b: Builder, r: Reduction) -> Value:
     return b.constant(r.arg.type, identity_bits(r.op, r.arg.type))
 
 
-def _exit_values(op: Op, header: Block, plan: LoopPlan) -> list[Value] | None:
-    """At a latch that also exits (a do-while), the reductions' values are those it passes
-    back to the header; elsewhere the iteration contributes nothing past the exit."""
-    for succ in op.successors:
-        if succ.block is header:
-            return [succ.args[header.args.index(r.arg)] for r in plan.reductions]
-    return None
+def _carried(plan: LoopPlan, back: Successor, clone: Block, value_of) -> list[Value]:
+    """The reductions' contributions of an iteration: the values its branch ``back`` to the
+    header passes (at a latch that also exits, a do-while, too; elsewhere an iteration
+    contributes nothing past the exit), a v128 one's lanes read out in ``clone``."""
+    header = plan.loop.header
+    out = []
+    for r in plan.reductions:
+        if r.vector is None:
+            out.append(value_of(back.args[header.args.index(r.arg)]))
+            continue
+        lane = r.arg.owner
+        read = Op(
+            lane.opdef, [value_of(back.args[header.args.index(r.vector)])], (r.arg.type,), dict(lane.attrs)
+        )
+        read.block = clone
+        clone.ops.append(read)
+        out.append(read.results[0])
+    return out
+
+
+def _vector_identity(lane: Reduction) -> int:
+    """A v128 reduction's identity, every lane the identity of its kind (``lane``: one of
+    its lanes' reductions)."""
+    _, bits, _ = simd.SHAPES[lane.arg.owner.attrs["op"].split(".", 1)[0]]
+    one = lane_identity(lane.op, bits) & ((1 << bits) - 1)
+    return sum(one << (bits * i) for i in range(128 // bits))
 
 
 def _place_constants_first(entry: Block) -> None:

@@ -102,16 +102,19 @@ def prepare_offload(
     pipeline.run(request, "kernels", state=state)
     wasm = state.wasm.module
     kernels = state.kernels.loops
-    insertions = [insertion_for(wasm, k.plan, f"loop_{n}") for n, k in enumerate(kernels)]
+    scratch: dict[int, list[Type]] = {}  # per function: its locals, then the scratch ones so far
+    placed = [insertion_for(wasm, k.plan, f"loop_{n}", scratch) for n, k in enumerate(kernels)]
+    insertions = [ins for ins, _ in placed]
+    plans = [plan for _, plan in placed]
     spans = [
         (ins.func_index, ins.start, ins.end, bool(k.plan.gathers))
         for ins, k in zip(insertions, kernels, strict=True)
     ]  # fmt: skip
     regions = find_regions(wasm, spans)
     region_of = {n: r for r, region in enumerate(regions) for n in region.children}
-    for n, (ins, k) in enumerate(zip(insertions, kernels, strict=True)):
+    for n, (ins, plan) in enumerate(zip(insertions, plans, strict=True)):
         # A region's loops always call the host: a decline must bring its results back.
-        ins.filter = loop_filter(k.plan) if n not in region_of else None
+        ins.filter = loop_filter(plan) if n not in region_of else None
         ins.gate = n not in region_of
     exits = [RegionExit(r.func_index, r.exits, f"region_{k}") for k, r in enumerate(regions)]
     rewritten = rewrite(wasm, insertions, exits) if kernels else data
@@ -119,16 +122,21 @@ def prepare_offload(
     module = state.dialect.module
     loops = tuple(
         PreparedLoop(
-            k.plan,
+            plan,
             k.index,
             ins,
             host_sig(ins, global_types),
             region_of.get(n),
             kernel_may_trap(module, k.index),
         )
-        for n, (ins, k) in enumerate(zip(insertions, kernels, strict=True))
+        for n, (ins, k, plan) in enumerate(zip(insertions, kernels, plans, strict=True))
     )
     reports = degrade.declined_reports(wasm, module, state.loops.reports, degrade.stays_on_wasmtime(wasm))
+    # A report points at its loop's plan as the host sees it (its v128 parts in scratch locals).
+    host_plans = {id(k.plan): plan for k, plan in zip(kernels, plans, strict=True) if plan is not k.plan}
+    reports = tuple(
+        replace(r, plan=host_plans[id(r.plan)]) if id(r.plan) in host_plans else r for r in reports
+    )
     prepared = PreparedModule(rewritten, reports, loops, tuple(regions))
     return Preparation(prepared, request, state)
 
@@ -176,19 +184,66 @@ def compile_loop_kernels(
     return state.ptx if target.is_gpu else state.native
 
 
-def insertion_for(wasm: WasmModule, plan: LoopPlan, import_name: str) -> Insertion:
-    """Where the host call for ``plan``'s loop goes, and what it passes and receives."""
+def insertion_for(
+    wasm: WasmModule, plan: LoopPlan, import_name: str, scratch: dict[int, list[Type]] | None = None
+) -> tuple[Insertion, LoopPlan]:
+    """Where the host call for ``plan``'s loop goes, and what it passes and receives; and
+    the plan as the host sees it (:func:`v128_scratch`). ``scratch``: the locals of the
+    functions prepared so far, scratch ones included, by function index."""
     from tensorwasm.compiler.rewrite import Insertion
 
     index = plan.func.index
     sig = wasm.func_sig(index)
-    local_types = list(sig.params) + wasm.codes[index - wasm.num_imported_funcs].locals
+    own = list(sig.params) + wasm.codes[index - wasm.num_imported_funcs].locals
+    local_types = (scratch or {}).get(index, own)
+    plan, moves, folds, local_types = v128_scratch(plan, local_types)
+    if scratch is not None:
+        scratch[index] = local_types
     locals_ = [i for _, _, kind, i in plan.live_ins if kind == "local"]
     globals_ = [i for _, _, kind, i in plan.live_ins if kind == "global"]
     # The host receives the live-ins in plan order: locals first, then globals (the
     # analysis orders them so, and the kernel's parameters follow the same order).
-    return Insertion(index, plan.loop.start, plan.loop.end, locals_, globals_,
-                     [lo.local for lo in returned(plan)], local_types, import_name)  # fmt: skip
+    insertion = Insertion(index, plan.loop.start, plan.loop.end, locals_, globals_,
+                          [lo.local for lo in returned(plan)], local_types, import_name,
+                          moves=moves, folds=folds, own_locals=len(own))  # fmt: skip
+    return insertion, plan
+
+
+def v128_scratch(plan: LoopPlan, local_types: list[Type]) -> tuple[LoopPlan, list, list, list[Type]]:
+    """The plan with its v128 parts in scratch locals added after ``local_types``: each
+    v128 live-in half in an i64 local (and the move that fills it), each lane of a v128
+    reduction returned in a local of the lane's type (and the fold that combines them into
+    the vector's local); ``plan`` itself where it has none. The kernel is the same."""
+    from tensorwasm.compiler.analysis.plan import LiveOut
+    from tensorwasm.dialect.types import I64
+
+    if not any(kind.startswith("v128 ") for _, _, kind, _ in plan.live_ins) and not any(
+        r.vector is not None for r in plan.reductions
+    ):
+        return plan, [], [], local_types
+    local_types = list(local_types)
+    live_ins, moves = [], []
+    for value, sym, kind, index in plan.live_ins:
+        if kind.startswith("v128 "):
+            moves.append((len(local_types), kind.removeprefix("v128 "), index, value.owner.attrs["lane"]))
+            live_ins.append((value, sym, "local", len(local_types)))
+            local_types.append(I64)
+        else:
+            live_ins.append((value, sym, kind, index))
+    live_outs, folds = [], []
+    for live in plan.live_outs:
+        vector = live.reduction
+        if live.kind != "reduction" or not vector.lanes:
+            live_outs.append(live)
+            continue
+        lanes = [r for r in plan.reductions if r.vector is vector.arg]
+        first = len(local_types)
+        for r in lanes:
+            live_outs.append(LiveOut(len(local_types), "reduction", reduction=r))
+            local_types.append(r.arg.type)
+        folds.append((live.local, vector.local, vector.lanes, tuple(range(first, len(local_types))),
+                      lanes[0].init.constant))  # fmt: skip
+    return replace(plan, live_ins=live_ins, live_outs=live_outs), moves, folds, local_types
 
 
 def returned(plan: LoopPlan) -> list[LiveOut]:

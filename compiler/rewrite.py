@@ -16,6 +16,14 @@ replace a loop's host function while the instance runs (with native code: see
 :mod:`runtime.replay`); a ``call_indirect`` costs a few nanoseconds more than a ``call``.
 The table and the segment come after the module's own, so no table or segment index moves.
 
+The host calls take and return i32/i64 values only. A v128 live-in crosses as its two
+64-bit halves: before the call they are read out into scratch i64 locals (``moves``) that
+the call passes. A v128 reduction comes back as one partial result per lane, in scratch
+locals of the lanes' type that start at the identity (``folds``): after the call the lanes
+are put together and combined with the vector's value at loop entry by the loop's own
+SIMD operation, so a declined loop (all identities) leaves it as it was. Scratch locals
+are declared after the function's own, so no local index moves.
+
 Where control lands after leaving a device-resident region (:mod:`compiler.analysis.regions`):
 after its loop's ``end``, after the ``end`` of a block a branch leaves it for, at the top
 of a loop one does, it inserts a call to ``tensorwasm.region_<n>``, which takes and returns
@@ -27,7 +35,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, V128, Type
-from tensorwasm.support.records import record
+from tensorwasm.support.records import field, record
 
 # A warm start reads only the declarations here (the host module's name, Insertion,
 # Filter); the IR's signatures load with the functions that build them.
@@ -158,7 +166,7 @@ class Insertion:
     live_in_locals: list[int]
     live_in_globals: list[int]
     assigned: list[int]
-    local_types: list[Type]  # every local of the function, parameters first
+    local_types: list[Type]  # every local of the function, parameters first, then scratch locals
     import_name: str
     filter: Filter | None = None
     # A gate before the host call (every loop outside a device-resident region): while the
@@ -166,6 +174,16 @@ class Insertion:
     # in ``skipped_<n>`` and takes one off it. The host sets it after a loop declined again
     # and again, or for a reason that lasts, so later arrivals cost no host call.
     gate: bool = False
+    # Before the call: (scratch i64 local, "local" or "global", index of a v128, its half).
+    moves: list[tuple[int, str, int, int]] = field(default_factory=list)
+    # A v128 reduction's result: (its local, the local holding it at loop entry, the SIMD
+    # operation, the scratch locals of its lanes, the lanes' identity).
+    folds: list[tuple[int, int, str, tuple[int, ...], int]] = field(default_factory=list)
+    own_locals: int = -1  # the function's own locals in local_types (-1: all of them)
+
+    def __post_init__(self) -> None:
+        if self.own_locals < 0:
+            self.own_locals = len(self.local_types)
 
 
 @record
@@ -430,7 +448,7 @@ def _code(wasm: WasmModule, func_index, by_func, exits_by_func) -> bytes:
     first = wasm.num_imported_funcs
     for i, code in enumerate(wasm.codes):
         index = first + i
-        locals_raw = data[code.offset : code.body[0].offset]
+        locals_raw = _with_scratch(data[code.offset : code.body[0].offset], by_func.get(index, []))
         body_end = code.offset + code.size
         body = _body(
             code.body, data, body_end, func_index, by_func.get(index, []), exits_by_func.get(index, {})
@@ -438,6 +456,21 @@ def _code(wasm: WasmModule, func_index, by_func, exits_by_func) -> bytes:
         content = locals_raw + body
         bodies.append(uleb(len(content)) + content)
     return vec(bodies)
+
+
+def _with_scratch(locals_raw: bytes, insertions) -> bytes:
+    """A function's local declarations with its insertions' scratch locals after its own
+    (each insertion's ``local_types`` extends the one before it in the function)."""
+    longest = max((ins for _, ins, _, _ in insertions), key=lambda ins: len(ins.local_types), default=None)
+    if longest is None or len(longest.local_types) == longest.own_locals:
+        return locals_raw
+    extra = longest.local_types[longest.own_locals :]
+    count, at = read_uleb(locals_raw, 0)
+    return (
+        uleb(count + len(extra))
+        + locals_raw[at:]
+        + b"".join(b"\x01" + bytes([VALTYPE_BYTES[t]]) for t in extra)
+    )
 
 
 def _body(
@@ -457,6 +490,7 @@ def _body(
                 out += b"\x02\x40"  # block: the skip lands after the loop
             if at is not None:  # ask the host only past the threshold; else count and run it
                 out += _asks(ins, at) + b"\x04\x7f"  # if (result i32)
+            out += _v128_moves(ins)
             for n in ins.live_in_locals:
                 out += b"\x20" + uleb(n) + TO_BITS.get(types[n], b"")
             for g in ins.live_in_globals:
@@ -466,6 +500,7 @@ def _body(
             out += host
             for n in reversed(ins.assigned):
                 out += FROM_BITS.get(types[n], b"") + b"\x21" + uleb(n)
+            out += _v128_folds(ins)
             if at is not None:  # else: skipped += 1; wait -= (wait != 0); the flag 0 (the loop runs here)
                 counter = uleb(at.skipped)
                 out += b"\x05\x23" + counter + b"\x42\x01\x7c\x24" + counter
@@ -516,6 +551,49 @@ def _asks(ins: Insertion, at: FilterGlobals) -> bytes:
         if ins.filter is not None:
             out += b"\x71"  # i32.and
     return out
+
+
+def _simd(name: str, *immediates: int) -> bytes:
+    """The encoding of SIMD instruction ``name`` with its lane immediates."""
+    from tensorwasm.compiler.frontend.opcodes import BY_NAME
+
+    prefix, code = BY_NAME[name].code
+    return bytes([prefix]) + uleb(code) + bytes(immediates)
+
+
+def _v128_moves(ins: Insertion) -> bytes:
+    """Code putting the v128 live-ins' halves and the v128 reductions' lane identities in
+    their scratch locals."""
+    out = bytearray()
+    for scratch, kind, index, lane in ins.moves:
+        out += (b"\x20" if kind == "local" else b"\x23") + uleb(index)
+        out += _simd("i64x2.extract_lane", lane) + b"\x21" + uleb(scratch)
+    for _, _, _, lanes, identity in ins.folds:
+        for scratch in lanes:
+            wide = ins.local_types[scratch] is I64
+            out += (b"\x42" if wide else b"\x41") + sleb(_signed(identity, 64 if wide else 32))
+            out += b"\x21" + uleb(scratch)
+    return bytes(out)
+
+
+def _v128_folds(ins: Insertion) -> bytes:
+    """Code combining each v128 reduction's lane results (its scratch locals) with the
+    vector's value at loop entry, into its local."""
+    out = bytearray()
+    for local, init, operation, lanes, _ in ins.folds:
+        shape = operation.split(".", 1)[0]
+        shape = "i64x2" if shape == "v128" else shape
+        out += b"\x20" + uleb(init)
+        for lane, scratch in enumerate(lanes):
+            out += b"\x20" + uleb(scratch)
+            out += _simd(f"{shape}.splat") if lane == 0 else _simd(f"{shape}.replace_lane", lane)
+        out += _simd(operation) + b"\x21" + uleb(local)
+    return bytes(out)
+
+
+def _signed(value: int, bits: int) -> int:
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
 
 
 def _affine(terms: Affine) -> bytes:

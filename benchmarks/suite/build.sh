@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the benchmark programs: benchmarks/suite/<name>.c -> benchmarks/suite/build/<name>.wasm
 # (WASI commands against wasi-libc, -O2), the same way scripts/build-examples builds
-# examples/wasi.
+# examples/wasi; and the SIMD build of each, -O2 -msimd128 (clang's vectoriser then emits
+# SIMD128), as benchmarks/suite/build/<name>.simd.wasm.
 #
 # Needs (Debian 12): clang-16 lld-16 wasi-libc libclang-rt-16-dev-wasm32
 #   apt-get install -y clang-16 lld-16 wasi-libc libclang-rt-16-dev-wasm32
@@ -50,8 +51,14 @@ mkdir -p "$SUITE/build"
 
 for src in "$SUITE"/*.c; do
   name="$(basename "$src" .c)"
-  "$CLANG" "${CFLAGS[@]}" -c "$src" -o "$TMP/$name.o"
-  "$CLANG" "${LDFLAGS[@]}" "$TMP/$name.o" -o "$SUITE/build/$name.wasm"
-  chmod 644 "$SUITE/build/$name.wasm"
-  echo "built $SUITE/build/$name.wasm"
+  for variant in scalar simd; do
+    extra=() out="$SUITE/build/$name.wasm"
+    if [ "$variant" = simd ]; then
+      extra=(-msimd128) out="$SUITE/build/$name.simd.wasm"
+    fi
+    "$CLANG" "${CFLAGS[@]}" "${extra[@]}" -c "$src" -o "$TMP/$name.o"
+    "$CLANG" "${LDFLAGS[@]}" "$TMP/$name.o" -o "$out"
+    chmod 644 "$out"
+    echo "built $out"
+  done
 done

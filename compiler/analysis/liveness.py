@@ -5,7 +5,11 @@ by a local at loop entry (the rewritten module passes locals and globals to the 
 be pure arithmetic on such values, which the kernel recomputes; a compare that a local
 holds widened to 0 or 1 is tested again from the local. Globals the body reads, the
 symbols of induction variables' starts and of trip counts join them: locals first, then
-globals, in body order, which fixes the order of the kernel's parameters.
+globals, in body order, which fixes the order of the kernel's parameters. A ``v128``
+live-in crosses as its two 64-bit halves, low first: two i64 live-ins of kind "v128
+local" (or "v128 global") naming the vector's local (global), each the ``i64x2``
+lane read out of the vector (an op of no block, see :func:`v128_halves`); the kernel
+builds the vector again from them.
 
 Live-outs are the loop's assigned locals as the code after the loop sees them: "dead"
 when nothing after the loop reads them, a "reduction"'s combined value, or an "affine"
@@ -19,8 +23,9 @@ from typing import TYPE_CHECKING
 
 from tensorwasm.compiler.analysis.forest import Reject, at
 from tensorwasm.compiler.analysis.plan import LiveOut
-from tensorwasm.dialect import arith
+from tensorwasm.dialect import arith, simd
 from tensorwasm.dialect.ir import Op, Value
+from tensorwasm.dialect.types import I64, V128
 
 if TYPE_CHECKING:
     from tensorwasm.compiler.analysis.induction import LoopValues
@@ -69,7 +74,21 @@ def live_ins(values: LoopValues) -> list[tuple[Value, Symbol, str, int]]:
             seen[sym.ref] = (sym.ref, sym, "local", local)
     # Locals first, then globals: the order of the kernel's parameters and of the
     # values the rewritten module passes to the host.
-    return sorted(seen.values(), key=lambda item: item[2] != "local")
+    # (A v128 global's halves come in through scratch locals: they count as locals.)
+    halves = [half for item in seen.values() for half in v128_halves(values, item)]
+    return sorted(halves, key=lambda item: item[2] == "global")
+
+
+def v128_halves(values: LoopValues, item: tuple) -> list[tuple[Value, Symbol, str, int]]:
+    """A live-in as it crosses into the kernel: itself, or a v128's two i64 halves."""
+    value, _, kind, index = item
+    if value.type is not V128:
+        return [item]
+    halves = []
+    for lane in (0, 1):
+        half = Op(simd.extract_lane, [value], (I64,), {"op": "i64x2.extract_lane", "lane": lane}).results[0]
+        halves.append((half, values.symbol_for(half), f"v128 {kind}", index))
+    return halves
 
 
 def _live_in(values: LoopValues, v: Value, entry: list, seen: dict) -> None:
@@ -89,7 +108,7 @@ def _live_in(values: LoopValues, v: Value, entry: list, seen: dict) -> None:
     if widened is not None:  # a compare a local holds as 0 or 1: the kernel tests it
         seen[entry[widened]] = (entry[widened], values.symbol_for(entry[widened]), "local", widened)
         return
-    if isinstance(owner, Op) and owner.name.startswith("arith.") and owner.opdef.pure:
+    if isinstance(owner, Op) and owner.name.startswith(("arith.", "simd.")) and owner.opdef.pure:
         for operand in owner.operands:
             _live_in(values, operand, entry, seen)
         return
@@ -99,11 +118,20 @@ def _live_in(values: LoopValues, v: Value, entry: list, seen: dict) -> None:
 def used_outside(values: LoopValues, value: Value) -> bool:
     """Something after the loop reads ``value`` (an op outside the body, or an edge out)."""
     for op, block in values.facts.users.get(value, []):
-        if block not in values.body:
+        if block not in values.body and not _ignored_by_shuffle(op, value):
             return True
         if any(value in s.args and s.block not in values.body for s in op.successors):
             return True
     return False
+
+
+def _ignored_by_shuffle(op: Op, value: Value) -> bool:
+    """``op`` is a shuffle that picks no byte of ``value`` (clang fills the unused operand
+    of a shuffle with whatever vector is at hand, often the loop's last loaded one)."""
+    if op.name != "simd.shuffle":
+        return False
+    picked = {index >= 16 for index in op.attrs["lanes"]}
+    return all(operand is not value or (n == 1) not in picked for n, operand in enumerate(op.operands))
 
 
 def live_outs(values: LoopValues) -> list[LiveOut]:

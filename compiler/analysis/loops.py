@@ -38,6 +38,7 @@ from tensorwasm.compiler.analysis.liveness import live_ins, live_outs
 from tensorwasm.compiler.analysis.nests import collapse_nests
 from tensorwasm.compiler.analysis.plan import AnalysisOptions, LoopPlan, LoopReport, TripCount
 from tensorwasm.compiler.analysis.poly import Symbol
+from tensorwasm.compiler.analysis.reductions import lane_reductions
 from tensorwasm.compiler.analysis.trips import check_affine_bounds, guarded_as_top, trip_count
 from tensorwasm.compiler.callgraph import reachable
 from tensorwasm.compiler.errors import NotCompilable
@@ -97,9 +98,8 @@ def plan_loop(facts: FunctionLoops, info: LoopInfo, options: AnalysisOptions) ->
     accesses = collect_accesses(values)
     static_free = static_dependences(values, accesses)
     static_free += exact_dependences(values, trip, inner, accesses, set(static_free))
+    reductions = _vector_lanes(values)
     inputs = live_ins(values)
-    if any(value.type is V128 for value, *_ in inputs):
-        raise Reject("a v128 value enters the loop from outside: kernel parameters carry no v128 yet")
     outputs = live_outs(values)
     work: dict[tuple[Symbol, ...], int] = {}
     for block in values.body_order:
@@ -107,9 +107,29 @@ def plan_loop(facts: FunctionLoops, info: LoopInfo, options: AnalysisOptions) ->
         work[around] = work.get(around, 0) + len(block.ops)
     return LoopPlan(
         facts.func, info, values.counter(info), trip, inner, accesses,
-        list(values.reductions.values()), inputs, outputs, values.body,
+        reductions, inputs, outputs, values.body,
         values.ivs, values.invariant_args, static_free, work=[(ops, around) for around, ops in work.items()],
     )  # fmt: skip
+
+
+def _vector_lanes(values: LoopValues) -> list:
+    """The plan's reductions: a v128 one as one per lane. Its vector's entry value is not a
+    live-in (the rewritten module folds the lanes' results into it)."""
+    reductions = []
+    for reduction in values.reductions.values():
+        if reduction.arg.type is not V128:
+            reductions.append(reduction)
+            continue
+        info = values.info
+        entry = values.facts.entry_edge_args(info)[info.header.args.index(reduction.arg)]
+        # The local holding the vector's entry value, which the lanes' results fold into.
+        reduction.local = next((n for n in info.assigned if info.entry_env[n] is entry), None)
+        if reduction.local is None:
+            raise Reject(f"a v128 reduction ({reduction.lanes}) starts from a value no local holds")
+        reduction.init = None
+        values.symbols.pop(entry, None)
+        reductions.extend(lane_reductions(reduction))
+    return reductions
 
 
 def _check_effects(values: LoopValues) -> None:
@@ -196,5 +216,6 @@ def _guard_summary(plan: LoopPlan) -> list[str]:
     if plan.gathers and stores:
         parts.append(f"{len(plan.gathers)} gathered load(s) checked in the kernel")
     if plan.reductions:
-        parts.append("reductions: " + ", ".join(r.op for r in plan.reductions))
+        names = [r.lanes if r.lanes else r.op for r in plan.reductions if not r.lane]
+        parts.append("reductions: " + ", ".join(names))
     return parts

@@ -152,6 +152,12 @@ class Reduction:
     update: Value  # its value on the back edge
     local: int | None = None
     init: Poly | None = None  # its value on entry (a constant or a live-in)
+    # A v128 accumulator: the SIMD operation combining it ("i32x4.add"). In a plan's list,
+    # one lane of it: ``lane`` of the header argument ``vector`` (see
+    # ``compiler.analysis.reductions.lane_reductions``).
+    lanes: str = ""
+    lane: int = 0
+    vector: Value | None = None
 
 
 @record

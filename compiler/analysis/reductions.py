@@ -14,6 +14,13 @@ and the running value is read inside the loop only to carry it to the next itera
 prefix sum stores it, which makes every iteration depend on the one before). A float
 kind reorders roundings, so it is a reduction only under relaxed float semantics; without
 them the loop is rejected with that reason.
+
+A vectorised loop carries a ``v128`` accumulator combined by one lane-wise integer
+operation (``i32x4.add``, ``v128.xor``, ``i16x8.min_s``: :data:`VECTOR_KINDS`); each lane is
+then a reduction of its own, exact in any order, and the kernel returns one partial result
+per lane (:func:`lane_reductions`), which the rewritten module folds into the vector with
+that same operation. A float vector accumulator (``f32x4.add``) would be reordered lane by
+lane, so the loop stays on the CPU.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from tensorwasm.compiler.analysis.forest import Reject, at
 from tensorwasm.compiler.analysis.plan import Reduction, ReductionKind
 from tensorwasm.compiler.analysis.poly import Poly
 from tensorwasm.compiler.analysis.trips import SWAP
-from tensorwasm.dialect import arith
+from tensorwasm.dialect import arith, simd
 from tensorwasm.dialect.ir import Block, Op, Value
 
 if TYPE_CHECKING:
@@ -36,6 +43,16 @@ BY_DIALECT_OP = {kind.traits.dialect_op: kind for kind in ReductionKind if not k
 BY_COMPARE = {
     (kind.traits.compare, kind.traits.signed): kind for kind in ReductionKind if kind.traits.compare
 }
+# The lane-wise SIMD operations a vector accumulator may be combined with, and the kind of
+# the reduction each of its lanes then carries (bitwise ones take the vector as i64x2 lanes).
+VECTOR_KINDS: dict[str, ReductionKind] = {
+    **{f"{shape}.add": ReductionKind.ADD for shape in ("i8x16", "i16x8", "i32x4", "i64x2")},
+    **{f"{shape}.mul": ReductionKind.MUL for shape in ("i16x8", "i32x4", "i64x2")},
+    **{f"{shape}.{name}": kind for shape in ("i8x16", "i16x8", "i32x4")
+       for name, kind in (("min_s", ReductionKind.MIN_S), ("min_u", ReductionKind.MIN_U),
+                          ("max_s", ReductionKind.MAX_S), ("max_u", ReductionKind.MAX_U))},
+    "v128.and": ReductionKind.AND, "v128.or": ReductionKind.OR, "v128.xor": ReductionKind.XOR,
+}  # fmt: skip
 
 
 def recognise_reduction(values: LoopValues, arg: Value, update: Value, body: set[Block]) -> Reduction | None:
@@ -47,6 +64,8 @@ def recognise_reduction(values: LoopValues, arg: Value, update: Value, body: set
     users = values.facts.users
     def_block = values.facts.def_block
     uses = [u for u, b in users.get(arg, []) if b in body]
+    if op.name == "simd.binary":
+        return _vector_reduction(values, arg, update, body)
     if op.name in BY_DIALECT_OP:
         # A chain of the same associative op from the argument to the update (unrolled
         # loops add twice per iteration), each link used once.
@@ -77,6 +96,70 @@ def recognise_reduction(values: LoopValues, arg: Value, update: Value, body: set
             return None
         return Reduction(arg, kinds.pop(), update)
     return None
+
+
+def _vector_reduction(values: LoopValues, arg: Value, update: Value, body: set[Block]) -> Reduction | None:
+    """A v128 accumulator combined by one lane-wise integer operation (a chain of it from
+    ``arg``, each link used once, as for scalars), or None; :class:`Reject` for a float one."""
+    op = update.owner
+    name = op.attrs["op"]
+    if name.startswith("f") and name.split(".", 1)[1] in ("add", "mul", "min", "max", "pmin", "pmax"):
+        raise Reject(f"float vector reduction ({name} at {at(op)}) would reorder the lanes' roundings")
+    kind = VECTOR_KINDS.get(name)
+    if kind is None:
+        return None
+    users = values.facts.users
+    link = op
+    while arg not in link.operands:
+        inner = [v for v in link.operands if isinstance(v.owner, Op) and v.owner.attrs.get("op") == name
+                 and values.facts.def_block[v] in body and len(users.get(v, [])) == 1]  # fmt: skip
+        if len(inner) != 1:
+            return None
+        link = inner[0].owner
+    uses = [u for u, b in users.get(arg, []) if b in body]
+    if len(uses) != 1 or not _only_carried(values, update, body):
+        return None
+    return Reduction(arg, kind, update, lanes=name)
+
+
+def lane_shape(lanes: str) -> str:
+    """The lane shape a vector reduction's lanes are read in: its operation's, or i64x2 for
+    a bitwise one."""
+    shape = lanes.split(".", 1)[0]
+    return "i64x2" if shape == "v128" else shape
+
+
+def lane_identity(kind: ReductionKind, bits: int) -> int:
+    """The identity of ``kind`` over lanes of ``bits`` bits, as the kernel's lane value holds
+    it: 64-bit lanes as they are, narrower ones extended to 32 bits as they are read (signed
+    for a signed min/max, else zero-extended)."""
+    if bits >= 32:
+        return kind.identity(bits)
+    if kind is ReductionKind.MIN_S:
+        return (1 << (bits - 1)) - 1
+    if kind is ReductionKind.MAX_S:
+        return (-(1 << (bits - 1))) & 0xFFFFFFFF
+    return kind.identity(32) & ((1 << bits) - 1)
+
+
+def lane_reductions(vector: Reduction) -> list[Reduction]:
+    """One scalar reduction per lane of the v128 reduction ``vector``: its argument and
+    update are the lane read out of the vector's (ops of no block: the outliner reads the
+    lane in the kernel), its initial value the identity (the rewritten module folds the
+    lanes' results into the vector's value at loop entry)."""
+    shape = lane_shape(vector.lanes)
+    count, bits, scalar = simd.SHAPES[shape]
+    extract = f"{shape}.extract_lane" + ("" if bits >= 32 else "_s" if vector.op.traits.signed else "_u")
+    identity = Poly.const(lane_identity(vector.op, bits))
+
+    def lane_of(value: Value, lane: int) -> Value:
+        return Op(simd.extract_lane, [value], (scalar,), {"op": extract, "lane": lane}).results[0]
+
+    return [
+        Reduction(lane_of(vector.arg, lane), vector.op, lane_of(vector.update, lane), vector.local, identity,
+                  lanes=vector.lanes, lane=lane, vector=vector.arg)
+        for lane in range(count)
+    ]  # fmt: skip
 
 
 def init_bits(values: LoopValues, value: Value) -> Poly:

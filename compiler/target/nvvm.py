@@ -161,7 +161,26 @@ def to_nvvm_ir(llvm_ir: str) -> str:
         module = llvm.parse_assembly(llvm_ir)
     except RuntimeError as exc:
         raise CompileError(f"LLVM rejected the generated IR: {exc}") from exc
-    return _Downgrade(str(module)).run()
+    return _Downgrade(_expand_splats(str(module))).run()
+
+
+_SPLAT = re.compile(r"splat \((\w+) ([^()]+)\)")
+
+
+def _expand_splats(text: str) -> str:
+    """Vector constants as LLVM 7 writes them: today's ``splat (i64 -1)`` is ``<i64 -1, i64
+    -1>``, its lane count that of the nearest vector type of the lane type before it."""
+
+    def expand(line: str) -> str:
+        def one(m: re.Match) -> str:
+            counts = re.findall(rf"<(\d+) x {re.escape(m[1])}>", line[: m.start()])
+            if not counts:
+                raise CompileError(f"libNVVM: no vector type for {m[0]!r} in: {line.strip()}")
+            return "<" + ", ".join([f"{m[1]} {m[2]}"] * int(counts[-1])) + ">"
+
+        return _SPLAT.sub(one, line)
+
+    return "\n".join(expand(line) if "splat (" in line else line for line in text.split("\n"))
 
 
 # Intrinsics renamed since LLVM 7 -> the LLVM 7 name (same semantics, same operands).
@@ -424,6 +443,14 @@ class _Downgrade:
                 depth += c == "("
                 depth -= c == ")"
                 if c == ")" and depth == 0:
+                    value_end = j + 1
+                    break
+        elif rest.startswith("<"):  # a vector constant: up to its closing bracket
+            depth = 0
+            for j, c in enumerate(rest):
+                depth += c == "<"
+                depth -= c == ">"
+                if depth == 0:
                     value_end = j + 1
                     break
         elif " " in rest:

@@ -1,0 +1,102 @@
+"""Vectorised loops offloaded like scalar ones: a v128 accumulator combined by a lane-wise
+integer operation runs as one reduction per lane and is folded back into the vector, a
+v128 live-in (a local or a global) crosses as two halves, and the results equal wasmtime's
+byte for byte, whether the loop runs as a kernel or declines. A float vector accumulator
+keeps its loop on the CPU, by name."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import wasmtime
+
+from tensorwasm.runtime.api import instantiate, report
+from tests.conftest import wat
+
+# Every lane-wise operation the analysis takes as a vector reduction.
+OPERATIONS = [
+    "i8x16.add", "i16x8.add", "i32x4.add", "i64x2.add", "i16x8.mul", "i32x4.mul", "i64x2.mul",
+    "v128.and", "v128.or", "v128.xor", "i8x16.min_s", "i8x16.min_u", "i8x16.max_s", "i8x16.max_u",
+    "i16x8.min_s", "i16x8.max_u", "i32x4.min_u", "i32x4.max_s",
+]  # fmt: skip
+
+
+def reduction_module(operation: str) -> bytes:
+    """``run(p, n, seed)``: acc = splat(seed); for n vectors at p: acc = OP(acc, v ^ k ^ g)
+    with k a splat made before the loop and g a v128 global; acc stored at 0."""
+    return wat(f"""(module (memory (export "memory") 2)
+  (global $g (mut v128) (v128.const i32x4 0x01020304 0x05060708 0x090a0b0c 0x0d0e0f10))
+  (func (export "run") (param $p i32) (param $n i32) (param $seed i32) (local $acc v128) (local $k v128)
+    (local.set $acc (i32x4.splat (local.get $seed)))
+    (local.set $k (i8x16.splat (local.get $n)))
+    (block $done
+      (br_if $done (i32.eqz (local.get $n)))
+      (loop $top
+        (local.set $acc ({operation} (local.get $acc)
+          (v128.xor (v128.xor (v128.load (local.get $p)) (local.get $k)) (global.get $g))))
+        (local.set $p (i32.add (local.get $p) (i32.const 16)))
+        (local.set $n (i32.sub (local.get $n) (i32.const 1)))
+        (br_if $top (local.get $n))))
+    (v128.store (i32.const 0) (local.get $acc))))""")
+
+
+def _memory(instance, store) -> bytes:
+    return bytes(instance.exports(store)["memory"].read(store, 0, 2 * 65536))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_a_vector_reduction_runs_lane_by_lane_with_wasmtime_bits(operation: str, device: str) -> None:
+    wasm = reduction_module(operation)
+    engine = wasmtime.Engine()
+    store = wasmtime.Store(engine)
+    reference = wasmtime.Instance(store, wasmtime.Module(engine, wasm), [])
+    instance = instantiate(store, wasm, [], device=device, offload="always")
+    rng = random.Random(operation)
+    data = bytes(rng.randrange(256) for _ in range(16 * 600))
+    for n in (0, 1, 7, 600):
+        seed = rng.randrange(-(2**31), 2**31)
+        for inst in (reference, instance):
+            inst.exports(store)["memory"].write(store, data, 16)
+            inst.exports(store)["run"](store, 16, n, seed)
+        assert _memory(instance, store) == _memory(reference, store), (operation, n)
+    (loop,) = report(instance).loops
+    assert loop.verdict == "offload" and operation in loop.reason, loop
+    assert loop.offloaded == 3 and loop.iterations == 608, loop  # n = 0 never reaches the loop
+
+
+def test_a_declined_vector_reduction_leaves_the_accumulator_to_the_loop() -> None:
+    wasm = reduction_module("i16x8.min_s")
+    engine = wasmtime.Engine()
+    store = wasmtime.Store(engine)
+    reference = wasmtime.Instance(store, wasmtime.Module(engine, wasm), [])
+    instance = instantiate(store, wasm, [], device="cpu", offload="always")
+    # Vectors running past the end of memory: the guards decline, wasmtime runs the loop
+    # (and traps); the accumulator folded with the lanes' identities is unchanged.
+    for inst in (reference, instance):
+        inst.exports(store)["run"](store, 16, 40, -5)
+        with pytest.raises(wasmtime.Trap):
+            inst.exports(store)["run"](store, 2 * 65536 - 32, 4, 3)
+    assert _memory(instance, store) == _memory(reference, store)
+    (loop,) = report(instance).loops
+    assert loop.offloaded == 1 and loop.arrivals == 2, loop
+
+
+FLOAT = wat("""(module (memory (export "memory") 1)
+  (func (export "run") (param $p i32) (param $n i32) (local $acc v128)
+    (loop $top
+      (local.set $acc (f32x4.add (local.get $acc) (v128.load (local.get $p))))
+      (local.set $p (i32.add (local.get $p) (i32.const 16)))
+      (local.set $n (i32.sub (local.get $n) (i32.const 1)))
+      (br_if $top (local.get $n)))
+    (v128.store (i32.const 0) (local.get $acc))))""")
+
+
+def test_a_float_vector_reduction_stays_on_the_cpu_by_name() -> None:
+    engine = wasmtime.Engine()
+    store = wasmtime.Store(engine)
+    instance = instantiate(store, FLOAT, [], device="cpu", offload="always", relaxed_float=True)
+    instance.exports(store)["run"](store, 16, 8)
+    (loop,) = report(instance).loops
+    assert loop.verdict == "reject" and "float vector reduction (f32x4.add" in loop.reason, loop
