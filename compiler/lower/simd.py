@@ -14,8 +14,8 @@ shape (``<16 x i8>`` ... ``<2 x i64>``). The tables below are keyed by the Wasm 
   ``float_bits`` (see ``NVPTXTarget.float_bits``);
 * the rest has a function named for the gap between Wasm and LLVM: shift counts modulo
   the lane width (LLVM: poison), swizzle indices past 15 giving 0 (LLVM: poison), narrowing
-  and saturating add/sub (widened and clamped; on a GPU in 32-bit lanes LLVM cannot
-  narrow back, see ``_opaque_lanes``), ``q15mulr_sat_s`` (rounding, and the one product that overflows),
+  and saturating add/sub (widened and clamped), integer ``neg``/``abs`` of narrow lanes on a
+  GPU (see ``_negate``), ``q15mulr_sat_s`` (rounding, and the one product that overflows),
   ``min``/``max`` of float lanes (wasmtime on x86 gives a canonical NaN in every NaN lane,
   not an operand's payload as its scalar ``min`` does), and ``pmin``/``pmax``, which select
   an operand's bits exactly.
@@ -347,30 +347,16 @@ def _direct(method: str) -> Callable:
     return lower
 
 
-def _opaque_lanes(fl: FunctionLowering, vec: ir.Value) -> ir.Value:
-    """On a GPU, each lane through the target's opaque move: LLVM would otherwise narrow
-    the widened sum back into ``sadd.sat`` on 16-bit lanes, whose PTX compares a 16-bit
-    ``neg.s16`` result as if it were wider (``i16x8.add_sat_s(i16x8.neg(-32768), 32767)``
-    gave 32767 on sm_90, not -1)."""
-    if not fl.target.is_gpu:
-        return vec
-    for k in range(vec.type.count):
-        lane = fl.target.opaque(fl.b, fl.b.extract_element(vec, ir.Constant(I32_T, k)))
-        vec = fl.b.insert_element(vec, lane, ir.Constant(I32_T, k))
-    return vec
-
-
 def lower_saturating(fl: FunctionLowering, op: Op, args) -> ir.Value:
     """``add_sat``/``sub_sat``: the lanes widened to twice their width, added or subtracted
     there (no overflow), clamped to the signed (``_s``) or unsigned (``_u``) range and
-    narrowed (on a GPU, kept from being folded back into ``sadd.sat``: see
-    :func:`_opaque_lanes`)."""
+    narrowed."""
     b = fl.b
     shape, name = _split(op)
     count, bits, _ = SHAPES[shape]
     signed = name.endswith("_s")
     wide = ir.VectorType(ir.IntType(2 * bits), count)
-    a, c = (_opaque_lanes(fl, _extend(fl, lanes_of(fl, x, shape), signed, wide)) for x in args)
+    a, c = (_extend(fl, lanes_of(fl, x, shape), signed, wide) for x in args)
     total = b.add(a, c) if name.startswith("add") else b.sub(a, c)
     low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
     return v128(fl, b.trunc(_clamp(fl, total, low, high), vector(shape)))
@@ -388,18 +374,35 @@ def lower_not(fl: FunctionLowering, op: Op, args) -> ir.Value:
     return fl.b.not_(args[0])
 
 
+def _negate(fl: FunctionLowering, x: ir.Value) -> ir.Value:
+    """``0 - x`` per lane, wrapping. On a GPU, lanes narrower than 32 bits are negated in
+    32-bit lanes, each through the target's opaque move before it is truncated (so LLVM
+    cannot narrow the negation back): ptxas's ``neg.s16`` of -32768 leaves +32768 in its register, which a later
+    sign extension or compare then reads (``i16x8.add_sat_s(i16x8.neg(-32768), 32767)``
+    gave 32767 on sm_90, not -1)."""
+    b = fl.b
+    zero = ir.Constant(x.type, None)
+    if not fl.target.is_gpu or x.type.element.width >= 32:
+        return b.sub(zero, x)
+    wide = b.sext(x, ir.VectorType(I32_T, x.type.count))
+    negated = b.sub(ir.Constant(wide.type, None), wide)
+    for k in range(x.type.count):
+        lane = fl.target.opaque(b, b.extract_element(negated, ir.Constant(I32_T, k)))
+        negated = b.insert_element(negated, lane, ir.Constant(I32_T, k))
+    return b.trunc(negated, x.type)
+
+
 def lower_int_abs(fl: FunctionLowering, op: Op, args) -> ir.Value:
     """Wasm's abs wraps (abs of MIN is MIN), as ``select(x < 0, 0 - x, x)`` does."""
     shape, _ = _split(op)
     x = lanes_of(fl, args[0], shape)
     zero = ir.Constant(x.type, None)
-    return v128(fl, fl.b.select(fl.b.icmp_signed("<", x, zero), fl.b.sub(zero, x), x))
+    return v128(fl, fl.b.select(fl.b.icmp_signed("<", x, zero), _negate(fl, x), x))
 
 
 def lower_int_neg(fl: FunctionLowering, op: Op, args) -> ir.Value:
     shape, _ = _split(op)
-    x = lanes_of(fl, args[0], shape)
-    return v128(fl, fl.b.sub(ir.Constant(x.type, None), x))
+    return v128(fl, _negate(fl, lanes_of(fl, args[0], shape)))
 
 
 def lower_popcnt(fl: FunctionLowering, op: Op, args) -> ir.Value:

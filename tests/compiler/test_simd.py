@@ -57,3 +57,15 @@ def test_lane_shift_count_is_masked_to_the_lane_width() -> None:
 def test_swizzle_tests_the_index_range() -> None:
     text = _llvm_of("local.get 0 local.get 1 i8x16.swizzle")
     assert "icmp ult i8" in text and ", 16" in text
+
+
+@pytest.mark.parametrize("body", ["local.get 0 i16x8.neg", "local.get 0 i16x8.abs", "local.get 0 i8x16.neg"])
+def test_gpu_negates_narrow_lanes_in_32_bits(body: str) -> None:
+    # ptxas's neg.s16 of -32768 leaves +32768 in its register for a later compare or
+    # sign extension to read (simd_i16x8_sat_arith's sat-add_s-neg on sm_90).
+    data = wat(
+        f'(module (func (export "f") (param v128 v128) (result v128) {body} local.get 1 i16x8.add_sat_s))'
+    )
+    ptx = _compile(data, NVPTXTarget("sm_90", ARCH_PTX["sm_90"])).ptx.text
+    assert "neg.s16" not in ptx and "sub.s16" not in ptx, ptx
+    assert "neg.s32" in ptx or "sub.s32" in ptx
