@@ -113,8 +113,7 @@ def outline_phases(module: Module, plan: LoopPlan, name: str) -> Function:
         counted, test = kernel.add_block([]), kernel.add_block([])
         b.cond_br(b.value(arith.cmpi, phase, b.constant(I32, index), pred="eq"), counted, [], test, [])
         b = Builder(kernel, counted)
-        within = b.value(arith.cmpi, b.value(arith.sext, t, to=I64), _count(b, ph.trip, scope), pred="slt")
-        b.cond_br(within, _copy_body(kernel, plan, ph, scope, t, more), [], over, [])
+        b.cond_br(_within(b, ph.trip, scope, t), _copy_body(kernel, plan, ph, scope, t, more), [], over, [])
     Builder(kernel, test).br(over)
     _constants_first(entry)
     live = set(reverse_postorder(kernel))
@@ -188,9 +187,12 @@ def _zeros(kernel: Function, block: Block) -> list[Value]:
     return values
 
 
-def _count(b: Builder, trip: TripCount, scope: _Scope) -> Value:
-    """The grid loop's trip count in this iteration, as an i64 (as ``runtime.guards.trip_count``
-    computes it; the guards made sure its bounds do not wrap)."""
+def _within(b: Builder, trip: TripCount, scope: _Scope, t: Value) -> Value:
+    """Whether the grid loop runs iteration ``t`` in this iteration, as ``runtime.guards.trip_count``
+    counts it (the guards made sure its bounds do not wrap), without a division: with ``d``
+    the distance to the bound (clamped at 0) and ``s`` the step's size, ``t < ceil(d / s)``
+    exactly when ``s * t < d`` (tested at the top), and ``t < ceil(d / s) + 1`` exactly when
+    ``s * t < d + s`` (tested after the body). A "!=" test's distance is a multiple of ``s``."""
     ty = I32 if trip.bits == 32 else I64
     start, bound = scope.poly(trip.start, ty, b), scope.poly(trip.bound, ty, b)
     step = abs(trip.step)
@@ -198,7 +200,6 @@ def _count(b: Builder, trip: TripCount, scope: _Scope) -> Value:
         diff = b.value(arith.sub, bound, start) if trip.step > 0 else b.value(arith.sub, start, bound)
         if ty is I32:
             diff = b.value(arith.zext, diff, to=I64)
-        exit_k = b.value(arith.div_u, diff, b.constant(I64, step))
     else:
         if ty is I32:
             widen = arith.sext if trip.pred.startswith("s") else arith.zext
@@ -206,14 +207,12 @@ def _count(b: Builder, trip: TripCount, scope: _Scope) -> Value:
         diff = b.value(arith.sub, bound, start) if trip.step > 0 else b.value(arith.sub, start, bound)
         if trip.pred[1:] in ("le", "ge"):
             diff = b.value(arith.add, diff, b.constant(I64, 1))
-        rounded = b.value(arith.add, diff, b.constant(I64, step - 1))
-        exit_k = b.value(
-            arith.select,
-            b.value(arith.cmpi, diff, b.constant(I64, 0), pred="sgt"),
-            b.value(arith.div_u, rounded, b.constant(I64, step)),
-            b.constant(I64, 0),
-        )
-    return exit_k if trip.top else b.value(arith.add, exit_k, b.constant(I64, 1))
+        zero = b.constant(I64, 0)
+        diff = b.value(arith.select, b.value(arith.cmpi, diff, zero, pred="sgt"), diff, zero)
+    if not trip.top:
+        diff = b.value(arith.add, diff, b.constant(I64, step))
+    scaled = b.value(arith.mul, b.value(arith.sext, t, to=I64), b.constant(I64, step))
+    return b.value(arith.cmpi, scaled, diff, pred="slt")
 
 
 def _constants_first(entry: Block) -> None:

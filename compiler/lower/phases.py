@@ -92,7 +92,7 @@ def lower_phases_entry(lowering, index: int) -> str:
 
             counted(lane, lanes, None, grid_iteration)
             if gpu and phase + 1 < phases:  # the next phase reads what this one wrote
-                b.call(_barrier(lowering), [])
+                b.call(_barrier(lowering), [ir.Constant(I32_T, 0)])
 
     counted(first, step, trip, row)
     _report_trap(b, own, ctx)
@@ -101,6 +101,9 @@ def lower_phases_entry(lowering, index: int) -> str:
 
 
 def _barrier(lowering) -> ir.Function:
-    """``bar.sync 0``: the block's threads wait, and see each other's earlier writes."""
-    found = lowering.llvm.globals.get("llvm.nvvm.barrier0")
-    return found or ir.Function(lowering.llvm, ir.FunctionType(VOID_T, []), name="llvm.nvvm.barrier0")
+    """``barrier.sync 0``: the block's threads wait, and see each other's earlier writes. Not
+    ``bar.sync`` (``barrier.sync.aligned``): the threads come from a loop they leave at
+    different iterations, and the aligned form requires every warp to arrive converged."""
+    name = "llvm.nvvm.barrier.cta.sync.all"
+    found = lowering.llvm.globals.get(name)
+    return found or ir.Function(lowering.llvm, ir.FunctionType(VOID_T, [I32_T]), name=name)

@@ -14,6 +14,7 @@ from tensorwasm.compiler.analysis.loops import analyze_module
 from tensorwasm.compiler.frontend import load, translate_module
 from tensorwasm.compiler.lower.function import FunctionLowering, ModuleLowering, lower_loop_entry, reachable
 from tensorwasm.compiler.outline import outline
+from tensorwasm.compiler.prepare import kernel_may_trap
 from tensorwasm.compiler.target import ARCH_PTX, NVPTXTarget
 from tensorwasm.dialect.types import F64, I32
 from tensorwasm.oracle.offload import OffloadInstance
@@ -50,8 +51,11 @@ def test_gemm_is_distributed_into_two_phases_with_k_interchanged():
 
 def test_interchange_alone_and_a_rejected_one():
     plans = outer_plans()
-    (phase,) = plans["inter"].phases
-    assert phase.grid.parent is phase.loop
+    for name in ("inter", "tri"):
+        (phase,) = plans[name].phases
+        assert phase.grid.parent is phase.loop
+    (phase,) = plans["tri"].phases
+    assert plans["tri"].counter in phase.trip.start.symbols()  # its rows differ in length
     # self_ref reads C[i][k], which the j loop of the same row writes: no thread may run
     # ahead of another, so the row stays in one thread.
     assert plans["self_ref"] is not None and plans["self_ref"].phases == ()
@@ -73,9 +77,21 @@ def launches(instance: OffloadInstance, func: str) -> tuple[int, dict]:
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_distributed_gemm_matches_wasmtime(device):
-    instance = run(device, [("init", []), ("gemm", [f64(1.5), f64(1.2)]), ("inter", [f64(0.75)])])
-    assert launches(instance, "gemm")[0] == 1
-    assert launches(instance, "inter")[0] == 1
+    calls = [("init", []), ("gemm", [f64(1.5), f64(1.2)]), ("inter", [f64(0.75)]), ("tri", [f64(0.5)])]
+    instance = run(device, calls)
+    for name in ("gemm", "inter", "tri"):
+        assert launches(instance, name) == (1, {}), name
+
+
+def test_phase_kernels_cannot_trap():
+    """A barrier waits for every thread of the block: a phase kernel has nothing that traps
+    (its grid loop's count is tested without a division)."""
+    module = translate_module(load(DATA))
+    kernels = [
+        outline(module, r.plan) for r in analyze_module(module) if r.plan is not None and r.plan.phases
+    ]
+    assert len(kernels) == 4
+    assert not any(kernel_may_trap(module, k.index) for k in kernels)
 
 
 def address(instance: ReferenceInstance, which: int) -> int:
@@ -116,7 +132,7 @@ def test_the_row_guard_compares_one_iteration_of_each_access():
 def test_phase_kernels_assemble_for_sm_90(ptxas: str, tmp_path: Path) -> None:
     module = translate_module(load(DATA))
     plans = [r.plan for r in analyze_module(module) if r.plan is not None and r.plan.phases]
-    assert {p.func.name for p in plans} == {"gemm", "gemm_ptr", "inter"}
+    assert {p.func.name for p in plans} == {"gemm", "gemm_ptr", "inter", "tri"}
     target = NVPTXTarget("sm_90", ARCH_PTX["sm_90"])
     lowering = ModuleLowering(module, target)
     kernels = [outline(module, plan) for plan in plans]
@@ -128,5 +144,6 @@ def test_phase_kernels_assemble_for_sm_90(ptxas: str, tmp_path: Path) -> None:
     assemble(ptxas, ptx, "sm_90", tmp_path)
     gemm = ptx[ptx.index(".entry tw_kernel_" + str(kernels[0].index)) :]
     gemm = gemm[: gemm.index("\n}")]
-    assert gemm.count("bar.sync") + gemm.count("barrier.sync") == 1  # between its two phases
+    assert gemm.count("barrier.sync") == 1  # between its two phases
+    assert "bar.sync" not in gemm  # the aligned form needs converged warps
     assert "%ctaid.x" in gemm and "%tid.x" in gemm  # a block per row, its threads share a phase
