@@ -18,12 +18,14 @@ from tensorwasm.compiler.prepare import kernel_may_trap
 from tensorwasm.compiler.target import ARCH_PTX, NVPTXTarget
 from tensorwasm.dialect.types import F64, I32
 from tensorwasm.oracle.offload import OffloadInstance
+from tensorwasm.oracle.simulated import SimulatedDevice
 from tensorwasm.runtime.guards import GuardFailed, check
 from tensorwasm.runtime.reference import ReferenceInstance
 from tests.compiler.test_loop_kernels import assemble
 
 DATA = (Path(__file__).parent / "data" / "distribute.wasm").read_bytes()
-DEVICES = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
+# The host backend, the GPU path's data movement on the host (simulated device), the GPU.
+DEVICES = ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)]
 NI, NJ, NK = 20, 60, 40
 
 
@@ -63,7 +65,7 @@ def test_interchange_alone_and_a_rejected_one():
 
 def run(device: str, calls: list) -> OffloadInstance:
     reference = ReferenceInstance(DATA)
-    offload = OffloadInstance(DATA, device=device)
+    offload = OffloadInstance(DATA, device=SimulatedDevice() if device == "simulated" else device)
     for export, args in calls:
         assert offload.call(export, args) == reference.call(export, args), export
     assert offload.memory() == reference.memory("memory")
