@@ -20,6 +20,7 @@ from tensorwasm.compiler.analysis.liveness import widened_in
 from tensorwasm.compiler.analysis.plan import LoopPlan, Reduction, ReductionKind
 from tensorwasm.compiler.analysis.poly import Poly
 from tensorwasm.compiler.analysis.reductions import lane_identity
+from tensorwasm.compiler.distribute import outline_phases
 from tensorwasm.dialect import arith, simd
 from tensorwasm.dialect.builder import Builder
 from tensorwasm.dialect.ir import Block, Function, Module, Op, Successor, Value
@@ -39,6 +40,8 @@ def kernel_name(plan: LoopPlan) -> str:
 
 def outline(module: Module, plan: LoopPlan) -> Function:
     """Build the iteration kernel of ``plan`` and append it to ``module``."""
+    if plan.phases:  # a distributed body: one phase of one iteration per call
+        return outline_phases(module, plan, kernel_name(plan))
     func = plan.func
     header = plan.loop.header
     nest = plan.collapse

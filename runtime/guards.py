@@ -45,6 +45,7 @@ class Launch:
     gathers: bool = False  # loads at unknown addresses: the device needs all of memory
     nest: tuple[int, ...] = ()  # the collapsed inner loops' trip counts (the grid's further dimensions)
     inner: dict[Symbol, int] | None = None  # every inner loop's trip count
+    rows: bool = False  # a distributed body: one block per iteration (compiler.distribute)
 
 
 def _signed(value: int, bits: int) -> int:
@@ -137,7 +138,11 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
                     continue
                 if _conflict_grid(rs, ra, (trip, *nest)) if nest else _conflict(rs, ra, trip):
                     raise GuardFailed(f"store at {s.where} may overlap {a.kind} at {a.where}")
-    return Launch(trip, env, reads, writes, bool(plan.gathers), nest, inner)
+    for i, j in plan.row_guarded:  # a distributed body's threads share one iteration
+        (s, rs), (a, ra) = ranges[i], ranges[j]
+        if _meets_in_row(rs, ra):
+            raise GuardFailed(f"store at {s.where} may meet {a.kind} at {a.where} within one iteration")
+    return Launch(trip, env, reads, writes, bool(plan.gathers), nest, inner, rows=bool(plan.phases))
 
 
 def _most_trips(trip: TripCount, env: dict[Symbol, int], counts: dict[Symbol, int]) -> int:
@@ -271,6 +276,13 @@ def _solvable(x: int, solve: int, n: int, ws: int, wa: int, zero_ok: bool) -> bo
     first = max((-ws - x) // solve + 1, -(n - 1))  # smallest t with x + solve*t > -ws
     last = min(-((x - wa) // solve) - 1, n - 1)  # largest t with x + solve*t < wa
     return first <= last and (zero_ok or not first == last == 0)
+
+
+def _meets_in_row(s: Range, a: Range) -> bool:
+    """May the store's footprint in one iteration meet the access's in the same iteration?"""
+    if s.stride == a.stride:
+        return s.base < a.base + a.width and a.base < s.base + s.width
+    return s.lo < a.hi and a.lo < s.hi
 
 
 def _conflict(s: Range, a: Range, trip: int) -> bool:

@@ -469,8 +469,11 @@ MAX_GRID_Y = 65535
 
 
 def launch_grid(launch: Launch) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """Grid and block: 1-D over the iterations, or x over a nest's innermost counter (rounded
+    """Grid and block: 1-D over the iterations (a block per iteration for a distributed
+    body), or x over a nest's innermost counter (rounded
     to whole warps), y over the next one out and z over the outermost of a 3-D nest."""
+    if launch.rows:  # a distributed body: a block per iteration, its threads share each phase
+        return (max(1, min(launch.trip, 65535)), 1, 1), (BLOCK_THREADS, 1, 1)
     if not launch.nest:
         return (max(1, min(-(-launch.trip // BLOCK_THREADS), 65535)), 1, 1), (BLOCK_THREADS, 1, 1)
     *outer, innermost = (launch.trip, *launch.nest)

@@ -63,6 +63,9 @@ def _slim(plan: LoopPlan) -> LoopPlan:
     out = copy.copy(plan)
     out.blocks, out.ivs, out.invariant_args = set(), {}, {}
     out.collapse = tuple(replace(level, blocks=set()) for level in plan.collapse)
+    out.phases = tuple(
+        replace(p, blocks=set(), grid_blocks=set(), exit=None, grid_exit=None) for p in plan.phases
+    )
     return out
 
 
@@ -81,6 +84,7 @@ RECORDS = Schema(
             "ReductionKind",
             "LiveOut",
             "Collapse",
+            "Phase",
             "AnalysisOptions",
         ),
         "tensorwasm.compiler.analysis.poly": ("Poly", "Symbol"),

@@ -121,6 +121,17 @@ class NestModel:
     def pair(self, store: Access, other: Access) -> tuple[object, object] | None:
         """(pairs of iterations in different candidate iterations running both accesses,
         those of them whose byte ranges meet), or None where the pair is not modelled."""
+        k = self.names[self.values.counter(self.info)]
+        return self.related(store, other, f"x{k} != y{k}")
+
+    def var(self, loop: LoopInfo, prefix: str) -> str:
+        """The variable of ``loop``'s counter on the store's (``x``) or the access's (``y``) side."""
+        return prefix + self.names[self.values.counter(loop)]
+
+    def related(self, store: Access, other: Access, relation: str) -> tuple[object, object] | None:
+        """(pairs of iterations running both accesses and satisfying ``relation``, a constraint
+        between the store's counters ``x...`` and the access's ``y...``; those of them whose
+        byte ranges meet), or None where the pair is not modelled."""
         if store.address is None or other.address is None or store.beyond or other.beyond:
             return None
         if (store.address - other.address).symbols() - self.counters:
@@ -133,7 +144,6 @@ class NestModel:
             diff = f"({self.affine(store.address, 'x')}) - ({self.affine(other.address, 'y')})"
         except _NotAffine:
             return None
-        k = self.names[self.values.counter(self.info)]
         variables = [f"x{self.names[self.values.counter(m)]}" for m in outer_s]
         variables += [f"y{self.names[self.values.counter(m)]}" for m in outer_a]
         free = sorted(
@@ -142,7 +152,7 @@ class NestModel:
             | {"T"}
         )
         head = f"[{', '.join(free)}] -> {{ [{', '.join(variables)}] : "
-        both = " and ".join(cons) + f" and x{k} != y{k}"
+        both = " and ".join(cons) + f" and {relation}"
         context = _context()
         pairs = isl.Set(head + both + " }", context=context)
         meet = isl.Set(

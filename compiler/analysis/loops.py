@@ -23,7 +23,8 @@ The verdict is "offload" when the loop is legal given runtime guards, with the g
 described as data in :class:`LoopPlan` (:mod:`compiler.analysis.plan`): accesses whose
 independence cannot be settled statically are checked by the runtime on concrete values
 before each launch. A rejected loop carries the precise reason. Finally, perfectly nested
-parallel loops are collapsed into 2-D and 3-D grids (:mod:`.nests`). Profitability is the
+parallel loops are collapsed into 2-D and 3-D grids (:mod:`.nests`), and imperfect nests
+distributed and interchanged into phases of a 2-D grid (:mod:`.schedule`). Profitability is the
 runtime's business, not this one's.
 """
 
@@ -39,6 +40,7 @@ from tensorwasm.compiler.analysis.nests import collapse_nests
 from tensorwasm.compiler.analysis.plan import AnalysisOptions, LoopPlan, LoopReport, TripCount
 from tensorwasm.compiler.analysis.poly import Symbol
 from tensorwasm.compiler.analysis.reductions import lane_reductions
+from tensorwasm.compiler.analysis.schedule import schedule_phases
 from tensorwasm.compiler.analysis.trips import check_affine_bounds, guarded_as_top, trip_count
 from tensorwasm.compiler.callgraph import reachable
 from tensorwasm.compiler.errors import NotCompilable
@@ -57,23 +59,30 @@ def analyze_module(module: Module, options: AnalysisOptions | None = None) -> li
         if func.is_import or not func.loops:
             continue
         facts = FunctionLoops(module, func)
-        mine = [analyze_loop(facts, info, options or AnalysisOptions()) for info in func.loops]
+        kept: dict[LoopInfo, LoopValues] = {}
+        mine = [analyze_loop(facts, info, options or AnalysisOptions(), kept) for info in func.loops]
         collapse_nests(facts, mine)
+        schedule_phases(facts, mine, kept)
         reports.extend(mine)
     return reports
 
 
-def analyze_loop(facts: FunctionLoops, info: LoopInfo, options: AnalysisOptions) -> LoopReport:
-    """The verdict on one loop: offload with its plan and guards, or reject with the reason."""
+def analyze_loop(
+    facts: FunctionLoops, info: LoopInfo, options: AnalysisOptions, kept: dict | None = None
+) -> LoopReport:
+    """The verdict on one loop: offload with its plan and guards, or reject with the reason.
+    ``kept`` receives the loop's classified values when it is accepted (for :mod:`.schedule`)."""
     try:
-        plan = plan_loop(facts, info, options)
+        plan = plan_loop(facts, info, options, kept)
     except Reject as exc:
         return LoopReport(facts.func, info, "reject", str(exc), _trip_if_known(facts, info))
     guarded = "guards: " + ", ".join(_guard_summary(plan))
     return LoopReport(facts.func, info, "offload", guarded, plan.trip, plan)
 
 
-def plan_loop(facts: FunctionLoops, info: LoopInfo, options: AnalysisOptions) -> LoopPlan:
+def plan_loop(
+    facts: FunctionLoops, info: LoopInfo, options: AnalysisOptions, kept: dict | None = None
+) -> LoopPlan:
     """The plan of a loop that can run as a kernel; :class:`Reject` says why it cannot."""
     if info.returns:
         raise Reject("returns from inside the loop")
@@ -105,6 +114,8 @@ def plan_loop(facts: FunctionLoops, info: LoopInfo, options: AnalysisOptions) ->
     for block in values.body_order:
         around = tuple(values.counter(m) for m in values.nested if m is not info and block in facts.bodies[m])
         work[around] = work.get(around, 0) + len(block.ops)
+    if kept is not None:
+        kept[info] = values
     return LoopPlan(
         facts.func, info, values.counter(info), trip, inner, accesses,
         reductions, inputs, outputs, values.body,

@@ -183,6 +183,23 @@ class Collapse:
 
 
 @record
+class Phase:
+    """One statement group of a distributed loop body (:mod:`.schedule`): a child loop of
+    the launched loop, whose ``grid`` loop (the child itself, or its only child after an
+    interchange) spreads its iterations over the threads of the row; the loops between run
+    whole and in order inside each thread."""
+
+    loop: LoopInfo  # the child loop of the launched loop
+    grid: LoopInfo  # the loop whose iterations the row's threads share
+    counter: Symbol  # the grid loop's counter
+    trip: TripCount  # the grid loop's trip count (it moves with the launched loop's counter at most)
+    blocks: set[Block] = field(default_factory=set)  # ``loop``'s body
+    grid_blocks: set[Block] = field(default_factory=set)  # ``grid``'s body
+    exit: Block | None = None  # where control goes after ``loop`` (a phase that skips it jumps there)
+    grid_exit: Block | None = None  # where control goes after ``grid``
+
+
+@record
 class LoopPlan:
     """What the outliner and the runtime need to run a loop as a kernel."""
 
@@ -205,6 +222,13 @@ class LoopPlan:
     # Ops per iteration, grouped by the inner loops that repeat them: the runtime's estimate
     # of the work is the sum of each group times those loops' trip counts.
     work: list[tuple[int, tuple[Symbol, ...]]] = field(default_factory=list)
+    # A distributed body (:mod:`.schedule`): the launched loop's children, one launch phase
+    # each, run by the threads of one block per iteration with a barrier between phases;
+    # empty for a body run whole by one thread.
+    phases: tuple[Phase, ...] = ()
+    # Store/access index pairs the schedule could not settle statically: within one iteration
+    # of the launched loop their byte ranges must be apart (a guard).
+    row_guarded: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def gathers(self) -> list[Access]:

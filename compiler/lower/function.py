@@ -297,6 +297,10 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
     inner counters in full for each outer one.
     """
     kernel = lowering.dialect.functions[index]
+    if getattr(kernel.attrs.get("loop_plan"), "phases", ()):
+        from tensorwasm.compiler.lower.phases import lower_phases_entry
+
+        return lower_phases_entry(lowering, index)
     if getattr(kernel.attrs.get("loop_plan"), "collapse", ()):
         return _lower_nest_entry(lowering, index)
     gpu = lowering.target.is_gpu

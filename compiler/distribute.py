@@ -1,0 +1,221 @@
+"""The kernel of a distributed loop: one phase of one iteration, for one grid iteration.
+
+:mod:`compiler.analysis.schedule` splits a loop's body into phases (its child loops) and
+names each phase's grid loop. The kernel ``loop_<func>_<offset>(k, phase, t, live-ins...)
+-> (more)`` runs, in iteration ``k`` of the loop, phase ``phase`` for iteration ``t`` of
+that phase's grid loop, and returns 0 when ``t`` is past the grid loop's count (the
+thread has no more work in this phase), else 1. It is a copy of the loop's body, one per
+phase, in which
+
+- the other phases' child loops are skipped (the edge into one goes to its exit; nothing
+  computed inside a child is read after it, and the body stores nothing outside them);
+- the phase's grid loop is entered at iteration ``t`` (its induction variables moved by
+  ``step * t``), and the end of that iteration leaves it, so a sequential loop around it
+  (the interchanged ``k``) runs all its iterations in order, each with iteration ``t``;
+- the loop's back edge and exit end the call.
+
+The launch entry (:func:`compiler.lower.function.lower_loop_entry`) calls it for every
+phase in turn, each thread of the iteration's block taking ``t = lane, lane + lanes, ...``
+until it returns 0, with a barrier between phases on the GPU.
+"""
+
+from __future__ import annotations
+
+from tensorwasm.compiler.analysis.liveness import widened_in
+from tensorwasm.compiler.analysis.plan import LoopPlan, Phase, TripCount
+from tensorwasm.compiler.analysis.poly import Poly
+from tensorwasm.dialect import arith
+from tensorwasm.dialect.builder import Builder
+from tensorwasm.dialect.ir import Block, Function, Module, Op, Successor, Value
+from tensorwasm.dialect.types import I32, I64, Type
+from tensorwasm.dialect.verifier import reverse_postorder, verify_function
+
+
+class _Scope:
+    """The kernel's values for the loop's: parameters, the entry's recomputed values, and
+    (per phase) the copied body's."""
+
+    def __init__(self, kernel: Function, entry: Block, plan: LoopPlan):
+        self.kernel, self.entry, self.plan = kernel, entry, plan
+        self.k = entry.args[0]
+        self.shared: dict[Value, Value] = {}
+        self.by_symbol = {}
+        for (value, sym, _, _), param in zip(plan.live_ins, entry.args[3:], strict=True):
+            self.shared[value] = param
+            self.by_symbol[sym] = param
+
+    def poly(self, poly: Poly, ty: Type, b: Builder) -> Value:
+        """``poly`` (in the loop's counter and the live-ins) computed as ``ty``."""
+        total = None
+        for monomial, coeff in poly.terms.items():
+            term = b.constant(ty, coeff)
+            for sym in monomial:
+                factor = self.k if sym is self.plan.counter else self.by_symbol[sym]
+                if factor.type is not ty:
+                    factor = b.value(arith.sext, factor, to=ty)
+                term = b.value(arith.mul, term, factor)
+            total = term if total is None else b.value(arith.add, total, term)
+        return total if total is not None else b.constant(ty, 0)
+
+    def value(self, v: Value, mapping: dict[Value, Value]) -> Value:
+        """The kernel's value for ``v``: the phase's copy, or one the entry computes."""
+        found = mapping.get(v)
+        if found is None:
+            found = self.shared.get(v)
+        if found is not None:
+            return found
+        owner = v.owner
+        at_entry = Builder(self.kernel, self.entry)
+        if isinstance(owner, Op) and owner.opdef is arith.constant:
+            made = at_entry.constant(owner.attrs["type"], owner.attrs["value"])
+        elif (widened := widened_in(v, [value for value, *_ in self.plan.live_ins])) is not None:
+            held = self.shared[self.plan.live_ins[widened][0]]  # the compare's 0-or-1 came in
+            made = at_entry.value(arith.cmpi, held, at_entry.constant(held.type, 0), pred="ne")
+        elif isinstance(owner, Op) and owner.name.startswith("arith.") and owner.opdef.pure:
+            operands = [self.value(x, mapping) for x in owner.operands]
+            clone = Op(owner.opdef, operands, tuple(r.type for r in owner.results), dict(owner.attrs), [],
+                       owner.offset)  # fmt: skip
+            clone.block = self.entry
+            self.entry.ops.append(clone)
+            for old, new in zip(owner.results, clone.results, strict=True):
+                self.shared[old] = new
+            return self.shared[v]
+        else:
+            raise KeyError(f"value {v} has no counterpart in the kernel")
+        self.shared[v] = made
+        return made
+
+
+def outline_phases(module: Module, plan: LoopPlan, name: str) -> Function:
+    """Build the phase kernel of ``plan`` (which has phases) and append it to ``module``."""
+    params = (I32, I32, I32, *(v.type for v, *_ in plan.live_ins))
+    kernel = Function(name, len(module.functions), params, (I32,))
+    kernel.attrs["loop_plan"] = plan
+    module.functions.append(kernel)
+    entry = kernel.add_block(params)
+    scope = _Scope(kernel, entry, plan)
+    b = Builder(kernel, entry)
+    for arg in plan.loop.header.args:
+        if arg in plan.ivs:
+            start, step = plan.ivs[arg]
+            scope.shared[arg] = scope.poly(start + step * Poly.symbol(plan.counter), arg.type, b)
+        elif arg in plan.invariant_args:
+            scope.shared[arg] = scope.value(plan.invariant_args[arg], {})
+        else:  # never read inside the loop
+            scope.shared[arg] = b.constant(arg.type if not arg.type.is_ref else I64, 0)
+    more, over = kernel.add_block([]), kernel.add_block([])
+    Builder(kernel, more).ret([Builder(kernel, more).constant(I32, 1)])
+    Builder(kernel, over).ret([Builder(kernel, over).constant(I32, 0)])
+    _, phase, t = entry.args[:3]
+    test = entry
+    for index, ph in enumerate(plan.phases):
+        b = Builder(kernel, test)
+        counted, test = kernel.add_block([]), kernel.add_block([])
+        b.cond_br(b.value(arith.cmpi, phase, b.constant(I32, index), pred="eq"), counted, [], test, [])
+        b = Builder(kernel, counted)
+        b.cond_br(_within(b, ph.trip, scope, t), _copy_body(kernel, plan, ph, scope, t, more), [], over, [])
+    Builder(kernel, test).br(over)
+    _constants_first(entry)
+    live = set(reverse_postorder(kernel))
+    kernel.blocks = [blk for blk in kernel.blocks if blk in live]
+    verify_function(kernel)
+    return kernel
+
+
+def _copy_body(kernel: Function, plan: LoopPlan, ph: Phase, scope: _Scope, t: Value, more: Block) -> Block:
+    """The loop body as phase ``ph`` runs it for grid iteration ``t``; returns its first block."""
+    header = plan.loop.header
+    mapping: dict[Value, Value] = {}
+    body = [blk for blk in plan.func.blocks if blk in plan.blocks]
+    clones: dict[Block, Block] = {}
+    for blk in body:
+        clone = kernel.add_block([] if blk is header else [a.type for a in blk.args])
+        clones[blk] = clone
+        if blk is not header:
+            mapping.update(zip(blk.args, clone.args, strict=True))
+    grid = ph.grid.header
+    start = _grid_start(kernel, plan, ph, scope, t, clones[grid])
+    children = {p.loop.header: p for p in plan.phases}
+    bodies = {p.loop.header: p.blocks for p in plan.phases}
+    grid_body = ph.grid_blocks
+    for blk, clone in clones.items():
+        for op in blk.ops:
+            succs = []
+            for succ in op.successors:
+                target, args = succ.block, [scope.value(v, mapping) for v in succ.args]
+                other = children.get(target)
+                if target is header or target not in plan.blocks:
+                    succs.append(Successor(more, []))  # this iteration's phase is over
+                elif other is not None and other is not ph and blk not in bodies[target]:
+                    succs.append(Successor(clones[other.exit], _zeros(kernel, other.exit)))  # skipped
+                elif target is grid and blk not in grid_body:
+                    succs.append(Successor(start, args))  # entered at iteration t
+                elif target is grid:  # iteration t is done: leave the grid loop
+                    succs.append(Successor(clones[ph.grid_exit], _zeros(kernel, ph.grid_exit)))
+                else:
+                    succs.append(Successor(clones[target], args))
+            new = Op(op.opdef, [scope.value(v, mapping) for v in op.operands],
+                     tuple(r.type for r in op.results), dict(op.attrs), succs, op.offset)  # fmt: skip
+            if op.name in ("mem.load", "mem.store"):
+                new.attrs["proven"] = True  # affine: the guards proved every address
+            new.block = clone
+            clone.ops.append(new)
+            mapping.update(zip(op.results, new.results, strict=True))
+    return clones[header]
+
+
+def _grid_start(kernel: Function, plan: LoopPlan, ph: Phase, scope: _Scope, t: Value, target: Block) -> Block:
+    """The entry into the grid loop: its induction variables jump to iteration ``t``."""
+    header = ph.grid.header
+    start = kernel.add_block([a.type for a in header.args])
+    b = Builder(kernel, start)
+    values = []
+    for arg, entering in zip(header.args, start.args, strict=True):
+        if arg in plan.ivs:
+            step = scope.poly(plan.ivs[arg][1], arg.type, b)
+            count = t if arg.type is I32 else b.value(arith.sext, t, to=arg.type)
+            entering = b.value(arith.add, entering, b.value(arith.mul, step, count))
+        values.append(entering)
+    b.br(target, values)
+    return start
+
+
+def _zeros(kernel: Function, block: Block) -> list[Value]:
+    """Arguments for ``block`` that nothing reads (the analysis made sure)."""
+    entry = kernel.blocks[0]
+    values = [Builder(kernel, entry).constant(a.type, 0) for a in block.args]
+    return values
+
+
+def _within(b: Builder, trip: TripCount, scope: _Scope, t: Value) -> Value:
+    """Whether the grid loop runs iteration ``t`` in this iteration, as ``runtime.guards.trip_count``
+    counts it (the guards made sure its bounds do not wrap), without a division: with ``d``
+    the distance to the bound (clamped at 0) and ``s`` the step's size, ``t < ceil(d / s)``
+    exactly when ``s * t < d`` (tested at the top), and ``t < ceil(d / s) + 1`` exactly when
+    ``s * t < d + s`` (tested after the body). A "!=" test's distance is a multiple of ``s``."""
+    ty = I32 if trip.bits == 32 else I64
+    start, bound = scope.poly(trip.start, ty, b), scope.poly(trip.bound, ty, b)
+    step = abs(trip.step)
+    if trip.pred == "ne":
+        diff = b.value(arith.sub, bound, start) if trip.step > 0 else b.value(arith.sub, start, bound)
+        if ty is I32:
+            diff = b.value(arith.zext, diff, to=I64)
+    else:
+        if ty is I32:
+            widen = arith.sext if trip.pred.startswith("s") else arith.zext
+            start, bound = b.value(widen, start, to=I64), b.value(widen, bound, to=I64)
+        diff = b.value(arith.sub, bound, start) if trip.step > 0 else b.value(arith.sub, start, bound)
+        if trip.pred[1:] in ("le", "ge"):
+            diff = b.value(arith.add, diff, b.constant(I64, 1))
+        zero = b.constant(I64, 0)
+        diff = b.value(arith.select, b.value(arith.cmpi, diff, zero, pred="sgt"), diff, zero)
+    if not trip.top:
+        diff = b.value(arith.add, diff, b.constant(I64, step))
+    scaled = b.value(arith.mul, b.value(arith.sext, t, to=I64), b.constant(I64, step))
+    return b.value(arith.cmpi, scaled, diff, pred="slt")
+
+
+def _constants_first(entry: Block) -> None:
+    """Keep the entry's terminator last after values were added behind it."""
+    term = [op for op in entry.ops if op.opdef.terminator]
+    entry.ops = [op for op in entry.ops if not op.opdef.terminator] + term
