@@ -71,6 +71,12 @@ class CudaDevice:
             self._context = context
         return self._context
 
+    def startup_seconds(self) -> float:
+        """What a first launch pays before it runs: the context's start, where none is made."""
+        from tensorwasm.runtime.profit import STARTUP_SECONDS
+
+        return STARTUP_SECONDS["gpu"] if self._context is None else 0.0
+
     def runner(self, prepared: Any):
         from tensorwasm.runtime.device_launch import DeviceLaunches
 

@@ -71,6 +71,13 @@ class DeviceLaunches:
         self.device.watch(self)
         return self.mirror
 
+    def startup_seconds(self) -> float:
+        """What the next launch pays once before it runs (0 once the device has memory)."""
+        if self.mirror is not None:
+            return 0.0
+        startup = getattr(self.device, "startup_seconds", None)
+        return startup() if startup is not None else 0.0
+
     def transfer_estimate(self, lp: OffloadedLoop, ready: PreparedLaunch) -> tuple[int, bool]:
         """The bytes a launch would copy (inside a region: only in, what the device lacks),
         and whether from page-locked memory."""

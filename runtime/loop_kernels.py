@@ -152,6 +152,10 @@ class LoopKernels(dict):
         self._target_changes += 1
 
 
+def _no_startup() -> float:
+    return 0.0
+
+
 class CompileFirst:
     """The execution side of a module's launches (a :class:`runtime.planning.LaunchRunner`)
     behind one step: a launch's kernel is compiled before its first launch, and where it
@@ -161,6 +165,7 @@ class CompileFirst:
         self.runner, self.kernels = runner, kernels
         self.transfer_estimate = runner.transfer_estimate
         self.record_replay = runner.record_replay
+        self.startup_seconds = getattr(runner, "startup_seconds", _no_startup)
 
     def run(
         self, lp: OffloadedLoop, ready: PreparedLaunch, arrival: LaunchArguments, base: int, size: int

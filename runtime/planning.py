@@ -129,6 +129,8 @@ class LaunchRunner(Protocol):
         """What replays this arrival's launch as it was (see ``LaunchArguments.replay``)."""
 
 
+# Why an arrival that would pay for its launch declines while the device is not started.
+NOT_STARTED = "the work so far does not yet pay for starting the device"
 # Why a loop declines that no later arrival changes: its gate closes for good.
 LASTING = frozenset({"the module has no (unshared) linear memory"})
 # The gate's wait when closed for good (about 2^63 arrivals).
@@ -235,6 +237,8 @@ class ArrivalPlanner:
         self.run = runner.run
         self.transfer_estimate = runner.transfer_estimate
         self.record_replay = runner.record_replay
+        self.startup_seconds = getattr(runner, "startup_seconds", None)
+        self.banked = 0.0  # the gain of the arrivals that would have paid, before the device started
 
     def threshold(self, lp: OffloadedLoop) -> int:
         """The distance to go below which the loop's Wasm-side filter keeps an arrival from
@@ -308,6 +312,8 @@ class ArrivalPlanner:
         if self.mode == "auto" and launch.trip:
             nbytes, pinned = self.transfer_estimate(lp, ready)
             go, why, model, cpu = lp.estimate.decide(self.device, ready.ops, nbytes, pinned, ready.cells)
+            if go and not self._started(cpu - model):
+                go, why = False, NOT_STARTED
             if not go:
                 stats.decline(why)
                 return [0, *args[n_live:]]
@@ -330,6 +336,16 @@ class ArrivalPlanner:
             lp.again[live] = record_ = self.record_replay(ready, arrival, live, memory, results)
             record_.decision = estimate[1:] if estimate is not None else None
         return results
+
+    def _started(self, gain: float) -> bool:
+        """Whether the device is started, or may be now: the gains of the arrivals that
+        would have paid for a launch (this one's included) reach what starting it costs
+        (``auto`` only; a rent-or-buy rule: a program loses at most the start-up's worth)."""
+        startup = self.startup_seconds() if self.startup_seconds is not None else 0.0
+        if not startup:
+            return True
+        self.banked += gain
+        return self.banked >= startup
 
     def guards(self, lp: OffloadedLoop, live: tuple[int, ...], size: int) -> PreparedLaunch | str:
         """The launch the guards allow for these live-ins, made ready, or why they refuse it."""

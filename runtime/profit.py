@@ -35,6 +35,12 @@ THREAD_SLOWDOWN = {"gpu": 8.0, "cpu": 1.0}
 # at ~55 GB/s each way on the H100 (and page-locking it runs at ~21 GB/s, once), pageable
 # memory at 9 to 13 GB/s. A little below what was measured.
 COPY_BYTES_PER_SECOND = {"pinned": 45e9, "pageable": 8e9}
+# A device's start, paid once at its first launch: on a GPU the CUDA context, device memory
+# and page-locking linear memory (PolyBench MEDIUM on an H200: loops whose kernels take
+# 0.2 to 1 ms on wasmtime took 210 to 240 ms at their first launch). In ``auto`` no launch
+# starts the device until the arrivals that would have paid for a launch add up to a
+# gain this large (see runtime.planning): a program too small for the GPU never starts it.
+STARTUP_SECONDS = {"gpu": 0.2}
 SLOWER_LIMIT = 2  # launches slower than the CPU estimate, in a row, before going back
 RETRY_EVERY = 64  # arrivals on the CPU between retries on the device
 

@@ -551,6 +551,36 @@ def test_a_loop_the_device_makes_slower_goes_back_to_the_cpu(monkeypatch) -> Non
     assert loop.stats.offloaded == 3  # tried on the device again once
 
 
+def test_auto_starts_the_device_only_once_the_work_so_far_pays_for_its_start(monkeypatch) -> None:
+    import tensorwasm.runtime.profit as profit
+    from tensorwasm.runtime.planning import NOT_STARTED
+
+    monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: 1e-7)  # ~5 ms for this loop
+    offload = OffloadModule(module_bytes("blas1", "O2"), device="cpu", mode="auto")
+    real_run = offload.planner.run
+    runs = []
+
+    def run(*args):
+        runs.append(args)
+        return real_run(*args)
+
+    monkeypatch.setattr(offload.planner, "run", run)
+    # A device whose start costs 12 ms, paid by the first launch.
+    monkeypatch.setattr(offload.planner, "startup_seconds", lambda: 0.0 if runs else 0.012)
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
+    for _ in range(6):
+        assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    # Every arrival would gain the same (a few ms): the first ones decline until their
+    # gains add up to the start's cost, and from then on every one launches.
+    declined = loop.stats.declined.get(NOT_STARTED, 0)
+    assert loop.stats.declined == {NOT_STARTED: declined} and 1 <= declined < 6
+    assert loop.stats.offloaded == len(runs) == 6 - declined
+    banked = offload.planner.banked
+    assert banked >= 0.012 > banked * declined / (declined + 1)
+
+
 def test_a_launch_of_few_iterations_is_modelled_by_its_slowest_thread(monkeypatch) -> None:
     import tensorwasm.runtime.profit as profit
 
