@@ -418,6 +418,18 @@ class TileBuilder:
             b.op(term.opdef, [values[v] for v in term.operands], dict(term.attrs), succs)
         return copies
 
+    def place(self, b: Builder, cell: tuple[int, int]) -> tuple[Value, Value, Value]:
+        """The cell's grid counters and whether it lies inside the grid, computed where they
+        are needed (kept across the engine, they would hold registers of every cell)."""
+        cy, cx = cell
+        shape = self.shape
+        row = self.add(b, self.i0, self.add(b, self.const(b, cy * shape.threads_y), self.ty))
+        col = self.add(b, self.j0, self.add(b, self.const(b, cx * shape.threads_x), self.tx))
+        inside = b.value(arith.select, b.value(arith.cmpi, row, self.i_end, pred="ult"),
+                         b.value(arith.cmpi, col, self.j_end, pred="ult"),
+                         b.constant(I1, 0))  # fmt: skip
+        return row, col, inside
+
     # -- the function ------------------------------------------------------------------
 
     def build(self) -> Function:
@@ -427,14 +439,6 @@ class TileBuilder:
             self.tx, self.ty = (b.value(gpu.thread_id, dim=d) for d in ("x", "y"))
         else:
             self.tx = self.ty = self.const(b, 0)
-        self.where = {}
-        for cy, cx in self.cells:
-            row = self.add(b, self.i0, self.add(b, self.const(b, cy * shape.threads_y), self.ty))
-            col = self.add(b, self.j0, self.add(b, self.const(b, cx * shape.threads_x), self.tx))
-            inside = b.value(arith.select, b.value(arith.cmpi, row, self.i_end, pred="ult"),
-                             b.value(arith.cmpi, col, self.j_end, pred="ult"),
-                             b.constant(I1, 0))  # fmt: skip
-            self.where[cy, cx] = (row, col, inside)
         carried_types = [nest.header.args[p].type for p in nest.carried]
         # Phase 1: each cell's prefix, ending in its join block (entered?, carried values).
         joins = []
@@ -458,7 +462,7 @@ class TileBuilder:
 
     def prefix(self, b: Builder, cell: tuple[int, int], join: Block) -> None:
         nest = self.nest
-        row, col, inside = self.where[cell]
+        row, col, inside = self.place(b, cell)
         zeros = [b.constant(nest.header.args[p].type, 0) for p in nest.carried]
         values = dict(zip(nest.kernel.entry.args, [row, col, *self.live], strict=True))
         in_prefix = set(nest.prefix)
@@ -485,7 +489,7 @@ class TileBuilder:
         self.outside: dict[tuple[int, int], dict[Value, Value]] = {}
         counts = []
         for n, cell in enumerate(self.cells):
-            row, col, _ = self.where[cell]
+            row, col, _ = self.place(b, cell)
             for p, (start, _) in nest.ivs.items():
                 self.starts[cell, p] = self.poly(b, start, nest.header.args[p].type, row, col)
             memo: dict[Value, Value] = {}
@@ -621,8 +625,9 @@ class TileBuilder:
         """The cell's own code from the start, entering the loop at iteration ``count`` with
         the ``carried`` values the engine reached."""
         nest = self.nest
-        row, col, inside = self.where[cell]
-        ivs = {p: self.iv_at(b, p, self.starts[cell, p], count) for p in nest.ivs}
+        row, col, inside = self.place(b, cell)
+        starts = {p: self.poly(b, start, nest.header.args[p].type, row, col) for p, (start, _) in nest.ivs.items()}
+        ivs = {p: self.iv_at(b, p, starts[p], count) for p in nest.ivs}
         entering = [ivs[p] if p in ivs else carried[nest.carried.index(p)] for p in range(len(nest.header.args))]
         values = dict(zip(nest.kernel.entry.args, [row, col, *self.live], strict=True))
         in_prefix = set(nest.prefix)
