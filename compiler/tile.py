@@ -92,7 +92,9 @@ class TileShape:
 
 HOST_SHAPE = TileShape(1, 1, 4, 4, 16)  # the host backend: one thread per block
 _CANDIDATES = tuple(
-    TileShape(16, 16, cx, cy, depth) for cx, cy in ((4, 4), (4, 2), (2, 2), (2, 1), (1, 1)) for depth in (16, 8)
+    TileShape(16, 16, cx, cy, depth)
+    for cx, cy in ((4, 4), (4, 2), (2, 2), (2, 1), (1, 1))
+    for depth in (16, 8)
 )
 
 
@@ -115,7 +117,11 @@ def estimated_registers(shape: TileShape, carried_words: int, row_loads: int, co
 
 
 def choose_tile(
-    row_bytes: int, col_bytes: int, carried_words: int, loads: tuple[int, int], model: DeviceModel = DeviceModel()
+    row_bytes: int,
+    col_bytes: int,
+    carried_words: int,
+    loads: tuple[int, int],
+    model: DeviceModel | None = None,
 ) -> TileShape | None:
     """The tile for a nest whose loop reads ``row_bytes`` (row loads) and ``col_bytes``
     (column loads) per iteration and carries ``carried_words`` 32-bit words per cell;
@@ -127,6 +133,7 @@ def choose_tile(
     multiprocessor's threads busy, the largest register block wins (each staged element
     is reused by more cells), then the deeper stage (fewer barriers); None where none fits.
     """
+    model = model or DeviceModel()
     best = None
     for shape in _CANDIDATES:
         regs = estimated_registers(shape, carried_words, *loads)
@@ -218,7 +225,9 @@ def recognise(kernel: Function, plan: LoopPlan, clones: dict[Block, Block]) -> N
     if not back_edges:
         raise NotTileable("no sequential loop runs inside the thread")
     if len(back_edges) > 1:
-        raise NotTileable("more than one sequential loop (or a loop of several blocks) runs inside the thread")
+        raise NotTileable(
+            "more than one sequential loop (or a loop of several blocks) runs inside the thread"
+        )
     latch, header = back_edges[0]
     if latch is not header:
         raise NotTileable("the inner loop's body is more than one block")
@@ -233,14 +242,18 @@ def recognise(kernel: Function, plan: LoopPlan, clones: dict[Block, Block]) -> N
         if arg in plan.ivs:
             start, step = plan.ivs[arg]
             if not start.symbols() <= live | set(counters) or not step.symbols() <= live:
-                raise NotTileable("an induction variable of the inner loop is not affine in the grid counters")
+                raise NotTileable(
+                    "an induction variable of the inner loop is not affine in the grid counters"
+                )
             ivs[p] = (start, step)
     for p, arg in enumerate(header.args):
         if p not in ivs and arg.type not in NUMBERS:
             raise NotTileable(f"the inner loop carries a {arg.type}")
     for op in header.ops[:-1]:
         if not _allowed(op):
-            raise NotTileable(f"the inner loop's body has {op.name}{_where(op)}, not pure arithmetic and proven loads")
+            raise NotTileable(
+                f"the inner loop's body has {op.name}{_where(op)}, not pure arithmetic and proven loads"
+            )
     deps = _Dependence(kernel, header, ivs, counters)
     loads = []
     for op in header.ops:
@@ -433,7 +446,7 @@ class TileBuilder:
     # -- the function ------------------------------------------------------------------
 
     def build(self) -> Function:
-        nest, shape = self.nest, self.shape
+        nest = self.nest
         b = Builder(self.fn, self.entry)
         if self.on_gpu:
             self.tx, self.ty = (b.value(gpu.thread_id, dim=d) for d in ("x", "y"))
@@ -493,7 +506,9 @@ class TileBuilder:
             for p, (start, _) in nest.ivs.items():
                 self.starts[cell, p] = self.poly(b, start, nest.header.args[p].type, row, col)
             memo: dict[Value, Value] = {}
-            self.outside[cell] = {v: self.slice(b, v, row, col, None, memo) for v in _outside_values(nest.header)}
+            self.outside[cell] = {
+                v: self.slice(b, v, row, col, None, memo) for v in _outside_values(nest.header)
+            }
             entered = b.value(arith.cmpi, joins[n].args[0], b.constant(I32, 0), pred="ne")
             counts.append(b.value(arith.select, entered, b.constant(I32, 0), b.constant(I32, -1)))
         state_types = [I32] * cells + carried_types * cells
@@ -611,7 +626,9 @@ class TileBuilder:
             self.copy_ops(b, [op for op in nest.header.ops[:-1] if op.name != "mem.load"], values)
             goes_on = values[term.operands[0]]
             if nest.back == 1:
-                goes_on = b.value(arith.cmpi, b.value(arith.zext, goes_on, to=I32), b.constant(I32, 0), pred="eq")
+                goes_on = b.value(
+                    arith.cmpi, b.value(arith.zext, goes_on, to=I32), b.constant(I32, 0), pred="eq"
+                )
             here = b.value(arith.cmpi, counts[n], m, pred="eq")
             commit = b.value(arith.select, here, goes_on, b.constant(I1, 0))
             back_args = term.successors[nest.back].args
@@ -621,14 +638,20 @@ class TileBuilder:
                 carried[n * width + w] = b.value(arith.select, commit, values[back_args[p]], old)
         return counts + carried
 
-    def resume(self, b: Builder, cell: tuple[int, int], count: Value, carried: list[Value], after: Block) -> None:
+    def resume(
+        self, b: Builder, cell: tuple[int, int], count: Value, carried: list[Value], after: Block
+    ) -> None:
         """The cell's own code from the start, entering the loop at iteration ``count`` with
         the ``carried`` values the engine reached."""
         nest = self.nest
         row, col, inside = self.place(b, cell)
-        starts = {p: self.poly(b, start, nest.header.args[p].type, row, col) for p, (start, _) in nest.ivs.items()}
+        starts = {
+            p: self.poly(b, start, nest.header.args[p].type, row, col) for p, (start, _) in nest.ivs.items()
+        }
         ivs = {p: self.iv_at(b, p, starts[p], count) for p in nest.ivs}
-        entering = [ivs[p] if p in ivs else carried[nest.carried.index(p)] for p in range(len(nest.header.args))]
+        entering = [
+            ivs[p] if p in ivs else carried[nest.carried.index(p)] for p in range(len(nest.header.args))
+        ]
         values = dict(zip(nest.kernel.entry.args, [row, col, *self.live], strict=True))
         in_prefix = set(nest.prefix)
 

@@ -26,6 +26,8 @@ thread_id = Custom("gpu.thread_id", "`%0 = gpu.thread_id {dim = x}` (PTX %tid.x)
 block_id = Custom("gpu.block_id", "`%0 = gpu.block_id {dim = y}` (PTX %ctaid.y)", _dim, pure=True)
 block_dim = Custom("gpu.block_dim", "`%0 = gpu.block_dim {dim = x}` (PTX %ntid.x)", _dim, pure=True)
 grid_dim = Custom("gpu.grid_dim", "`%0 = gpu.grid_dim {dim = x}` (PTX %nctaid.x)", _dim, pure=True)
+
+
 def _shared_load(op, operands, attrs):
     op.expect_count(operands, 1)
     if operands[0] is not I32:
@@ -63,4 +65,6 @@ shared_store = Custom(
     _shared_store,
 )
 
-GPU = Dialect("gpu", [thread_id, block_id, block_dim, grid_dim, barrier, barrier_or, shared_load, shared_store])
+GPU = Dialect(
+    "gpu", [thread_id, block_id, block_dim, grid_dim, barrier, barrier_or, shared_load, shared_store]
+)

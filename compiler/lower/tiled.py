@@ -91,7 +91,13 @@ def lower_tiled_entry(lowering: ModuleLowering, index: int, tiled: TiledKernel) 
 
         def over_rows(by) -> None:
             after = fn.append_basic_block("row.done")
-            counted(sreg("ctaid.x"), sreg("nctaid.x"), tiles_x, after, lambda bx: call(b.mul(by, rows), b.mul(bx, cols)))
+            counted(
+                sreg("ctaid.x"),
+                sreg("nctaid.x"),
+                tiles_x,
+                after,
+                lambda bx: call(b.mul(by, rows), b.mul(bx, cols)),
+            )
             b.position_at_end(after)
 
         counted(sreg("ctaid.y"), sreg("nctaid.y"), tiles_y, done, over_rows)
