@@ -172,6 +172,13 @@ class Nest:
     loads: list[tuple[Op, str]]
     prefix: list[Block]
     back: int
+    # Float values pass only through ops under which a NaN reaches the carried values or
+    # vanishes (see _nan_checked): the engine then runs the arithmetic without Wasm's NaN
+    # rules and redoes a tile the exact way where a carried value came out NaN.
+    nan_checked: bool = False
+    # The loop's exit test reads no value of a cell (only induction variables that start
+    # alike in every cell, and live-ins): a thread can tell a full stage ahead of it.
+    uniform_exit: bool = False
 
     @property
     def carried(self) -> list[int]:
@@ -273,7 +280,36 @@ def recognise(kernel: Function, plan: LoopPlan, clones: dict[Block, Block]) -> N
                 raise NotTileable(f"the code before the inner loop has {op.name}{_where(op)}")
         if blk.terminator.name not in ("cf.br", "cf.cond_br", "cf.switch"):
             raise NotTileable(f"the code before the inner loop ends in {blk.terminator.name}")
-    return Nest(kernel, plan, header, ivs, loads, prefix, header.successors.index(header))
+    back = header.successors.index(header)
+    try:
+        uniform = not deps.of(term.operands[0], "the loop's exit test")
+    except NotTileable:  # it reads a carried value: tested per cell
+        uniform = False
+    return Nest(kernel, plan, header, ivs, loads, prefix, back, _nan_checked(header, ivs), uniform)
+
+
+# Ops whose float operands' NaN bits never show in a result that is not a NaN: arithmetic
+# propagates a NaN, a comparison gives the same answer for every NaN, a select passes one
+# operand on as it is, and neg and abs keep a NaN a NaN.
+_NAN_PROPAGATING = frozenset({
+    "arith.fadd", "arith.fsub", "arith.fmul", "arith.fdiv", "arith.cmpf", "arith.select",
+    "arith.fneg", "arith.fabs",
+})  # fmt: skip
+# The arithmetic whose NaN handling the engine can leave out (numeric.FLOAT_ARITHMETIC).
+_NAN_RULED = frozenset({"arith.fadd", "arith.fsub", "arith.fmul", "arith.fdiv"})
+
+
+def _nan_checked(header: Block, ivs: dict) -> bool:
+    """Whether the loop carries a float and every op of its body that reads a float is one
+    of :data:`_NAN_PROPAGATING`: then an iteration's results differ from Wasm's only if a
+    NaN arose, and any NaN that matters reaches a carried value, where the engine sees it."""
+    floats = [a for p, a in enumerate(header.args) if p not in ivs and a.type.is_float]
+    if not floats:
+        return False
+    for op in header.ops[:-1]:
+        if any(v.type.is_float for v in op.operands) and op.name not in _NAN_PROPAGATING:
+            return False
+    return True
 
 
 def _outside_values(header: Block) -> list[Value]:
@@ -402,9 +438,12 @@ class TileBuilder:
         count = m if ty is I32 else b.value(arith.sext, m, to=ty)
         return b.value(arith.add, start, b.value(arith.mul, step, count))
 
-    def copy_ops(self, b: Builder, ops: list[Op], values: dict[Value, Value]) -> None:
+    def copy_ops(self, b: Builder, ops: list[Op], values: dict[Value, Value], nan_free: bool = False) -> None:
         for op in ops:
-            new = b.op(op.opdef, [values[v] for v in op.operands], dict(op.attrs))
+            attrs = dict(op.attrs)
+            if nan_free and op.name in _NAN_RULED:
+                attrs["nan_free"] = True
+            new = b.op(op.opdef, [values[v] for v in op.operands], attrs)
             for old, result in zip(op.results, new.results, strict=True):
                 values[old] = result
 
@@ -518,6 +557,7 @@ class TileBuilder:
         b.br(head, [b.constant(I32, 0), *initial])
         b = Builder(self.fn, head)
         m0, *state = head.args
+        state_at_head = state
         busy = None
         for count in state[:cells]:
             active = b.value(arith.zext, b.value(arith.cmpi, count, m0, pred="eq"), to=I32)
@@ -531,16 +571,51 @@ class TileBuilder:
         if self.on_gpu:
             b.op(gpu.barrier, ())
         step = self.fn.add_block([I32, *state_types])
-        b.br(step, [b.constant(I32, 0), *state])
+        tail = self.fn.add_block(state_types)
+        if nest.uniform_exit:
+            fast = self.fn.add_block([I32, *carried_types * cells])
+            full = self.full_tile(b, m0, state[:cells])
+            b.cond_br(full, fast, [b.constant(I32, 0), *state[cells:]], step, [b.constant(I32, 0), *state])
+            b = Builder(self.fn, fast)
+            mm, *carried_now = fast.args
+            new_carried = self.fast_iteration(b, m0, mm, carried_now)
+            more = b.value(arith.cmpi, mm, b.constant(I32, shape.depth - 1), pred="ult")
+            done = [self.add(b, m0, b.constant(I32, shape.depth))] * cells
+            b.cond_br(
+                more, fast, [self.add(b, mm, b.constant(I32, 1)), *new_carried], tail, done + new_carried
+            )
+        else:
+            b.br(step, [b.constant(I32, 0), *state])
         b = Builder(self.fn, step)
         mm, *state = step.args
         new_state = self.iteration(b, m0, mm, state)
         more = b.value(arith.cmpi, mm, b.constant(I32, shape.depth - 1), pred="ult")
-        tail = self.fn.add_block()
-        b.cond_br(more, step, [self.add(b, mm, b.constant(I32, 1)), *new_state], tail, [])
+        b.cond_br(more, step, [self.add(b, mm, b.constant(I32, 1)), *new_state], tail, new_state)
         b = Builder(self.fn, tail)
+        new_state = list(tail.args)
+        if nest.nan_checked:
+            new_state = self.redo_nans(b, state_at_head, new_state)
         b.br(head, [self.add(b, m0, b.constant(I32, shape.depth)), *new_state])
         return head, exits
+
+    def redo_nans(self, b: Builder, before: list[Value], after: list[Value]) -> list[Value]:
+        """A cell whose carried floats hold a NaN after a tile run without Wasm's NaN rules
+        goes back to where the tile found it and leaves the engine: its own code redoes the
+        iterations from there, with the rules."""
+        cells, width = len(self.cells), len(self.nest.carried)
+        counts, carried = list(after[:cells]), list(after[cells:])
+        for n in range(cells):
+            nan = None
+            for w in range(width):
+                value = carried[n * width + w]
+                if value.type.is_float:
+                    test = b.value(arith.cmpf, value, value, pred="une")
+                    nan = test if nan is None else b.value(arith.select, nan, nan, test)
+            counts[n] = b.value(arith.select, nan, before[n], counts[n])
+            for w in range(width):
+                k = cells + n * width + w
+                carried[n * width + w] = b.value(arith.select, nan, before[k], carried[n * width + w])
+        return counts + carried
 
     def stage(self, b: Builder, m0: Value) -> None:
         """Every thread of the block loads its share of the next ``depth`` iterations of
@@ -592,12 +667,10 @@ class TileBuilder:
         memo[value] = result
         return result
 
-    def iteration(self, b: Builder, m0: Value, mm: Value, state: list[Value]) -> list[Value]:
-        """One iteration of every cell: the loop body's ops on staged values; a cell takes
-        the new values only where it is at this iteration and the loop goes on after it."""
+    def read_staged(self, b: Builder, mm: Value) -> dict[tuple[int, int], Value]:
+        """Iteration ``mm`` of the stage, each staged load's values for this thread's rows or
+        columns, keyed (load, row or column of the register block)."""
         nest, shape = self.nest, self.shape
-        cells = len(self.cells)
-        m = self.add(b, m0, mm)
         staged: dict[tuple[int, int], Value] = {}
         for q, (load, axis) in enumerate(nest.loads):
             for k in range(shape.cells_y if axis == "i" else shape.cells_x):
@@ -609,34 +682,75 @@ class TileBuilder:
                                   self.add(b, b.constant(I32, k * shape.threads_x), self.tx))  # fmt: skip
                 load_type = load.results[0].type
                 staged[q, k] = b.op(gpu.shared_load, [at], {"array": f"s{q}", "type": load_type}).results[0]
-        counts, carried = list(state[:cells]), list(state[cells:])
-        width = len(nest.carried)
+        return staged
+
+    def body(self, b: Builder, cell: tuple[int, int], m: Value, staged: dict, carried: list[Value]):
+        """The loop body for ``cell`` at iteration ``m`` on staged values: the carried values
+        it passes back, and whether the loop goes on after it."""
+        nest = self.nest
+        cy, cx = cell
+        values = dict(self.outside[cell])
+        for p, arg in enumerate(nest.header.args):
+            if p in nest.ivs:
+                values[arg] = self.iv_at(b, p, self.starts[cell, p], m)
+        for w, p in enumerate(nest.carried):
+            values[nest.header.args[p]] = carried[w]
+        for q, (load, axis) in enumerate(nest.loads):
+            values[load.results[0]] = staged[q, cy if axis == "i" else cx]
+        body = [op for op in nest.header.ops[:-1] if op.name != "mem.load"]
+        self.copy_ops(b, body, values, nan_free=nest.nan_checked)
         term = nest.header.terminator
+        back_args = term.successors[nest.back].args
+        return [values[back_args[p]] for p in nest.carried], self.goes_on(b, values[term.operands[0]])
+
+    def goes_on(self, b: Builder, condition: Value) -> Value:
+        """The header's branch condition as "the loop goes round again" (i1)."""
+        if self.nest.back == 0:
+            return condition
+        return b.value(arith.cmpi, b.value(arith.zext, condition, to=I32), b.constant(I32, 0), pred="eq")
+
+    def iteration(self, b: Builder, m0: Value, mm: Value, state: list[Value]) -> list[Value]:
+        """One iteration of every cell: the loop body's ops on staged values; a cell takes
+        the new values only where it is at this iteration and the loop goes on after it."""
+        cells, width = len(self.cells), len(self.nest.carried)
+        m = self.add(b, m0, mm)
+        staged = self.read_staged(b, mm)
+        counts, carried = list(state[:cells]), list(state[cells:])
         next_m = self.add(b, m, b.constant(I32, 1))
         for n, cell in enumerate(self.cells):
-            cy, cx = cell
-            values = dict(self.outside[cell])
-            for p, arg in enumerate(nest.header.args):
-                if p in nest.ivs:
-                    values[arg] = self.iv_at(b, p, self.starts[cell, p], m)
-            for w, p in enumerate(nest.carried):
-                values[nest.header.args[p]] = carried[n * width + w]
-            for q, (load, axis) in enumerate(nest.loads):
-                values[load.results[0]] = staged[q, cy if axis == "i" else cx]
-            self.copy_ops(b, [op for op in nest.header.ops[:-1] if op.name != "mem.load"], values)
-            goes_on = values[term.operands[0]]
-            if nest.back == 1:
-                goes_on = b.value(
-                    arith.cmpi, b.value(arith.zext, goes_on, to=I32), b.constant(I32, 0), pred="eq"
-                )
+            mine = carried[n * width : (n + 1) * width]
+            new, goes_on = self.body(b, cell, m, staged, mine)
             here = b.value(arith.cmpi, counts[n], m, pred="eq")
             commit = b.value(arith.select, here, goes_on, b.constant(I1, 0))
-            back_args = term.successors[nest.back].args
             counts[n] = b.value(arith.select, commit, next_m, counts[n])
-            for w, p in enumerate(nest.carried):
-                old = carried[n * width + w]
-                carried[n * width + w] = b.value(arith.select, commit, values[back_args[p]], old)
+            for w in range(width):
+                carried[n * width + w] = b.value(arith.select, commit, new[w], mine[w])
         return counts + carried
+
+    def full_tile(self, b: Builder, m0: Value, counts: list[Value]) -> Value:
+        """Whether every cell of this thread is at iteration ``m0`` and the loop goes on after
+        each of the stage's iterations, by its exit test, which no cell's value enters
+        (``Nest.uniform_exit``): then the stage runs without a test per cell and iteration."""
+        nest, shape = self.nest, self.shape
+        full = b.constant(I1, 1)
+        for count in counts:
+            full = b.value(arith.select, b.value(arith.cmpi, count, m0, pred="eq"), full, b.constant(I1, 0))
+        condition = nest.header.terminator.operands[0]
+        for mm in range(shape.depth):
+            m = self.add(b, m0, b.constant(I32, mm))
+            goes_on = self.goes_on(b, self.slice(b, condition, self.i0, self.j0, m, {}))
+            full = b.value(arith.select, goes_on, full, b.constant(I1, 0))
+        return full
+
+    def fast_iteration(self, b: Builder, m0: Value, mm: Value, carried: list[Value]) -> list[Value]:
+        """One iteration of every cell of a full stage (see :meth:`full_tile`)."""
+        width = len(self.nest.carried)
+        m = self.add(b, m0, mm)
+        staged = self.read_staged(b, mm)
+        out = []
+        for n, cell in enumerate(self.cells):
+            out += self.body(b, cell, m, staged, carried[n * width : (n + 1) * width])[0]
+        return out
 
     def resume(
         self, b: Builder, cell: tuple[int, int], count: Value, carried: list[Value], after: Block

@@ -138,18 +138,32 @@ NEST_CALLS = {
 SIZES = [(37, 37, 37), (33, 70, 9), (1, 1, 1), (65, 64, 17), (5, 3, 2), (70, 66, 1)]
 
 
-def _values(rng: random.Random, elem: str, count: int) -> bytes:
-    """Values of mixed sign and magnitude, zeros of both signs and subnormals; no NaN or
-    infinity as input (a NaN from two of them has an implementation-defined sign)."""
+def _values(rng: random.Random, elem: str, count: int, nans: bool) -> bytes:
+    """Values of mixed sign and magnitude, zeros of both signs and subnormals; with
+    ``nans``, a few infinities and NaNs of random payloads, quiet and signalling (Wasm's
+    result is then any arithmetic NaN; the lowering returns x86's, wasmtime's)."""
     if elem == "i32":
         return b"".join(struct.pack("<i", rng.randrange(-(1 << 31), 1 << 31)) for _ in range(count))
-    fmt, tiny = ("<f", 1e-40) if elem == "f32" else ("<d", 1e-310)
+    fmt, tiny, ifmt, bits = ("<f", 1e-40, "<I", 32) if elem == "f32" else ("<d", 1e-310, "<Q", 64)
     specials = [0.0, -0.0, tiny, -tiny, 1.0, -1.0]
-    out = [rng.choice(specials) if rng.random() < 0.1 else rng.uniform(-1000, 1000) for _ in range(count)]
-    return b"".join(struct.pack(fmt, v) for v in out)
+    out = []
+    for _ in range(count):
+        if nans and rng.random() < 0.002:
+            exponent = ((1 << (11 if bits == 64 else 8)) - 1) << (52 if bits == 64 else 23)
+            payload = rng.randrange(1, 1 << (52 if bits == 64 else 23))
+            out.append(struct.pack(ifmt, exponent | payload | (rng.randrange(2) << (bits - 1))))
+        elif nans and rng.random() < 0.002:
+            out.append(struct.pack(fmt, rng.choice([float("inf"), float("-inf")])))
+        else:
+            out.append(
+                struct.pack(fmt, rng.choice(specials) if rng.random() < 0.1 else rng.uniform(-1000, 1000))
+            )
+    return b"".join(out)
 
 
-def run_nest(wasm: bytes, func: str, sizes: tuple[int, int, int], seed: int, offload=None) -> bytes:
+def run_nest(
+    wasm: bytes, func: str, sizes: tuple[int, int, int], seed: int, offload=None, nans=False
+) -> bytes:
     """Call ``func`` of the nests module on arrays of random values; the memory after it."""
     elem, params = NEST_CALLS[func]
     dims = dict(zip("mnp", sizes, strict=True)) | {"n": sizes[1] if func != "syrk" else sizes[0]}
@@ -164,7 +178,7 @@ def run_nest(wasm: bytes, func: str, sizes: tuple[int, int, int], seed: int, off
             count = 1
             for d in param[1]:
                 count *= dims[d]
-            raw = _values(rng, elem, count)
+            raw = _values(rng, elem, count, nans)
             memory.write(store, raw, at)
             args.append(at)
             at += len(raw) + width * rng.randrange(0, 3)  # arrays not always on a tile's boundary
@@ -193,9 +207,11 @@ def check_nests(device: str, tiled: bool, func: str, monkeypatch) -> None:
     assert [lp.tile is not None for lp in nests] == [tiled]
     before = sum(lp.stats.offloaded for lp in offload.loops)
     for n, sizes in enumerate(SIZES):
-        expected = run_nest(NESTS.read_bytes(), func, sizes, seed=n)
-        assert run_nest(offload.rewritten, func, sizes, seed=n, offload=offload) == expected, sizes
-    large = sum(m * n >= 100 for m, n, _ in SIZES)  # the smallest may stay on wasmtime
+        for nans in (False, True):  # NaNs: the engine's tiles redone by the cells' own code
+            expected = run_nest(NESTS.read_bytes(), func, sizes, seed=n, nans=nans)
+            got = run_nest(offload.rewritten, func, sizes, seed=n, offload=offload, nans=nans)
+            assert got == expected, (sizes, nans)
+    large = 2 * sum(m * n >= 100 for m, n, _ in SIZES)  # the smallest may stay on wasmtime
     assert sum(lp.stats.offloaded for lp in offload.loops) >= before + large
 
 
