@@ -154,6 +154,11 @@ def choose_tile(
     return best[1] if best else None
 
 
+# Each cell of a thread runs its own copy of the kernel's code before and after the loop:
+# a larger kernel keeps one thread per cell rather than grow the code by the cell count.
+MAX_KERNEL_OPS = 400
+
+
 class NotTileable(Exception):
     """Why a nest keeps its one-thread-per-cell kernel (its message says)."""
 
@@ -227,6 +232,9 @@ def recognise(kernel: Function, plan: LoopPlan, clones: dict[Block, Block]) -> N
     if plan.reductions:
         raise NotTileable("the nest has reductions")
     order = reverse_postorder(kernel)
+    size = sum(len(blk.ops) for blk in order)
+    if size > MAX_KERNEL_OPS:
+        raise NotTileable(f"the kernel has {size} ops, more than the {MAX_KERNEL_OPS} copied per cell")
     at = {blk: n for n, blk in enumerate(order)}
     back_edges = [(blk, s) for blk in order for s in blk.successors if at[s] <= at[blk]]
     if not back_edges:

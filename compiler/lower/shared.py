@@ -1,4 +1,4 @@
-"""Shared memory and block-wide votes: ``gpu.shared_load``, ``gpu.shared_store``, ``gpu.barrier_or``.
+"""Shared memory and barriers: ``gpu.shared_load``, ``gpu.shared_store``, ``gpu.barrier``, ``gpu.barrier_or``.
 
 A function declares its shared arrays in its ``shared`` attribute (name -> (element type,
 count)). On the GPU each array is a module global in address space 3 (PTX ``.shared``),
@@ -68,19 +68,36 @@ def lower_shared_store(fl: FunctionLowering, op: Op, args) -> None:
 
 
 def lower_barrier_or(fl: FunctionLowering, op: Op, args) -> ir.Value:
-    """GPU: ``bar.red.or`` over the block. Host: a block is one thread, so its own vote."""
+    """GPU: PTX ``barrier.red.or`` over the block (the non-aligned form, so that a copy of it
+    the optimiser might make still meets the others), in inline PTX marked convergent: the
+    intrinsic LLVM has for it changed its name and operands since libNVVM's LLVM 7. Host: a
+    block is one thread, so its own vote."""
     b = fl.b
     if not fl.target.is_gpu:
         return b.zext(b.icmp_unsigned("!=", args[0], ir.Constant(I32_T, 0)), I32_T)
-    fn = fl.module.globals.get("llvm.nvvm.barrier0.or")
+    text = (
+        "{ .reg .pred %p, %q; setp.ne.u32 %p, $1, 0; barrier.red.or.pred %q, 0, %p; selp.u32 $0, 1, 0, %q; }"
+    )
+    asm = ir.InlineAsm(ir.FunctionType(I32_T, [I32_T]), text, "=r,r", side_effect=True)
+    return b.call(asm, [args[0]], attrs=("convergent",))
+
+
+def lower_barrier(fl: FunctionLowering, op: Op, args) -> None:
+    """``barrier.sync 0`` (non-aligned, as ``barrier_or``), through the intrinsic that
+    libNVVM also knows under its older name."""
+    if not fl.target.is_gpu:
+        raise CompileError("gpu.barrier has no meaning on the host target")
+    name = "llvm.nvvm.barrier.cta.sync.all"
+    fn = fl.module.globals.get(name)
     if fn is None:
-        fn = ir.Function(fl.module, ir.FunctionType(I32_T, [I32_T]), name="llvm.nvvm.barrier0.or")
-    voted = b.call(fn, [args[0]])
-    return b.zext(b.icmp_unsigned("!=", voted, ir.Constant(I32_T, 0)), I32_T)
+        fn = ir.Function(fl.module, ir.FunctionType(ir.VoidType(), [I32_T]), name=name)
+        fn.attributes.add("convergent")
+    fl.b.call(fn, [ir.Constant(I32_T, 0)])
 
 
 LOWERINGS = {
     "gpu.shared_load": lower_shared_load,
     "gpu.shared_store": lower_shared_store,
     "gpu.barrier_or": lower_barrier_or,
+    "gpu.barrier": lower_barrier,
 }

@@ -76,6 +76,14 @@ def test_near_misses_keep_their_kernel_and_say_why(path: Path, func: str, reason
     assert verdict.startswith(reason)
 
 
+def test_a_kernel_too_large_to_copy_per_cell_is_not_tiled(monkeypatch) -> None:
+    import tensorwasm.compiler.tile as tile
+
+    monkeypatch.setattr(tile, "MAX_KERNEL_OPS", 20)
+    verdict, tiled = tiling_of(NESTS)["gemm_ab"]
+    assert tiled is None and verdict.startswith("the kernel has ") and verdict.endswith("copied per cell")
+
+
 def test_the_switch_turns_tiling_off_and_is_checked(monkeypatch) -> None:
     monkeypatch.setenv(config.TILING, "off")
     assert tiling_of(NESTS)["gemm_ab"] == ("tiling is off (TENSORWASM_TILING=off)", None)
@@ -112,7 +120,7 @@ def test_a_tiled_gemm_kernel_assembles_for_sm_90(ptxas: str, tmp_path: Path, mon
     ptx = compile_loop_kernels(preparation, target).text
     entry = ptx[ptx.index(f".entry {tiled_loop.entry(True)}(") :]
     assert ".shared .align 16 .b8 tw_shared_" in ptx and "ld.shared" in ptx and "st.shared" in ptx
-    assert "bar.red.or" in ptx and "bar.sync" in ptx
+    assert "barrier.red.or.pred" in ptx and "barrier.sync" in ptx
     assert "fma." not in ptx and ".ftz" not in ptx
     assert "call.uni" in entry  # the entry walks the tiles, calling the tile function
     src = tmp_path / "gemm.ptx"
@@ -124,7 +132,7 @@ def test_a_tiled_gemm_kernel_assembles_for_sm_90(ptxas: str, tmp_path: Path, mon
     assert proc.returncode == 0, proc.stderr
     monkeypatch.setenv(config.TILING, "off")
     untiled = compile_loop_kernels(prepare_offload(GEMM.read_bytes()), target).text
-    assert "tw_shared_" not in untiled and "bar.red.or" not in untiled
+    assert "tw_shared_" not in untiled and "barrier.red.or" not in untiled
 
 
 # -- results equal to wasmtime's ---------------------------------------------------------
