@@ -393,7 +393,121 @@ class _Dependence:
         raise NotTileable(f"{what} comes from {owner.name}")
 
 
-class TileBuilder:
+class _Steps:
+    """The engine's steps for :class:`TileBuilder`: reading a stage, one iteration of every
+    cell (checked per cell, or all at once in a full stage), and the redo of a tile where a
+    NaN arose. Apart only to keep each class readable at one sitting."""
+
+    nest: Nest
+    shape: TileShape
+    cells: list[tuple[int, int]]
+
+    def redo_nans(self, b: Builder, before: list[Value], after: list[Value]) -> list[Value]:
+        """A cell whose carried floats hold a NaN after a tile run without Wasm's NaN rules
+        goes back to where the tile found it and leaves the engine: its own code redoes the
+        iterations from there, with the rules."""
+        cells, width = len(self.cells), len(self.nest.carried)
+        counts, carried = list(after[:cells]), list(after[cells:])
+        for n in range(cells):
+            nan = None
+            for w in range(width):
+                value = carried[n * width + w]
+                if value.type.is_float:
+                    test = b.value(arith.cmpf, value, value, pred="une")
+                    nan = test if nan is None else b.value(arith.select, nan, nan, test)
+            counts[n] = b.value(arith.select, nan, before[n], counts[n])
+            for w in range(width):
+                k = cells + n * width + w
+                carried[n * width + w] = b.value(arith.select, nan, before[k], carried[n * width + w])
+        return counts + carried
+
+    def read_staged(self, b: Builder, mm: Value) -> dict[tuple[int, int], Value]:
+        """Iteration ``mm`` of the stage, each staged load's values for this thread's rows or
+        columns, keyed (load, row or column of the register block)."""
+        nest, shape = self.nest, self.shape
+        staged: dict[tuple[int, int], Value] = {}
+        for q, (load, axis) in enumerate(nest.loads):
+            for k in range(shape.cells_y if axis == "i" else shape.cells_x):
+                if axis == "i":
+                    at = self.add(b, b.value(arith.mul, mm, b.constant(I32, shape.rows + 1)),
+                                  self.add(b, b.constant(I32, k * shape.threads_y), self.ty))  # fmt: skip
+                else:
+                    at = self.add(b, b.value(arith.mul, mm, b.constant(I32, shape.cols)),
+                                  self.add(b, b.constant(I32, k * shape.threads_x), self.tx))  # fmt: skip
+                load_type = load.results[0].type
+                staged[q, k] = b.op(gpu.shared_load, [at], {"array": f"s{q}", "type": load_type}).results[0]
+        return staged
+
+    def body(self, b: Builder, cell: tuple[int, int], m: Value, staged: dict, carried: list[Value]):
+        """The loop body for ``cell`` at iteration ``m`` on staged values: the carried values
+        it passes back, and whether the loop goes on after it."""
+        nest = self.nest
+        cy, cx = cell
+        values = dict(self.outside[cell])
+        for p, arg in enumerate(nest.header.args):
+            if p in nest.ivs:
+                values[arg] = self.iv_at(b, p, self.starts[cell, p], m)
+        for w, p in enumerate(nest.carried):
+            values[nest.header.args[p]] = carried[w]
+        for q, (load, axis) in enumerate(nest.loads):
+            values[load.results[0]] = staged[q, cy if axis == "i" else cx]
+        body = [op for op in nest.header.ops[:-1] if op.name != "mem.load"]
+        self.copy_ops(b, body, values, nan_free=nest.nan_checked)
+        term = nest.header.terminator
+        back_args = term.successors[nest.back].args
+        return [values[back_args[p]] for p in nest.carried], self.goes_on(b, values[term.operands[0]])
+
+    def goes_on(self, b: Builder, condition: Value) -> Value:
+        """The header's branch condition as "the loop goes round again" (i1)."""
+        if self.nest.back == 0:
+            return condition
+        return b.value(arith.cmpi, b.value(arith.zext, condition, to=I32), b.constant(I32, 0), pred="eq")
+
+    def iteration(self, b: Builder, m0: Value, mm: Value, state: list[Value]) -> list[Value]:
+        """One iteration of every cell: the loop body's ops on staged values; a cell takes
+        the new values only where it is at this iteration and the loop goes on after it."""
+        cells, width = len(self.cells), len(self.nest.carried)
+        m = self.add(b, m0, mm)
+        staged = self.read_staged(b, mm)
+        counts, carried = list(state[:cells]), list(state[cells:])
+        next_m = self.add(b, m, b.constant(I32, 1))
+        for n, cell in enumerate(self.cells):
+            mine = carried[n * width : (n + 1) * width]
+            new, goes_on = self.body(b, cell, m, staged, mine)
+            here = b.value(arith.cmpi, counts[n], m, pred="eq")
+            commit = b.value(arith.select, here, goes_on, b.constant(I1, 0))
+            counts[n] = b.value(arith.select, commit, next_m, counts[n])
+            for w in range(width):
+                carried[n * width + w] = b.value(arith.select, commit, new[w], mine[w])
+        return counts + carried
+
+    def full_tile(self, b: Builder, m0: Value, counts: list[Value]) -> Value:
+        """Whether every cell of this thread is at iteration ``m0`` and the loop goes on after
+        each of the stage's iterations, by its exit test, which no cell's value enters
+        (``Nest.uniform_exit``): then the stage runs without a test per cell and iteration."""
+        nest, shape = self.nest, self.shape
+        full = b.constant(I1, 1)
+        for count in counts:
+            full = b.value(arith.select, b.value(arith.cmpi, count, m0, pred="eq"), full, b.constant(I1, 0))
+        condition = nest.header.terminator.operands[0]
+        for mm in range(shape.depth):
+            m = self.add(b, m0, b.constant(I32, mm))
+            goes_on = self.goes_on(b, self.slice(b, condition, self.i0, self.j0, m, {}))
+            full = b.value(arith.select, goes_on, full, b.constant(I1, 0))
+        return full
+
+    def fast_iteration(self, b: Builder, m0: Value, mm: Value, carried: list[Value]) -> list[Value]:
+        """One iteration of every cell of a full stage (see :meth:`full_tile`)."""
+        width = len(self.nest.carried)
+        m = self.add(b, m0, mm)
+        staged = self.read_staged(b, mm)
+        out = []
+        for n, cell in enumerate(self.cells):
+            out += self.body(b, cell, m, staged, carried[n * width : (n + 1) * width])[0]
+        return out
+
+
+class TileBuilder(_Steps):
     """Builds the tiled function ``tile_<kernel>_<gpu|host>(i0, j0, i_end, j_end, live-ins...)``
     computing the cells ``[i0, min(i0 + rows, i_end)) x [j0, min(j0 + cols, j_end))``."""
 
@@ -606,25 +720,6 @@ class TileBuilder:
         b.br(head, [self.add(b, m0, b.constant(I32, shape.depth)), *new_state])
         return head, exits
 
-    def redo_nans(self, b: Builder, before: list[Value], after: list[Value]) -> list[Value]:
-        """A cell whose carried floats hold a NaN after a tile run without Wasm's NaN rules
-        goes back to where the tile found it and leaves the engine: its own code redoes the
-        iterations from there, with the rules."""
-        cells, width = len(self.cells), len(self.nest.carried)
-        counts, carried = list(after[:cells]), list(after[cells:])
-        for n in range(cells):
-            nan = None
-            for w in range(width):
-                value = carried[n * width + w]
-                if value.type.is_float:
-                    test = b.value(arith.cmpf, value, value, pred="une")
-                    nan = test if nan is None else b.value(arith.select, nan, nan, test)
-            counts[n] = b.value(arith.select, nan, before[n], counts[n])
-            for w in range(width):
-                k = cells + n * width + w
-                carried[n * width + w] = b.value(arith.select, nan, before[k], carried[n * width + w])
-        return counts + carried
-
     def stage(self, b: Builder, m0: Value) -> None:
         """Every thread of the block loads its share of the next ``depth`` iterations of
         each staged load into shared memory."""
@@ -674,91 +769,6 @@ class TileBuilder:
             result = b.op(owner.opdef, operands, dict(owner.attrs)).results[value.index]
         memo[value] = result
         return result
-
-    def read_staged(self, b: Builder, mm: Value) -> dict[tuple[int, int], Value]:
-        """Iteration ``mm`` of the stage, each staged load's values for this thread's rows or
-        columns, keyed (load, row or column of the register block)."""
-        nest, shape = self.nest, self.shape
-        staged: dict[tuple[int, int], Value] = {}
-        for q, (load, axis) in enumerate(nest.loads):
-            for k in range(shape.cells_y if axis == "i" else shape.cells_x):
-                if axis == "i":
-                    at = self.add(b, b.value(arith.mul, mm, b.constant(I32, shape.rows + 1)),
-                                  self.add(b, b.constant(I32, k * shape.threads_y), self.ty))  # fmt: skip
-                else:
-                    at = self.add(b, b.value(arith.mul, mm, b.constant(I32, shape.cols)),
-                                  self.add(b, b.constant(I32, k * shape.threads_x), self.tx))  # fmt: skip
-                load_type = load.results[0].type
-                staged[q, k] = b.op(gpu.shared_load, [at], {"array": f"s{q}", "type": load_type}).results[0]
-        return staged
-
-    def body(self, b: Builder, cell: tuple[int, int], m: Value, staged: dict, carried: list[Value]):
-        """The loop body for ``cell`` at iteration ``m`` on staged values: the carried values
-        it passes back, and whether the loop goes on after it."""
-        nest = self.nest
-        cy, cx = cell
-        values = dict(self.outside[cell])
-        for p, arg in enumerate(nest.header.args):
-            if p in nest.ivs:
-                values[arg] = self.iv_at(b, p, self.starts[cell, p], m)
-        for w, p in enumerate(nest.carried):
-            values[nest.header.args[p]] = carried[w]
-        for q, (load, axis) in enumerate(nest.loads):
-            values[load.results[0]] = staged[q, cy if axis == "i" else cx]
-        body = [op for op in nest.header.ops[:-1] if op.name != "mem.load"]
-        self.copy_ops(b, body, values, nan_free=nest.nan_checked)
-        term = nest.header.terminator
-        back_args = term.successors[nest.back].args
-        return [values[back_args[p]] for p in nest.carried], self.goes_on(b, values[term.operands[0]])
-
-    def goes_on(self, b: Builder, condition: Value) -> Value:
-        """The header's branch condition as "the loop goes round again" (i1)."""
-        if self.nest.back == 0:
-            return condition
-        return b.value(arith.cmpi, b.value(arith.zext, condition, to=I32), b.constant(I32, 0), pred="eq")
-
-    def iteration(self, b: Builder, m0: Value, mm: Value, state: list[Value]) -> list[Value]:
-        """One iteration of every cell: the loop body's ops on staged values; a cell takes
-        the new values only where it is at this iteration and the loop goes on after it."""
-        cells, width = len(self.cells), len(self.nest.carried)
-        m = self.add(b, m0, mm)
-        staged = self.read_staged(b, mm)
-        counts, carried = list(state[:cells]), list(state[cells:])
-        next_m = self.add(b, m, b.constant(I32, 1))
-        for n, cell in enumerate(self.cells):
-            mine = carried[n * width : (n + 1) * width]
-            new, goes_on = self.body(b, cell, m, staged, mine)
-            here = b.value(arith.cmpi, counts[n], m, pred="eq")
-            commit = b.value(arith.select, here, goes_on, b.constant(I1, 0))
-            counts[n] = b.value(arith.select, commit, next_m, counts[n])
-            for w in range(width):
-                carried[n * width + w] = b.value(arith.select, commit, new[w], mine[w])
-        return counts + carried
-
-    def full_tile(self, b: Builder, m0: Value, counts: list[Value]) -> Value:
-        """Whether every cell of this thread is at iteration ``m0`` and the loop goes on after
-        each of the stage's iterations, by its exit test, which no cell's value enters
-        (``Nest.uniform_exit``): then the stage runs without a test per cell and iteration."""
-        nest, shape = self.nest, self.shape
-        full = b.constant(I1, 1)
-        for count in counts:
-            full = b.value(arith.select, b.value(arith.cmpi, count, m0, pred="eq"), full, b.constant(I1, 0))
-        condition = nest.header.terminator.operands[0]
-        for mm in range(shape.depth):
-            m = self.add(b, m0, b.constant(I32, mm))
-            goes_on = self.goes_on(b, self.slice(b, condition, self.i0, self.j0, m, {}))
-            full = b.value(arith.select, goes_on, full, b.constant(I1, 0))
-        return full
-
-    def fast_iteration(self, b: Builder, m0: Value, mm: Value, carried: list[Value]) -> list[Value]:
-        """One iteration of every cell of a full stage (see :meth:`full_tile`)."""
-        width = len(self.nest.carried)
-        m = self.add(b, m0, mm)
-        staged = self.read_staged(b, mm)
-        out = []
-        for n, cell in enumerate(self.cells):
-            out += self.body(b, cell, m, staged, carried[n * width : (n + 1) * width])[0]
-        return out
 
     def resume(
         self, b: Builder, cell: tuple[int, int], count: Value, carried: list[Value], after: Block
