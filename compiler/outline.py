@@ -21,6 +21,7 @@ from tensorwasm.compiler.analysis.plan import LoopPlan, Reduction, ReductionKind
 from tensorwasm.compiler.analysis.poly import Poly
 from tensorwasm.compiler.analysis.reductions import lane_identity
 from tensorwasm.compiler.distribute import outline_phases
+from tensorwasm.compiler.tile import tile_kernel
 from tensorwasm.dialect import arith, simd
 from tensorwasm.dialect.builder import Builder
 from tensorwasm.dialect.ir import Block, Function, Module, Op, Successor, Value
@@ -201,6 +202,7 @@ def outline(module: Module, plan: LoopPlan) -> Function:
         live = set(reverse_postorder(kernel))
         kernel.blocks = [blk for blk in kernel.blocks if blk in live]
     verify_function(kernel)
+    tile_kernel(module, kernel, plan, clones)  # gemm-shaped 2-D nests: tiled variants too
     return kernel
 
 

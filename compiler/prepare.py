@@ -48,6 +48,9 @@ class PreparedLoop:
     # Whether its kernel can trap at all (see kernel_may_trap): where it cannot, the host
     # backend runs it in linear memory with nothing kept to undo.
     may_trap: bool = True
+    # A tiled kernel's GPU launch shape, (rows, columns, threads across, threads down) of a
+    # block's tile (compiler.tile); None where the kernel runs one thread per cell.
+    tile: tuple[int, int, int, int] | None = None
 
     def entry(self, gpu: bool) -> str:
         """The kernel's launch entry in the compiled code."""
@@ -128,6 +131,7 @@ def prepare_offload(
             host_sig(ins, global_types),
             region_of.get(n),
             kernel_may_trap(module, k.index),
+            gpu_tile(module, k.index),
         )
         for n, (ins, k, plan) in enumerate(zip(insertions, kernels, plans, strict=True))
     )
@@ -162,6 +166,15 @@ def kernel_may_trap(module: Module, index: int) -> bool:
             if op.name in TRAPPING_OPS or (op.name in CHECKED_MEMORY_OPS and not op.attrs.get("proven")):
                 return True
     return False
+
+
+def gpu_tile(module: Module, index: int) -> tuple[int, int, int, int] | None:
+    """The GPU launch shape of kernel ``index`` where it is tiled (see ``PreparedLoop.tile``)."""
+    tiled = module.functions[index].attrs.get("tiled")
+    if tiled is None:
+        return None
+    shape = tiled.gpu_shape
+    return (shape.rows, shape.cols, shape.threads_x, shape.threads_y)
 
 
 def compile_loop_kernels(

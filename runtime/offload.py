@@ -46,7 +46,7 @@ from tensorwasm.runtime.planning import (
     RegionLost,
     RegionStats,
 )
-from tensorwasm.support import logs
+from tensorwasm.support import config, logs
 from tensorwasm.support.digest import sha256
 from tensorwasm.support.errors import TensorWasmError
 from tensorwasm.support.lazy import LazyModule
@@ -123,7 +123,8 @@ class OffloadModule:
         self.target = self.backend.target()
         cache = default_cache()
         digest = sha256(self._wasm_bytes).hexdigest()
-        self._key = make_key("offload", digest, describe(self.target), self.options)
+        tiling = "tiled" if config.tiling_enabled() else "untiled"
+        self._key = make_key("offload", digest, describe(self.target), self.options, tiling)
         blob = cache.get("prepared", self._key)
         found = prepared.load(blob) if blob is not None else None
         if found is not None:
@@ -148,7 +149,7 @@ class OffloadModule:
         self.loops = [
             OffloadedLoop(lp.plan, lp.kernel_index, lp.entry(gpu), lp.insertion,
                           LoopStats(lp.plan.func.name, lp.plan.loop.offset, self.code_kind, region=lp.region),
-                          may_trap=lp.may_trap)
+                          may_trap=lp.may_trap, tile=lp.tile)
             for lp in found.loops
         ]  # fmt: skip
         self.region_stats = [

@@ -89,6 +89,8 @@ class OffloadedLoop:
     again: dict[tuple[int, ...], object] = field(default_factory=dict)
     may_trap: bool = True  # its kernel can trap (compiler.prepare.kernel_may_trap)
     gate: ArrivalGate | None = None  # its bound instance's gate (where the loop has one)
+    # A tiled kernel's GPU launch shape (compiler.prepare.PreparedLoop.tile); None: one thread per cell.
+    tile: tuple[int, int, int, int] | None = None
 
     @property
     def region(self) -> int | None:
@@ -394,7 +396,7 @@ class PreparedLaunch:
         self.cells = launch.trip * math.prod(launch.nest)  # iterations in parallel
         self.reductions = len(lp.plan.reductions)
         self.identities = identities(lp)
-        self.grid, self.block = launch_grid(launch)
+        self.grid, self.block = launch_grid(launch, lp.tile)
         # The scratch buffer: context | live-ins | reduction slots | written ranges, in u64s.
         self.out_words = self.identities or [0]
         self.range_words = [v for r in self.written for v in (r.lo, r.hi)] or [0, 0]
@@ -484,12 +486,19 @@ BLOCK_THREADS = 256
 MAX_GRID_Y = 65535
 
 
-def launch_grid(launch: Launch) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+def launch_grid(
+    launch: Launch, tile: tuple[int, int, int, int] | None = None
+) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """Grid and block: 1-D over the iterations (a block per iteration for a distributed
-    body), or x over a nest's innermost counter (rounded
-    to whole warps), y over the next one out and z over the outermost of a 3-D nest."""
+    body), or x over a nest's innermost counter (rounded to whole warps), y over the next
+    one out and z over the outermost of a 3-D nest. A tiled kernel (``tile``: rows,
+    columns, threads across, threads down) gets a block per tile."""
     if launch.rows:  # a distributed body: a block per iteration, its threads share each phase
         return (max(1, min(launch.trip, 65535)), 1, 1), (BLOCK_THREADS, 1, 1)
+    if tile is not None and len(launch.nest) == 1:
+        rows, cols, threads_x, threads_y = tile
+        tiles_x, tiles_y = -(-launch.nest[0] // cols), -(-launch.trip // rows)
+        return (max(1, min(tiles_x, 65535)), max(1, min(tiles_y, MAX_GRID_Y)), 1), (threads_x, threads_y, 1)
     if not launch.nest:
         return (max(1, min(-(-launch.trip // BLOCK_THREADS), 65535)), 1, 1), (BLOCK_THREADS, 1, 1)
     *outer, innermost = (launch.trip, *launch.nest)

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from tensorwasm.compiler.errors import CompileError
 from tensorwasm.compiler.lower import abi
 from tensorwasm.compiler.lower.env import i64_const
 from tensorwasm.compiler.lower.memory import memmove
@@ -198,15 +197,6 @@ def lower_gpu_index(fl: FunctionLowering, op: Op, args) -> ir.Value:
     return fl.target.thread_index(fl, op.name, op.attrs["dim"])
 
 
-def lower_barrier(fl: FunctionLowering, op: Op, args) -> None:
-    if not fl.target.is_gpu:
-        raise CompileError("gpu.barrier has no meaning on the host target")
-    fn = fl.module.globals.get("llvm.nvvm.barrier0")
-    if fn is None:
-        fn = ir.Function(fl.module, ir.FunctionType(ir.VoidType(), []), name="llvm.nvvm.barrier0")
-    fl.b.call(fn, [])
-
-
 LOWERINGS = {
     "func.call": lower_call,
     "func.call_indirect": lower_call_indirect,
@@ -227,5 +217,4 @@ LOWERINGS = {
     "gpu.block_id": lower_gpu_index,
     "gpu.block_dim": lower_gpu_index,
     "gpu.grid_dim": lower_gpu_index,
-    "gpu.barrier": lower_barrier,
 }

@@ -19,7 +19,7 @@ from llvmlite import ir
 
 from tensorwasm.compiler.callgraph import indirect_candidates, reachable, recursive_functions
 from tensorwasm.compiler.errors import CompileError, NotCompilable
-from tensorwasm.compiler.lower import abi, control, convert, memory, numeric, simd
+from tensorwasm.compiler.lower import abi, control, convert, memory, numeric, shared, simd
 from tensorwasm.compiler.lower.env import Environment, i64_const
 from tensorwasm.compiler.lower.reduction import combine, fold_block, read_sreg
 from tensorwasm.compiler.lower.types import (
@@ -44,6 +44,7 @@ LOWERINGS = {
     **memory.LOWERINGS,
     **control.LOWERINGS,
     **simd.LOWERINGS,
+    **shared.LOWERINGS,
 }
 TERMINATORS = {"cf.br", "cf.cond_br", "cf.switch", "cf.return", "cf.trap"}
 
@@ -148,6 +149,7 @@ class FunctionLowering:
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         self.env = Environment(self.b, self.fn, self.ctx, self.target)
         self.depth: ir.Value | None = None
+        self.shared: dict[str, tuple[ir.Value, ir.Type]] = {}  # shared arrays met so far (lower.shared)
 
     def llvm_type(self, ty) -> ir.Type:
         return llvm_type(ty)
@@ -301,6 +303,10 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
         from tensorwasm.compiler.lower.phases import lower_phases_entry
 
         return lower_phases_entry(lowering, index)
+    if kernel.attrs.get("tiled") is not None:
+        from tensorwasm.compiler.lower.tiled import lower_tiled_entry
+
+        return lower_tiled_entry(lowering, index, kernel.attrs["tiled"])
     if getattr(kernel.attrs.get("loop_plan"), "collapse", ()):
         return _lower_nest_entry(lowering, index)
     gpu = lowering.target.is_gpu

@@ -50,6 +50,23 @@ def proven_address(fl: FunctionLowering, addr: ir.Value, offset: int) -> ir.Valu
     return b.gep(fl.env.mem_base(), [ea], source_etype=I8_T)
 
 
+def speculative_load(fl: FunctionLowering, addr: ir.Value, offset: int, ty: ir.Type, nbytes: int) -> ir.Value:
+    """A load that never traps: the value at ``addr + offset`` where it lies in linear
+    memory, else zero (read at address 0 instead, which a memory of at least one page
+    holds). For the tiled kernels' staging (:mod:`compiler.tile`), which read ahead of the
+    loop: a value read out of range is one that no iteration of the loop uses."""
+    b = fl.b
+    ea = b.zext(addr, I64_T)
+    if offset:
+        ea = b.add(ea, i64_const(offset))
+    inside = b.icmp_unsigned("<=", b.add(ea, i64_const(nbytes)), fl.env.mem_size())
+    ptr = b.gep(fl.env.mem_base(), [b.select(inside, ea, i64_const(0))], source_etype=I8_T)
+    value = by_alignment(
+        fl, ptr, nbytes, lambda align: b.load(ptr, typ=ty, align=align), lambda: load_bytes(fl, ptr, ty)
+    )
+    return b.select(inside, value, ir.Constant(ty, 0 if isinstance(ty, ir.IntType) else 0.0))
+
+
 def gather_check(fl: FunctionLowering, addr: ir.Value, offset: int, nbytes: int) -> None:
     """A gathered load in a loop kernel may not read bytes the loop writes: compare its range
     with each written range in the context and stop the kernel with GATHER_CONFLICT if it
@@ -138,7 +155,9 @@ def lower_load(fl: FunctionLowering, op: Op, args) -> ir.Value:
     # A float of its own width loads as a float; anything else as an integer of ``bits``.
     ty = result_type if bits == getattr(result_type, "width", bits) and not isinstance(result_type, ir.IntType) \
         else INT_OF_WIDTH[bits]  # fmt: skip
-    if op.attrs.get("proven"):
+    if op.attrs.get("speculative"):
+        value = speculative_load(fl, args[0], op.attrs["offset"], ty, bits // 8)
+    elif op.attrs.get("proven"):
         ptr = proven_address(fl, args[0], op.attrs["offset"])
         value = fl.b.load(ptr, typ=ty, align=_proven_alignment(fl, bits))
     else:

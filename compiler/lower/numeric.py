@@ -103,9 +103,14 @@ def wasm_nan_result(fl: FunctionLowering, value: ir.Value, operands, last_nan_wi
 
 
 def wasm_nans(lower, last_nan_wins: bool = False):
-    """``lower``, whose float result goes through :func:`wasm_nan_result`."""
+    """``lower``, whose float result goes through :func:`wasm_nan_result`; except for an op
+    marked ``nan_free``, whose caller checks the values it reaches for NaN and redoes the
+    work with the unmarked ops where one is found (the tiled kernels, :mod:`compiler.tile`):
+    IEEE results are Wasm's wherever no NaN arises, so such an op is the one instruction."""
 
     def lowered(fl: FunctionLowering, op: Op, args) -> ir.Value:
+        if op.attrs.get("nan_free"):
+            return lower(fl, op, args)
         return wasm_nan_result(fl, lower(fl, op, args), args, last_nan_wins)
 
     lowered.__name__ = lowered.__qualname__ = f"wasm_nans_{lower.__name__}"

@@ -16,7 +16,10 @@ value. An unset variable and an empty one mean the same: the default.
   loads it (a path, or a name on ``PATH``), or ``off``;
 - ``TENSORWASM_PTX_BACKEND`` (:func:`ptx_backend`): the code generator that writes PTX:
   ``llvm`` (LLVM's NVPTX backend), ``nvvm`` (NVIDIA's libNVVM) or ``auto`` (the default:
-  LLVM for now; a per-kernel choice needs GPU timings, see ``benchmarks.codegen``).
+  LLVM for now; a per-kernel choice needs GPU timings, see ``benchmarks.codegen``);
+- ``TENSORWASM_TILING`` (:func:`tiling_enabled`): ``on`` (the default) or ``off``: gemm-shaped
+  loop nests run as tiled kernels (shared-memory tiles, a block of cells per thread; see
+  ``compiler.tile``), or as one thread per cell. Part of the prepared module's cache key.
 
 CUDA's own variables that decide which GPUs a process sees and which driver library it
 loads (``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``, ``LD_LIBRARY_PATH``) are read here
@@ -38,6 +41,7 @@ CACHE = "TENSORWASM_CACHE"
 DEVICE_MEMORY_LIMIT = "TENSORWASM_DEVICE_MEMORY_LIMIT"
 PTXAS = "TENSORWASM_PTXAS"
 PTX_BACKEND = "TENSORWASM_PTX_BACKEND"
+TILING = "TENSORWASM_TILING"
 #: The code generators that write PTX (``auto`` chooses one of the others).
 PTX_BACKENDS = ("llvm", "nvvm", "auto")
 #: CUDA's variables that select and order the devices a process sees.
@@ -73,6 +77,21 @@ def cache_enabled() -> bool:
     value = text.strip().lower()
     if value not in ("on", "off"):
         raise ConfigError(f"{CACHE}={text!r}: say on or off")
+    return value == "on"
+
+
+def tiling_enabled() -> bool:
+    """Whether gemm-shaped nests are tiled: ``TENSORWASM_TILING`` is ``on`` (the default) or ``off``."""
+    return _on_off(TILING, default=True)
+
+
+def _on_off(name: str, default: bool) -> bool:
+    text = _read(name)
+    if text is None:
+        return default
+    value = text.strip().lower()
+    if value not in ("on", "off"):
+        raise ConfigError(f"{name}={text!r}: say on or off")
     return value == "on"
 
 

@@ -1,0 +1,800 @@
+"""Exact shared-memory tiling of gemm-shaped loop kernels.
+
+A 2-D loop kernel (:mod:`compiler.outline`: one thread per cell ``(i, j)``) whose thread
+runs one sequential inner loop ``k`` reading rows and columns, as gemm does
+(``C[i][j] = sum_k A[i][k] * B[k][j]``), re-reads every element of ``A`` and ``B`` once
+per cell. The tiled kernel computes a tile of ``rows x cols`` cells per thread block, a
+register block of cells per thread, and stages what the inner loop reads in shared
+memory, ``depth`` iterations at a time. Wasm fixes every sum's order and forbids fused
+multiply-add, so nothing here reorders arithmetic: tiling changes only where the inner
+loop's loads read from and which thread computes which cell.
+
+Each cell runs its own code, copied from the kernel, in three phases:
+
+1. *Prefix*: the code before the inner loop, which must be pure (arithmetic and proven
+   loads). It either enters the loop, giving the loop's entry values, or goes around it.
+2. *Engine*: the loop body, its ops copied as they are, run for every cell of the thread
+   in lock step with the block. Each load of the body is a *staged* load: its address
+   depends on one grid counter only (``A[i][k]``: a row load, ``B[k][j]``: a column load)
+   and on the loop's induction variables, whose value at iteration ``m`` is
+   ``start + step * m`` (:attr:`LoopPlan.ivs`). The block loads ``depth`` iterations of
+   each into shared memory, and each iteration reads them from there. A cell commits
+   iteration ``m`` only when the loop's own exit test says the loop goes on after it, so
+   the engine never runs an iteration the loop would not, nor the last one.
+3. *Resume*: the cell's code from the start again (the prefix is pure, so it takes the
+   same path), entering the loop at the iteration the engine reached with the engine's
+   carried values; the loop's own code runs what is left (at least its last iteration)
+   and everything after it: the store of ``C[i][j]``, any scaling, traps.
+
+Staging reads ahead of the loop (rows past the grid, iterations past the last): those
+loads are ``speculative`` (zero outside linear memory, never a trap), and their values
+reach no cell that commits. The tile shape comes from a small model of the device
+(:func:`choose_tile`). The host backend runs the same construction with one thread per
+block (:data:`HOST_SHAPE`), so the CPU tests check its exactness.
+"""
+
+from __future__ import annotations
+
+from tensorwasm.compiler.analysis.plan import LoopPlan
+from tensorwasm.compiler.analysis.poly import Poly
+from tensorwasm.compiler.prepare import TRAPPING_OPS
+from tensorwasm.dialect import arith, gpu, mem
+from tensorwasm.dialect.builder import Builder
+from tensorwasm.dialect.ir import Block, Function, Module, Op, Successor, Value
+from tensorwasm.dialect.opdef import NUMBERS
+from tensorwasm.dialect.types import I1, I32, Type
+from tensorwasm.dialect.verifier import reverse_postorder, verify_function
+from tensorwasm.support import config
+from tensorwasm.support.records import record
+
+
+@record(frozen=True)
+class DeviceModel:
+    """What :func:`choose_tile` knows of the GPU: the defaults hold on every target
+    (sm_75, sm_80, sm_90)."""
+
+    shared_bytes: int = 48 * 1024  # static shared memory one block may declare
+    registers_per_sm: int = 65536  # 32-bit registers of one multiprocessor
+    max_registers_per_thread: int = 255
+    max_threads_per_sm: int = 1024  # sm_75's limit, the smallest of the targets
+
+
+@record(frozen=True)
+class TileShape:
+    """A block of ``threads_y x threads_x`` threads, each computing ``cells_y x cells_x``
+    cells, strided (a thread's cells are ``threads_y`` rows and ``threads_x`` columns
+    apart, so neighbouring threads touch neighbouring elements); ``depth`` loop
+    iterations are staged in shared memory at a time."""
+
+    threads_x: int
+    threads_y: int
+    cells_x: int
+    cells_y: int
+    depth: int
+
+    @property
+    def threads(self) -> int:
+        return self.threads_x * self.threads_y
+
+    @property
+    def rows(self) -> int:
+        return self.threads_y * self.cells_y
+
+    @property
+    def cols(self) -> int:
+        return self.threads_x * self.cells_x
+
+    def shared_bytes(self, row_bytes: int, col_bytes: int) -> int:
+        """Shared memory for ``row_bytes`` of row loads and ``col_bytes`` of column loads
+        per iteration (row arrays padded by one element against bank conflicts)."""
+        return self.depth * ((self.rows + 1) * row_bytes + self.cols * col_bytes)
+
+
+HOST_SHAPE = TileShape(1, 1, 4, 4, 16)  # the host backend: one thread per block
+_CANDIDATES = tuple(
+    TileShape(16, 16, cx, cy, depth)
+    for cx, cy in ((4, 4), (4, 2), (2, 2), (2, 1), (1, 1))
+    for depth in (16, 8)
+)
+
+
+@record(frozen=True)
+class TiledKernel:
+    """The tiled variants of a loop kernel: function indices and shapes, GPU and host."""
+
+    gpu_index: int
+    gpu_shape: TileShape
+    host_index: int
+    host_shape: TileShape
+
+
+def estimated_registers(shape: TileShape, carried_words: int, row_loads: int, col_loads: int) -> int:
+    """32-bit registers a thread of ``shape`` needs: the carried values and iteration
+    count of each cell, the staged values of one iteration, and a fixed allowance for
+    addresses, counters and the loop's own temporaries."""
+    cells = shape.cells_x * shape.cells_y
+    return cells * (carried_words + 1) + shape.cells_y * row_loads + shape.cells_x * col_loads + 40
+
+
+def choose_tile(
+    row_bytes: int,
+    col_bytes: int,
+    carried_words: int,
+    loads: tuple[int, int],
+    model: DeviceModel | None = None,
+) -> TileShape | None:
+    """The tile for a nest whose loop reads ``row_bytes`` (row loads) and ``col_bytes``
+    (column loads) per iteration and carries ``carried_words`` 32-bit words per cell;
+    ``loads`` counts its (row, column) loads.
+
+    A candidate fits when its shared memory is within ``model.shared_bytes``, its
+    registers (:func:`estimated_registers`) within the per-thread limit, and one block's
+    registers within a multiprocessor's. Among those that keep at least a quarter of the
+    multiprocessor's threads busy, the largest register block wins (each staged element
+    is reused by more cells), then the deeper stage (fewer barriers); None where none fits.
+    """
+    model = model or DeviceModel()
+    best = None
+    for shape in _CANDIDATES:
+        regs = estimated_registers(shape, carried_words, *loads)
+        if shape.shared_bytes(row_bytes, col_bytes) > model.shared_bytes:
+            continue
+        if regs > model.max_registers_per_thread or regs * shape.threads > model.registers_per_sm:
+            continue
+        blocks = min(
+            model.registers_per_sm // (regs * shape.threads),
+            model.shared_bytes * 2 // max(1, shape.shared_bytes(row_bytes, col_bytes)),
+            model.max_threads_per_sm // shape.threads,
+        )
+        if blocks * shape.threads * 4 < model.max_threads_per_sm:
+            continue
+        key = (shape.cells_x * shape.cells_y, shape.depth)
+        if best is None or key > best[0]:
+            best = (key, shape)
+    return best[1] if best else None
+
+
+# Each cell of a thread runs its own copy of the kernel's code before and after the loop:
+# a larger kernel keeps one thread per cell rather than grow the code by the cell count.
+MAX_KERNEL_OPS = 400
+
+
+class NotTileable(Exception):
+    """Why a nest keeps its one-thread-per-cell kernel (its message says)."""
+
+
+@record
+class Nest:
+    """A recognised gemm-shaped kernel: its inner loop ``header`` (one block), the
+    induction variables among its arguments (index -> (start, step)), the loads of its
+    body by the grid counter their address follows (``"i"``, ``"j"``), the blocks before
+    the loop, and which successor of the header's branch goes round again."""
+
+    kernel: Function
+    plan: LoopPlan
+    header: Block
+    ivs: dict[int, tuple[Poly, Poly]]
+    loads: list[tuple[Op, str]]
+    prefix: list[Block]
+    back: int
+    # Float values pass only through ops under which a NaN reaches the carried values or
+    # vanishes (see _nan_checked): the engine then runs the arithmetic without Wasm's NaN
+    # rules and redoes a tile the exact way where a carried value came out NaN.
+    nan_checked: bool = False
+    # The loop's exit test reads no value of a cell (only induction variables that start
+    # alike in every cell, and live-ins): a thread can tell a full stage ahead of it.
+    uniform_exit: bool = False
+
+    @property
+    def carried(self) -> list[int]:
+        """The header arguments that are not induction variables (the accumulators)."""
+        return [p for p in range(len(self.header.args)) if p not in self.ivs]
+
+
+def tile_kernel(module: Module, kernel: Function, plan: LoopPlan, clones: dict[Block, Block]) -> None:
+    """Attach tiled variants to the outlined ``kernel`` (``kernel.attrs["tiled"]``, a
+    :class:`TiledKernel`), or say why not (``kernel.attrs["tiling"]``). ``clones`` maps the
+    loop's blocks to the kernel's copies of them."""
+    if not plan.collapse:
+        return
+    if not config.tiling_enabled():
+        kernel.attrs["tiling"] = f"tiling is off ({config.TILING}=off)"
+        return
+    try:
+        nest = recognise(kernel, plan, clones)
+        row_bytes = sum(op.results[0].type.bits // 8 for op, axis in nest.loads if axis == "i")
+        col_bytes = sum(op.results[0].type.bits // 8 for op, axis in nest.loads if axis == "j")
+        carried = sum(-(-nest.header.args[p].type.bits // 32) for p in nest.carried)
+        counts = (sum(axis == "i" for _, axis in nest.loads), sum(axis == "j" for _, axis in nest.loads))
+        shape = choose_tile(row_bytes, col_bytes, carried, counts)
+        if shape is None:
+            raise NotTileable("no tile fits the device model's shared memory and registers")
+    except NotTileable as exc:
+        kernel.attrs["tiling"] = str(exc)
+        return
+    gpu_fn = TileBuilder(module, nest, shape, on_gpu=True).build()
+    host_fn = TileBuilder(module, nest, HOST_SHAPE, on_gpu=False).build()
+    kernel.attrs["tiled"] = TiledKernel(gpu_fn.index, shape, host_fn.index, HOST_SHAPE)
+    kernel.attrs["tiling"] = "tiled"
+
+
+def _allowed(op: Op) -> bool:
+    """Pure arithmetic that cannot trap, or a load the guards proved in bounds."""
+    if op.name == "mem.load":
+        return bool(op.attrs.get("proven")) and op.results[0].type in NUMBERS
+    return op.name.startswith("arith.") and op.opdef.pure and op.name not in TRAPPING_OPS
+
+
+def recognise(kernel: Function, plan: LoopPlan, clones: dict[Block, Block]) -> Nest:
+    """The gemm shape of a 2-D loop kernel, or :class:`NotTileable` naming what differs."""
+    if len(plan.collapse) != 1:
+        raise NotTileable(f"tiling covers 2-D grids, this one has {len(plan.collapse) + 1} dimensions")
+    if plan.reductions:
+        raise NotTileable("the nest has reductions")
+    order = reverse_postorder(kernel)
+    size = sum(len(blk.ops) for blk in order)
+    if size > MAX_KERNEL_OPS:
+        raise NotTileable(f"the kernel has {size} ops, more than the {MAX_KERNEL_OPS} copied per cell")
+    at = {blk: n for n, blk in enumerate(order)}
+    back_edges = [(blk, s) for blk in order for s in blk.successors if at[s] <= at[blk]]
+    if not back_edges:
+        raise NotTileable("no sequential loop runs inside the thread")
+    if len(back_edges) > 1:
+        raise NotTileable(
+            "more than one sequential loop (or a loop of several blocks) runs inside the thread"
+        )
+    latch, header = back_edges[0]
+    if latch is not header:
+        raise NotTileable("the inner loop's body is more than one block")
+    term = header.terminator
+    if term.name != "cf.cond_br" or header.successors.count(header) != 1:
+        raise NotTileable("the inner loop does not end in a two-way branch")
+    origin = {copy: blk for blk, copy in clones.items()}[header]
+    counters = {plan.counter: "i", plan.collapse[0].counter: "j"}
+    live = {sym for _, sym, _, _ in plan.live_ins}
+    ivs = {}
+    for p, arg in enumerate(origin.args):
+        if arg in plan.ivs:
+            start, step = plan.ivs[arg]
+            if not start.symbols() <= live | set(counters) or not step.symbols() <= live:
+                raise NotTileable(
+                    "an induction variable of the inner loop is not affine in the grid counters"
+                )
+            ivs[p] = (start, step)
+    for p, arg in enumerate(header.args):
+        if p not in ivs and arg.type not in NUMBERS:
+            raise NotTileable(f"the inner loop carries a {arg.type}")
+    for op in header.ops[:-1]:
+        if not _allowed(op):
+            raise NotTileable(
+                f"the inner loop's body has {op.name}{_where(op)}, not pure arithmetic and proven loads"
+            )
+    deps = _Dependence(kernel, header, ivs, counters)
+    loads = []
+    for op in header.ops:
+        if op.name == "mem.load":
+            axes = deps.of(op.operands[0], f"the address of the load{_where(op)}")
+            if axes == {"i", "j"}:
+                raise NotTileable(f"the load{_where(op)} reads an element that follows both grid counters")
+            loads.append((op, "j" if axes == {"j"} else "i"))
+    if not loads:
+        raise NotTileable("the inner loop loads nothing")
+    for v in _outside_values(header):
+        deps.of(v, "a value the inner loop reads from before it")
+    prefix = _prefix(order, header)
+    for blk in prefix:
+        for op in blk.ops[:-1]:
+            if not _allowed(op):
+                raise NotTileable(f"the code before the inner loop has {op.name}{_where(op)}")
+        if blk.terminator.name not in ("cf.br", "cf.cond_br", "cf.switch"):
+            raise NotTileable(f"the code before the inner loop ends in {blk.terminator.name}")
+    back = header.successors.index(header)
+    try:
+        uniform = not deps.of(term.operands[0], "the loop's exit test")
+    except NotTileable:  # it reads a carried value: tested per cell
+        uniform = False
+    return Nest(kernel, plan, header, ivs, loads, prefix, back, _nan_checked(header, ivs), uniform)
+
+
+# Ops whose float operands' NaN bits never show in a result that is not a NaN: arithmetic
+# propagates a NaN, a comparison gives the same answer for every NaN, a select passes one
+# operand on as it is, and neg and abs keep a NaN a NaN.
+_NAN_PROPAGATING = frozenset({
+    "arith.fadd", "arith.fsub", "arith.fmul", "arith.fdiv", "arith.cmpf", "arith.select",
+    "arith.fneg", "arith.fabs",
+})  # fmt: skip
+# The arithmetic whose NaN handling the engine can leave out (numeric.FLOAT_ARITHMETIC).
+_NAN_RULED = frozenset({"arith.fadd", "arith.fsub", "arith.fmul", "arith.fdiv"})
+
+
+def _nan_checked(header: Block, ivs: dict) -> bool:
+    """Whether the loop carries a float and every op of its body that reads a float is one
+    of :data:`_NAN_PROPAGATING`: then an iteration's results differ from Wasm's only if a
+    NaN arose, and any NaN that matters reaches a carried value, where the engine sees it."""
+    floats = [a for p, a in enumerate(header.args) if p not in ivs and a.type.is_float]
+    if not floats:
+        return False
+    for op in header.ops[:-1]:
+        if any(v.type.is_float for v in op.operands) and op.name not in _NAN_PROPAGATING:
+            return False
+    return True
+
+
+def _outside_values(header: Block) -> list[Value]:
+    """Values defined before the loop that its body (branch included) reads, once each."""
+    found: dict[Value, None] = {}
+    for op in header.ops:
+        operands = [*op.operands, *(v for succ in op.successors for v in succ.args)]
+        for v in operands:
+            inside = v.owner is header or (isinstance(v.owner, Op) and v.owner.block is header)
+            if not inside:
+                found[v] = None
+    return list(found)
+
+
+def _where(op: Op) -> str:
+    return f" at +0x{op.offset:x}" if op.offset is not None else ""
+
+
+def _prefix(order: list[Block], header: Block) -> list[Block]:
+    """The blocks from which ``header`` is reached, other than itself, in reverse postorder."""
+    reaches = {header}
+    changed = True
+    while changed:
+        changed = False
+        for blk in order:
+            if blk not in reaches and any(s in reaches for s in blk.successors):
+                reaches.add(blk)
+                changed = True
+    return [blk for blk in order if blk in reaches and blk is not header]
+
+
+class _Dependence:
+    """Which grid counters (``"i"``: the kernel's first, ``"j"``: its second) a value of
+    the kernel follows, through pure arithmetic, block arguments of one incoming edge,
+    and the inner loop's induction variables (by their start's symbols)."""
+
+    def __init__(self, kernel: Function, header: Block, ivs: dict[int, tuple[Poly, Poly]], counters: dict):
+        self.kernel = kernel
+        self.header = header
+        self.ivs = ivs
+        self.counters = counters
+        self.incoming: dict[Block, list[Successor]] = {}
+        for blk in kernel.blocks:
+            for succ in blk.terminator.successors if blk.terminator else ():
+                self.incoming.setdefault(succ.block, []).append(succ)
+        self.memo: dict[Value, frozenset] = {}
+
+    def of(self, value: Value, what: str) -> set[str]:
+        """The counters ``value`` follows; ``what`` names it in the refusal."""
+        found = self.memo.get(value)
+        if found is None:
+            found = self.memo[value] = frozenset(self._of(value, what))
+        return set(found)
+
+    def _of(self, value: Value, what: str) -> set[str]:
+        owner = value.owner
+        if isinstance(owner, Block):
+            if owner is self.kernel.entry:
+                return {("i", "j")[value.index]} if value.index < 2 else set()
+            if owner is self.header:
+                if value.index not in self.ivs:
+                    raise NotTileable(f"{what} follows a value the loop carries")
+                start = self.ivs[value.index][0]
+                return {self.counters[s] for s in start.symbols() if s in self.counters}
+            edges = self.incoming.get(owner, [])
+            if len(edges) != 1:
+                raise NotTileable(f"{what} merges values from several branches")
+            return self.of(edges[0].args[value.index], what)
+        if owner.name == "arith.constant":
+            return set()
+        if owner.name.startswith("arith.") and _allowed(owner):
+            return set().union(*(self.of(v, what) for v in owner.operands))
+        raise NotTileable(f"{what} comes from {owner.name}")
+
+
+class _Steps:
+    """The engine's steps for :class:`TileBuilder`: reading a stage, one iteration of every
+    cell (checked per cell, or all at once in a full stage), and the redo of a tile where a
+    NaN arose. Apart only to keep each class readable at one sitting."""
+
+    nest: Nest
+    shape: TileShape
+    cells: list[tuple[int, int]]
+
+    def redo_nans(self, b: Builder, before: list[Value], after: list[Value]) -> list[Value]:
+        """A cell whose carried floats hold a NaN after a tile run without Wasm's NaN rules
+        goes back to where the tile found it and leaves the engine: its own code redoes the
+        iterations from there, with the rules."""
+        cells, width = len(self.cells), len(self.nest.carried)
+        counts, carried = list(after[:cells]), list(after[cells:])
+        for n in range(cells):
+            nan = None
+            for w in range(width):
+                value = carried[n * width + w]
+                if value.type.is_float:
+                    test = b.value(arith.cmpf, value, value, pred="une")
+                    nan = test if nan is None else b.value(arith.select, nan, nan, test)
+            counts[n] = b.value(arith.select, nan, before[n], counts[n])
+            for w in range(width):
+                k = cells + n * width + w
+                carried[n * width + w] = b.value(arith.select, nan, before[k], carried[n * width + w])
+        return counts + carried
+
+    def read_staged(self, b: Builder, mm: Value) -> dict[tuple[int, int], Value]:
+        """Iteration ``mm`` of the stage, each staged load's values for this thread's rows or
+        columns, keyed (load, row or column of the register block)."""
+        nest, shape = self.nest, self.shape
+        staged: dict[tuple[int, int], Value] = {}
+        for q, (load, axis) in enumerate(nest.loads):
+            for k in range(shape.cells_y if axis == "i" else shape.cells_x):
+                if axis == "i":
+                    at = self.add(b, b.value(arith.mul, mm, b.constant(I32, shape.rows + 1)),
+                                  self.add(b, b.constant(I32, k * shape.threads_y), self.ty))  # fmt: skip
+                else:
+                    at = self.add(b, b.value(arith.mul, mm, b.constant(I32, shape.cols)),
+                                  self.add(b, b.constant(I32, k * shape.threads_x), self.tx))  # fmt: skip
+                load_type = load.results[0].type
+                staged[q, k] = b.op(gpu.shared_load, [at], {"array": f"s{q}", "type": load_type}).results[0]
+        return staged
+
+    def body(self, b: Builder, cell: tuple[int, int], m: Value, staged: dict, carried: list[Value]):
+        """The loop body for ``cell`` at iteration ``m`` on staged values: the carried values
+        it passes back, and whether the loop goes on after it."""
+        nest = self.nest
+        cy, cx = cell
+        values = dict(self.outside[cell])
+        for p, arg in enumerate(nest.header.args):
+            if p in nest.ivs:
+                values[arg] = self.iv_at(b, p, self.starts[cell, p], m)
+        for w, p in enumerate(nest.carried):
+            values[nest.header.args[p]] = carried[w]
+        for q, (load, axis) in enumerate(nest.loads):
+            values[load.results[0]] = staged[q, cy if axis == "i" else cx]
+        body = [op for op in nest.header.ops[:-1] if op.name != "mem.load"]
+        self.copy_ops(b, body, values, nan_free=nest.nan_checked)
+        term = nest.header.terminator
+        back_args = term.successors[nest.back].args
+        return [values[back_args[p]] for p in nest.carried], self.goes_on(b, values[term.operands[0]])
+
+    def goes_on(self, b: Builder, condition: Value) -> Value:
+        """The header's branch condition as "the loop goes round again" (i1)."""
+        if self.nest.back == 0:
+            return condition
+        return b.value(arith.cmpi, b.value(arith.zext, condition, to=I32), b.constant(I32, 0), pred="eq")
+
+    def iteration(self, b: Builder, m0: Value, mm: Value, state: list[Value]) -> list[Value]:
+        """One iteration of every cell: the loop body's ops on staged values; a cell takes
+        the new values only where it is at this iteration and the loop goes on after it."""
+        cells, width = len(self.cells), len(self.nest.carried)
+        m = self.add(b, m0, mm)
+        staged = self.read_staged(b, mm)
+        counts, carried = list(state[:cells]), list(state[cells:])
+        next_m = self.add(b, m, b.constant(I32, 1))
+        for n, cell in enumerate(self.cells):
+            mine = carried[n * width : (n + 1) * width]
+            new, goes_on = self.body(b, cell, m, staged, mine)
+            here = b.value(arith.cmpi, counts[n], m, pred="eq")
+            commit = b.value(arith.select, here, goes_on, b.constant(I1, 0))
+            counts[n] = b.value(arith.select, commit, next_m, counts[n])
+            for w in range(width):
+                carried[n * width + w] = b.value(arith.select, commit, new[w], mine[w])
+        return counts + carried
+
+    def full_tile(self, b: Builder, m0: Value, counts: list[Value]) -> Value:
+        """Whether every cell of this thread is at iteration ``m0`` and the loop goes on after
+        each of the stage's iterations, by its exit test, which no cell's value enters
+        (``Nest.uniform_exit``): then the stage runs without a test per cell and iteration."""
+        nest, shape = self.nest, self.shape
+        full = b.constant(I1, 1)
+        for count in counts:
+            full = b.value(arith.select, b.value(arith.cmpi, count, m0, pred="eq"), full, b.constant(I1, 0))
+        condition = nest.header.terminator.operands[0]
+        for mm in range(shape.depth):
+            m = self.add(b, m0, b.constant(I32, mm))
+            goes_on = self.goes_on(b, self.slice(b, condition, self.i0, self.j0, m, {}))
+            full = b.value(arith.select, goes_on, full, b.constant(I1, 0))
+        return full
+
+    def fast_iteration(self, b: Builder, m0: Value, mm: Value, carried: list[Value]) -> list[Value]:
+        """One iteration of every cell of a full stage (see :meth:`full_tile`)."""
+        width = len(self.nest.carried)
+        m = self.add(b, m0, mm)
+        staged = self.read_staged(b, mm)
+        out = []
+        for n, cell in enumerate(self.cells):
+            out += self.body(b, cell, m, staged, carried[n * width : (n + 1) * width])[0]
+        return out
+
+
+class TileBuilder(_Steps):
+    """Builds the tiled function ``tile_<kernel>_<gpu|host>(i0, j0, i_end, j_end, live-ins...)``
+    computing the cells ``[i0, min(i0 + rows, i_end)) x [j0, min(j0 + cols, j_end))``."""
+
+    def __init__(self, module: Module, nest: Nest, shape: TileShape, on_gpu: bool):
+        self.module = module
+        self.nest = nest
+        self.shape = shape
+        self.on_gpu = on_gpu
+        kernel = nest.kernel
+        params = (I32, I32, I32, I32, *kernel.params[2:])
+        name = f"tile_{kernel.name}_{'gpu' if on_gpu else 'host'}"
+        self.fn = Function(name, len(module.functions), params, ())
+        module.functions.append(self.fn)
+        self.fn.attrs["shared"] = {
+            f"s{q}": (op.results[0].type, shape.depth * (shape.rows + 1 if axis == "i" else shape.cols))
+            for q, (op, axis) in enumerate(nest.loads)
+        }
+        self.entry = self.fn.add_block(params)
+        self.i0, self.j0, self.i_end, self.j_end, *self.live = self.entry.args
+        self.symbols = {sym: v for (_, sym, _, _), v in zip(nest.plan.live_ins, self.live, strict=True)}
+        self.counter_i = nest.plan.counter
+        self.counter_j = nest.plan.collapse[0].counter
+        self.cells = [(cy, cx) for cy in range(shape.cells_y) for cx in range(shape.cells_x)]
+
+    # -- small helpers ----------------------------------------------------------------
+
+    def const(self, b: Builder, value: int, ty: Type = I32) -> Value:
+        return b.constant(ty, value)
+
+    def add(self, b: Builder, x: Value, y: Value) -> Value:
+        return b.value(arith.add, x, y)
+
+    def poly(self, b: Builder, poly: Poly, ty: Type, i: Value, j: Value) -> Value:
+        """``poly`` with the grid counters at ``i`` and ``j`` and live-ins at the parameters."""
+        total = None
+        for monomial, coeff in poly.terms.items():
+            term = b.constant(ty, coeff)
+            for sym in monomial:
+                factor = i if sym is self.counter_i else j if sym is self.counter_j else self.symbols[sym]
+                if factor.type is not ty:
+                    factor = b.value(arith.sext, factor, to=ty)
+                term = b.value(arith.mul, term, factor)
+            total = term if total is None else b.value(arith.add, total, term)
+        return total if total is not None else b.constant(ty, 0)
+
+    def iv_at(self, b: Builder, p: int, start: Value, m: Value) -> Value:
+        """Induction variable ``p`` at iteration ``m`` from its ``start``."""
+        ty = start.type
+        step = self.poly(b, self.nest.ivs[p][1], ty, m, m)  # steps hold live-ins only
+        count = m if ty is I32 else b.value(arith.sext, m, to=ty)
+        return b.value(arith.add, start, b.value(arith.mul, step, count))
+
+    def copy_ops(self, b: Builder, ops: list[Op], values: dict[Value, Value], nan_free: bool = False) -> None:
+        for op in ops:
+            attrs = dict(op.attrs)
+            if nan_free and op.name in _NAN_RULED:
+                attrs["nan_free"] = True
+            new = b.op(op.opdef, [values[v] for v in op.operands], attrs)
+            for old, result in zip(op.results, new.results, strict=True):
+                values[old] = result
+
+    def copy_blocks(self, blocks: list[Block], values: dict[Value, Value], edge) -> dict[Block, Block]:
+        """Copies of the kernel's ``blocks`` (in reverse postorder); ``edge(op, succ,
+        copies)`` gives the copy of a branch's successor, or None for the plain copy."""
+        kernel = self.nest.kernel
+        copies = {}
+        for blk in blocks:
+            copies[blk] = self.fn.add_block([] if blk is kernel.entry else [a.type for a in blk.args])
+            if blk is not kernel.entry:
+                values.update(zip(blk.args, copies[blk].args, strict=True))
+        for blk in blocks:
+            b = Builder(self.fn, copies[blk])
+            self.copy_ops(b, blk.ops[:-1], values)
+            term = blk.terminator
+            if term.name == "cf.return":
+                edge(term, None, copies)
+                continue
+            succs = []
+            for succ in term.successors:
+                made = edge(term, succ, copies)
+                succs.append(made or Successor(copies[succ.block], [values[v] for v in succ.args]))
+            b.op(term.opdef, [values[v] for v in term.operands], dict(term.attrs), succs)
+        return copies
+
+    def place(self, b: Builder, cell: tuple[int, int]) -> tuple[Value, Value, Value]:
+        """The cell's grid counters and whether it lies inside the grid, computed where they
+        are needed (kept across the engine, they would hold registers of every cell)."""
+        cy, cx = cell
+        shape = self.shape
+        row = self.add(b, self.i0, self.add(b, self.const(b, cy * shape.threads_y), self.ty))
+        col = self.add(b, self.j0, self.add(b, self.const(b, cx * shape.threads_x), self.tx))
+        inside = b.value(arith.select, b.value(arith.cmpi, row, self.i_end, pred="ult"),
+                         b.value(arith.cmpi, col, self.j_end, pred="ult"),
+                         b.constant(I1, 0))  # fmt: skip
+        return row, col, inside
+
+    # -- the function ------------------------------------------------------------------
+
+    def build(self) -> Function:
+        nest = self.nest
+        b = Builder(self.fn, self.entry)
+        if self.on_gpu:
+            self.tx, self.ty = (b.value(gpu.thread_id, dim=d) for d in ("x", "y"))
+        else:
+            self.tx = self.ty = self.const(b, 0)
+        carried_types = [nest.header.args[p].type for p in nest.carried]
+        # Phase 1: each cell's prefix, ending in its join block (entered?, carried values).
+        joins = []
+        for cell in self.cells:
+            join = self.fn.add_block([I32, *carried_types])
+            self.prefix(b, cell, join)
+            b = Builder(self.fn, join)
+            joins.append(join)
+        _, exits = self.engine(b, joins)
+        # Phase 3: each cell resumes its own code.
+        b = Builder(self.fn, exits)
+        cells, width = len(self.cells), len(nest.carried)
+        for n, cell in enumerate(self.cells):
+            after = self.fn.add_block()
+            carried = exits.args[cells + n * width : cells + (n + 1) * width]
+            self.resume(b, cell, exits.args[n], carried, after)
+            b = Builder(self.fn, after)
+        b.ret([])
+        verify_function(self.fn)
+        return self.fn
+
+    def prefix(self, b: Builder, cell: tuple[int, int], join: Block) -> None:
+        nest = self.nest
+        row, col, inside = self.place(b, cell)
+        zeros = [b.constant(nest.header.args[p].type, 0) for p in nest.carried]
+        values = dict(zip(nest.kernel.entry.args, [row, col, *self.live], strict=True))
+        in_prefix = set(nest.prefix)
+
+        def edge(op, succ, copies):
+            if succ.block is nest.header:
+                mapped = [values[succ.args[p]] for p in nest.carried]
+                return Successor(join, [Builder(self.fn, copies[op.block]).constant(I32, 1), *mapped])
+            if succ.block not in in_prefix:  # around the loop: the resume runs it
+                return Successor(join, [Builder(self.fn, copies[op.block]).constant(I32, 0), *zeros])
+            return None
+
+        copies = self.copy_blocks(nest.prefix, values, edge)
+        b.cond_br(inside, copies[nest.kernel.entry], [], join, [b.constant(I32, 0), *zeros])
+
+    def engine(self, b: Builder, joins: list[Block]) -> tuple[Block, Block]:
+        """The lock-step loop over tiles of ``depth`` iterations; returns its head and its
+        exit block, whose arguments are each cell's iteration count then its carried values."""
+        nest, shape = self.nest, self.shape
+        cells = len(self.cells)
+        carried = nest.carried
+        carried_types = [nest.header.args[p].type for p in carried]
+        self.starts = {}
+        self.outside: dict[tuple[int, int], dict[Value, Value]] = {}
+        counts = []
+        for n, cell in enumerate(self.cells):
+            row, col, _ = self.place(b, cell)
+            for p, (start, _) in nest.ivs.items():
+                self.starts[cell, p] = self.poly(b, start, nest.header.args[p].type, row, col)
+            memo: dict[Value, Value] = {}
+            self.outside[cell] = {
+                v: self.slice(b, v, row, col, None, memo) for v in _outside_values(nest.header)
+            }
+            entered = b.value(arith.cmpi, joins[n].args[0], b.constant(I32, 0), pred="ne")
+            counts.append(b.value(arith.select, entered, b.constant(I32, 0), b.constant(I32, -1)))
+        state_types = [I32] * cells + carried_types * cells
+        head = self.fn.add_block([I32, *state_types])
+        exits = self.fn.add_block(state_types)
+        initial = counts + [v for join in joins for v in join.args[1:]]
+        b.br(head, [b.constant(I32, 0), *initial])
+        b = Builder(self.fn, head)
+        m0, *state = head.args
+        state_at_head = state
+        busy = None
+        for count in state[:cells]:
+            active = b.value(arith.zext, b.value(arith.cmpi, count, m0, pred="eq"), to=I32)
+            busy = active if busy is None else b.value(arith.or_, busy, active)
+        if self.on_gpu:
+            busy = b.value(gpu.barrier_or, busy)
+        stage = self.fn.add_block()
+        b.cond_br(b.value(arith.cmpi, busy, b.constant(I32, 0), pred="ne"), stage, [], exits, state)
+        b = Builder(self.fn, stage)
+        self.stage(b, m0)
+        if self.on_gpu:
+            b.op(gpu.barrier, ())
+        step = self.fn.add_block([I32, *state_types])
+        tail = self.fn.add_block(state_types)
+        if nest.uniform_exit:
+            fast = self.fn.add_block([I32, *carried_types * cells])
+            full = self.full_tile(b, m0, state[:cells])
+            b.cond_br(full, fast, [b.constant(I32, 0), *state[cells:]], step, [b.constant(I32, 0), *state])
+            b = Builder(self.fn, fast)
+            mm, *carried_now = fast.args
+            new_carried = self.fast_iteration(b, m0, mm, carried_now)
+            more = b.value(arith.cmpi, mm, b.constant(I32, shape.depth - 1), pred="ult")
+            done = [self.add(b, m0, b.constant(I32, shape.depth))] * cells
+            b.cond_br(
+                more, fast, [self.add(b, mm, b.constant(I32, 1)), *new_carried], tail, done + new_carried
+            )
+        else:
+            b.br(step, [b.constant(I32, 0), *state])
+        b = Builder(self.fn, step)
+        mm, *state = step.args
+        new_state = self.iteration(b, m0, mm, state)
+        more = b.value(arith.cmpi, mm, b.constant(I32, shape.depth - 1), pred="ult")
+        b.cond_br(more, step, [self.add(b, mm, b.constant(I32, 1)), *new_state], tail, new_state)
+        b = Builder(self.fn, tail)
+        new_state = list(tail.args)
+        if nest.nan_checked:
+            new_state = self.redo_nans(b, state_at_head, new_state)
+        b.br(head, [self.add(b, m0, b.constant(I32, shape.depth)), *new_state])
+        return head, exits
+
+    def stage(self, b: Builder, m0: Value) -> None:
+        """Every thread of the block loads its share of the next ``depth`` iterations of
+        each staged load into shared memory."""
+        nest, shape = self.nest, self.shape
+        flat = self.add(b, b.value(arith.mul, self.ty, b.constant(I32, shape.threads_x)), self.tx)
+        for q, (load, axis) in enumerate(nest.loads):
+            across = shape.rows if axis == "i" else shape.cols
+            total = across * shape.depth
+            for u in range(total // shape.threads):
+                at = self.add(b, flat, b.constant(I32, u * shape.threads))
+                if axis == "i":  # neighbouring threads read neighbouring iterations of a row
+                    mm = b.value(arith.and_, at, b.constant(I32, shape.depth - 1))
+                    r = b.value(arith.shr_u, at, b.constant(I32, shape.depth.bit_length() - 1))
+                    i, j = self.add(b, self.i0, r), self.j0
+                    slot = self.add(b, b.value(arith.mul, mm, b.constant(I32, shape.rows + 1)), r)
+                else:  # neighbouring threads read neighbouring columns
+                    c = b.value(arith.and_, at, b.constant(I32, shape.cols - 1))
+                    mm = b.value(arith.shr_u, at, b.constant(I32, shape.cols.bit_length() - 1))
+                    i, j = self.i0, self.add(b, self.j0, c)
+                    slot = self.add(b, b.value(arith.mul, mm, b.constant(I32, shape.cols)), c)
+                m = self.add(b, m0, mm)
+                address = self.slice(b, load.operands[0], i, j, m, {})
+                attrs = {k: v for k, v in load.attrs.items() if k != "proven"}
+                value = b.op(mem.load, [address], {**attrs, "speculative": True}).results[0]
+                b.op(gpu.shared_store, [slot, value], {"array": f"s{q}"})
+
+    def slice(self, b: Builder, value: Value, i: Value, j: Value, m: Value, memo: dict) -> Value:
+        """``value`` of the kernel recomputed for grid counters ``(i, j)`` at iteration ``m``
+        of the inner loop (what :class:`_Dependence` walked, it copies)."""
+        if value in memo:
+            return memo[value]
+        nest = self.nest
+        owner = value.owner
+        if isinstance(owner, Block):
+            if owner is nest.kernel.entry:
+                result = (i, j, *self.live)[value.index]
+            elif owner is nest.header:
+                start = self.poly(b, nest.ivs[value.index][0], value.type, i, j)
+                result = self.iv_at(b, value.index, start, m)
+            else:
+                edge = next(
+                    s for blk in nest.kernel.blocks for s in blk.terminator.successors if s.block is owner
+                )
+                result = self.slice(b, edge.args[value.index], i, j, m, memo)
+        else:
+            operands = [self.slice(b, v, i, j, m, memo) for v in owner.operands]
+            result = b.op(owner.opdef, operands, dict(owner.attrs)).results[value.index]
+        memo[value] = result
+        return result
+
+    def resume(
+        self, b: Builder, cell: tuple[int, int], count: Value, carried: list[Value], after: Block
+    ) -> None:
+        """The cell's own code from the start, entering the loop at iteration ``count`` with
+        the ``carried`` values the engine reached."""
+        nest = self.nest
+        row, col, inside = self.place(b, cell)
+        starts = {
+            p: self.poly(b, start, nest.header.args[p].type, row, col) for p, (start, _) in nest.ivs.items()
+        }
+        ivs = {p: self.iv_at(b, p, starts[p], count) for p in nest.ivs}
+        entering = [
+            ivs[p] if p in ivs else carried[nest.carried.index(p)] for p in range(len(nest.header.args))
+        ]
+        values = dict(zip(nest.kernel.entry.args, [row, col, *self.live], strict=True))
+        in_prefix = set(nest.prefix)
+
+        def edge(op, succ, copies):
+            if succ is None:  # the cell is done
+                Builder(self.fn, copies[op.block]).br(after)
+                return None
+            if succ.block is nest.header and op.block in in_prefix:
+                return Successor(copies[nest.header], entering)
+            return None
+
+        order = reverse_postorder(nest.kernel)
+        copies = self.copy_blocks(order, values, edge)
+        b.cond_br(inside, copies[nest.kernel.entry], [], after, [])
