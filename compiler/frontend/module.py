@@ -238,10 +238,15 @@ class WasmModule:
         name = self.func_names.get(index)
         if name:
             return name
-        for export in self.exports:
-            if export.kind == "func" and export.index == index:
-                return export.name
-        return f"f{index}"
+        exported = self.__dict__.get("_first_export")
+        if exported is None or exported[0] != len(self.exports):
+            # Each function's first export name, made once (and again if exports were added).
+            names: dict[int, str] = {}
+            for export in self.exports:
+                if export.kind == "func":
+                    names.setdefault(export.index, export.name)
+            exported = self.__dict__["_first_export"] = (len(self.exports), names)
+        return exported[1].get(index, f"f{index}")
 
     def export_names(self, kind: str, index: int) -> list[str]:
         return [e.name for e in self.exports if e.kind == kind and e.index == index]

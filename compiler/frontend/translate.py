@@ -99,6 +99,7 @@ class FunctionTranslator:
         self.loops: list[LoopInfo] = []
         self.body: list[Instr] = []
         self.constants: dict[tuple[Type, int], Value] = {}
+        self.loop_assigned: dict[int, list[int]] | None = None  # see loop_assignments
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -256,13 +257,9 @@ class FunctionTranslator:
 
     def _loop(self, instr: Instr, index: int) -> None:
         params, results = self.block_sig(instr.imm)
-        assigned = sorted(
-            {
-                x.imm
-                for x in self.body[index + 1 : instr.match]
-                if x.op.name == "local.set" or x.op.name == "local.tee"
-            }
-        )
+        if self.loop_assigned is None:
+            self.loop_assigned = loop_assignments(self.body)
+        assigned = self.loop_assigned[index]
         args = self.pop(len(params))
         entry_env = list(self.env)
         frame = Frame("loop", len(self.stack), params, results)
@@ -282,6 +279,33 @@ class FunctionTranslator:
         frame.header = header
         frame.loop = info
         self.ctrl.append(frame)
+
+
+def loop_assignments(body: list[Instr]) -> dict[int, list[int]]:
+    """The locals each ``loop`` of ``body`` (by its index) sets or tees inside it, sorted, in
+    one pass: a ``local.set``/``local.tee`` goes to the innermost open loop, and a loop's
+    set joins its parent's when it closes (work in proportion to the sets made, not to the
+    body times its nesting depth)."""
+    found: dict[int, list[int]] = {}
+    open_loops: list[tuple[int, int, set[int]]] = []  # (index, index of its end, locals)
+
+    def close() -> None:
+        index, _, locals_ = open_loops.pop()
+        found[index] = sorted(locals_)
+        if open_loops:
+            open_loops[-1][2].update(locals_)
+
+    for i, x in enumerate(body):
+        while open_loops and i >= open_loops[-1][1]:
+            close()
+        name = x.op.name
+        if name == "loop":
+            open_loops.append((i, x.match, set()))
+        elif (name == "local.set" or name == "local.tee") and open_loops:
+            open_loops[-1][2].add(x.imm)
+    while open_loops:
+        close()
+    return found
 
 
 # -- handlers of structured control ------------------------------------------------------

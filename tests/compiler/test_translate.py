@@ -156,3 +156,23 @@ def test_corpus_module_translates_and_verifies(path: Path) -> None:
     assert sum(len(f.loops) for f in defined) <= loops_in_wasm
     if "loops" in path.parts and ".O0." not in path.name:
         assert any(f.loops for f in defined), "optimised loop kernels must contain loops"
+
+
+def test_each_loop_gets_the_locals_set_anywhere_inside_it_and_only_those() -> None:
+    from tensorwasm.compiler.frontend.translate import loop_assignments
+
+    data = wat("""(module (func (param i32) (local i32 i32 i32)
+      (local.set 1 (i32.const 0))
+      (loop $a
+        (local.set 2 (i32.const 1))
+        (loop $b (local.set 3 (local.tee 1 (i32.const 2))) (br_if $b (local.get 0)))
+        (loop $c (br_if $c (local.get 0)))
+        (br_if $a (local.get 0)))
+      (loop $d (local.set 2 (i32.const 3)) (br_if $d (local.get 0)))))""")
+    body = load(data).codes[0].body
+    starts = [i for i, x in enumerate(body) if x.op.name == "loop"]
+    found = loop_assignments(body)
+    assert [found[i] for i in starts] == [[1, 2, 3], [1, 3], [], [2]]
+    for i in starts:  # the same as scanning each loop's whole body
+        inside = body[i + 1 : body[i].match]
+        assert found[i] == sorted({x.imm for x in inside if x.op.name in ("local.set", "local.tee")})
