@@ -15,6 +15,9 @@ from pathlib import Path
 
 from tensorwasm.oracle import GENERATOR_NAMES, REGRESSIONS
 
+# The generators with a SIMD128 variant (oracle.generators.SIMD_GENERATORS), for --simd.
+SIMD_GENERATOR_NAMES = ("numeric", "loops", "smith")
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``fuzz`` subcommand to ``subparsers``; its handler is ``args.run(args) -> int``."""
@@ -40,6 +43,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--max-examples",
         type=int,
         help="generated cases per generator (at least: the last modules may hold a few more)",
+    )
+    parser.add_argument(
+        "--simd",
+        action="store_true",
+        help="generate SIMD128 programs: vector expression functions (numeric), vector loop kernels "
+        f"(loops), wasm-smith modules with SIMD on (smith); all: {', '.join(SIMD_GENERATOR_NAMES)}",
     )
     parser.add_argument("--seed", type=int, help="random seed (default: a fresh one, printed)")
     parser.add_argument(
@@ -75,7 +84,14 @@ def run_fuzz(args: argparse.Namespace) -> int:
     """
     from tensorwasm.oracle.fuzz import fuzz
 
-    generators = list(GENERATOR_NAMES) if args.generator == "all" else [args.generator]
+    names = SIMD_GENERATOR_NAMES if args.simd else GENERATOR_NAMES
+    generators = list(names) if args.generator == "all" else [args.generator]
+    if args.generator not in (*names, "all"):
+        print(
+            f"error: the {args.generator} generator has no SIMD variant (--simd: {', '.join(names)})",
+            file=sys.stderr,
+        )
+        return 2
     max_examples = args.max_examples
     if args.seconds is None and max_examples is None:
         max_examples = 100
@@ -93,13 +109,14 @@ def run_fuzz(args: argparse.Namespace) -> int:
         print(f"error: --jobs must be at least 1, not {jobs}", file=sys.stderr)
         return 2
     where = f"{jobs} processes" if jobs > 1 else "1 process"
+    simd = " with SIMD128" if args.simd else ""
     print(
-        f"fuzzing {', '.join(generators)} on the {args.backend} backend, seed {seed}, {where}",
+        f"fuzzing {', '.join(generators)}{simd} on the {args.backend} backend, seed {seed}, {where}",
         file=sys.stderr,
     )
     report, seed = fuzz(
         generators, args.backend, max_examples=max_examples, seconds=args.seconds, seed=seed,
-        save_dir=args.save_dir, jobs=jobs,
+        save_dir=args.save_dir, jobs=jobs, simd=args.simd,
     )  # fmt: skip
     print(f"seed: {seed}")
     for name, stats in report.by_generator.items():

@@ -34,7 +34,7 @@ from hypothesis.internal.conjecture import engine as hypothesis_engine
 from tensorwasm.oracle import REGRESSIONS
 from tensorwasm.oracle.case import Case
 from tensorwasm.oracle.compare import ExecutorFactory, Outcome, make_factory, run_case
-from tensorwasm.oracle.generators import GENERATORS
+from tensorwasm.oracle.generators import generator_strategy
 from tensorwasm.support import logs
 
 log = logs.get_logger(__name__)
@@ -118,8 +118,9 @@ def fuzz_generator(
     save_dir: Path | None = None,
     report: Report | None = None,
     progress: Callable[[Report, str], None] | None = None,
+    simd: bool = False,
 ) -> Report:
-    """Fuzz with generator ``name`` until ``max_examples`` cases (at least; the last modules
+    """Fuzz with generator ``name`` (its SIMD128 variant where ``simd``) until ``max_examples`` cases (at least; the last modules
     may hold a few more) or ``seconds`` run out, or a failure.
 
     Returns the report (``report`` updated in place if given). A failure is shrunk and,
@@ -127,7 +128,7 @@ def fuzz_generator(
     """
     report = report or Report()
     factory = make_factory(backend) if isinstance(backend, str) else backend
-    strategy = GENERATORS[name]()
+    strategy = generator_strategy(name, simd)
     start = time.perf_counter()
     stats = report.by_generator.setdefault(name, Stats())
     chunk = 0
@@ -292,6 +293,7 @@ def fuzz(
     save_dir: Path | None = REGRESSIONS,
     stream: TextIO | None = sys.stderr,
     jobs: int = 1,
+    simd: bool = False,
 ) -> tuple[Report, int]:
     """Fuzz each generator in turn (``seconds`` shared evenly); the report and the seed used.
 
@@ -304,9 +306,9 @@ def fuzz(
         seed = random.randrange(1 << 32)
     progress = _progress_line(stream)
     if jobs > 1:
-        report = _fuzz_jobs(generators, backend, max_examples, seconds, seed, save_dir, jobs, progress)
+        report = _fuzz_jobs(generators, backend, max_examples, seconds, seed, save_dir, jobs, progress, simd)
     else:
-        report = _fuzz_serial(generators, backend, max_examples, seconds, seed, save_dir, progress)
+        report = _fuzz_serial(generators, backend, max_examples, seconds, seed, save_dir, progress, simd)
     if stream is not None:
         stream.write("\n")
     return report, seed
@@ -320,12 +322,13 @@ def _fuzz_serial(
     seed: int,
     save_dir: Path | None,
     progress: Callable[[Report, str], None] | None,
+    simd: bool = False,
 ) -> Report:
     report = Report()
     share = seconds / len(generators) if seconds is not None else None
     for k, name in enumerate(generators):
         fuzz_generator(name, backend, max_examples=max_examples, seconds=share, seed=seed + 1000 * k,
-                       save_dir=save_dir, report=report, progress=progress)  # fmt: skip
+                       save_dir=save_dir, report=report, progress=progress, simd=simd)  # fmt: skip
     return report
 
 
@@ -369,13 +372,14 @@ def _fuzz_jobs(
     save_dir: Path | None,
     jobs: int,
     progress: Callable[[Report, str], None] | None,
+    simd: bool = False,
 ) -> Report:
     """Fuzz in ``jobs`` processes; their reports merged. Each process is started afresh
     (spawn): the compiler and wasmtime start no threads before a fork that way."""
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     share = math.ceil(max_examples / jobs) if max_examples is not None else None
-    spec = _JobSpec(generators, backend, share, seconds, time.time(), seed, save_dir)
+    spec = _JobSpec(generators, backend, share, seconds, time.time(), seed, save_dir, simd)
     workers = [context.Process(target=_job, args=(queue, k, spec), daemon=True) for k in range(jobs)]
     for worker in workers:
         worker.start()
@@ -415,6 +419,7 @@ class _JobSpec:
     started: float
     seed: int
     save_dir: Path | None
+    simd: bool = False
 
 
 def _job(queue, index: int, spec: _JobSpec) -> None:
@@ -430,7 +435,7 @@ def _job(queue, index: int, spec: _JobSpec) -> None:
     seconds = max(0.0, spec.seconds - (time.time() - spec.started)) if spec.seconds is not None else None
     seed = spec.seed + index * JOB_SEED_STRIDE
     report = _fuzz_serial(
-        spec.generators, spec.backend, spec.max_examples, seconds, seed, spec.save_dir, progress
+        spec.generators, spec.backend, spec.max_examples, seconds, seed, spec.save_dir, progress, spec.simd
     )
     queue.put(("done", index, "", report))
 

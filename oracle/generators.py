@@ -1025,6 +1025,281 @@ def _counted(var: str, bound: str, body: str, indent: str) -> str:
     )
 
 
+# -- SIMD ----------------------------------------------------------------------------------
+
+LANES = {"i8x16": 16, "i16x8": 8, "i32x4": 4, "i64x2": 2, "f32x4": 4, "f64x2": 2}
+_SIMD_TYPES = {*NUMBER_TYPES, "v128"}
+# Float lane ops whose NaN results have an open payload (Wasm's rule for scalars, per lane).
+# abs, neg, pmin and pmax move bits; compares and int-to-float conversions make no NaN.
+OPEN_NAN_LANE_OPS = {"add", "sub", "mul", "div", "min", "max", "sqrt", "ceil", "floor", "trunc", "nearest",
+                     "demote_f64x2_zero", "promote_low_f32x4"}  # fmt: skip
+
+
+def simd_ops() -> list[Opcode]:
+    """Every supported SIMD row that computes on values (memory rows and ``v128.const``,
+    which the generators place themselves, aside): lane arithmetic, saturating ops, shifts,
+    compares, bitselect, shuffle and swizzle, splats, lane extract/replace, conversions."""
+    return [
+        op
+        for op in OPCODES
+        if op.supported
+        and op.imm.value in ("none", "laneidx", "16 x laneidx")
+        and "v128" in (*op.operand_types, *op.result_types)
+        and set(op.operand_types) | set(op.result_types) <= _SIMD_TYPES
+    ]
+
+
+SIMD_OPS = simd_ops()
+SIMD_BY_RESULT: dict[str, list[Opcode]] = {
+    ty: [op for op in SIMD_OPS if op.result_types == (ty,)] for ty in (*NUMBER_TYPES, "v128")
+}
+LANE_MEMORY_OPS = [
+    op for op in OPCODES if op.supported and op.imm.value == "memarg laneidx" and op.result_types
+]
+VECTOR_LOADS = [
+    op.name for op in OPCODES if op.supported and op.imm.value == "memarg" and op.result_types == ("v128",)
+]
+SIMD_ADDRESSES = [0, 16, 1, 7, 100, 200, PAGE - 16, PAGE - 15, PAGE - 8, PAGE - 1]
+SIMD_OFFSETS = [0, 0, 3, 16]
+SIMD_SCRATCH = "(local $cv v128)"
+_V128_PICK = st.integers(0, len(SIMD_BY_RESULT["v128"]) - 1)
+_SHAPE = st.sampled_from(sorted(LANES))
+_SMALL_EDGES = {8: [0, 1, 0x7F, 0x80, 0xFF, 0xFE, 0x40], 16: [0, 1, 0x7FFF, 0x8000, 0xFFFF, 0xFFFE, 0x7F]}
+_SIMD_LEAF_PICK = st.integers(0, 7)
+
+
+def is_open_nan(name: str) -> bool:
+    """Whether SIMD op ``name`` may make a float lane that is a NaN with an open payload."""
+    shape, _, op = name.partition(".")
+    return shape in ("f32x4", "f64x2") and op in OPEN_NAN_LANE_OPS
+
+
+def canonicalize_lanes(shape: str, out: list[str]) -> None:
+    """Replace each NaN lane of the vector on top of the stack by the canonical NaN
+    (``bitselect(nan, v, v != v)``): a vector's bits are all compared."""
+    nans = " ".join(["nan"] * LANES[shape])
+    out += ["local.set $cv", f"v128.const {shape} {nans}", "local.get $cv", "local.get $cv", "local.get $cv",
+            f"{shape}.ne", "v128.bitselect"]  # fmt: skip
+
+
+def draw_vector(draw: st.DrawFn, shape: str) -> bytes:
+    """16 bytes of ``shape``'s lanes, each an edge value of its lane type (NaN payloads,
+    signalling ones too, for float lanes) or any pattern."""
+    lanes = LANES[shape]
+    width = 128 // lanes
+    if width in _SMALL_EDGES:
+        edges = _SMALL_EDGES[width]
+        picks = draw(_picks(lanes))
+        bits = [edges[b % len(edges)] if b < 200 else b for b in picks]
+    else:
+        ty = ("f" if shape[0] == "f" else "i") + str(width)
+        bits = draw_values(draw, (ty,) * lanes)
+    return b"".join(int(x).to_bytes(width // 8, "little") for x in bits)
+
+
+def v128_const(data: bytes) -> str:
+    """``v128.const`` of exactly these 16 bytes."""
+    return "v128.const i32x4 " + " ".join(
+        f"0x{int.from_bytes(data[k : k + 4], 'little'):08x}" for k in range(0, 16, 4)
+    )
+
+
+def _lane_immediate(draw: st.DrawFn, op: Opcode) -> str:
+    if op.imm.value == "16 x laneidx":
+        return " " + " ".join(str(draw(st.integers(0, 31))) for _ in range(16))
+    if op.imm.value == "laneidx":
+        return f" {draw(_below(LANES[op.name.split('.')[0]]))}"
+    return ""
+
+
+def _lane_memory_immediate(draw: st.DrawFn, op: Opcode) -> str:
+    bits = int(op.name.split("_")[0].removeprefix("v128.load").removeprefix("v128.store"))
+    return f" offset={draw(st.sampled_from(SIMD_OFFSETS))} {draw(_below(128 // bits))}"
+
+
+def emit_vector(draw: st.DrawFn, depth: int, leaves: Leaves, out: list[str]) -> None:
+    """Append instructions that push a random v128 at most ``depth`` ops deep over ``leaves``
+    (``leaves["v128"]``: instructions that push one), exact in every bit: float lanes that
+    may be an open NaN are canonicalised where they are made."""
+    if depth <= 0 or draw(_QUARTER) == 0:
+        pick = draw(_SIMD_LEAF_PICK)
+        if leaves.get("v128") and pick < 4:
+            out.append(draw(_leaf(leaves, "v128")))
+        elif pick == 7 and leaves.get("address"):
+            out += [
+                draw(_leaf(leaves, "address")),
+                f"{draw(st.sampled_from(VECTOR_LOADS))} offset={draw(st.sampled_from(SIMD_OFFSETS))}",
+            ]
+        else:
+            out.append(v128_const(draw_vector(draw, draw(_SHAPE))))
+        return
+    if leaves.get("address") and draw(st.integers(0, 15)) == 0:
+        op = draw(st.sampled_from(LANE_MEMORY_OPS))
+        out.append(draw(_leaf(leaves, "address")))
+        emit_vector(draw, depth - 1, leaves, out)
+        out.append(op.name + _lane_memory_immediate(draw, op))
+        return
+    op = SIMD_BY_RESULT["v128"][draw(_V128_PICK)]
+    for ty in op.operand_types:
+        if ty == "v128":
+            emit_vector(draw, depth - 1, leaves, out)
+        else:
+            emit_lane_scalar(draw, ty, depth - 1, leaves, out)
+    out.append(op.name + _lane_immediate(draw, op))
+    if is_open_nan(op.name):
+        canonicalize_lanes(op.name.split(".")[0], out)
+
+
+def emit_lane_scalar(draw: st.DrawFn, ty: str, depth: int, leaves: Leaves, out: list[str]) -> None:
+    """A scalar operand of a SIMD op (a splat's value, a lane, a shift count): a lane or a
+    test of a vector, or a scalar expression, canonicalised where its bits may be open."""
+    choices = SIMD_BY_RESULT[ty]
+    if depth > 0 and choices and draw(_QUARTER) == 0:
+        op = draw(st.sampled_from(choices))
+        emit_vector(draw, depth - 1, leaves, out)
+        out.append(op.name + _lane_immediate(draw, op))
+    else:
+        emit_value(draw(expressions(ty, 1, leaves)), out)
+
+
+SIMD_RESULTS = 1024  # where whole-function SIMD programs store their vectors, 16 bytes each
+SIMD_LEAVES = Leaves(
+    {
+        **NUMERIC_LEAVES,
+        "address": tuple(f"i32.const {a}" for a in SIMD_ADDRESSES),
+    }
+)
+_SIMD_DEPTH = st.integers(1, 4)
+
+
+def _mix_lanes(vector: str) -> list[str]:
+    """Instructions that turn the v128 in local ``vector`` into an i64 of both its halves
+    (the reference returns scalars only; the whole vector is also stored to memory)."""
+    return [f"local.get {vector}", "i64x2.extract_lane 0", f"local.get {vector}", "i64x2.extract_lane 1",
+            "i64.const 1", "i64.rotl", "i64.xor"]  # fmt: skip
+
+
+@st.composite
+def simd_function(draw: st.DrawFn, index: int) -> tuple[str, list[Call]]:
+    """Function ``f<index>``: a SIMD expression over the parameters, constants and loads of
+    the data at address 0; it stores the vector at ``SIMD_RESULTS + 16 * index`` and
+    returns both halves folded into an i64."""
+    body: list[str] = []
+    emit_vector(draw, draw(_SIMD_DEPTH), SIMD_LEAVES, body)
+    body += ["local.set $r", f"i32.const {SIMD_RESULTS + 16 * index}", "local.get $r", "v128.store"]
+    if draw(st.integers(0, 3)) == 0:  # and a lane of it somewhere near the end of memory
+        op = draw(
+            st.sampled_from(
+                [op for op in OPCODES if op.imm.value == "memarg laneidx" and not op.result_types]
+            )
+        )
+        body += [f"i32.const {draw(st.sampled_from(SIMD_ADDRESSES[6:]))}", "local.get $r",
+                 op.name + _lane_memory_immediate(draw, op)]  # fmt: skip
+    body += _mix_lanes("$r")
+    params = " ".join(NUMERIC_PARAMS)
+    text = (
+        f'  (func (export "f{index}") (param {params}) (result i64) (local $r v128) {SIMD_SCRATCH} '
+        f"{SCRATCH_LOCALS}\n    " + "\n    ".join(body) + ")"
+    )
+    calls = []
+    for _ in range(draw(_CALLS)):
+        args = tuple((TYPES[t], bits) for t, bits in zip(NUMERIC_PARAMS, draw_values(draw, NUMERIC_PARAMS)))
+        calls.append(Call(f"f{index}", args, True, index))
+    return text, calls
+
+
+@st.composite
+def simd_cases(draw: st.DrawFn, shape: BatchShape = NUMERIC_BATCH) -> Case:
+    """A module of SIMD expression functions (a program each) over one page of memory whose
+    first 256 bytes hold vectors of edge lanes; each stores its result vector."""
+    data = b"".join(draw_vector(draw, draw(_SHAPE)) for _ in range(16))
+    return _simd_module(batch(draw, simd_function, shape), data)
+
+
+def _simd_module(funcs: list[tuple[str, list[Call]]], data: bytes) -> Case:
+    wat = (
+        f'(module\n  (memory (export "memory") 1 1)\n  (data (i32.const 0) "{_wat_bytes(data)}")\n'
+        + "\n".join(text for text, _ in funcs)
+        + "\n)\n"
+    )
+    calls = [replace(call, program=k) for k, (_, calls) in enumerate(funcs) for call in calls]
+    return Case("simd", wat, calls, programs=len(funcs),
+                subset=lambda keep: _simd_module([funcs[k] for k in keep], data))  # fmt: skip
+
+
+VECTOR_REDUCTIONS = ["i32x4.add", "i64x2.add", "i16x8.add", "v128.xor", "i8x16.add_sat_u", "i32x4.max_s"]
+
+
+@st.composite
+def simd_loop_cases(draw: st.DrawFn, shape: BatchShape = LOOP_BATCH) -> Case:
+    """A module of SIMD loop kernels (a program each): ``for i in [0, n)`` over v128 loads
+    and stores with a stride of 16 bytes, a SIMD expression per element, and an optional
+    vector reduction; the kernels share the one page of memory."""
+    return _simd_loop_module(batch(draw, lambda k: _simd_kernel(f"kernel{k}", k), shape))
+
+
+def _simd_loop_module(kernels: list[Kernel], data: list[str] | None = None) -> Case:
+    case = _loop_module(kernels, data)
+    case.generator = "simd-loops"
+    all_data = data if data is not None else [s for _, segments, _, _ in kernels for s in segments]
+    case.subset = lambda keep: _simd_loop_module([kernels[k] for k in keep], all_data)
+    return case
+
+
+@st.composite
+def _simd_kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
+    n_inputs = draw(st.integers(1, 3))
+    length = draw(st.integers(1, 8))  # vectors per buffer
+    offsets = [draw(st.sampled_from([0, 0, 1])) for _ in range(n_inputs)]
+    at_end = draw(st.booleans())
+    start = PAGE - 16 * length * (n_inputs + 1) - 32 if at_end else 64 + 2048 * index
+    bases = [start + 16 * length * b + draw(st.sampled_from([0, 0, 4])) for b in range(n_inputs + 1)]
+    if at_end:
+        bases[-1] = PAGE - 16 * length
+    loads = tuple(
+        f"local.get $i i32.const 4 i32.shl i32.const {bases[b] + 16 * offsets[b]} i32.add v128.load"
+        for b in range(n_inputs)
+    )
+    leaves = Leaves({"v128": loads, "i32": ("local.get $i", "local.get $n"), "i64": (), "f32": (), "f64": ()})
+    value: list[str] = []
+    emit_vector(draw, draw(st.integers(1, 3)), leaves, value)
+    body = [f"local.get $i i32.const 4 i32.shl i32.const {bases[-1]} i32.add", *value, "v128.store"]
+    reduce = draw(st.sampled_from([None, *VECTOR_REDUCTIONS]))
+    if reduce:
+        body += ["local.get $acc", draw(st.sampled_from(loads)), reduce, "local.set $acc"]
+    init = draw_vector(draw, draw(_SHAPE))
+    func = (
+        f'  (func (export "{name}") (param $n i32) (param $m i32) (result i64)\n'
+        f"    (local $i i32) (local $acc v128) (local $r v128) {SIMD_SCRATCH} {SCRATCH_LOCALS}\n"
+        f"    {v128_const(init)} local.set $acc i32.const 0 local.set $i\n"
+        f"    block $exit loop $loop\n      local.get $i local.get $n i32.ge_s br_if $exit\n      "
+        + "\n      ".join(body)
+        + "\n      local.get $i i32.const 1 i32.add local.set $i br $loop end end\n    "
+        + " ".join(_mix_lanes("$acc"))
+        + ")"
+    )
+    data = [
+        f'  (data (i32.const {bases[b]}) "{_wat_bytes(b"".join(draw_vector(draw, draw(_SHAPE)) for _ in range(length)))}")'
+        for b in range(n_inputs)
+    ]
+    fit = length - max(offsets)
+    trips = [draw(st.sampled_from([fit, fit + 1, 0, 1, max(fit - 1, 0)]) | st.integers(0, 12))
+             for _ in range(draw(st.integers(1, 3)))]  # fmt: skip
+    calls = [Call(name, ((I32, n), (I32, 1)), True, index) for n in trips]
+    meta: dict[str, Any] = {
+        "function": name,
+        "buffers": [
+            {"base": base, "element": "v128", "length": length, "bytes": 16 * length} for base in bases
+        ],
+        "written": n_inputs,
+        "layout": "at_end" if at_end else "packed",
+        "nest_depth": 1,
+        "trip_counts": [(n, 1) for n in trips],
+        "reduction": ["v128", reduce] if reduce else None,
+    }
+    return func, data, calls, meta
+
+
 # -- wasm-smith -----------------------------------------------------------------------------
 
 SMITH_FUEL = 100  # loop iterations and calls: keeps recursion under the GPU's call depth
@@ -1042,9 +1317,14 @@ SMITH_FLAGS = [
 ]  # fmt: skip
 
 
-def smith(seed: bytes) -> bytes | None:
-    """The module ``wasm-tools smith`` makes from ``seed``; None when it makes none."""
-    done = subprocess.run([wasm_tools(), "smith", *SMITH_FLAGS], input=seed, capture_output=True)
+SMITH_SIMD_FLAGS = [flag.replace("--simd-enabled=false", "--simd-enabled=true") for flag in SMITH_FLAGS]
+
+
+def smith(seed: bytes, simd: bool = False) -> bytes | None:
+    """The module ``wasm-tools smith`` makes from ``seed`` (with SIMD128 where ``simd``);
+    None when it makes none."""
+    flags = SMITH_SIMD_FLAGS if simd else SMITH_FLAGS
+    done = subprocess.run([wasm_tools(), "smith", *flags], input=seed, capture_output=True)
     return done.stdout if done.returncode == 0 and done.stdout[:4] == b"\0asm" else None
 
 
@@ -1066,9 +1346,10 @@ def _argument(ty: Type) -> st.SearchStrategy[tuple[Type, int]]:
 
 
 @st.composite
-def smith_cases(draw: st.DrawFn, max_calls: int = 12) -> Case:
-    """A ``wasm-tools smith`` module and calls of its exported functions."""
-    wasm = smith(draw(st.binary(min_size=512, max_size=4096)))
+def smith_cases(draw: st.DrawFn, max_calls: int = 12, simd: bool = False) -> Case:
+    """A ``wasm-tools smith`` module and calls of its exported functions (whose parameters
+    are never v128: the calls pass scalars and references only)."""
+    wasm = smith(draw(st.binary(min_size=512, max_size=4096)), simd)
     assume(wasm is not None)
     assert wasm is not None
     funcs = [
@@ -1093,3 +1374,22 @@ GENERATORS: dict[str, Callable[[], st.SearchStrategy[Case]]] = {
     "smith": smith_cases,
 }
 """Generator name -> a function returning its strategy (``tensorwasm fuzz --generator NAME``)."""
+
+
+SIMD_GENERATORS: dict[str, Callable[[], st.SearchStrategy[Case]]] = {
+    "numeric": simd_cases,
+    "loops": simd_loop_cases,
+    "smith": functools.partial(smith_cases, simd=True),
+}
+"""Generator name -> its SIMD128 variant (``tensorwasm fuzz --simd``): SIMD expression
+functions, SIMD loop kernels, wasm-smith modules with SIMD on. ``control`` has none."""
+
+
+def generator_strategy(name: str, simd: bool = False) -> st.SearchStrategy[Case]:
+    """The strategy of generator ``name``, or of its SIMD variant."""
+    table = SIMD_GENERATORS if simd else GENERATORS
+    if name not in table:
+        raise ValueError(
+            f"generator {name!r} has no SIMD variant (those that do: {', '.join(SIMD_GENERATORS)})"
+        )
+    return table[name]()
