@@ -8,8 +8,10 @@ Comparing two backends is then comparing tuples of integers, bit for bit.
 
 On the wire (the CLI, the spec-test oracle) values use wabt's ``wast2json`` encoding:
 ``{"type": "f32", "value": "2143289344"}``, the unsigned decimal of the bits, and
-``"null"`` for a null reference. Expected results may also be ``"nan:canonical"`` or
-``"nan:arithmetic"``, which match a class of NaNs rather than one bit pattern.
+``"null"`` for a null reference. A ``v128`` is ``"0x"`` and 32 hex digits, the 128-bit
+number whose low bits are lane 0 (``i32x4 1 2 3 4`` ends ``...000200000001``); wast2json's
+lane form ``{"type": "v128", "lane_type": "i32", "value": ["1", "2", "3", "4"]}`` is
+accepted too. Expected results may also be ``"nan:canonical"`` or ``"nan:arithmetic"``, which match a class of NaNs rather than one bit pattern.
 
 Traps are named by :class:`TrapKind`. Its codes are an ABI: compiled code writes them
 into its trap slot and the runtime reads them back, so they never change meaning. The
@@ -28,16 +30,18 @@ from typing import Any
 from tensorwasm.compiler.traps import TRAP_MESSAGES as TRAP_MESSAGES
 from tensorwasm.compiler.traps import TrapKind
 from tensorwasm.compiler.traps import trap_message as trap_message
-from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
+from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, V128, Type
 from tensorwasm.support.errors import TensorWasmError
 
 WasmValue = tuple[Type, int]
 """A value: its dialect type and its unsigned bit pattern (see the module docstring)."""
 
 #: The types a Wasm value can have, by their wast2json name.
-VALUE_TYPES: dict[str, Type] = {t.name: t for t in (I32, I64, F32, F64, FUNCREF, EXTERNREF)}
+VALUE_TYPES: dict[str, Type] = {t.name: t for t in (I32, I64, F32, F64, FUNCREF, EXTERNREF, V128)}
 
 _DECIMAL = re.compile(r"-?[0-9]+")
+_V128_HEX = re.compile(r"0x[0-9a-fA-F]{32}")
+_LANE_BITS = {"i8": 8, "i16": 16, "i32": 32, "i64": 64, "f32": 32, "f64": 64}
 
 
 class ValueFormatError(TensorWasmError):
@@ -123,6 +127,8 @@ def parse_expected_value(obj: Any) -> ExpectedValue:
 def _parse_json(obj: Any, *, allow_nan_pattern: bool) -> ExpectedValue:
     if not isinstance(obj, dict):
         raise ValueFormatError(f'a value is an object {{"type": ..., "value": ...}}, not {obj!r}')
+    if obj.get("type") == "v128" and set(obj) == {"type", "lane_type", "value"}:
+        return V128, _parse_v128_lanes(obj["lane_type"], obj["value"])
     if set(obj) != {"type", "value"}:
         raise ValueFormatError(f'a value has exactly the keys "type" and "value", not {sorted(obj)}')
     ty = VALUE_TYPES.get(obj["type"]) if isinstance(obj["type"], str) else None
@@ -137,6 +143,10 @@ def _parse_json(obj: Any, *, allow_nan_pattern: bool) -> ExpectedValue:
         return ty, NanPattern(raw)
     if ty.is_ref and raw == "null":
         return ty, 0
+    if ty is V128:
+        if not (isinstance(raw, str) and _V128_HEX.fullmatch(raw)):
+            raise ValueFormatError(f"{raw!r} is not a v128 value: 0x and 32 hex digits")
+        return ty, int(raw, 16)
     if isinstance(raw, int) and not isinstance(raw, bool):
         number = raw
     elif isinstance(raw, str) and _DECIMAL.fullmatch(raw):
@@ -150,9 +160,37 @@ def _parse_json(obj: Any, *, allow_nan_pattern: bool) -> ExpectedValue:
     return ty, number & ((1 << ty.bits) - 1)
 
 
+def _parse_v128_lanes(lane_type: Any, lanes: Any) -> int:
+    """The bits of wast2json's v128 lane form: lane 0 in the low bits."""
+    width = _LANE_BITS.get(lane_type) if isinstance(lane_type, str) else None
+    if width is None:
+        raise ValueFormatError(
+            f"unknown v128 lane type {lane_type!r} (expected one of {', '.join(_LANE_BITS)})"
+        )
+    count = 128 // width
+    if not (isinstance(lanes, list) and len(lanes) == count):
+        raise ValueFormatError(
+            f"a v128 of {lane_type} lanes has a list of {count} lane values, not {lanes!r}"
+        )
+    bits = 0
+    for k, lane in enumerate(lanes):
+        lane_ty = VALUE_TYPES[lane_type] if lane_type in VALUE_TYPES else I32
+        try:
+            _, lane_bits = parse_json_value({"type": lane_ty.name, "value": lane})
+        except ValueFormatError as exc:
+            raise ValueFormatError(f"v128 lane {k}: {exc}") from None
+        if not -(1 << (width - 1)) <= int(lane) < 1 << width:
+            raise ValueFormatError(f"v128 lane {k}: {lane} is out of range for {lane_type}")
+        bits |= (lane_bits & ((1 << width) - 1)) << (k * width)
+    return bits
+
+
 def to_json_value(value: WasmValue) -> dict[str, str]:
-    """The wast2json object for ``value`` (the unsigned decimal of its bits, or "null")."""
+    """The wast2json object for ``value`` (the unsigned decimal of its bits, or "null"; a
+    v128 as 0x and 32 hex digits)."""
     ty, bits = check_value(value)
+    if ty is V128:
+        return {"type": "v128", "value": f"0x{bits:032x}"}
     return {"type": ty.name, "value": "null" if ty.is_ref and bits == 0 else str(bits)}
 
 
