@@ -17,8 +17,13 @@ def _imm(instr: Instr) -> str:
     if kind is Imm.NONE or imm is None:
         return ""
     if kind is Imm.MEMARG:
-        align, offset = imm
-        return f" offset={offset} align={1 << align}" if offset else f" align={1 << align}"
+        return _memarg(*imm)
+    if kind is Imm.MEMARG_LANE:  # WAT's order: the memarg, then the lane
+        align, offset, lane = imm
+        return f"{_memarg(align, offset)} {lane}"
+    if kind is Imm.V128:  # as four i32 lanes, lane 0 first (the low bits), as wasm-tools prints
+        lanes = (f"0x{(imm >> (32 * k)) & 0xFFFFFFFF:08x}" for k in range(4))
+        return " i32x4 " + " ".join(lanes)
     if kind is Imm.F32 or kind is Imm.F64:
         value = float_from_bits(imm, kind is Imm.F64)
         return f" {value!r}" if value == value else f" nan:0x{imm:x}"
@@ -30,6 +35,10 @@ def _imm(instr: Instr) -> str:
     if isinstance(imm, tuple):
         return " " + " ".join(map(str, imm))
     return f" {imm}"
+
+
+def _memarg(align: int, offset: int) -> str:
+    return f" offset={offset} align={1 << align}" if offset else f" align={1 << align}"
 
 
 def print_body(body: list[Instr], indent: int = 2) -> list[str]:
