@@ -172,3 +172,13 @@ def test_planted_simd_miscompile_is_found_and_shrunk(
         replayed = Case.load(report.failures[0].saved)
         assert run_case(replayed).failed
     assert not run_case(replayed).failed
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("name", "backend"), [("numeric", "gpu"), ("smith", "gpu"), ("loops", "offload-gpu")]
+)
+def test_simd_cases_agree_on_the_gpu(name: str, backend: str, tmp_path: Path) -> None:
+    report = fuzz_generator(name, backend, max_examples=60, seed=7, save_dir=tmp_path, simd=True)
+    assert not report.failures, report.failures[0].summary()
+    assert report.calls > 0
