@@ -310,18 +310,17 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
     if getattr(kernel.attrs.get("loop_plan"), "collapse", ()):
         return _lower_nest_entry(lowering, index)
     gpu = lowering.target.is_gpu
-    name = abi.loop_entry_name(index, gpu)
-    params = [PTR_T, PTR_T, I64_T, PTR_T] if gpu else [PTR_T, PTR_T, I64_T, I64_T, PTR_T]
-    fn = ir.Function(lowering.llvm, ir.FunctionType(VOID_T, params), name=name)
-    lowering.target.mark_entry(fn)
-    if gpu:
-        ctx, slots, trip, out = fn.args
-    else:
-        ctx, slots, begin, trip, out = fn.args
-    for block in (ctx, slots, out):
-        _mark_context(block)
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    own = _private_context(b, ctx)
+    frame = entry_frame(lowering, index, 1)
+    fn, b, ctx, slots, begin, out, own = (
+        frame.fn,
+        frame.b,
+        frame.ctx,
+        frame.slots,
+        frame.begin,
+        frame.out,
+        frame.own,
+    )
+    (trip,) = frame.bounds
     args = _live_in_args(b, kernel, slots, 1)
     result_types = [llvm_type(t) for t in kernel.results]
     # Each thread starts from the identities as constants: on the GPU, ``out`` already
@@ -370,7 +369,54 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
         for acc, slot in zip(accs, out_slots, strict=True):
             b.store(acc, slot)
     b.ret_void()
-    return name
+    return fn.name
+
+
+@dataclass
+class EntryFrame:
+    """A launch entry's function and its arguments: ``(ctx, params, [begin,] bounds..., out)``
+    (``begin``, the first iteration, on the host only), with the builder at its entry block
+    and the thread's own context."""
+
+    fn: ir.Function
+    b: ir.IRBuilder
+    ctx: ir.Argument
+    slots: ir.Argument
+    begin: ir.Argument | None
+    bounds: list[ir.Argument]
+    out: ir.Argument
+    own: ir.Value
+
+
+def entry_frame(lowering: ModuleLowering, index: int, bounds: int) -> EntryFrame:
+    """Declare kernel ``index``'s launch entry with ``bounds`` trip-count arguments and start
+    its body: the context arguments marked, the private context made."""
+    gpu = lowering.target.is_gpu
+    params = [PTR_T, PTR_T, *[I64_T] * (bounds if gpu else bounds + 1), PTR_T]
+    fn = ir.Function(lowering.llvm, ir.FunctionType(VOID_T, params), name=abi.loop_entry_name(index, gpu))
+    lowering.target.mark_entry(fn)
+    ctx, slots, *middle, out = fn.args
+    begin = None if gpu else middle.pop(0)
+    for block in (ctx, slots, out):
+        _mark_context(block)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    return EntryFrame(fn, b, ctx, slots, begin, middle, out, _private_context(b, ctx))
+
+
+def counted_loop(b: ir.IRBuilder, fn: ir.Function, first, step, bound, exit_block, body) -> None:
+    """``for (k = first; k < bound; k += step) body(k)``, leaving to ``exit_block``."""
+    start = b.block
+    head = fn.append_basic_block("head")
+    loop = fn.append_basic_block("body")
+    b.branch(head)
+    b.position_at_end(head)
+    k = b.phi(I64_T)
+    k.add_incoming(first, start)
+    b.cbranch(b.icmp_signed("<", k, bound), loop, exit_block)
+    b.position_at_end(loop)
+    body(k)
+    k.add_incoming(b.add(k, step), b.block)
+    b.branch(head)
 
 
 def _private_context(b: ir.IRBuilder, ctx: ir.Value) -> ir.Value:
@@ -434,18 +480,16 @@ def _lower_nest_entry(lowering: ModuleLowering, index: int) -> str:
     kernel = lowering.dialect.functions[index]
     dims = len(kernel.attrs["loop_plan"].collapse) + 1
     gpu = lowering.target.is_gpu
-    name = abi.loop_entry_name(index, gpu)
-    params = [PTR_T, PTR_T, *[I64_T] * (dims if gpu else dims + 1), PTR_T]
-    fn = ir.Function(lowering.llvm, ir.FunctionType(VOID_T, params), name=name)
-    lowering.target.mark_entry(fn)
-    if gpu:
-        ctx, slots, *bounds, out = fn.args
-    else:
-        ctx, slots, begin, *bounds, out = fn.args
-    for block in (ctx, slots, out):
-        _mark_context(block)
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    own = _private_context(b, ctx)
+    frame = entry_frame(lowering, index, dims)
+    fn, b, ctx, slots, begin, bounds, own = (
+        frame.fn,
+        frame.b,
+        frame.ctx,
+        frame.slots,
+        frame.begin,
+        frame.bounds,
+        frame.own,
+    )
     args = _live_in_args(b, kernel, slots, dims)
     if gpu:
         sreg = functools.partial(_read_sreg, lowering.llvm, b)
@@ -458,21 +502,6 @@ def _lower_nest_entry(lowering: ModuleLowering, index: int) -> str:
     else:
         ranges = [(begin, i64_const(1)), *[(i64_const(0), i64_const(1))] * (dims - 1)]
     done = fn.append_basic_block("done")
-
-    def counted(first, step, bound, exit_block, body) -> None:
-        """``for (k = first; k < bound; k += step) body(k)``, leaving to ``exit_block``."""
-        start = b.block
-        head = fn.append_basic_block("head")
-        loop = fn.append_basic_block("body")
-        b.branch(head)
-        b.position_at_end(head)
-        k = b.phi(I64_T)
-        k.add_incoming(first, start)
-        b.cbranch(b.icmp_signed("<", k, bound), loop, exit_block)
-        b.position_at_end(loop)
-        body(k)
-        k.add_incoming(b.add(k, step), b.block)
-        b.branch(head)
 
     def cell(counters) -> None:
         b.call(lowering.function_for(index), [own, *(b.trunc(k, ir.IntType(32)) for k in counters), *args])
@@ -492,10 +521,10 @@ def _lower_nest_entry(lowering: ModuleLowering, index: int) -> str:
             level(depth + 1, [*outer, k], after)
             b.position_at_end(after)
 
-        counted(*ranges[depth], bounds[depth], exit_block, body)
+        counted_loop(b, fn, *ranges[depth], bounds[depth], exit_block, body)
 
     level(0, [], done)
     b.position_at_end(done)
     _report_trap(b, own, ctx)
     b.ret_void()
-    return name
+    return fn.name

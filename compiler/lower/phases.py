@@ -17,36 +17,19 @@ from llvmlite import ir
 from tensorwasm.compiler.lower import abi
 from tensorwasm.compiler.lower.env import i64_const
 from tensorwasm.compiler.lower.reduction import read_sreg
-from tensorwasm.compiler.lower.types import I64_T, PTR_T, VOID_T
-
-I32_T = ir.IntType(32)
+from tensorwasm.compiler.lower.types import I32_T, I64_T, VOID_T
 
 
 def lower_phases_entry(lowering, index: int) -> str:
     """Emit the launch entry of kernel ``index``, a phase kernel; its name."""
-    from tensorwasm.compiler.lower.function import (
-        _live_in_args,
-        _mark_context,
-        _private_context,
-        _report_trap,
-        _slot,
-    )
+    from tensorwasm.compiler.lower.function import _live_in_args, _report_trap, _slot, entry_frame
 
     kernel = lowering.dialect.functions[index]
     phases = len(kernel.attrs["loop_plan"].phases)
     gpu = lowering.target.is_gpu
-    name = abi.loop_entry_name(index, gpu)
-    params = [PTR_T, PTR_T, I64_T, PTR_T] if gpu else [PTR_T, PTR_T, I64_T, I64_T, PTR_T]
-    fn = ir.Function(lowering.llvm, ir.FunctionType(VOID_T, params), name=name)
-    lowering.target.mark_entry(fn)
-    if gpu:
-        ctx, slots, trip, out = fn.args
-    else:
-        ctx, slots, begin, trip, out = fn.args
-    for block in (ctx, slots, out):
-        _mark_context(block)
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    own = _private_context(b, ctx)
+    frame = entry_frame(lowering, index, 1)
+    fn, b, ctx, slots, begin, own = frame.fn, frame.b, frame.ctx, frame.slots, frame.begin, frame.own
+    (trip,) = frame.bounds
     args = _live_in_args(b, kernel, slots, 3)
     if gpu:
         first, step = (b.zext(read_sreg(lowering.llvm, b, r), I64_T) for r in ("ctaid.x", "nctaid.x"))
@@ -97,7 +80,7 @@ def lower_phases_entry(lowering, index: int) -> str:
     counted(first, step, trip, row)
     _report_trap(b, own, ctx)
     b.ret_void()
-    return name
+    return fn.name
 
 
 def _barrier(lowering) -> ir.Function:

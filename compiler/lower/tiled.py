@@ -15,11 +15,9 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from llvmlite import ir
-
 from tensorwasm.compiler.lower import abi
 from tensorwasm.compiler.lower.env import i64_const
-from tensorwasm.compiler.lower.types import I32_T, I64_T, PTR_T, VOID_T
+from tensorwasm.compiler.lower.types import I32_T, I64_T
 
 if TYPE_CHECKING:
     from tensorwasm.compiler.lower.function import ModuleLowering
@@ -31,11 +29,11 @@ def lower_tiled_entry(lowering: ModuleLowering, index: int, tiled: TiledKernel) 
     from tensorwasm.compiler.lower.function import (
         FunctionLowering,
         _live_in_args,
-        _mark_context,
-        _private_context,
         _read_sreg,
         _report_trap,
         _slot,
+        counted_loop,
+        entry_frame,
     )
 
     gpu = lowering.target.is_gpu
@@ -43,36 +41,14 @@ def lower_tiled_entry(lowering: ModuleLowering, index: int, tiled: TiledKernel) 
     tile_index = tiled.gpu_index if gpu else tiled.host_index
     shape = tiled.gpu_shape if gpu else tiled.host_shape
     FunctionLowering(lowering, lowering.dialect.functions[tile_index]).lower()
-    name = abi.loop_entry_name(index, gpu)
-    params = [PTR_T, PTR_T, I64_T, I64_T, PTR_T] if gpu else [PTR_T, PTR_T, I64_T, I64_T, I64_T, PTR_T]
-    fn = ir.Function(lowering.llvm, ir.FunctionType(VOID_T, params), name=name)
-    lowering.target.mark_entry(fn)
-    if gpu:
-        ctx, slots, trip, trip2, out = fn.args
-    else:
-        ctx, slots, begin, trip, trip2, out = fn.args
-    for block in (ctx, slots, out):
-        _mark_context(block)
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    own = _private_context(b, ctx)
+    frame = entry_frame(lowering, index, 2)
+    fn, b, ctx, slots, begin, own = frame.fn, frame.b, frame.ctx, frame.slots, frame.begin, frame.own
+    trip, trip2 = frame.bounds
     args = _live_in_args(b, kernel, slots, 2)
     tile = lowering.function_for(tile_index)
     done = fn.append_basic_block("done")
 
-    def counted(first, step, bound, exit_block, body) -> None:
-        """``for (k = first; k < bound; k += step) body(k)``, leaving to ``exit_block``."""
-        start = b.block
-        head = fn.append_basic_block("head")
-        loop = fn.append_basic_block("body")
-        b.branch(head)
-        b.position_at_end(head)
-        k = b.phi(I64_T)
-        k.add_incoming(first, start)
-        b.cbranch(b.icmp_signed("<", k, bound), loop, exit_block)
-        b.position_at_end(loop)
-        body(k)
-        k.add_incoming(b.add(k, step), b.block)
-        b.branch(head)
+    counted = functools.partial(counted_loop, b, fn)
 
     def call(i0, j0) -> None:
         i32 = functools.partial(b.trunc, typ=I32_T)
@@ -112,4 +88,4 @@ def lower_tiled_entry(lowering: ModuleLowering, index: int, tiled: TiledKernel) 
     b.position_at_end(done)
     _report_trap(b, own, ctx)
     b.ret_void()
-    return name
+    return fn.name
