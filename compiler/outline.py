@@ -128,6 +128,9 @@ def outline(module: Module, plan: LoopPlan) -> Function:
         elif arg in plan.ivs:
             start, step = plan.ivs[arg]
             mapping[arg] = emit_poly(start + step * Poly.symbol(plan.counter), arg.type)
+        elif arg in plan.vector_ivs:
+            start, step, add = plan.vector_ivs[arg]
+            mapping[arg] = vector_iv_at(b, value_of(start), value_of(step), add, k)
         elif arg in plan.invariant_args:
             mapping[arg] = value_of(plan.invariant_args[arg])
         elif arg in reductions:
@@ -220,6 +223,28 @@ def _inner_start(kernel: Function, level, plan: LoopPlan, k2: Value, clones, emi
         values.append(entering)
     b.br(clones[header], values)
     return start
+
+
+def vector_iv_at(b: Builder, start: Value, step: Value, add: str, k: Value) -> Value:
+    """A v128 induction variable at iteration ``k``: ``start + k * step`` per lane of the
+    shape of ``add`` ("i32x4.add"), wrapping as Wasm's lane-wise add does. ``i8x16`` has no
+    multiply: ``k * step`` there is the sum of ``step << j`` over the bits j of ``k`` (only
+    the low 8 bits matter modulo 2^8)."""
+    shape = add.split(".", 1)[0]
+    if shape == "i8x16":
+        scaled = b.constant(V128, 0)
+        for j in range(8):
+            bit = b.value(arith.and_, b.value(arith.shr_u, k, b.constant(I32, j)), b.constant(I32, 1))
+            mask = b.value(simd.splat, b.value(arith.sub, b.constant(I32, 0), bit), op="i8x16.splat")
+            shifted = b.value(simd.shift, step, b.constant(I32, j), op="i8x16.shl")
+            term = b.value(simd.binary, shifted, mask, op="v128.and")
+            scaled = b.value(simd.binary, scaled, term, op="i8x16.add")
+    else:
+        count = b.value(arith.sext, k, to=I64) if shape == "i64x2" else k
+        scaled = b.value(
+            simd.binary, step, b.value(simd.splat, count, op=f"{shape}.splat"), op=f"{shape}.mul"
+        )
+    return b.value(simd.binary, start, scaled, op=add)
 
 
 def value_of_identity(b: Builder, r: Reduction) -> Value:

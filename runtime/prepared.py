@@ -61,7 +61,7 @@ class LoopRef(NamedTuple):
 def _slim(plan: LoopPlan) -> LoopPlan:
     """A shallow copy without the fields only the outliner reads."""
     out = copy.copy(plan)
-    out.blocks, out.ivs, out.invariant_args = set(), {}, {}
+    out.blocks, out.ivs, out.invariant_args, out.vector_ivs = set(), {}, {}, {}
     out.collapse = tuple(replace(level, blocks=set()) for level in plan.collapse)
     out.phases = tuple(
         replace(p, blocks=set(), grid_blocks=set(), exit=None, grid_exit=None) for p in plan.phases

@@ -19,6 +19,11 @@ falls in one class, in nest order, outer loops first:
   that is no polynomial leaves that variable unknown rather than rejecting the loop;
 - reduction (the candidate loop's own arguments only): recognised by
   :mod:`compiler.analysis.reductions`;
+- v128 induction variable (the candidate loop's own arguments only): a vector every back
+  edge adds a loop-invariant vector to, lane by lane with wrapping (``i32x4.add`` and the
+  other integer shapes), from a loop-invariant start: clang's ``<i, i+1, i+2, i+3>``
+  incremented by a splat (:func:`vector_induction`); its value at iteration ``k`` is
+  ``start + k * step`` per lane, modulo the lane width;
 - anything else rejects the candidate loop, unless it belongs to an inner loop, which runs
   sequentially inside one thread.
 """
@@ -31,8 +36,9 @@ from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject
 from tensorwasm.compiler.analysis.plan import AnalysisOptions, Reduction
 from tensorwasm.compiler.analysis.poly import Poly, Symbol
 from tensorwasm.compiler.analysis.reductions import init_bits, recognise_reduction
-from tensorwasm.dialect import arith
+from tensorwasm.dialect import arith, simd
 from tensorwasm.dialect.ir import Block, LoopInfo, Op, Value
+from tensorwasm.dialect.types import V128
 
 
 class LoopValues:
@@ -52,6 +58,7 @@ class LoopValues:
         self.dead_args: set[Value] = set()
         self.lenient = lenient  # classify what can be classified, reject nothing
         self.reductions: dict[Value, Reduction] = {}
+        self.vector_ivs: dict[Value, tuple[Value, Value, str]] = {}  # v128 arg -> (start, step, add op)
 
     # Both made at first use: a loop rejected by its own header arguments (every loop around
     # the innermost of a deep nest, say) needs neither, and each costs the size of the body.
@@ -121,6 +128,11 @@ class LoopValues:
                         reduction.init = init_bits(self, entry[i])
                     reduction.local = loop.assigned[i] if i < len(loop.assigned) else None
                     self.reductions[arg] = reduction
+                    continue
+            if loop is self.info:
+                found = vector_induction(self, arg, incoming, entry[i], loop_body)
+                if found is not None:
+                    self.vector_ivs[arg] = found
                     continue
             if loop is not self.info or self.lenient:
                 continue  # inner loops run sequentially inside one thread: anything goes
@@ -248,3 +260,33 @@ class LoopValues:
             if b.is_constant():
                 return a.scale(1 << (b.constant & (op.operands[0].type.bits - 1)))
         return None
+
+
+# The lane-wise adds that make a v128 induction variable: they wrap per lane, so the value
+# at iteration k is start + k * step in each lane, modulo the lane width.
+VECTOR_IV_ADDS = ("i8x16.add", "i16x8.add", "i32x4.add", "i64x2.add")
+
+
+def vector_induction(
+    values: LoopValues, arg: Value, incoming: list[Value], start: Value, body: set[Block]
+) -> tuple[Value, Value, str] | None:
+    """``(start, step, add)`` where the v128 header argument ``arg`` is an induction vector:
+    every back edge passes ``add(arg, step)`` (either operand order) for one loop-invariant
+    ``step`` and one integer lane shape; None otherwise. The start is the entry value, which
+    is loop-invariant by construction (it flows in on the entry edge)."""
+    if arg.type is not V128 or not incoming:
+        return None
+    found = None
+    for value in incoming:
+        op = value.owner
+        if not (isinstance(op, Op) and op.opdef is simd.binary and op.attrs.get("op") in VECTOR_IV_ADDS):
+            return None
+        lhs, rhs = op.operands
+        if rhs is arg:
+            lhs, rhs = rhs, lhs
+        if lhs is not arg or rhs is arg or not values.invariant_in(rhs, body):
+            return None
+        if found is not None and found != (rhs, op.attrs["op"]):
+            return None
+        found = (rhs, op.attrs["op"])
+    return start, found[0], found[1]

@@ -66,6 +66,8 @@ def live_ins(values: LoopValues) -> list[tuple[Value, Symbol, str, int]]:
                 if local is None:
                     raise Reject("an induction variable starts from a value no local holds")
                 seen[sym.ref] = (sym.ref, sym, "local", local)
+    for start, _, _ in values.vector_ivs.values():  # a v128 induction vector's start too
+        _live_in(values, start, entry, seen)
     for sym in values.symbols.values():
         if sym.ref not in seen and sym.kind == "value":
             local = next((i for i, e in enumerate(entry) if e is sym.ref), None)

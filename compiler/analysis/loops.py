@@ -120,6 +120,7 @@ def plan_loop(
         facts.func, info, values.counter(info), trip, inner, accesses,
         reductions, inputs, outputs, values.body,
         values.ivs, values.invariant_args, static_free, work=[(ops, around) for around, ops in work.items()],
+        vector_ivs=values.vector_ivs,
     )  # fmt: skip
 
 

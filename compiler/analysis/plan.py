@@ -229,6 +229,9 @@ class LoopPlan:
     # Store/access index pairs the schedule could not settle statically: within one iteration
     # of the launched loop their byte ranges must be apart (a guard).
     row_guarded: list[tuple[int, int]] = field(default_factory=list)
+    # v128 induction variables of the launched loop: header argument -> (start, step, the
+    # lane-wise add, "i32x4.add"); the kernel computes start + k * step per lane.
+    vector_ivs: dict[Value, tuple[Value, Value, str]] = field(default_factory=dict)
 
     @property
     def gathers(self) -> list[Access]:

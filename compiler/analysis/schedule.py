@@ -57,6 +57,8 @@ def schedule_phases(
         plan = report.plan
         if plan is None or plan.reductions or plan.collapse or plan.gathers or plan.loop not in kept:
             continue
+        if plan.vector_ivs:  # (the phase kernel computes no v128 induction variable)
+            continue
         try:
             phases, guarded = _phases(facts, plan, by_loop, kept[plan.loop])
         except Reject:

@@ -100,3 +100,75 @@ def test_a_float_vector_reduction_stays_on_the_cpu_by_name() -> None:
     instance.exports(store)["run"](store, 16, 8)
     (loop,) = report(instance).loops
     assert loop.verdict == "reject" and "float vector reduction (f32x4.add" in loop.reason, loop
+
+
+def induction_module(shape: str, step_first: bool) -> bytes:
+    """``run(p, n, seed, stride)``: v = splat(seed) + <lane numbers>, s = splat(stride); for
+    n vectors at p: store (load ^ v), v = SHAPE.add(v, s) (or add(s, v)). clang's vector of
+    ``<i, i+1, i+2, i+3>`` stepped by a splat, in every integer lane shape."""
+    lanes = {"i8x16": 16, "i16x8": 8, "i32x4": 4, "i64x2": 2}[shape]
+    numbers = " ".join(str(i * 3 + 1) for i in range(lanes))
+    step = "(local.get $s) (local.get $v)" if step_first else "(local.get $v) (local.get $s)"
+    widen = "(i64.extend_i32_s (local.get $seed))" if shape == "i64x2" else "(local.get $seed)"
+    widen_stride = "(i64.extend_i32_s (local.get $stride))" if shape == "i64x2" else "(local.get $stride)"
+    return wat(f"""(module (memory (export "memory") 2)
+  (func (export "run") (param $p i32) (param $n i32) (param $seed i32) (param $stride i32)
+    (local $v v128) (local $s v128)
+    (local.set $v ({shape}.add ({shape}.splat {widen}) (v128.const {shape} {numbers})))
+    (local.set $s ({shape}.splat {widen_stride}))
+    (block $done
+      (br_if $done (i32.eqz (local.get $n)))
+      (loop $top
+        (v128.store (local.get $p) (v128.xor (v128.load (local.get $p)) (local.get $v)))
+        (local.set $v ({shape}.add {step}))
+        (local.set $p (i32.add (local.get $p) (i32.const 16)))
+        (local.set $n (i32.sub (local.get $n) (i32.const 1)))
+        (br_if $top (local.get $n))))))""")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("shape", ["i8x16", "i16x8", "i32x4", "i64x2"])
+@pytest.mark.parametrize("step_first", [False, True])
+def test_a_vector_induction_variable_runs_in_the_kernel_with_wasmtime_bits(
+    shape: str, step_first: bool, device: str
+) -> None:
+    wasm = induction_module(shape, step_first)
+    engine = wasmtime.Engine()
+    store = wasmtime.Store(engine)
+    reference = wasmtime.Instance(store, wasmtime.Module(engine, wasm), [])
+    instance = instantiate(store, wasm, [], device=device, offload="always")
+    rng = random.Random(shape)
+    data = bytes(rng.randrange(256) for _ in range(16 * 700))
+    # Starts and strides near the lanes' limits: the lanes wrap within the run.
+    for n, seed, stride in ((1, 5, 1), (700, 2**31 - 40, 77), (513, -129, -(2**31)), (300, 250, 65533)):
+        for inst in (reference, instance):
+            inst.exports(store)["memory"].write(store, data, 16)
+            inst.exports(store)["run"](store, 16, n, seed, stride)
+        assert _memory(instance, store) == _memory(reference, store), (shape, n, seed, stride)
+    (loop,) = report(instance).loops
+    assert loop.verdict == "offload", loop
+    assert loop.offloaded == 4 and loop.iterations == 1514, loop
+
+
+def test_a_vector_induction_variable_read_after_the_loop_keeps_it_on_the_cpu() -> None:
+    wasm = wat("""(module (memory (export "memory") 1)
+  (func (export "run") (param $p i32) (param $n i32) (local $v v128)
+    (local.set $v (v128.const i32x4 0 1 2 3))
+    (loop $top
+      (v128.store (local.get $p) (local.get $v))
+      (local.set $v (i32x4.add (local.get $v) (v128.const i32x4 4 4 4 4)))
+      (local.set $p (i32.add (local.get $p) (i32.const 16)))
+      (local.set $n (i32.sub (local.get $n) (i32.const 1)))
+      (br_if $top (local.get $n)))
+    (v128.store (i32.const 0) (local.get $v))))""")
+    engine = wasmtime.Engine()
+    store = wasmtime.Store(engine)
+    reference = wasmtime.Instance(store, wasmtime.Module(engine, wasm), [])
+    instance = instantiate(store, wasm, [], device="cpu", offload="always")
+    for inst in (reference, instance):
+        inst.exports(store)["run"](store, 32, 100)
+    assert bytes(instance.exports(store)["memory"].read(store, 0, 65536)) == bytes(
+        reference.exports(store)["memory"].read(store, 0, 65536)
+    )
+    (loop,) = report(instance).loops
+    assert loop.verdict == "reject" and "used after the loop" in loop.reason, loop
