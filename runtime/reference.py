@@ -8,8 +8,10 @@ bit pattern to the union's ``i32``/``i64`` member while the tag says f32/f64 han
 the exact bits, and reading that member back returns them. Globals are read the same way.
 
 Signatures come from the binary, not from wasmtime: its C API aborts the whole process
-when asked the kind of a v128 or typed-reference value type, so exports and imports with
-such types are refused (as an error result) before wasmtime is asked anything about them.
+when asked the kind of a v128 or typed-reference value type. A v128 value itself crosses
+the C API as its 16 bytes (kind ``WASMTIME_V128``), so v128 arguments, results, globals
+and global imports are carried, with their exact bits; exports and imports of typed
+references are refused (as an error result) before wasmtime is asked anything about them.
 
 Imports are satisfied with stubs, so any module can be instantiated on its own: a global
 gets zero of its type, a memory or table a fresh one of the declared type and limits, and a
@@ -29,7 +31,7 @@ import wasmtime
 from wasmtime import _ffi as ffi
 from wasmtime._func import enter_wasm
 
-from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, Type
+from tensorwasm.dialect.types import EXTERNREF, F32, F64, FUNCREF, I32, I64, V128, Type
 from tensorwasm.runtime.values import TRAP_MESSAGES, CallResult, WasmValue, trap_kind_from_wasmtime
 from tensorwasm.support.errors import TensorWasmError
 
@@ -88,7 +90,7 @@ class _Reader:
         return self.data[self.pos - length : self.pos].decode("utf-8")
 
     def valtype(self) -> Type | None:
-        """A value type; None for one the reference cannot carry (v128, typed references)."""
+        """A value type; None for one the reference cannot carry (typed references)."""
         code = self.byte()
         if code in (_REF, _REF_NULL):
             heap = self.byte()
@@ -108,7 +110,7 @@ class _Reader:
             self.uleb()
 
 
-_VALTYPE_CODES = {0x7F: I32, 0x7E: I64, 0x7D: F32, 0x7C: F64, 0x70: FUNCREF, 0x6F: EXTERNREF}
+_VALTYPE_CODES = {0x7F: I32, 0x7E: I64, 0x7D: F32, 0x7C: F64, 0x7B: V128, 0x70: FUNCREF, 0x6F: EXTERNREF}
 _REF, _REF_NULL = 0x64, 0x63
 _TYPE_SECTION, _IMPORT_SECTION, _FUNCTION_SECTION, _EXPORT_SECTION = 1, 2, 3, 7
 
@@ -262,13 +264,26 @@ class ReferenceInstance:
             if content is None:
                 raise ReferenceBackendError(
                     f"import {where} holds values of a type the reference backend cannot carry "
-                    "(v128 or a typed reference)"
+                    "(a typed reference)"
                 )
             if isinstance(ty, wasmtime.TableType):
                 return wasmtime.Table(self._store, ty, None)
+            if content is V128:  # (wasmtime-py would ask the type's kind: the C API aborts)
+                return self._v128_global(ty)
             zero: Any = None if content.is_ref else 0.0 if content.is_float else 0
             return wasmtime.Global(self._store, ty, zero)
         raise ReferenceBackendError(f"import {where} is of a kind the reference backend cannot stub")
+
+    def _v128_global(self, ty: wasmtime.GlobalType) -> wasmtime.Global:
+        """A global of v128 type ``ty`` holding zero, made through the C API."""
+        zero = self._to_raw((V128, 0))
+        made = ffi.wasmtime_global_t()
+        error = ffi.wasmtime_global_new(
+            self._store._context(), ty.ptr(), ctypes.byref(zero), ctypes.byref(made)
+        )
+        if error:
+            raise wasmtime.WasmtimeError._from_ptr(error)
+        return wasmtime.Global._from_raw(made)
 
     def exports(self) -> list[str]:
         """The names of the instance's exports."""
@@ -286,7 +301,7 @@ class ReferenceInstance:
         if signature is None:
             return CallResult(
                 error=f"{export} has a parameter or result of a type the reference backend cannot carry "
-                "(v128 or a typed reference)"
+                "(a typed reference)"
             )
         params, results = signature
         if len(args) != len(params):
@@ -342,8 +357,13 @@ class ReferenceInstance:
         return ctypes.string_at(memory.data_ptr(self._store), memory.data_len(self._store))
 
     def globals(self) -> dict[str, WasmValue]:
-        """The exported globals' current values, as raw bits; v128 and GC-typed globals are left out."""
-        carried = {*_KIND_TYPES, ffi.WASMTIME_FUNCREF.value, ffi.WASMTIME_EXTERNREF.value}
+        """The exported globals' current values, as raw bits; GC-typed globals are left out."""
+        carried = {
+            *_KIND_TYPES,
+            ffi.WASMTIME_V128.value,
+            ffi.WASMTIME_FUNCREF.value,
+            ffi.WASMTIME_EXTERNREF.value,
+        }
         values = {}
         for name, extern in self._exports.items():
             if isinstance(extern, wasmtime.Global):
@@ -365,6 +385,10 @@ class ReferenceInstance:
             raw = ffi.wasmtime_val_t(kind=kind)
             setattr(raw.of, member, _signed(bits, ty.bits))
             return raw
+        if ty is V128:
+            raw = ffi.wasmtime_val_t(kind=ffi.WASMTIME_V128.value)
+            raw.of.v128[:] = bits.to_bytes(16, "little")
+            return raw
         if ty is EXTERNREF:
             # The handle itself is the host data, so it comes back unchanged.
             return wasmtime.Val.externref(bits or None)._new_raw(self._store)
@@ -384,6 +408,8 @@ class ReferenceInstance:
         if ty is not None:
             _, member = _NUMERIC_KINDS[ty]
             return ty, getattr(raw.of, member) & ((1 << ty.bits) - 1)
+        if raw.kind == ffi.WASMTIME_V128.value:
+            return V128, int.from_bytes(bytes(raw.of.v128), "little")
         value = wasmtime.Val._from_raw(self._store, raw).value
         if raw.kind == ffi.WASMTIME_EXTERNREF.value:
             return EXTERNREF, 0 if value is None else int(value)
