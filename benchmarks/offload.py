@@ -1,6 +1,10 @@
 """End-to-end ``tensorwasm run`` against plain wasmtime on the example programs.
 
-Usage: ``python -m benchmarks.offload [--device gpu|cpu] [--sizes small|large|xlarge] [--mode auto|always] [--json]``.
+Usage: ``python -m benchmarks.offload [--device gpu|cpu] [--sizes small|large|xlarge] [--mode auto|always] [--simd] [--json]``,
+or ``python -m benchmarks.offload --compare SCALAR.json SIMD.json`` to put two runs' JSON side
+by side (this module's ``--json`` or the suite's, ``python -m benchmarks``), scalar builds
+against ``-msimd128`` builds: each program's speedup over its own build on wasmtime, and
+their ratio (``scripts/gpu-check --simd`` runs both on the GPU and prints it).
 ``large`` is a few seconds of wasmtime per program; ``xlarge`` (a 2048 x 2048 matrix product,
 a 4096 x 4096 stencil over 200 steps, a 4096 x 4096 image blurred 8 times, a step of 65536
 bodies) is where fixed costs (start-up, transfers in and out, per-launch overhead) have faded.
@@ -112,32 +116,31 @@ def main() -> int:
         help="run the -msimd128 builds (examples/wasi/build/<name>.O2.simd.wasm)",
     )
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("SCALAR", "SIMD"),
+        help="print scalar against SIMD speedups from two runs' JSON (this module's or the suite's)",
+    )
     args = parser.parse_args()
+    if args.compare:
+        documents = [json.loads(Path(p).read_text()) for p in args.compare]
+        print("\n".join(simd_table(documents[0], documents[1])))
+        return 0
     rows = []
     with tempfile.TemporaryDirectory() as cache_dir:
         os.environ["TENSORWASM_CACHE_DIR"] = cache_dir
         for name, prog_args in SIZES[args.sizes].items():
-            path = ROOT / f"examples/wasi/build/{name}.O2{'.simd' if args.simd else ''}.wasm"
-            base_seconds, expected = plain(path, prog_args)
-            row = {"program": name, "args": prog_args, "simd": args.simd, "wasmtime_seconds": base_seconds}
-            for start in ("cold", "warm"):
-                default_cache().memory.clear()
-                timings, output = offloaded(path, prog_args, args.device, args.mode)
-                total = timings["compile_seconds"] + timings["run_seconds"]
-                row[start] = {"identical_output": output == expected, "tensorwasm_seconds": total,
-                              "speedup": base_seconds / total, **timings}  # fmt: skip
-            if name in KINDS["declines"]:
-                row["fresh_process"] = fresh_processes(path, prog_args, args.device, args.mode)
-            rows.append(row)
+            rows.append(measure(name, prog_args, args.device, args.mode, args.simd))
     if args.json:
         json.dump(rows, sys.stdout, indent=2)
         print()
         return 0
     for r in rows:
-        for start in ("cold", "warm"):
-            t = r[start]
+        for phase in ("cold", "warm"):
+            t = r[phase]
             print(
-                f"{r['program']} {' '.join(r['args'])} ({start}): wasmtime {r['wasmtime_seconds']:.3f} s, tensorwasm "
+                f"{r['program']} {' '.join(r['args'])} ({phase}): wasmtime {r['wasmtime_seconds']:.3f} s, tensorwasm "
                 f"{t['tensorwasm_seconds']:.3f} s ({t['speedup']:.1f}x; prepare {t['compile_seconds'] * 1e3:.0f} ms, "
                 f"kernels {t['kernel_seconds'] * 1e3:.1f} ms, transfers {t['transfer_seconds'] * 1e3:.1f} ms, "
                 f"{t['launches']} launches, {t['bytes_moved'] / 1e6:.1f} MB moved); identical output: "
@@ -150,17 +153,93 @@ def main() -> int:
                 f"{fresh['wasmtime_seconds']:.3f} s, tensorwasm run {fresh['tensorwasm_seconds']:.3f} s "
                 f"({fresh['wasmtime_seconds'] / fresh['tensorwasm_seconds']:.2f}x; Python start and imports included)"
             )
-    for start in ("cold", "warm"):
+    for phase in ("cold", "warm"):
         for kind, names in KINDS.items():
             if kind == "declines":
                 continue
-            speedups = [r[start]["speedup"] for r in rows if r["program"] in names]
-            if speedups:
+            found = [r[phase]["speedup"] for r in rows if r["program"] in names]
+            if found:
                 print(
-                    f"geometric mean speedup, {start}, {kind} ({', '.join(names)}): "
-                    f"{math.exp(sum(map(math.log, speedups)) / len(speedups)):.1f}x"
+                    f"geometric mean speedup, {phase}, {kind} ({', '.join(names)}): "
+                    f"{math.exp(sum(map(math.log, found)) / len(found)):.1f}x"
                 )
     return 0
+
+
+def measure(name: str, args: list[str], device: str, mode: str, simd: bool = False) -> dict:
+    """One example program (the ``-msimd128`` build with ``simd``): plain wasmtime, then
+    ``tensorwasm run`` cold and warm (the cache directory is the caller's)."""
+    path = ROOT / f"examples/wasi/build/{name}.O2{'.simd' if simd else ''}.wasm"
+    base_seconds, expected = plain(path, args)
+    row = {"program": name, "args": args, "simd": simd, "wasmtime_seconds": base_seconds}
+    for phase in ("cold", "warm"):
+        default_cache().memory.clear()
+        timings, output = offloaded(path, args, device, mode)
+        total = timings["compile_seconds"] + timings["run_seconds"]
+        row[phase] = {"identical_output": output == expected, "tensorwasm_seconds": total,
+                      "speedup": base_seconds / total, **timings}  # fmt: skip
+    if name in KINDS["declines"]:
+        row["fresh_process"] = fresh_processes(path, args, device, mode)
+    return row
+
+
+def speedups(document: dict | list) -> dict[tuple[str, str], dict]:
+    """Each program and size of a run's JSON, warm: ``{(program, size): {"speedup",
+    "launches", "kernel_seconds", "identical"}}``. Takes this module's ``--json`` (a list of
+    rows) and the suite's document (``python -m benchmarks``: its ``results``); the speedup
+    is over the same build on wasmtime."""
+    found = {}
+    if isinstance(document, list):
+        for row in document:
+            warm = row["warm"]
+            found[(row["program"], " ".join(row["args"]))] = {
+                "speedup": warm["speedup"], "launches": warm["launches"],
+                "kernel_seconds": warm["kernel_seconds"], "identical": warm["identical_output"],
+            }  # fmt: skip
+        return found
+    for row in document["results"]:
+        warm = row["tensorwasm"]["warm"]
+        if "error" in warm:
+            found[(row["program"], row["label"])] = {"error": warm["error"], "identical": False}
+            continue
+        found[(row["program"], row["label"])] = {
+            "speedup": row["wasmtime"]["seconds"] / warm["seconds"], "launches": warm["launches"],
+            "kernel_seconds": warm["kernel_seconds"], "identical": warm["identical_output"],
+        }  # fmt: skip
+    return found
+
+
+# The target: a SIMD build's speedup within 10% of its scalar build's.
+SIMD_TOLERANCE = 0.10
+
+
+def simd_table(scalar: dict | list, simd: dict | list) -> list[str]:
+    """A markdown table, one line per program and size of the scalar run: the scalar and the
+    SIMD build's warm speedups over wasmtime, their ratio (SIMD / scalar), whether it is
+    within :data:`SIMD_TOLERANCE`, the launches of each and whether both outputs were
+    identical to wasmtime's; then how many are within."""
+    ours, theirs = speedups(scalar), speedups(simd)
+    lines = [
+        "| program | size | scalar speedup | SIMD speedup | SIMD / scalar | within 10% | launches scalar / SIMD | identical |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    within = 0
+    for (program, size), a in ours.items():
+        b = theirs.get((program, size))
+        if b is None or "error" in a or "error" in b:
+            why = "no SIMD run" if b is None else (a.get("error") or b.get("error"))
+            lines.append(f"| {program} | {size} | | | | no ({why}) | | |")
+            continue
+        ratio = b["speedup"] / a["speedup"]
+        ok = abs(ratio - 1) <= SIMD_TOLERANCE
+        within += ok
+        lines.append(
+            f"| {program} | {size} | {a['speedup']:.2f}x | {b['speedup']:.2f}x | {ratio:.2f} | "
+            f"{'yes' if ok else 'no'} | {a['launches']} / {b['launches']} | "
+            f"{'yes' if a['identical'] and b['identical'] else 'NO'} |"
+        )
+    lines += ["", f"{within} of {len(ours)} within {SIMD_TOLERANCE:.0%} of the scalar build's speedup"]
+    return lines
 
 
 # By arithmetic intensity: the work of a compute-bound program grows faster than its data
