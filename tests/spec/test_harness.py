@@ -108,3 +108,34 @@ def test_table_keeps_the_other_backends_column() -> None:
     assert parse_cell(cells["i32"]["cpu"]) == (3, 1, 2)
     assert parse_cell(cells["i32"]["gpu"]) == (5, 0, 0)
     assert parse_cell(current_cells(render({}, ["i32"]))["i32"]["gpu"]) is None
+
+
+@pytest.mark.parametrize("backend", ["cpu", "wasmtime"])
+def test_a_module_that_only_imports_globals_runs_when_they_link(tmp_path: Path, backend: str) -> None:
+    """simd_linking's shape: a registered module's v128 globals imported by a module with
+    nothing that could read them. It runs where its imports link by name, type and
+    mutability, fails where they do not; one that could read them is still not run."""
+    exporter = '(module (global (export "g") (mut v128) (v128.const i64x2 1 2)) (global (export "c") i32 (i32.const 3)))'
+    importers = {
+        "ok.wasm": '(module (import "M" "g" (global (mut v128))) (import "M" "c" (global i32)))',
+        "immutable.wasm": '(module (import "M" "g" (global v128)))',
+        "type.wasm": '(module (import "M" "c" (global i64)))',
+        "name.wasm": '(module (import "M" "h" (global i32)))',
+        "reads.wasm": '(module (import "M" "c" (global i32)) (func (export "f") (result i32) (global.get 0)))',
+    }
+    (tmp_path / "exporter.wasm").write_bytes(wat(exporter))
+    for name, text in importers.items():
+        (tmp_path / name).write_bytes(wat(text))
+    commands = [
+        {"type": "module", "line": 2, "filename": "exporter.wasm"},
+        {"type": "register", "line": 3, "as": "M"},
+    ]
+    commands += [{"type": "module", "line": 4 + i, "filename": name} for i, name in enumerate(importers)]
+    tally = run(tmp_path, commands, backend)
+    assert (tally.passed, tally.failed, tally.skipped) == (3, 3, 1), tally
+    assert tally.failures == [
+        "t.wast:5: does not link: M.g is a mutable v128 global, imported as a v128 global",
+        "t.wast:6: does not link: M.c is a i32 global, imported as a i64 global",
+        "t.wast:7: does not link: M exports no global 'h'",
+    ]
+    assert tally.skips == ["t.wast:8: imports M.c: executors do not link modules"]
