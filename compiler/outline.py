@@ -9,7 +9,8 @@ second and third counters): the thread enters each at its own iteration and runs
 that one of the innermost. Branches back to the header, and the loop's exit, end the iteration and
 return each reduction's contribution; trap blocks the body can reach are copied too. A v128
 live-in comes as its two i64 halves, put together again in the entry block; a v128
-reduction starts from its lanes' identities and returns each lane's contribution. The
+reduction starts from its lanes' identities and returns each lane's contribution; a v128
+induction variable is ``start + k * step`` lane by lane (:func:`vector_iv_at`). The
 kernel goes through the ordinary lowering, so it runs on the GPU and on the host alike;
 the launch entry points around it live in :mod:`compiler.lower.function`.
 """
