@@ -100,12 +100,15 @@ _CANDIDATES = tuple(
 
 @record(frozen=True)
 class TiledKernel:
-    """The tiled variants of a loop kernel: function indices and shapes, GPU and host."""
+    """The tiled variants of a loop kernel: function indices and shapes, GPU and host, and
+    the blocks per multiprocessor the GPU kernel's launch bounds ask for
+    (:func:`resident_blocks`)."""
 
     gpu_index: int
     gpu_shape: TileShape
     host_index: int
     host_shape: TileShape
+    gpu_blocks: int = 1
 
 
 def estimated_registers(shape: TileShape, carried_words: int, row_loads: int, col_loads: int) -> int:
@@ -152,6 +155,32 @@ def choose_tile(
         if best is None or key > best[0]:
             best = (key, shape)
     return best[1] if best else None
+
+
+# Blocks per multiprocessor a tiled kernel asks for. With one, the multiprocessor idles
+# while its block stages the next tile (global loads, then a barrier); with two, one block
+# computes while the other loads. ptxas meets the request by capping each thread's
+# registers (65536 / (2 * 256) = 128 for a 16 x 16 block).
+RESIDENT_BLOCKS = 2
+
+
+def resident_blocks(
+    shape: TileShape, shared_bytes: int, registers: int, model: DeviceModel | None = None
+) -> int:
+    """The most blocks of ``shape`` (up to :data:`RESIDENT_BLOCKS`) that fit one
+    multiprocessor by the model's threads and shared memory, with ``shared_bytes`` of shared
+    memory per block and the register cap that the count sets still at or above the
+    ``registers`` estimated per thread (:func:`estimated_registers`)."""
+    model = model or DeviceModel()
+    for blocks in range(RESIDENT_BLOCKS, 1, -1):
+        threads = blocks * shape.threads
+        if (
+            threads <= model.max_threads_per_sm
+            and blocks * shared_bytes <= 2 * model.shared_bytes
+            and registers <= min(model.registers_per_sm // threads, model.max_registers_per_thread)
+        ):
+            return blocks
+    return 1
 
 
 # Each cell of a thread runs its own copy of the kernel's code before and after the loop:
@@ -212,9 +241,12 @@ def tile_kernel(module: Module, kernel: Function, plan: LoopPlan, clones: dict[B
     except NotTileable as exc:
         kernel.attrs["tiling"] = str(exc)
         return
+    blocks = resident_blocks(
+        shape, shape.shared_bytes(row_bytes, col_bytes), estimated_registers(shape, carried, *counts)
+    )
     gpu_fn = TileBuilder(module, nest, shape, on_gpu=True).build()
     host_fn = TileBuilder(module, nest, HOST_SHAPE, on_gpu=False).build()
-    kernel.attrs["tiled"] = TiledKernel(gpu_fn.index, shape, host_fn.index, HOST_SHAPE)
+    kernel.attrs["tiled"] = TiledKernel(gpu_fn.index, shape, host_fn.index, HOST_SHAPE, blocks)
     kernel.attrs["tiling"] = "tiled"
 
 

@@ -396,7 +396,7 @@ class PreparedLaunch:
         self.cells = launch.trip * math.prod(launch.nest)  # iterations in parallel
         self.reductions = len(lp.plan.reductions)
         self.identities = identities(lp)
-        self.grid, self.block = launch_grid(launch, lp.tile)
+        self.grid, self.block = launch_grid(launch, lp.tile, self.reductions)
         # The scratch buffer: context | live-ins | reduction slots | written ranges, in u64s.
         self.out_words = self.identities or [0]
         self.range_words = [v for r in self.written for v in (r.lo, r.hi)] or [0, 0]
@@ -484,15 +484,22 @@ def words(values: list[int]) -> bytes:
 # kernels stride over whatever the grid does not cover).
 BLOCK_THREADS = 256
 MAX_GRID_Y = 65535
+# Blocks of a 1-D kernel with reductions: one wave of resident blocks on an H100/H200 (132
+# multiprocessors, 8 blocks of 256 threads each), every thread striding over the rest.
+# Each block ends in a shuffle tree and one atomic per result; a block per 256 iterations
+# (up to 65535 of them) queued that many atomics on each result slot, which cost more
+# than the loads (the hand-written peer launches 8 blocks per multiprocessor).
+REDUCTION_BLOCKS = 1024
 
 
 def launch_grid(
-    launch: Launch, tile: tuple[int, int, int, int] | None = None
+    launch: Launch, tile: tuple[int, int, int, int] | None = None, reductions: int = 0
 ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """Grid and block: 1-D over the iterations (a block per iteration for a distributed
-    body), or x over a nest's innermost counter (rounded to whole warps), y over the next
-    one out and z over the outermost of a 3-D nest. A tiled kernel (``tile``: rows,
-    columns, threads across, threads down) gets a block per tile."""
+    body; at most :data:`REDUCTION_BLOCKS` blocks where the kernel folds ``reductions``),
+    or x over a nest's innermost counter (rounded to whole warps), y over the next one out
+    and z over the outermost of a 3-D nest. A tiled kernel (``tile``: rows, columns,
+    threads across, threads down) gets a block per tile."""
     if launch.rows:  # a distributed body: a block per iteration, its threads share each phase
         return (max(1, min(launch.trip, 65535)), 1, 1), (BLOCK_THREADS, 1, 1)
     if tile is not None and len(launch.nest) == 1:
@@ -500,7 +507,8 @@ def launch_grid(
         tiles_x, tiles_y = -(-launch.nest[0] // cols), -(-launch.trip // rows)
         return (max(1, min(tiles_x, 65535)), max(1, min(tiles_y, MAX_GRID_Y)), 1), (threads_x, threads_y, 1)
     if not launch.nest:
-        return (max(1, min(-(-launch.trip // BLOCK_THREADS), 65535)), 1, 1), (BLOCK_THREADS, 1, 1)
+        most = REDUCTION_BLOCKS if reductions else 65535
+        return (max(1, min(-(-launch.trip // BLOCK_THREADS), most)), 1, 1), (BLOCK_THREADS, 1, 1)
     *outer, innermost = (launch.trip, *launch.nest)
     width = min(BLOCK_THREADS, 32 * -(-innermost // 32))
     y = min(outer[-1], MAX_GRID_Y)

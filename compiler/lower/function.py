@@ -35,7 +35,7 @@ from tensorwasm.compiler.lower.types import (
 )
 from tensorwasm.compiler.traps import TrapKind
 from tensorwasm.dialect import cf
-from tensorwasm.dialect.ir import Block, FuncSig, Function, Module, Op
+from tensorwasm.dialect.ir import Block, FuncSig, Function, Module, Op, Value
 from tensorwasm.support.errors import TensorWasmError
 
 LOWERINGS = {
@@ -150,6 +150,11 @@ class FunctionLowering:
         self.env = Environment(self.b, self.fn, self.ctx, self.target)
         self.depth: ir.Value | None = None
         self.shared: dict[str, tuple[ir.Value, ir.Type]] = {}  # shared arrays met so far (lower.shared)
+        # Float results lowered without Wasm's NaN rule (numeric.PLAIN_FLOAT): their op and
+        # the ops in their tree of such results; and the exact values of those made so far in
+        # the current block (see ``exact``).
+        self.deferred: dict[Value, tuple[Op, int]] = {}
+        self.made_exact: dict[Value, ir.Value] = {}
 
     def llvm_type(self, ty) -> ir.Type:
         return llvm_type(ty)
@@ -171,6 +176,7 @@ class FunctionLowering:
         self.b.branch(self.blocks[func.entry])
         for block in func.blocks:
             self.b.position_at_end(self.blocks[block])
+            self.made_exact = {}
             for op in block.ops:
                 self._lower_op(op)
 
@@ -197,7 +203,12 @@ class FunctionLowering:
 
     def _lower_op(self, op: Op) -> None:
         try:
-            args = [self.values[v] for v in op.operands]
+            if op.name in numeric.PLAIN_FLOAT and not op.attrs.get("nan_free") and self._defer(op):
+                return
+            if op.name in numeric.NAN_BLIND and (op.name == "arith.cmpf" or op.attrs.get("nan_free")):
+                args = [self.values[v] for v in op.operands]
+            else:
+                args = [self.exact(v) for v in op.operands]
             if op.name in TERMINATORS:
                 self._terminator(op, args)
                 return
@@ -221,12 +232,101 @@ class FunctionLowering:
                 f"function {self.func.index} ({self.func.name}): {op.name}{where}: {exc}"
             ) from exc
 
+    # -- Wasm's NaN rule, deferred
+    #
+    # A float add, subtract, multiply, divide, square root or rounding returns what IEEE
+    # returns, except that a NaN result must be the NaN Wasm (x86) picks: the first NaN
+    # operand quieted, else the default NaN (numeric.wasm_nan_result, some ten instructions
+    # each). IEEE's result is a NaN exactly where Wasm's is, and the two agree bit for bit
+    # everywhere else. So these ops are lowered as the one instruction (the "fast" value)
+    # and remembered; a use that reads a value's bits (anything but another such op or a
+    # compare) asks for ``exact``: one NaN test on the fast value and, out of line where it
+    # is a NaN, the op's tree rebuilt with the rule at every step, from the same operands.
+    # A tree stops growing at MAX_DEFERRED ops: the op past it is lowered with the rule.
+
+    MAX_DEFERRED = 32
+
+    def _defer(self, op: Op) -> bool:
+        """Lower ``op`` (a ``numeric.PLAIN_FLOAT`` op) as the one instruction, remembering it,
+        if its tree stays within MAX_DEFERRED ops; False where it must take the rule now."""
+        size = 1 + sum(self.deferred[v][1] for v in op.operands if v in self.deferred)
+        if size > self.MAX_DEFERRED:
+            return False
+        args = [self.values[v] for v in op.operands]
+        self.values[op.results[0]] = numeric.PLAIN_FLOAT[op.name](self, op, args)
+        self.deferred[op.results[0]] = (op, size)
+        return True
+
+    def exact(self, value: Value) -> ir.Value:
+        """The LLVM value of dialect ``value`` with Wasm's NaN rule applied (a deferred
+        value's fast value where it is not a NaN, its rebuilt tree where it is)."""
+        if value not in self.deferred:
+            return self.values[value]
+        made = self.made_exact.get(value)
+        if made is not None:
+            return made
+        b = self.b
+        fast = self.values[value]
+        before = b.block
+        slow = self.fn.append_basic_block("nan.rule")
+        after = self.fn.append_basic_block("nan.done")
+        branch = b.cbranch(b.fcmp_unordered("uno", fast, fast), slow, after)
+        branch.set_weights([1, 1 << 20])  # a NaN is rare: keep the rebuild out of line
+        b.position_at_end(slow)
+        rebuilt = self._rebuild(value)
+        slow_end = b.block
+        b.branch(after)
+        b.position_at_end(after)
+        made = b.phi(fast.type)
+        made.add_incoming(fast, before)
+        made.add_incoming(rebuilt, slow_end)
+        self.made_exact[value] = made
+        return made
+
+    def _rebuild(self, root: Value) -> ir.Value:
+        """The deferred ``root``'s tree lowered with Wasm's NaN rule at every op, operands
+        first (iteratively: a tree may be MAX_DEFERRED deep)."""
+        built: dict[Value, ir.Value] = {}
+
+        def ready(v: Value) -> bool:
+            return v not in self.deferred or v in built or v in self.made_exact
+
+        def lowered(v: Value) -> ir.Value:
+            for known in (built, self.made_exact):
+                if v in known:
+                    return known[v]
+            return self.values[v]
+
+        stack = [root]
+        while stack:
+            value = stack[-1]
+            op = self.deferred[value][0]
+            waiting = [v for v in op.operands if not ready(v)]
+            if waiting:
+                stack.extend(waiting)
+                continue
+            stack.pop()
+            if value in built:
+                continue
+            args = [lowered(v) for v in op.operands]
+            built[value] = LOWERINGS[op.name](self, op, args)
+        return built[root]
+
     def _edge(self, succ) -> ir.Block:
-        """The LLVM block a branch goes to, with its phis fed from the current block."""
+        """The LLVM block a branch goes to, with its phis fed from the current block (the
+        branch's arguments already made exact by ``_exact_arguments``)."""
         target = self.blocks[succ.block]
         for arg, value in zip(succ.block.args, succ.args, strict=True):
-            self.values[arg].add_incoming(self.values[value], self.b.block)
+            incoming = self.made_exact[value] if value in self.deferred else self.values[value]
+            self.values[arg].add_incoming(incoming, self.b.block)
         return target
+
+    def _exact_arguments(self, op: Op) -> None:
+        """Make every deferred value the terminator ``op`` passes to a block exact, before
+        the branch (a block argument holds exact values: its phi has no tree to rebuild)."""
+        for succ in op.successors:
+            for value in succ.args:
+                self.exact(value)
 
     def _edges(self, op: Op) -> list[ir.Block]:
         """Targets of a multi-way branch; a target reached twice with arguments gets its own
@@ -245,6 +345,7 @@ class FunctionLowering:
         return targets
 
     def _terminator(self, op: Op, args) -> None:
+        self._exact_arguments(op)
         b = self.b
         opdef = op.opdef
         if opdef is cf.br:

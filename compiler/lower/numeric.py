@@ -264,10 +264,21 @@ def _intrinsic(name: str):
     return lower
 
 
+# Float ops whose result differs from IEEE's only where it is a NaN (its payload), and
+# is a NaN exactly where IEEE's is: without Wasm's NaN rule, one instruction each. The
+# function lowering defers the rule to where a value's bits are observed (a store, a
+# reinterpretation, a branch argument, ...): see ``FunctionLowering.exact``.
+PLAIN_FLOAT = {
+    **{name: _direct(method) for name, method in FLOAT_ARITHMETIC.items()},
+    **{name: _intrinsic(intr) for name, intr in INTRINSICS.items()},
+}
+# Ops that read no NaN payload of their float operands, only whether one is a NaN: they
+# take a deferred value as it is.
+NAN_BLIND = frozenset({"arith.cmpf", *PLAIN_FLOAT})
+
 LOWERINGS = {
     **{name: _direct(method) for name, method in DIRECT.items()},
-    **{name: wasm_nans(_direct(method)) for name, method in FLOAT_ARITHMETIC.items()},
-    **{name: wasm_nans(_intrinsic(intr)) for name, intr in INTRINSICS.items()},
+    **{name: wasm_nans(lower) for name, lower in PLAIN_FLOAT.items()},
     "arith.shl": lower_shift, "arith.shr_s": lower_shift, "arith.shr_u": lower_shift,
     "arith.rotl": lower_rotate, "arith.rotr": lower_rotate,
     "arith.clz": lower_bit_count, "arith.ctz": lower_bit_count, "arith.popcnt": lower_bit_count,

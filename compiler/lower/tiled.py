@@ -15,6 +15,8 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
+from llvmlite import ir
+
 from tensorwasm.compiler.lower import abi
 from tensorwasm.compiler.lower.env import i64_const
 from tensorwasm.compiler.lower.types import I32_T, I64_T
@@ -22,6 +24,17 @@ from tensorwasm.compiler.lower.types import I32_T, I64_T
 if TYPE_CHECKING:
     from tensorwasm.compiler.lower.function import ModuleLowering
     from tensorwasm.compiler.tile import TiledKernel
+
+
+def launch_bounds(module: ir.Module, fn: ir.Function, block: tuple[int, int, int], blocks: int) -> None:
+    """Tell ptxas the block every launch of ``fn`` uses and the blocks per multiprocessor to
+    fit (PTX ``.maxntid`` and ``.minnctapersm``): it then caps the registers per thread
+    at what that many blocks leave, spilling where it must."""
+    i32 = ir.IntType(32)
+    for key, value in (*zip(("maxntidx", "maxntidy", "maxntidz"), block, strict=True), ("minctasm", blocks)):
+        module.add_named_metadata(
+            "nvvm.annotations", [fn, ir.MetaDataString(module, key), ir.Constant(i32, value)]
+        )
 
 
 def lower_tiled_entry(lowering: ModuleLowering, index: int, tiled: TiledKernel) -> str:
@@ -43,6 +56,8 @@ def lower_tiled_entry(lowering: ModuleLowering, index: int, tiled: TiledKernel) 
     FunctionLowering(lowering, lowering.dialect.functions[tile_index]).lower()
     frame = entry_frame(lowering, index, 2)
     fn, b, ctx, slots, begin, own = frame.fn, frame.b, frame.ctx, frame.slots, frame.begin, frame.own
+    if gpu:
+        launch_bounds(lowering.llvm, fn, (shape.threads_x, shape.threads_y, 1), tiled.gpu_blocks)
     trip, trip2 = frame.bounds
     args = _live_in_args(b, kernel, slots, 2)
     tile = lowering.function_for(tile_index)

@@ -137,7 +137,7 @@ class NVPTXTarget(Target):
     arch: str = "sm_90"
     ptx_version: tuple[int, int] = (7, 8)
     # The code generator that writes the PTX: "llvm" (NVPTX) or "nvvm" (libNVVM, see
-    # nvvm.py); None: TENSORWASM_PTX_BACKEND's choice ("auto" is LLVM for now).
+    # nvvm.py); None: TENSORWASM_PTX_BACKEND's choice ("auto": nvvm.AUTO_BACKEND's, per arch).
     codegen: str | None = None
 
     triple = NVPTX_TRIPLE
@@ -165,7 +165,11 @@ class NVPTXTarget(Target):
         from tensorwasm.support import config
 
         chosen = config.ptx_backend()
-        return "llvm" if chosen == "auto" else chosen
+        if chosen == "auto":
+            from tensorwasm.compiler.target.nvvm import AUTO_BACKEND
+
+            return AUTO_BACKEND[self.arch]
+        return chosen
 
     @property
     def name(self) -> str:  # type: ignore[override]

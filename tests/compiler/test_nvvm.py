@@ -181,7 +181,10 @@ def test_the_choice_of_code_generator_comes_from_the_environment_and_keys_the_ca
     monkeypatch.delenv(config.PTX_BACKEND, raising=False)
     assert config.ptx_backend() == "auto"
     target = NVPTXTarget("sm_90", ARCH_PTX["sm_90"])
-    assert target.backend == "llvm"  # auto keeps LLVM for now
+    assert target.backend == "llvm"  # auto: nvvm.AUTO_BACKEND's choice for sm_90
+    assert {arch: NVPTXTarget(arch, ARCH_PTX[arch]).backend for arch in ARCH_PTX} == nvvm.AUTO_BACKEND
+    monkeypatch.setitem(nvvm.AUTO_BACKEND, "sm_80", "nvvm")  # the table decides, per target
+    assert NVPTXTarget("sm_80", ARCH_PTX["sm_80"]).backend == "nvvm" and target.backend == "llvm"
     llvm_key = describe(target)
     monkeypatch.setenv(config.PTX_BACKEND, "NVVM")
     assert config.ptx_backend() == "nvvm" and target.backend == "nvvm"

@@ -6,6 +6,7 @@ tiled kernels, one thread per block) and on the GPU."""
 from __future__ import annotations
 
 import random
+import re
 import struct
 import subprocess
 from pathlib import Path
@@ -15,7 +16,7 @@ import wasmtime
 
 from tensorwasm.compiler.prepare import compile_loop_kernels, prepare_offload
 from tensorwasm.compiler.target import ARCH_PTX, NVPTXTarget
-from tensorwasm.compiler.tile import DeviceModel, TileShape, choose_tile, estimated_registers
+from tensorwasm.compiler.tile import DeviceModel, TileShape, choose_tile, estimated_registers, resident_blocks
 from tensorwasm.runtime.offload import OffloadModule
 from tensorwasm.support import config
 from tensorwasm.support.errors import ConfigError
@@ -133,6 +134,41 @@ def test_a_tiled_gemm_kernel_assembles_for_sm_90(ptxas: str, tmp_path: Path, mon
     monkeypatch.setenv(config.TILING, "off")
     untiled = compile_loop_kernels(prepare_offload(GEMM.read_bytes()), target).text
     assert "tw_shared_" not in untiled and "barrier.red.or" not in untiled
+
+
+def test_tiled_gemm_asks_for_two_blocks_per_multiprocessor_and_fits(ptxas: str, tmp_path: Path) -> None:
+    """The tiled kernel's launch bounds (its 16 x 16 block, two blocks per multiprocessor)
+    make ptxas fit it in 128 registers, so one block computes while the other stages; the
+    staging loads are one load each (a misaligned address reads zero), with no byte-wise
+    call in the staging loop."""
+    target = NVPTXTarget("sm_90", ARCH_PTX["sm_90"])
+    preparation = prepare_offload(GEMM.read_bytes())
+    tiled_loop = next(lp for lp in preparation.prepared.loops if lp.tile is not None)
+    tiled = preparation.state.dialect.module.functions[tiled_loop.kernel_index].attrs["tiled"]
+    assert tiled.gpu_blocks == 2
+    ptx = compile_loop_kernels(preparation, target, [tiled_loop.kernel_index]).text
+    entry = ptx[ptx.index(f".entry {tiled_loop.entry(True)}(") :]
+    assert re.search(r"\)\s*\.maxntid 16, 16, 1\s*\.minnctapersm 2\s*\{", entry)
+    # Byte-wise loads remain only for the kernel's two gathered loads (the k loop's
+    # remainder, at addresses the analysis cannot follow), once per cell: 2 x 16.
+    assert ptx.count("call.uni (retval0), tw_load32_bytes") == 2 * 16
+    src = tmp_path / "gemm.ptx"
+    src.write_text(ptx)
+    proc = subprocess.run(
+        [ptxas, "-arch=sm_90", "-v", str(src), "-o", str(tmp_path / "gemm.cubin")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    registers = [int(r) for r in re.findall(r"Used (\d+) registers", proc.stderr)]
+    assert registers and max(registers) <= 128, proc.stderr
+
+
+def test_resident_blocks_by_the_device_model() -> None:
+    shape = TileShape(16, 16, 4, 4, 16)
+    assert resident_blocks(shape, 16 * 1024, 80) == 2
+    assert resident_blocks(shape, 16 * 1024, 129) == 1  # two blocks leave 128 registers a thread
+    assert resident_blocks(shape, 60 * 1024, 80) == 1  # two blocks' shared memory does not fit
+    assert resident_blocks(TileShape(32, 32, 1, 1, 8), 1024, 40) == 1  # 2048 threads > 1024
 
 
 # -- results equal to wasmtime's ---------------------------------------------------------
