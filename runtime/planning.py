@@ -179,8 +179,10 @@ class ArrivalGate:
         self.declines = 0
 
     def declined(self, reason: str | None) -> None:
-        """An arrival declined: close the gate where the reason lasts or declines repeat."""
-        if self.wait is None:
+        """An arrival declined: close the gate where the reason lasts or declines repeat. An
+        arrival that would have paid but for the device's start is not kept out: its gain
+        counts towards the start (see :meth:`ArrivalPlanner._started`)."""
+        if self.wait is None or reason == NOT_STARTED:
             return
         self.declines += 1
         if reason in LASTING:

@@ -84,3 +84,17 @@ def test_summary_geomeans() -> None:
     s = polybench.summary(rows)
     assert s["kernel_geomean"] == pytest.approx(2.0) and s["process_geomean"] == pytest.approx(1.0)
     assert (s["identical"], s["slower_than_1_05"], s["launched"], s["candidates"]) == (1, 1, 1, 5)
+
+
+def test_the_package_s_bytecode_is_written_even_where_python_writes_none(tmp_path, monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # as PYTHONDONTWRITEBYTECODE=1 does
+    for folder in polybench.PACKAGE_DIRS:
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "mod.py").write_text("X = 1\n")
+    assert polybench.compile_bytecode(tmp_path)
+    for folder in polybench.PACKAGE_DIRS:
+        assert [p.suffix for p in (tmp_path / folder / "__pycache__").iterdir()] == [".pyc"]
+    (tmp_path / "runtime" / "bad.py").write_text("def (\n")
+    assert not polybench.compile_bytecode(tmp_path)
