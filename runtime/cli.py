@@ -490,7 +490,9 @@ def entry() -> None:
     arrival whose launch would have paid: :mod:`runtime.gpu_start`)."""
     status = main()
     gpu_start = sys.modules.get("tensorwasm.runtime.gpu_start")  # (a launch may have begun one)
-    if (_cuda_start is not None and _cuda_start.is_alive()) or (gpu_start is not None and gpu_start.STARTER.running()):
+    if (_cuda_start is not None and _cuda_start.is_alive()) or (
+        gpu_start is not None and gpu_start.STARTER.running()
+    ):
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

@@ -50,7 +50,9 @@ class ContextStart:
                 return self.thread
             if self._made():
                 return None
-            self.thread = threading.Thread(target=make or make_context, name="tensorwasm-cuda-start", daemon=True)
+            self.thread = threading.Thread(
+                target=make or make_context, name="tensorwasm-cuda-start", daemon=True
+            )
             self.began = time.perf_counter()
             self.thread.start()
             return self.thread

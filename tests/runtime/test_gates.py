@@ -186,7 +186,9 @@ def test_a_region_loop_that_keeps_declining_stops_asking_the_host(device: str, m
     exports["run"](store, 4, 1000, 0)  # too little work at every step
     offload.close()
     assert asked.count(sweep.stats.offset) == _asks_expected(1000)
-    assert sweep.stats.arrivals == 1000 and sweep.stats.declined == {"too little work to pay for a launch": 1000}
+    assert sweep.stats.arrivals == 1000 and sweep.stats.declined == {
+        "too little work to pay for a launch": 1000
+    }
     assert _memory(store, exports) == _plain_run(wasm, 4, 1000, 0)
 
 
