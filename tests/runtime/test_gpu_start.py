@@ -117,22 +117,52 @@ def test_a_start_made_in_the_background_is_charged_only_for_what_is_left(monkeyp
     assert rest <= offload.planner.banked < profit.STARTUP_SECONDS["gpu"]
 
 
-@pytest.mark.gpu
-def test_on_the_gpu_the_first_paying_arrival_starts_the_context_in_the_background(monkeypatch) -> None:
-    from tensorwasm.runtime import gpu_start
-    from tensorwasm.runtime.device_info import context_made
+_FIRST_ARRIVALS = """
+import time
+from tensorwasm.runtime import gpu_start, profit
+from tensorwasm.runtime.device_info import context_made
+from tensorwasm.runtime.offload import OffloadModule
+from tensorwasm.runtime.planning import NOT_STARTED
+from tests.offload_cases import module_bytes, run_case
+from tests.runtime.test_offload import _saxpy_case
 
-    if context_made():
-        pytest.skip("this process made its context before: run the test on its own")
-    monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: 5e-7)
-    offload = OffloadModule(module_bytes("blas1", "O2"), device="gpu", mode="auto", pin=True)
-    spec, case = _saxpy_case()
-    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
-    loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
+profit.cpu_seconds_per_op = lambda: 5e-7  # ~10 ms gained an arrival
+offload = OffloadModule(module_bytes("blas1", "O2"), device="gpu", mode="auto", pin=True)
+spec, case = _saxpy_case()
+expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
+assert not context_made()
+assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+assert loop.stats.declined == {NOT_STARTED: 1}, loop.stats.declined
+assert gpu_start.STARTER.thread is not None  # begun by the first arrival that would pay
+gpu_start.STARTER.thread.join()
+arrivals = 1
+while not loop.stats.offloaded and arrivals < 100:
     assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
-    assert loop.stats.declined == {NOT_STARTED: 1} and gpu_start.STARTER.thread is not None
-    started = time.perf_counter()
-    while not loop.stats.offloaded and time.perf_counter() - started < 30:
-        assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
-    offload.close()
-    assert loop.stats.offloaded and context_made()
+    arrivals += 1
+offload.close()
+# Made in the background: only the rest of the start (~50 ms) was banked before a launch.
+print(arrivals, loop.stats.offloaded, round(offload.planner.banked, 3), flush=True)
+"""
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_first_paying_arrival_starts_the_context_in_the_background() -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run(
+        [sys.executable, "-c", _FIRST_ARRIVALS],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )  # fmt: skip  (a process of its own: no context yet)
+    assert done.returncode == 0, done.stderr
+    arrivals, offloaded, banked = done.stdout.split()
+    rest = profit.STARTUP_SECONDS["gpu"] - profit.CONTEXT_SECONDS["gpu"]
+    assert int(offloaded) == 1 and rest <= float(banked) < profit.STARTUP_SECONDS["gpu"]
+    assert int(arrivals) < profit.STARTUP_SECONDS["gpu"] / 0.01  # fewer than the whole start would take
