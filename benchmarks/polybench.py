@@ -10,6 +10,8 @@ under ``tensorwasm run --device D``:
   shim (``polybench-support/dump.c``) that writes each floating-point element as the hex
   digits of its bits instead of PolyBench's two decimals, and the dump to stdout: the
   outputs after the time line are compared byte for byte;
+- the package's bytecode is compiled first, as installing it does (a checkout run with
+  ``PYTHONDONTWRITEBYTECODE`` would compile every module from source in every process);
 - each program runs once untimed under both (compiled code cached: wasmtime's own cache,
   tensorwasm's), then ``--repeat`` times each, alternating; the median of the kernel
   times and of the whole process times is kept;
@@ -18,7 +20,9 @@ under ``tensorwasm run --device D``:
 
 It writes ``build/polybench/polybench-<dataset>-<device>.json``, the markdown table, and
 with ``--docs`` the PolyBench section of ``docs/benchmarks.md`` (between its markers) and
-a plot in ``docs/img/`` (where matplotlib is installed; else the section says so).
+its plot, drawn by :func:`svg_plot` into ``docs/img/`` (an SVG: no plotting library), and
+the JSON both come from into ``docs/data/``. ``--from-json FILE --docs`` writes the section
+and the plot again from a JSON this command wrote, running nothing.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ DEFAULT_SRC = ROOT.parent / "shared" / "polybench-4.2.1"
 BUILD = ROOT / "build" / "polybench"
 MD_PATH = ROOT / "docs" / "benchmarks.md"
 IMG_DIR = ROOT / "docs" / "img"
-PLOT = "polybench-speedup.png"
+PLOT = "polybench-speedup"  # docs/img/<PLOT>-<dataset>-<device>.svg
 DATASETS = ("MINI", "SMALL", "MEDIUM", "LARGE", "EXTRALARGE")
 BEGIN, END = "<!-- polybench:begin -->", "<!-- polybench:end -->"
 SCHEMA = 1
@@ -104,6 +108,22 @@ def split_output(stdout: str) -> tuple[float | None, str]:
         return float(first), rest
     except ValueError:
         return None, stdout
+
+
+# The folders of the installed package: a wheel's install compiles their bytecode, as
+# wasmtime's was; a checkout run with PYTHONDONTWRITEBYTECODE (or read-only) compiles every
+# module from source in every process (~100 ms a run on a 2-core Xeon), which is no part of
+# what ``tensorwasm run`` costs.
+PACKAGE_DIRS = ("tensorwasm", "dialect", "compiler", "runtime")
+
+
+def compile_bytecode(root: Path = ROOT) -> bool:
+    """Write the package's bytecode where an install would have it (``__pycache__``, ignored
+    by git), so each timed process reads it as an installed tensorwasm does; whether every
+    module compiled."""
+    import compileall
+
+    return all(compileall.compile_dir(root / d, quiet=2) for d in PACKAGE_DIRS)
 
 
 def _timed(command: list[str], timeout: float) -> tuple[subprocess.CompletedProcess, float]:
@@ -281,16 +301,29 @@ def markdown(doc: dict, plot: str | None) -> str:
         )
     lines.append("")
     if plot is not None:
-        lines += [f"![PolyBench speedups](img/{plot})", ""]
-    else:
-        lines += ["Plot not drawn: matplotlib is not installed (`pip install -e '.[bench]'`).", ""]
+        lines += [
+            f"[![PolyBench speedups per program, kernel and whole process, log scale](img/{plot})](img/{plot})",
+            "",
+            f"The plot: wasmtime's time over tensorwasm's per program, log scale (a bar below 1x is a loss); "
+            f"the data: [`docs/data/{data_name(doc)}`](data/{data_name(doc)}).",
+            "",
+        ]
     lines.append(END)
     return "\n".join(lines) + "\n"
 
 
-def write_docs(doc: dict, md_path: Path, img_dir: Path) -> str | None:
+def data_name(doc: dict) -> str:
+    """The file name of ``doc``'s JSON under docs/data."""
+    return f"polybench-{doc['dataset'].lower()}-{doc['device']}.json"
+
+
+def write_docs(doc: dict, md_path: Path, img_dir: Path, data_dir: Path | None = None) -> str:
     """The section into ``md_path`` (replacing the one between the markers, else appended),
-    and the plot into ``img_dir``; the plot's file name, or None without matplotlib."""
+    the plot into ``img_dir`` and the JSON into ``data_dir`` (by default docs/data beside
+    ``md_path``); the plot's file name."""
+    data_dir = data_dir or md_path.parent / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / data_name(doc)).write_text(json.dumps(doc, indent=1) + "\n")
     plot = draw(doc, img_dir)
     section = markdown(doc, plot)
     text = md_path.read_text() if md_path.exists() else ""
@@ -304,32 +337,74 @@ def write_docs(doc: dict, md_path: Path, img_dir: Path) -> str | None:
     return plot
 
 
-def draw(doc: dict, img_dir: Path) -> str | None:
-    try:
-        import matplotlib
-    except ImportError:
-        return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+# The plot: two bars per program (kernel, whole process), on a log scale around 1x.
+SVG_BAR, SVG_GAP, SVG_LEFT, SVG_TOP, SVG_HEIGHT, SVG_BOTTOM = 9, 10, 64, 44, 260, 96
+SVG_SERIES = (("kernel_speedup", "kernel (PolyBench timer)", "#3b6fb6"),
+              ("process_speedup", "whole process", "#e08a2c"))  # fmt: skip
+
+
+def svg_plot(doc: dict) -> str:
+    """The speedups of ``doc`` (the JSON this command writes) per program, kernel and end to
+    end, as an SVG bar chart on a log scale: a bar rises from 1x for a gain and falls below it
+    for a loss. Plain SVG text, the same for the same JSON."""
+    from xml.sax.saxutils import escape
 
     rows = doc["results"]
-    fig, ax = plt.subplots(figsize=(12, 4.5))
-    xs = range(len(rows))
-    ax.bar(
-        [x - 0.2 for x in xs], [r["kernel_speedup"] or 0 for r in rows], 0.4, label="kernel (PolyBench timer)"
-    )
-    ax.bar([x + 0.2 for x in xs], [r["process_speedup"] for r in rows], 0.4, label="whole process")
-    ax.axhline(1.0, color="grey", linewidth=1)
-    ax.set_yscale("log")
-    ax.set_xticks(list(xs), [r["program"] for r in rows], rotation=60, ha="right", fontsize="small")
-    ax.set_ylabel("wasmtime time / tensorwasm time")
-    ax.set_title(f"PolyBench/C 4.2.1 {doc['dataset']}, device {doc['device']}, offload {doc['offload']}")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
+    values = [r[key] for r in rows for key, _, _ in SVG_SERIES if r.get(key)]
+    low = math.floor(math.log10(min([0.5, *values])))
+    high = math.ceil(math.log10(max([2.0, *values])))
+    width = max(640, SVG_LEFT + len(rows) * (2 * SVG_BAR + SVG_GAP) + 24)  # (the title fits)
+    height = SVG_TOP + SVG_HEIGHT + SVG_BOTTOM
+
+    def y(value: float) -> float:
+        return SVG_TOP + SVG_HEIGHT * (high - math.log10(value)) / (high - low)
+
+    title = f"PolyBench/C 4.2.1 {doc['dataset']}, device {doc['device']}, offload {doc['offload']}: " \
+            "wasmtime time / tensorwasm time"  # fmt: skip
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="{SVG_LEFT}" y="18" font-size="13">{escape(title)}</text>',
+    ]
+    for k, (_, label, color) in enumerate(SVG_SERIES):
+        at = SVG_LEFT + 220 * k
+        out.append(f'<rect x="{at}" y="26" width="10" height="10" fill="{color}"/>')
+        out.append(f'<text x="{at + 14}" y="35">{escape(label)}</text>')
+    right = width - 24
+    for exponent in range(low, high + 1):
+        at = y(10.0**exponent)
+        label = f"{10.0**exponent:g}x"
+        stroke = "#444" if exponent == 0 else "#ddd"
+        out.append(f'<line x1="{SVG_LEFT}" y1="{at:.1f}" x2="{right}" y2="{at:.1f}" stroke="{stroke}"/>')
+        out.append(f'<text x="{SVG_LEFT - 6}" y="{at + 4:.1f}" text-anchor="end">{label}</text>')
+    one = y(1.0)
+    for i, row in enumerate(rows):
+        left = SVG_LEFT + SVG_GAP / 2 + i * (2 * SVG_BAR + SVG_GAP)
+        for k, (key, label, color) in enumerate(SVG_SERIES):
+            value = row.get(key)
+            if not value:
+                continue
+            top, bottom = sorted((y(value), one))
+            out.append(
+                f'<rect x="{left + k * SVG_BAR:.1f}" y="{top:.1f}" width="{SVG_BAR}" '
+                f'height="{max(bottom - top, 0.5):.1f}" fill="{color}">'
+                f"<title>{escape(row['program'])}, {escape(label)}: {value:.3g}x</title></rect>"
+            )
+        x, base = left + SVG_BAR, SVG_TOP + SVG_HEIGHT + 8
+        out.append(
+            f'<text x="{x:.1f}" y="{base}" text-anchor="end" transform="rotate(-60 {x:.1f} {base})">'
+            f"{escape(row['program'])}</text>"
+        )
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def draw(doc: dict, img_dir: Path) -> str:
+    """The plot of ``doc`` written into ``img_dir``; its file name."""
     img_dir.mkdir(parents=True, exist_ok=True)
-    name = PLOT.replace(".png", f"-{doc['device']}.png")
-    fig.savefig(img_dir / name, dpi=90, metadata={"Software": None})
-    plt.close(fig)
+    name = f"{PLOT}-{doc['dataset'].lower()}-{doc['device']}.svg"
+    (img_dir / name).write_text(svg_plot(doc))
     return name
 
 
@@ -370,9 +445,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--docs", action="store_true", help="write the section of docs/benchmarks.md and the plot"
     )
+    parser.add_argument("--from-json", type=Path, metavar="FILE",
+                        help="run nothing: write the docs (with --docs) from a JSON this command wrote")  # fmt: skip
     parser.add_argument("--md", type=Path, default=MD_PATH, help=argparse.SUPPRESS)
     parser.add_argument("--img", type=Path, default=IMG_DIR, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.from_json is not None:
+        return _from_json(args)
     if not (args.src / "utilities" / "benchmark_list").exists():
         print(f"benchmarks.polybench: no PolyBench/C tree at {args.src} (--src)", file=sys.stderr)
         return 2
@@ -390,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.build_only:
         print(f"built {len(built)} program(s) under {args.out / args.dataset.lower()}")
         return 0
+    if not compile_bytecode():
+        print("benchmarks.polybench: the package's bytecode could not all be written", file=sys.stderr)
     rows = []
     for name, wasm in built.items():
         row = measure(name, wasm, args.device, args.offload, max(1, args.repeat), args.timeout)
@@ -411,11 +492,29 @@ def main(argv: list[str] | None = None) -> int:
           f"wrote {args.out / stem}.json")  # fmt: skip
     if args.docs:
         plot = write_docs(doc, args.md, args.img)
-        print(
-            f"wrote {args.md}"
-            + (f" and {args.img / plot}" if plot else " (no plot: matplotlib is not installed)")
-        )
+        print(f"wrote {args.md}, {args.img / plot} and {args.md.parent / 'data' / data_name(doc)}")
     return 0 if all(r["identical_output"] for r in rows) else 1
+
+
+def _from_json(args: argparse.Namespace) -> int:
+    """``--from-json``: the docs written again from a JSON of an earlier run."""
+    try:
+        doc = json.loads(args.from_json.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"benchmarks.polybench: cannot read {args.from_json}: {exc}", file=sys.stderr)
+        return 2
+    if doc.get("schema") != SCHEMA:
+        print(
+            f"benchmarks.polybench: {args.from_json} is not a results file of schema {SCHEMA}",
+            file=sys.stderr,
+        )
+        return 2
+    if not args.docs:
+        print(markdown(doc, None), end="")
+        return 0
+    plot = write_docs(doc, args.md, args.img)
+    print(f"wrote {args.md} and {args.img / plot} from {args.from_json}")
+    return 0
 
 
 if __name__ == "__main__":

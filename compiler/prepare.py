@@ -118,7 +118,9 @@ def prepare_offload(
     for n, (ins, plan) in enumerate(zip(insertions, plans, strict=True)):
         # A region's loops always call the host: a decline must bring its results back.
         ins.filter = loop_filter(plan) if n not in region_of else None
-        ins.gate = n not in region_of
+        # Every loop has a gate; a region's closes only while nothing of the region is on the
+        # device, and any launch in the region opens them all (runtime.planning.ArrivalGate).
+        ins.gate = True
     exits = [RegionExit(r.func_index, r.exits, f"region_{k}") for k, r in enumerate(regions)]
     rewritten = rewrite(wasm, insertions, exits) if kernels else data
     global_types = [g.type for g in wasm.global_types()]

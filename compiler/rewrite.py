@@ -169,7 +169,7 @@ class Insertion:
     local_types: list[Type]  # every local of the function, parameters first, then scratch locals
     import_name: str
     filter: Filter | None = None
-    # A gate before the host call (every loop outside a device-resident region): while the
+    # A gate before the host call (every loop; see runtime.planning.ArrivalGate): while the
     # exported i64 global ``tensorwasm:wait_<n>`` is not zero an arrival stays in Wasm, counts
     # in ``skipped_<n>`` and takes one off it. The host sets it after a loop declined again
     # and again, or for a reason that lasts, so later arrivals cost no host call.

@@ -219,15 +219,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def _start_cuda() -> None:
     """Create the CUDA context (~0.2 s on an H100) while the main thread imports the runtime;
     its own request then finds it made, or fails there with the reason."""
-    try:
-        from tensorwasm.runtime.driver import Context
+    from tensorwasm.runtime.gpu_start import make_context
 
-        Context.get()
-    except Exception:
-        pass
+    make_context()
 
 
-# The thread making the CUDA context for the last run (see entry).
+# The thread making the CUDA context that the last run began at its start (see entry).
 _cuda_start: threading.Thread | None = None
 
 
@@ -255,8 +252,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     raw = read_module_file(args.module)  # read once: the module may come through a pipe
     if args.device != "cpu" and args.offload != "off" and _may_launch(raw, args.device):
-        _cuda_start = threading.Thread(target=_start_cuda, name="tensorwasm-cuda-start", daemon=True)
-        _cuda_start.start()
+        from tensorwasm.runtime.gpu_start import STARTER
+
+        _cuda_start = STARTER.begin(_start_cuda)  # (a launch's start-up rule counts its progress)
     from tensorwasm.compiler.frontend import wasm_of
     from tensorwasm.runtime.run import report, run
 
@@ -488,9 +486,13 @@ def entry() -> None:
     """The ``tensorwasm`` command. Where the CUDA context is still being made when the
     command is done (every loop stayed on the CPU before one was needed, so nothing of the
     program's is on the device), the process ends at once: it neither waits for the driver
-    nor exits while the driver initialises on the other thread."""
+    nor exits while the driver initialises on the other thread (begun at the start, or by an
+    arrival whose launch would have paid: :mod:`runtime.gpu_start`)."""
     status = main()
-    if _cuda_start is not None and _cuda_start.is_alive():
+    gpu_start = sys.modules.get("tensorwasm.runtime.gpu_start")  # (a launch may have begun one)
+    if (_cuda_start is not None and _cuda_start.is_alive()) or (
+        gpu_start is not None and gpu_start.STARTER.running()
+    ):
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

@@ -17,6 +17,7 @@ import weakref
 from typing import Any
 
 from tensorwasm.compiler.target import nvptx_for_device
+from tensorwasm.runtime import gpu_start
 from tensorwasm.runtime.cache import load_kernels
 from tensorwasm.support import logs
 from tensorwasm.support.lazy import LazyModule
@@ -39,6 +40,8 @@ class CudaDevice:
         self.assumed = None  # the remembered device the target was made for (known_gpu)
         self.cu_modules: dict[str, Any] = {}  # the loaded kernels' modules, by an entry of each
         self._owner: weakref.ref | None = None  # the module whose launches run here (see runner)
+        self.starter = gpu_start.STARTER  # the thread making the context (see startup_seconds)
+        self.start_begun = False
 
     def target(self):
         """The code's target: the device's, from its context if one is made, else from the
@@ -72,10 +75,24 @@ class CudaDevice:
         return self._context
 
     def startup_seconds(self) -> float:
-        """What a first launch pays before it runs: the context's start, where none is made."""
-        from tensorwasm.runtime.profit import STARTUP_SECONDS
+        """What a first launch pays before it runs, where it has no context yet: the device's
+        start, less what a thread making the context (:mod:`runtime.gpu_start`) has done of
+        it. Only an arrival whose launch would pay asks (see ``ArrivalPlanner._started``): the
+        first to ask begins that thread, so the launch that pays finds the context made, or
+        waits only for the rest."""
+        from tensorwasm.runtime.profit import CONTEXT_SECONDS, STARTUP_SECONDS
 
-        return STARTUP_SECONDS["gpu"] if self._context is None else 0.0
+        if self._context is not None:
+            return 0.0
+        if not self.start_begun:
+            self.start_begun = True
+            self.starter.begin(self.make_context)
+        context = CONTEXT_SECONDS["gpu"]
+        return STARTUP_SECONDS["gpu"] - context + self.starter.seconds_left(context)
+
+    def make_context(self) -> None:
+        """What the thread starting the device runs (:func:`runtime.gpu_start.make_context`)."""
+        gpu_start.make_context()
 
     def runner(self, prepared: Any):
         from tensorwasm.runtime.device_launch import DeviceLaunches

@@ -71,7 +71,15 @@ class HostLaunches:
     def __init__(self, prepared: Any) -> None:
         self.prepared = prepared
         self._pool: ThreadPoolExecutor | None = None  # host threads, made on first need
+        self.started = False  # a launch ran (LLVM's JIT is loaded): see startup_seconds
         self.replays = None  # launches in place leave nothing to replay
+
+    def startup_seconds(self) -> float:
+        """What the first launch pays before it runs: loading LLVM's JIT and the first host
+        threads (see :data:`runtime.profit.STARTUP_SECONDS`); nothing once one launch ran."""
+        from tensorwasm.runtime.profit import STARTUP_SECONDS
+
+        return 0.0 if self.started else STARTUP_SECONDS["cpu"]
 
     def transfer_estimate(self, lp: OffloadedLoop, ready: PreparedLaunch) -> tuple[int, bool]:
         return 0, False  # nothing is copied
@@ -90,6 +98,7 @@ class HostLaunches:
     ) -> list[int] | None:
         """Run the launch in linear memory; the reductions' partial results, or None where
         the kernel trapped (memory restored, the arrival declined)."""
+        self.started = True
         stats = lp.stats
         launch = ready.launch
         params = arrival.params

@@ -147,7 +147,13 @@ class ArrivalGate:
     they cost a few instructions: for good, or for a wait that doubles with each further
     decline up to :attr:`WAIT_LIMIT` arrivals, so a loop whose arrivals grow into
     launches is asked again soon enough. A launch opens it again. Declining is always
-    exact (the original loop runs), so the gate trades only launches it may miss."""
+    exact (the original loop runs), so the gate trades only launches it may miss.
+
+    A loop of a device-resident region may run in Wasm only while the device holds nothing
+    of the region that linear memory lacks. A decline brings the region's results back and
+    forgets what the device held (the host function flushes it), so a gate closes only after
+    a decline; and any launch in the region, which makes its data resident again, opens the
+    gates of all its loops (:meth:`reopen`), so that their next arrivals ask the host."""
 
     BACKOFF_AFTER = 4
     WAIT_LIMIT = 63
@@ -178,9 +184,23 @@ class ArrivalGate:
     def launched(self) -> None:
         self.declines = 0
 
+    def reopen(self) -> None:
+        """A launch in the loop's region: the next arrival asks the host (the part of a wait
+        still running is counted as spent so far)."""
+        self.declines = 0
+        if not self.waiting or self.store() is None:
+            return
+        left = self.wait.get(self.context)
+        self.waited += self.waiting - left
+        self.waiting = 0
+        if left:
+            self.wait.set(self.context, 0)
+
     def declined(self, reason: str | None) -> None:
-        """An arrival declined: close the gate where the reason lasts or declines repeat."""
-        if self.wait is None:
+        """An arrival declined: close the gate where the reason lasts or declines repeat. An
+        arrival that would have paid but for the device's start is not kept out: its gain
+        counts towards the start (see :meth:`ArrivalPlanner._started`)."""
+        if self.wait is None or reason == NOT_STARTED:
             return
         self.declines += 1
         if reason in LASTING:
@@ -241,6 +261,8 @@ class ArrivalPlanner:
         self.record_replay = runner.record_replay
         self.startup_seconds = getattr(runner, "startup_seconds", None)
         self.banked = 0.0  # the gain of the arrivals that would have paid, before the device started
+        # Per region: the gates of its loops in every instance bound (see ArrivalGate.reopen).
+        self.region_gates: dict[int, list[ArrivalGate]] = {}
 
     def threshold(self, lp: OffloadedLoop) -> int:
         """The distance to go below which the loop's Wasm-side filter keeps an arrival from
@@ -269,6 +291,10 @@ class ArrivalPlanner:
             threshold = thresholds[n] if thresholds is not None else self.threshold(lp)
             lp.gate = ArrivalGate(lp, n, store, exports, threshold, self.mode)
             gates.append(lp.gate)
+            if lp.region is not None:
+                kept = self.region_gates.setdefault(lp.region, [])
+                kept[:] = [gate for gate in kept if gate.store() is not None]
+                kept.append(lp.gate)
         return gates
 
     def arrive(
@@ -280,13 +306,17 @@ class ArrivalPlanner:
         calling instance (:class:`ArrivalGate`)."""
         gate = lp.gate
         if gate is None or gate.context != context:
-            return self._arrive(lp, caller, args, context)
-        gate.arrived()
-        results = self._arrive(lp, caller, args, context)
-        if results[0]:
-            gate.launched()
+            results = self._arrive(lp, caller, args, context)
         else:
-            gate.declined(lp.stats.last_declined)
+            gate.arrived()
+            results = self._arrive(lp, caller, args, context)
+            if results[0]:
+                gate.launched()
+            else:
+                gate.declined(lp.stats.last_declined)
+        if results[0] and lp.region is not None:  # its data may now be resident: no loop of it skips the host
+            for other in self.region_gates.get(lp.region, ()):
+                other.reopen()
         return results
 
     def _arrive(

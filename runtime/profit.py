@@ -40,7 +40,13 @@ COPY_BYTES_PER_SECOND = {"pinned": 45e9, "pageable": 8e9}
 # 0.2 to 1 ms on wasmtime took 210 to 240 ms at their first launch). In ``auto`` no launch
 # starts the device until the arrivals that would have paid for a launch add up to a
 # gain this large (see runtime.planning): a program too small for the GPU never starts it.
-STARTUP_SECONDS = {"gpu": 0.2}
+# The host backend's start is loading LLVM's JIT (llvmlite: 25 to 55 ms on a 2-core
+# Xeon) with the first kernel's object code, and the first host threads: PolyBench MEDIUM's
+# memset launched on it at 40 ms where wasmtime takes well under one.
+STARTUP_SECONDS = {"gpu": 0.2, "cpu": 0.04}
+# Of a GPU's start, the CUDA context's part: made on a thread of its own as soon as a run
+# may launch (runtime.gpu_start), so that only what is left of it is charged.
+CONTEXT_SECONDS = {"gpu": 0.15}
 SLOWER_LIMIT = 2  # launches slower than the CPU estimate, in a row, before going back
 RETRY_EVERY = 64  # arrivals on the CPU between retries on the device
 

@@ -84,3 +84,106 @@ def test_summary_geomeans() -> None:
     s = polybench.summary(rows)
     assert s["kernel_geomean"] == pytest.approx(2.0) and s["process_geomean"] == pytest.approx(1.0)
     assert (s["identical"], s["slower_than_1_05"], s["launched"], s["candidates"]) == (1, 1, 1, 5)
+
+
+def test_the_package_s_bytecode_is_written_even_where_python_writes_none(tmp_path, monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # as PYTHONDONTWRITEBYTECODE=1 does
+    for folder in polybench.PACKAGE_DIRS:
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "mod.py").write_text("X = 1\n")
+    assert polybench.compile_bytecode(tmp_path)
+    for folder in polybench.PACKAGE_DIRS:
+        assert [p.suffix for p in (tmp_path / folder / "__pycache__").iterdir()] == [".pyc"]
+    (tmp_path / "runtime" / "bad.py").write_text("def (\n")
+    assert not polybench.compile_bytecode(tmp_path)
+
+
+def _small_doc() -> dict:
+    def row(name: str, kernel: float | None, process: float) -> dict:
+        loops = {"candidates": 2, "launched": 1, "arrivals": 3, "launches": 1, "declined": {}, "rejected": {}}
+        return {"program": name, "identical_output": True, "kernel_speedup": kernel, "process_speedup": process,
+                "wasmtime": {"kernel": 0.1, "process": 0.2}, "tensorwasm": {"kernel": 0.1, "process": 0.2},
+                "loops": loops}  # fmt: skip
+
+    rows = [row("gemm", 100.0, 10.0), row("a<b&c", 0.5, 1.0), row("no-timer", None, 0.1)]
+    return {"schema": polybench.SCHEMA, "dataset": "MINI", "device": "gpu", "offload": "auto", "repeat": 1,
+            "environment": {"date": "d", "cpu": "c", "cpu_count": 1, "python": "3", "commit": "x"},
+            "results": rows, "summary": polybench.summary(rows)}  # fmt: skip
+
+
+def test_the_plot_is_an_svg_of_bars_on_a_log_scale_around_1x() -> None:
+    import xml.etree.ElementTree as ET
+
+    doc = _small_doc()
+    text = polybench.svg_plot(doc)
+    assert text == polybench.svg_plot(doc)  # the same file for the same data
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    root = ET.fromstring(text)
+    bars = {
+        b.find("s:title", ns).text: b
+        for b in root.iterfind("s:rect", ns)
+        if b.find("s:title", ns) is not None
+    }
+    assert sorted(bars) == sorted(
+        [
+            "gemm, kernel (PolyBench timer): 100x",
+            "gemm, whole process: 10x",
+            "a<b&c, kernel (PolyBench timer): 0.5x",
+            "a<b&c, whole process: 1x",
+            "no-timer, whole process: 0.1x",
+        ]
+    )  # fmt: skip  (no kernel bar where PolyBench's timer gave none)
+    lines = {
+        t.text: float(t.get("y")) - 4 for t in root.iterfind("s:text", ns) if t.text and t.text.endswith("x")
+    }
+    assert sorted(lines, key=lines.get) == ["100x", "10x", "1x", "0.1x"]  # decades from 0.1x to 100x
+    decade = lines["1x"] - lines["10x"]
+    assert lines["0.1x"] - lines["1x"] == pytest.approx(decade, abs=0.2) and decade > 0
+
+    def span(title: str) -> tuple[float, float]:
+        bar = bars[title]
+        top = float(bar.get("y"))
+        return top, top + float(bar.get("height"))
+
+    assert span("gemm, kernel (PolyBench timer): 100x") == pytest.approx(
+        (lines["100x"], lines["1x"]), abs=0.2
+    )
+    assert span("gemm, whole process: 10x") == pytest.approx((lines["10x"], lines["1x"]), abs=0.2)
+    top, bottom = span("a<b&c, kernel (PolyBench timer): 0.5x")  # a loss hangs below 1x
+    assert top == pytest.approx(lines["1x"], abs=0.2) and bottom - top == pytest.approx(
+        0.301 * decade, abs=0.2
+    )
+    assert span("no-timer, whole process: 0.1x") == pytest.approx((lines["1x"], lines["0.1x"]), abs=0.2)
+
+
+def test_the_docs_are_written_again_from_the_json(tmp_path, capsys) -> None:
+    import json
+
+    doc = _small_doc()
+    first = tmp_path / "first"
+    polybench.write_docs(doc, _md(first), first / "img")
+    saved = first / "data" / "polybench-mini-gpu.json"
+    assert json.loads(saved.read_text()) == doc
+    again = tmp_path / "again"
+    md = _md(again)
+    assert (
+        polybench.main(["--from-json", str(saved), "--docs", "--md", str(md), "--img", str(again / "img")])
+        == 0
+    )
+    section = md.read_text()
+    assert section == (first / "benchmarks.md").read_text()
+    assert "](img/polybench-speedup-mini-gpu.svg)" in section and "(data/polybench-mini-gpu.json)" in section
+    svg = (again / "img" / "polybench-speedup-mini-gpu.svg").read_text()
+    assert svg == polybench.svg_plot(doc) == (first / "img" / "polybench-speedup-mini-gpu.svg").read_text()
+    (tmp_path / "bad.json").write_text("{}")
+    assert polybench.main(["--from-json", str(tmp_path / "bad.json"), "--docs"]) == 2
+    assert "not a results file" in capsys.readouterr().err
+
+
+def _md(folder):
+    folder.mkdir()
+    md = folder / "benchmarks.md"
+    md.write_text("# Benchmarks\n")
+    return md

@@ -188,8 +188,9 @@ def test_auto_without_a_gpu_writes_nothing_to_stderr_and_warns_once_per_process(
 
 
 def test_the_python_example_runs_a_wasi_program_with_its_loop_offloaded(tmp_path) -> None:
-    """n=128: auto mode's estimate for the product (~2M inner iterations) is well above
-    the host backend's launch cost on any machine, so the launch is not a timing race."""
+    """n=768: auto mode's estimate for the product (~450M inner iterations) is well above
+    the host backend's start (loading LLVM's JIT) and launch cost on any machine, so the
+    launch is not a timing race (n=128's ~6 ms no longer pays for that start)."""
     import subprocess
     import sys
 
@@ -197,10 +198,10 @@ def test_the_python_example_runs_a_wasi_program_with_its_loop_offloaded(tmp_path
     from tests.runtime.test_run import plain_wasmtime
 
     done = subprocess.run(
-        [sys.executable, "examples/python/offload_matmul.py", "128", "--device", "cpu"],
+        [sys.executable, "examples/python/offload_matmul.py", "768", "--device", "cpu"],
         capture_output=True, text=True, cwd=ROOT, check=True,
     )  # fmt: skip
     first, *loops = done.stdout.splitlines()
-    _, expected = plain_wasmtime(ROOT / "examples/wasi/build/matmul.O2.wasm", ["128"], tmp_path)
+    _, expected = plain_wasmtime(ROOT / "examples/wasi/build/matmul.O2.wasm", ["768"], tmp_path)
     assert first == expected.strip()
     assert any(line.startswith("main +0x") and "ran 1 of 1 times on cpu" in line for line in loops)

@@ -123,3 +123,103 @@ def test_offload_off_never_asks(monkeypatch) -> None:
     offload.close()
     assert asked == []
     assert outer.stats.arrivals == 20 and outer.stats.declined == {"offload is off": 20}
+
+
+# A second sweep inside the time loop of tests.runtime.test_regions: it adds one to what the
+# first wrote, which the first reads again after the swap.
+_BUMP = """(local.set $i (i32.const 0))
+  (block $none (br_if $none (i32.le_s (local.get $m) (i32.const 0)))
+    (loop $bump
+      (i32.store (i32.add (local.get $b) (i32.shl (local.get $i) (i32.const 2)))
+        (i32.add (i32.load (i32.add (local.get $b) (i32.shl (local.get $i) (i32.const 2)))) (i32.const 1)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $bump (i32.lt_s (local.get $i) (local.get $m)))))"""
+
+REGION_DEVICES = ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)]
+
+
+def _region_instance(wasm: bytes, device: str, mode: str):
+    from tensorwasm.oracle.simulated import SimulatedDevice
+
+    offload = OffloadModule(wasm, device=SimulatedDevice() if device == "simulated" else device, mode=mode)
+    store = wasmtime.Store()
+    linker = wasmtime.Linker(store.engine)
+    offload.define(linker, store)
+    instance = linker.instantiate(store, offload.compiled(store.engine))
+    offload.bind(store, instance.exports(store))
+    return offload, store, instance.exports(store)
+
+
+def _plain_run(wasm: bytes, *args: int) -> bytes:
+    store = wasmtime.Store()
+    instance = wasmtime.Instance(store, wasmtime.Module(store.engine, wasm), [])
+    instance.exports(store)["run"](store, *args)
+    return _memory(store, instance.exports(store))
+
+
+def _asking(monkeypatch, decline: set[int] | None = None) -> list[int]:
+    """The offsets of the loops whose arrivals ask the host; those in ``decline`` decline."""
+    asked: list[int] = []
+    real = ArrivalPlanner._arrive
+
+    def counting(self, lp, caller, args, context):
+        asked.append(lp.stats.offset)
+        if decline is not None and lp.stats.offset in decline:
+            lp.stats.arrivals += 1
+            lp.stats.decline("declined by the test")
+            return [0, *args[len(lp.plan.live_ins) :]]
+        return real(self, lp, caller, args, context)
+
+    monkeypatch.setattr(ArrivalPlanner, "_arrive", counting)
+    return asked
+
+
+@pytest.mark.parametrize("device", REGION_DEVICES)
+def test_a_region_loop_that_keeps_declining_stops_asking_the_host(device: str, monkeypatch) -> None:
+    from tests.runtime.test_regions import time_loop
+
+    wasm = time_loop()
+    offload, store, exports = _region_instance(wasm, device, "auto")
+    (sweep,) = offload.loops
+    assert sweep.region is not None and sweep.insertion.gate and sweep.insertion.filter is None
+    asked = _asking(monkeypatch)
+    exports["run"](store, 4, 1000, 0)  # too little work at every step
+    offload.close()
+    assert asked.count(sweep.stats.offset) == _asks_expected(1000)
+    assert sweep.stats.arrivals == 1000 and sweep.stats.declined == {
+        "too little work to pay for a launch": 1000
+    }
+    assert _memory(store, exports) == _plain_run(wasm, 4, 1000, 0)
+
+
+@pytest.mark.parametrize("device", REGION_DEVICES)
+def test_a_launch_in_a_region_opens_the_gates_of_all_its_loops(device: str, monkeypatch) -> None:
+    from tests.runtime.test_regions import time_loop
+
+    wasm = time_loop(body=_BUMP)
+    offload, store, exports = _region_instance(wasm, device, "always")
+    sweep, bump = sorted(offload.loops, key=lambda lp: lp.stats.offset)
+    assert sweep.region == bump.region is not None
+    # The sweep declines at every step and the bump launches: the bump's results are on the
+    # device when the sweep comes again, so the sweep must ask the host (which brings them
+    # back) at every arrival; run in Wasm it would read stale memory.
+    asked = _asking(monkeypatch, decline={sweep.stats.offset})
+    exports["run"](store, 256, 40, 0)
+    offload.close()
+    assert bump.stats.offloaded == 40
+    assert asked.count(sweep.stats.offset) == 40 and sweep.stats.arrivals == 40
+    assert _memory(store, exports) == _plain_run(wasm, 256, 40, 0)
+
+
+def test_without_launches_a_region_s_gates_stay_closed_and_reopen_counts_the_wait(monkeypatch) -> None:
+    from tests.runtime.test_regions import time_loop
+
+    offload, store, exports = _region_instance(time_loop(), "cpu", "auto")
+    (sweep,) = offload.loops
+    exports["run"](store, 4, 12, 0)  # asks at 1, 2, 3, 4, 6 and 10: a wait of 7 has 5 to go
+    n = offload.loops.index(sweep)
+    assert exports[f"tensorwasm:wait_{n}"].value(store) == 5
+    sweep.gate.reopen()  # as a launch in the region does
+    assert exports[f"tensorwasm:wait_{n}"].value(store) == 0 and sweep.gate.declines == 0
+    offload.collect_skipped()
+    assert sweep.stats.arrivals == 12 and sum(sweep.stats.declined.values()) == 12

@@ -424,6 +424,7 @@ def test_a_run_makes_no_cuda_thread_where_the_modules_last_run_here_launched_not
     path = ROOT / "examples/wasi/build/histogram.O2.wasm"
 
     def threads_of_a_run() -> int:
+        contexts[0].clear()  # each run is a process of its own: no context made yet
         before = len(started)
         assert cli.main(["run", str(path), "3000", "--device", "auto"]) == 0
         if cli._cuda_start is not None:

@@ -538,6 +538,7 @@ def test_a_loop_the_device_makes_slower_goes_back_to_the_cpu(monkeypatch) -> Non
         return real_run(*args)
 
     monkeypatch.setattr(offload.planner, "run", slow_run)
+    monkeypatch.setattr(offload.planner, "startup_seconds", lambda: 0.0)  # (a started device)
     spec, case = _saxpy_case()
     expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
     loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
@@ -579,6 +580,25 @@ def test_auto_starts_the_device_only_once_the_work_so_far_pays_for_its_start(mon
     assert loop.stats.offloaded == len(runs) == 6 - declined
     banked = offload.planner.banked
     assert banked >= 0.012 > banked * declined / (declined + 1)
+
+
+def test_on_the_host_backend_auto_charges_loading_llvm_to_the_first_launch(monkeypatch) -> None:
+    import tensorwasm.runtime.profit as profit
+    from tensorwasm.runtime.planning import NOT_STARTED
+
+    monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: 5e-7)  # ~10 ms gained an arrival
+    offload = OffloadModule(module_bytes("blas1", "O2"), device="cpu", mode="auto")
+    assert offload.launches.startup_seconds() == profit.STARTUP_SECONDS["cpu"] > 0
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
+    for _ in range(16):
+        assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    # The arrivals decline until their gains pay for loading LLVM's JIT; then they launch.
+    declined = loop.stats.declined.get(NOT_STARTED, 0)
+    assert 2 <= declined < 16 and loop.stats.offloaded == 16 - declined
+    assert offload.planner.banked >= profit.STARTUP_SECONDS["cpu"]
+    assert offload.launches.startup_seconds() == 0.0  # started: nothing more to charge
 
 
 def test_a_launch_of_few_iterations_is_modelled_by_its_slowest_thread(monkeypatch) -> None:
