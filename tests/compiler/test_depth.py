@@ -14,7 +14,7 @@ from tensorwasm.compiler.frontend.translate import loop_assignments
 from tensorwasm.compiler.lower.function import MAX_OPTIMISED_LOOP_DEPTH, ModuleLowering
 from tensorwasm.compiler.target import HostTarget, NVPTXTarget
 from tensorwasm.dialect.types import I32
-from tensorwasm.runtime.executor import HostExecutor
+from tensorwasm.runtime.executor import GPUExecutor, HostExecutor
 from tensorwasm.runtime.reference import ReferenceInstance
 from tests.conftest import wat
 
@@ -162,3 +162,16 @@ def test_the_manifest_says_which_kernels_were_not_optimised(tmp_path) -> None:
     )
     assert rows["g"]["optimisation"].startswith("O2, code generation at level 0")
     assert ".entry tw_call_0" in (tmp_path / "out" / "deep.sm_90.ptx").read_text()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("depth", [4, MAX_OPTIMISED_LOOP_DEPTH + 6])
+def test_a_nest_runs_as_wasmtime_does_on_the_gpu(monkeypatch, depth: int) -> None:
+    # 4 deep: pruned header arguments through the optimised PTX; 70 deep: the optnone
+    # function in PTX generated at level 0.
+    monkeypatch.setenv("TENSORWASM_CACHE", "off")
+    data = wat(counted_nest(depth))
+    gpu, reference = GPUExecutor(data), ReferenceInstance(data)
+    for n in (0, 1, 2) if depth < 10 else (0, 1):
+        assert gpu.call("f", [(I32, n)]) == reference.call("f", [(I32, n)]), n
+        assert gpu.memory()[:4] == reference.memory("memory")[:4], n
