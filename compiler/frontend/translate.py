@@ -10,7 +10,9 @@ just rebinds the slot. Wasm's structured control becomes a CFG with block argume
   argument for every local (and result) whose incoming values differ;
 * a ``loop`` gets a header block marked as a loop header; since back edges are not known
   when the header is made, it takes an argument for each local the loop body assigns
-  (found by scanning the body once), the others keep their value through the loop;
+  (found by scanning the body once) unless that local is dead at the header (its reads
+  all inside the loop, behind a write that starts the body: pruned SSA), the others keep
+  their value through the loop;
 * code after ``br``, ``br_table``, ``return`` and ``unreachable`` is dead and skipped,
   whole nested constructs at a time.
 
@@ -663,7 +665,7 @@ def _build_handlers() -> tuple[dict[Opcode, Handler], dict[str, str]]:
         "unreachable": (_unreachable, "cf.trap {kind = unreachable}"),
         "nop": (_nop, "(nothing)"),
         "block": (_block, "a merge block with arguments, if anything branches to its end"),
-        "loop": (None, "a loop header block with arguments for the locals the body assigns"),
+        "loop": (None, "a loop header block with arguments for the assigned locals live at it"),
         "if": (_if, "cf.cond_br to a then block and an else block or the merge block"),
         "else": (_else, "starts the else block"),
         "end": (_end, "closes the construct: merge block, or cf.return at the function end"),
