@@ -4,13 +4,17 @@ Generated modules, each size twice the last, run in fresh processes with the cac
 
 - ``functions``: N small functions, each with a counted loop (compile time per function);
 - ``body``: one function whose body holds N straight-line blocks (a large body);
-- ``nesting``: one function with N loops nested inside each other (the loop analysis).
+- ``nesting``: one function with N loops nested inside each other (the loop analysis);
+- ``counted``: N counted loops nested, each with a counter of its own set before it starts
+  (clang's shape: N locals, each dead at the headers outside its loop), the innermost
+  storing to memory (LLVM cannot delete the nest).
 
 For each, ``tensorwasm inspect --stage loops``, ``compile`` and ``run --device cpu`` are
-timed against plain wasmtime compiling and instantiating the same module. Work linear in
-the input doubles with each size: the growth column is the ratio of the last two sizes.
+timed against plain wasmtime compiling and instantiating the same module: wall-clock and
+CPU seconds (on a loaded machine the second is the steadier) and peak memory. Work linear
+in the input doubles with each size: the growth lines give the ratio of the last two sizes.
 
-Usage: ``python -m benchmarks.scaling [--shape functions,body,nesting] [--sizes 256,512,...]``
+Usage: ``python -m benchmarks.scaling [--shape functions,body,nesting,counted] [--sizes 256,512,...]``
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ SIZES = {
     "functions": (250, 500, 1000, 2000),
     "body": (2500, 5000, 10000, 20000),
     "nesting": (25, 50, 100, 200),
+    "counted": (200, 400, 800, 1600),
 }
 
 
@@ -61,14 +66,31 @@ def module_text(shape: str, n: int) -> str:
             for k in range(n)
         )
         return f'(module (func (export "f") (param $x i32) (result i32)\n{blocks} (local.get $x)))'
+    if shape == "counted":
+        return _counted_nest(n)
     opens = "".join(f"(block $b{k} (loop $l{k} (br_if $b{k} (i32.eqz (local.get $x)))\n" for k in range(n))
     body = "(local.set $x (i32.sub (local.get $x) (i32.const 1)))\n"
     tails = "".join(f"(br $l{k})))\n" for k in reversed(range(n)))
     return f'(module (func (export "f") (param $x i32)\n{opens}{body}{tails}))'
 
 
-def _measure(argv: list[str]) -> tuple[float, int, int]:
-    """Seconds, peak memory (MiB) and exit status of one fresh process."""
+def _counted_nest(n: int) -> str:
+    locals_ = " ".join(f"(local $i{k} i32)" for k in range(n))
+    opens = "".join(
+        f"(local.set $i{k} (i32.const 0)) (block $b{k} (loop $l{k}"
+        f" (br_if $b{k} (i32.ge_u (local.get $i{k}) (local.get $n)))\n"
+        for k in range(n)
+    )
+    body = f"(i32.store (i32.const 0) (i32.add (i32.load (i32.const 0)) (local.get $i{n - 1})))\n"
+    tails = "".join(
+        f"(local.set $i{k} (i32.add (local.get $i{k}) (i32.const 1))) (br $l{k})))\n"
+        for k in reversed(range(n))
+    )
+    return f'(module (memory (export "memory") 1) (func (export "f") (param $n i32) {locals_}\n{opens}{body}{tails}))'
+
+
+def _measure(argv: list[str]) -> tuple[float, float, int, int]:
+    """Wall-clock seconds, CPU seconds, peak memory (MiB) and exit status of one fresh process."""
     start = time.perf_counter()
     child = subprocess.Popen(
         argv,
@@ -79,7 +101,7 @@ def _measure(argv: list[str]) -> tuple[float, int, int]:
     _, status, usage = os.wait4(child.pid, 0)
     seconds = time.perf_counter() - start
     child.returncode = os.waitstatus_to_exitcode(status)
-    return seconds, usage.ru_maxrss >> 10, child.returncode
+    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss >> 10, child.returncode
 
 
 def commands(path: Path, work: Path) -> dict[str, list[str]]:
@@ -96,30 +118,36 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="functions,body,nesting")
     parser.add_argument("--sizes", default=None, help="comma-separated sizes (default: per shape)")
+    parser.add_argument("--commands", default="wasmtime,inspect,compile,run", help="which commands to time")
     args = parser.parse_args(argv)
     resource.setrlimit(resource.RLIMIT_STACK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     for shape in args.shape.split(","):
         sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else SIZES[shape]
         print(f"{shape}:")
-        rows: dict[str, list[tuple[float, int]]] = {}
+        rows: dict[str, list[tuple[float, float, int]]] = {}
         with tempfile.TemporaryDirectory(prefix="tw-scaling-") as tmp:
             work = Path(tmp)
             for n in sizes:
                 path = work / f"{shape}-{n}.wasm"
                 path.write_bytes(wasmtime.wat2wasm(module_text(shape, n)))
                 cells = []
+                chosen = args.commands.split(",")
                 for name, line in commands(path, work).items():
-                    seconds, mib, status = _measure(line)
-                    rows.setdefault(name, []).append((seconds, mib))
+                    if name not in chosen:
+                        continue
+                    seconds, cpu, mib, status = _measure(line)
+                    rows.setdefault(name, []).append((seconds, cpu, mib))
                     cells.append(
-                        f"{name} {seconds:7.2f} s {mib:5d} MiB{'' if status in (0, 2) else f' (exit {status})'}"
+                        f"{name} {seconds:7.2f} s ({cpu:6.2f} s CPU) {mib:5d} MiB"
+                        f"{'' if status in (0, 2) else f' (exit {status})'}"
                     )
                 print(f"  n={n:6d} {path.stat().st_size / 1e6:6.2f} MB: " + "; ".join(cells))
         for name, points in rows.items():
             if len(points) >= 2:
-                (t0, m0), (t1, m1) = points[-2], points[-1]
+                (t0, c0, m0), (t1, c1, m1) = points[-2], points[-1]
                 print(
-                    f"  growth at the last doubling, {name}: time x{t1 / max(t0, 1e-9):.2f}, memory x{m1 / max(m0, 1):.2f}"
+                    f"  growth at the last doubling, {name}: time x{t1 / max(t0, 1e-9):.2f}, "
+                    f"CPU x{c1 / max(c0, 1e-9):.2f}, memory x{m1 / max(m0, 1):.2f}"
                 )
     return 0
 

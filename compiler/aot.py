@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from tensorwasm.compiler import COMPILER_VERSION, pipeline
+from tensorwasm.compiler.callgraph import reachable
 from tensorwasm.compiler.errors import CompileError
 from tensorwasm.compiler.frontend import read_wasm
+from tensorwasm.compiler.lower.function import MAX_OPTIMISED_LOOP_DEPTH, optimised
 from tensorwasm.compiler.target import ARCH_PTX, ARCHES, NVPTXTarget, describe
 from tensorwasm.support.digest import sha256
 from tensorwasm.support.records import replace
@@ -118,7 +120,9 @@ def _compile_for(request: pipeline.Request, state: pipeline.CompileState, tgt: N
         ]
     ptx = pipeline.run(replace(request, target=tgt), state=replace(state)).ptx
     rows = []
-    for index, entry in sorted(ptx.entries.items()) if ptx.text is not None else ():
+    entries = sorted(ptx.entries.items()) if ptx.text is not None else []
+    deep = {i for i in reachable(module, [i for i, _ in entries]) if not optimised(module.functions[i])}
+    for index, entry in entries:
         func = module.functions[index]
         rows.append(
             {
@@ -130,9 +134,23 @@ def _compile_for(request: pipeline.Request, state: pipeline.CompileState, tgt: N
                 "results": [t.name for t in func.results],
                 "target": tgt.arch,
                 "ptx_isa": tgt.ptx_isa,
+                "optimisation": _optimisation(module, reachable(module, [index]), deep),
             }
         )
     return {"ptx": ptx.text, "sha256": ptx.sha256, "kernels": rows, "skipped": skipped}
+
+
+def _optimisation(module, closure: list[int], deep: set[int]) -> str:
+    """How a kernel's code was optimised: LLVM's -O2, except for functions whose loops
+    nest too deep (lowered optnone), whose presence puts the PTX's code generation at
+    level 0 for every kernel of the file."""
+    if not deep:
+        return "O2"
+    mine = [module.functions[i] for i in closure if i in deep]
+    if not mine:
+        return "O2, code generation at level 0 (another kernel of the file nests loops too deep)"
+    names = ", ".join(f"{f.name} ({f.loop_depth} deep)" for f in mine)
+    return f"none: loops nested over {MAX_OPTIMISED_LOOP_DEPTH} deep in {names}; code generation at level 0"
 
 
 def _cached(cache: CodeCache, key: str) -> dict | None:

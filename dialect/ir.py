@@ -171,6 +171,11 @@ class Function:
     def is_import(self) -> bool:
         return self.import_name is not None
 
+    @property
+    def loop_depth(self) -> int:
+        """How deep the function's loops nest: 0 without loops, 1 for loops none encloses."""
+        return max((info.depth for info in self.loops), default=0)
+
     def add_block(self, arg_types: tuple[Type, ...] | list[Type] = ()) -> Block:
         block = Block(arg_types)
         block.func = self

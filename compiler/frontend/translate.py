@@ -10,7 +10,9 @@ just rebinds the slot. Wasm's structured control becomes a CFG with block argume
   argument for every local (and result) whose incoming values differ;
 * a ``loop`` gets a header block marked as a loop header; since back edges are not known
   when the header is made, it takes an argument for each local the loop body assigns
-  (found by scanning the body once), the others keep their value through the loop;
+  (found by scanning the body once) unless that local is dead at the header (its reads
+  all inside the loop, behind a write that starts the body: pruned SSA), the others keep
+  their value through the loop;
 * code after ``br``, ``br_table``, ``return`` and ``unreachable`` is dead and skipped,
   whole nested constructs at a time.
 
@@ -22,6 +24,7 @@ row in :mod:`compiler.frontend.opcodes` (SIMD rows by :mod:`compiler.frontend.tr
 
 from __future__ import annotations
 
+import bisect
 import gc
 from collections.abc import Callable
 
@@ -282,18 +285,25 @@ class FunctionTranslator:
 
 
 def loop_assignments(body: list[Instr]) -> dict[int, list[int]]:
-    """The locals each ``loop`` of ``body`` (by its index) sets or tees inside it, sorted, in
-    one pass: a ``local.set``/``local.tee`` goes to the innermost open loop, and a loop's
-    set joins its parent's when it closes (work in proportion to the sets made, not to the
-    body times its nesting depth)."""
+    """The locals each ``loop`` of ``body`` (by its index) needs as header arguments, sorted:
+    those it sets or tees inside it, less those dead at its header (see :class:`_Accesses`).
+
+    One pass collects the sets: a ``local.set``/``local.tee`` goes to the innermost open
+    loop, and a loop's set, less its dead locals, joins its parent's when it closes (work in
+    proportion to the sets made and the arguments kept, not to the body times its nesting
+    depth)."""
     found: dict[int, list[int]] = {}
     open_loops: list[tuple[int, int, set[int]]] = []  # (index, index of its end, locals)
+    accesses = _Accesses(body)
 
     def close() -> None:
-        index, _, locals_ = open_loops.pop()
-        found[index] = sorted(locals_)
+        index, end, locals_ = open_loops.pop()
+        live = [i for i in sorted(locals_) if not accesses.dead_at_header(i, index, end)]
+        found[index] = live
         if open_loops:
-            open_loops[-1][2].update(locals_)
+            # A local dead at this header is dead at every enclosing one: all its reads are
+            # in this loop, behind the write that starts it (see _Accesses).
+            open_loops[-1][2].update(live)
 
     for i, x in enumerate(body):
         while open_loops and i >= open_loops[-1][1]:
@@ -306,6 +316,47 @@ def loop_assignments(body: list[Instr]) -> dict[int, list[int]]:
     while open_loops:
         close()
     return found
+
+
+class _Accesses:
+    """Where each local is read and written, to prune loop header arguments (pruned SSA).
+
+    A local the loop assigns is dead at the loop's header, and needs no argument there, when
+    (1) its first access inside the loop, in body order, is a write directly in the loop's
+    body (inside no ``block``, ``if`` or inner ``loop`` of it), and (2) nothing outside the
+    loop reads it. By (1) every path from the header to a read inside the loop passes that
+    write: no branch inside the loop can jump over an instruction that no inner construct
+    holds, and the only backward target before it is the header itself. By (2) a path that
+    leaves the loop reads the local nowhere, except by entering the loop again at its
+    header. Clang's counters of inner loops (set to their start before each inner loop,
+    read nowhere else) are this case: without the rule, each loop of a nest n deep carries
+    every inner loop's counter, n * n / 2 arguments made and then found dead."""
+
+    def __init__(self, body: list[Instr]):
+        self.body = body
+        self.positions: dict[int, list[int]] = {}  # local -> body indices of its accesses
+        self.reads: dict[int, tuple[int, int]] = {}  # local -> (first, last) index of a read
+        self.parent: list[int] = []  # body index -> index of the innermost open construct
+        opened: list[int] = [-1]
+        for i, x in enumerate(body):
+            name = x.op.name
+            if name == "end" and len(opened) > 1:  # (the body's own end closes nothing here)
+                opened.pop()
+            self.parent.append(opened[-1])
+            if name in ("block", "loop", "if"):
+                opened.append(i)
+            elif name in ("local.get", "local.set", "local.tee"):
+                self.positions.setdefault(x.imm, []).append(i)
+                if name == "local.get":
+                    self.reads[x.imm] = (self.reads.get(x.imm, (i, i))[0], i)
+
+    def dead_at_header(self, local: int, loop: int, end: int) -> bool:
+        first, last = self.reads.get(local, (loop + 1, loop + 1))
+        if first <= loop or last >= end:
+            return False  # read outside the loop
+        positions = self.positions[local]
+        at = positions[bisect.bisect_right(positions, loop)]  # the loop assigns it: one exists
+        return at < end and self.body[at].op.name != "local.get" and self.parent[at] == loop
 
 
 # -- handlers of structured control ------------------------------------------------------
@@ -614,7 +665,7 @@ def _build_handlers() -> tuple[dict[Opcode, Handler], dict[str, str]]:
         "unreachable": (_unreachable, "cf.trap {kind = unreachable}"),
         "nop": (_nop, "(nothing)"),
         "block": (_block, "a merge block with arguments, if anything branches to its end"),
-        "loop": (None, "a loop header block with arguments for the locals the body assigns"),
+        "loop": (None, "a loop header block with arguments for the assigned locals live at it"),
         "if": (_if, "cf.cond_br to a then block and an else block or the merge block"),
         "else": (_else, "starts the else block"),
         "end": (_end, "closes the construct: merge block, or cf.return at the function end"),
@@ -818,6 +869,9 @@ def remove_dead_block_args(func: Function) -> None:
             continue
         live.add(value)
         work.extend(incoming.get(value, ()))
+    into: dict[Block, list[Successor]] = {}
+    for succ in succs:
+        into.setdefault(succ.block, []).append(succ)
     for block in func.blocks[1:]:
         keep = [i for i, arg in enumerate(block.args) if arg in live]
         if len(keep) == len(block.args):
@@ -825,9 +879,8 @@ def remove_dead_block_args(func: Function) -> None:
         block.args = [block.args[i] for i in keep]
         for i, arg in enumerate(block.args):
             arg.index = i
-        for succ in succs:
-            if succ.block is block:
-                succ.args = [succ.args[i] for i in keep]
+        for succ in into.get(block, ()):
+            succ.args = [succ.args[i] for i in keep]
 
 
 def remove_dead_ops(func: Function) -> None:

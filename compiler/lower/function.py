@@ -48,6 +48,18 @@ LOWERINGS = {
 }
 TERMINATORS = {"cf.br", "cf.cond_br", "cf.switch", "cf.return", "cf.trap"}
 
+# A function whose loops nest deeper than this is lowered ``optnone`` (and ``noinline``,
+# which optnone needs): LLVM's loop passes visit every loop of a nest with all the loops
+# inside it, time quadratic in the depth (800 nested loops: minutes at -O2), and the code
+# of such a module is generated at level 0 (Target.codegen_machine). Real loop nests are
+# a few loops deep; the PTX is still optimised by ptxas.
+MAX_OPTIMISED_LOOP_DEPTH = 64
+
+
+def optimised(func: Function) -> bool:
+    """False where ``func``'s loops nest too deep for LLVM's optimiser (see above)."""
+    return func.loop_depth <= MAX_OPTIMISED_LOOP_DEPTH
+
 
 @dataclass(frozen=True)
 class LowerOptions:
@@ -171,6 +183,9 @@ class FunctionLowering:
                         self.values[arg] = self.b.phi(llvm_type(arg.type))
         for arg, value in zip(func.entry.args, self.fn.args[1:], strict=True):
             self.values[arg] = value
+        if not optimised(func):
+            self.fn.attributes.add("noinline")
+            self.fn.attributes.add("optnone")
         if func.index in self.lowering.recursive:
             self._enter_depth()
         self.b.branch(self.blocks[func.entry])

@@ -123,6 +123,18 @@ class Target:
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(module, pb)
 
+    def codegen_machine(self, module: llvm.ModuleRef) -> llvm.TargetMachine:
+        """The machine that writes ``module``'s code: the target's own, or one at level 0
+        where a function is ``optnone`` (``compiler.lower.function.MAX_OPTIMISED_LOOP_DEPTH``):
+        the code generator's own loop passes (induction variable users, loop strength
+        reduction, machine sinking) cost time quadratic in the depth of a loop nest."""
+        if any(b"optnone" in attrs.split() for fn in module.functions for attrs in fn.attributes):
+            return self.unoptimised_machine()
+        return self.target_machine()
+
+    def unoptimised_machine(self) -> llvm.TargetMachine:
+        raise NotImplementedError
+
     def parse(self, llvm_ir: str) -> llvm.ModuleRef:
         try:
             module = llvm.parse_assembly(llvm_ir)
@@ -223,6 +235,13 @@ class NVPTXTarget(Target):
         features = f"+ptx{self.ptx_version[0]}{self.ptx_version[1]}"
         return target.create_target_machine(cpu=self.arch, features=features, opt=3)
 
+    @functools.cache  # noqa: B019
+    def unoptimised_machine(self) -> llvm.TargetMachine:
+        self.target_machine()  # the targets initialised
+        target = llvm.Target.from_triple(NVPTX_TRIPLE)
+        features = f"+ptx{self.ptx_version[0]}{self.ptx_version[1]}"
+        return target.create_target_machine(cpu=self.arch, features=features, opt=0)
+
     def emit_ptx(self, llvm_ir: str) -> str:
         """Optimise and generate PTX text; checked to be ASCII and of the requested version."""
         if self.backend == "nvvm":
@@ -231,7 +250,7 @@ class NVPTXTarget(Target):
             return nvvm.emit_ptx(self, llvm_ir)
         module = self.parse(llvm_ir)
         self.optimize(module)
-        ptx = self.target_machine().emit_assembly(module)
+        ptx = self.codegen_machine(module).emit_assembly(module)
         if not ptx.isascii():
             raise CompileError("generated PTX is not ASCII")
         if f".version {self.ptx_isa}" not in ptx or f".target {self.arch}" not in ptx:
@@ -278,9 +297,13 @@ class HostTarget(Target):
     def target_machine(self) -> llvm.TargetMachine:
         return self._new_target_machine()
 
-    def _new_target_machine(self) -> llvm.TargetMachine:
+    @functools.cache  # noqa: B019
+    def unoptimised_machine(self) -> llvm.TargetMachine:
+        return self._new_target_machine(opt=0)
+
+    def _new_target_machine(self, opt: int = 2) -> llvm.TargetMachine:
         target, cpu, features = _host_target()
-        return target.create_target_machine(cpu=cpu, features=features, opt=2, jit=True)
+        return target.create_target_machine(cpu=cpu, features=features, opt=opt, jit=True)
 
     def jit(self, llvm_ir: str | None, obj: bytes | None = None) -> HostCode:
         """Native code from LLVM IR, or from the object code of an earlier compilation."""
@@ -294,7 +317,7 @@ class HostTarget(Target):
         module = self.parse(llvm_ir)
         self.optimize(module)
         # Object code for the cache, by the shared machine: the settings the engine uses.
-        obj = self.target_machine().emit_object(module)
+        obj = self.codegen_machine(module).emit_object(module)
         # The engine takes ownership of its target machine: give it one of its own.
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._new_target_machine())
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))

@@ -168,7 +168,8 @@ def test_each_loop_gets_the_locals_set_anywhere_inside_it_and_only_those() -> No
         (loop $b (local.set 3 (local.tee 1 (i32.const 2))) (br_if $b (local.get 0)))
         (loop $c (br_if $c (local.get 0)))
         (br_if $a (local.get 0)))
-      (loop $d (local.set 2 (i32.const 3)) (br_if $d (local.get 0)))))""")
+      (loop $d (local.set 2 (i32.const 3)) (br_if $d (local.get 0)))
+      (drop (i32.add (local.get 1) (i32.add (local.get 2) (local.get 3))))))""")
     body = load(data).codes[0].body
     starts = [i for i, x in enumerate(body) if x.op.name == "loop"]
     found = loop_assignments(body)
