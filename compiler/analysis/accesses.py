@@ -34,14 +34,14 @@ def collect_accesses(values: LoopValues) -> list[Access]:
             address = values.expr(op.operands[0])
             if address is not None:
                 address = address + Poly.const(op.attrs["offset"])
-                for c in address.symbols() & counters:
+                for c in [s for s in address.symbols() if s.leaves() & counters]:
                     split = address.split(c)
-                    if split is None or split[1].symbols() & counters:
+                    if split is None or split[1].leaves() & counters or not _quasi_affine(c, counters):
                         address = None
                         break
             beyond = frozenset(
                 sym for loop, sym in values.counters.items()
-                if loop is not values.info and address is not None and address.uses(sym)
+                if loop is not values.info and address is not None and sym in address.leaves()
                 and block not in values.facts.bodies[loop]
             )  # fmt: skip
             out.append(
@@ -54,3 +54,19 @@ def collect_accesses(values: LoopValues) -> list[Access]:
             # A gather: its addresses are unknown before the launch, so the kernel checks
             # each one against the ranges the loop writes (see LoopPlan.gathers).
     return out
+
+
+def _quasi_affine(sym, counters: set) -> bool:
+    """A counter, or the floor of a value affine in the counters (an unrolled loop's
+    ``i & -4``): isl models it exactly, the guards bound it."""
+    if sym.kind != "floor":
+        return True
+    inner = sym.ref[0]
+    for s in inner.symbols():
+        if s.kind == "floor":
+            return False
+        if s in counters:
+            split = inner.split(s)
+            if split is None or split[1].leaves() & counters:
+                return False
+    return True

@@ -94,7 +94,7 @@ def _phases(
         trip = trips.get(counter)
         if trip is None or trip.pred not in COUNTED or not _toward(trip):
             raise Reject("a grid loop the kernel cannot count")
-        moving = {s for s in trip.start.symbols() | trip.bound.symbols() if s.kind == "counter"}
+        moving = {s for s in trip.start.leaves() | trip.bound.leaves() if s.kind == "counter"}
         if moving - {plan.counter} or (moving and trip.pred == "ne" and abs(trip.step) != 1):
             raise Reject("a grid loop whose count moves with the loops inside the launched one")
         for arg in grid.header.args:
@@ -199,7 +199,7 @@ def _legal(
             if modelled is None:
                 if store.address is None or other.address is None:
                     raise Reject("an access isl cannot model")
-                if not (store.address - other.address).symbols() - model.counters:
+                if not (store.address - other.address).leaves() - model.counters:
                     raise Reject(f"store at {store.where} and {other.kind} at {other.where} are not modelled")
             guarded.append((i, j))  # they meet for some sizes only, or apart by base pointers
     return guarded

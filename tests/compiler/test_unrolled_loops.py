@@ -1,0 +1,195 @@
+"""Loops clang -O2 unrolls: bounds that are bit masks of a counter (``n & -4``, ``n & 3``) as
+quasi-affine values (floor symbols), the rotated loops behind their own entry tests read as
+tested at their top, the merge that starts a remainder loop as the unrolled loop's exit
+value; and the enclosing loops, accepted, run offloaded exactly as on wasmtime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tensorwasm.compiler.analysis.extent import box_range, nest_range
+from tensorwasm.compiler.analysis.forest import FunctionLoops
+from tensorwasm.compiler.analysis.induction import LoopValues
+from tensorwasm.compiler.analysis.isl import same_test
+from tensorwasm.compiler.analysis.loops import analyze_module
+from tensorwasm.compiler.analysis.plan import AnalysisOptions, LoopPlan, TripCount
+from tensorwasm.compiler.analysis.poly import Poly, Symbol
+from tensorwasm.compiler.frontend import load, translate_module
+from tensorwasm.compiler.lower.function import FunctionLowering, ModuleLowering, lower_loop_entry, reachable
+from tensorwasm.compiler.outline import outline
+from tensorwasm.compiler.target import ARCH_PTX, NVPTXTarget
+from tensorwasm.dialect.types import F64, I32
+from tensorwasm.runtime.guards import _most_trips, check
+from tests.compiler.test_loop_kernels import assemble
+from tests.compiler.test_poly_loops import DEVICES, offloaded_at_depth, run_both
+
+# tests/compiler/data/unrolled.c, built as its header says: N x N doubles.
+UNROLLED = (Path(__file__).parent / "data" / "unrolled.wasm").read_bytes()
+N = 37  # as unrolled.c defines it (odd, and not a multiple of 4: every remainder runs)
+ARRAY_A, ARRAY_C = 0x10000, 0x100000 - N * N * 8  # C ends linear memory
+
+
+def i32s(*values: int) -> list:
+    return [(I32, v) for v in values]
+
+
+def plan_of(func: str, depth: int = 1) -> LoopPlan:
+    report = next(r for r in analyze_module(translate_module(load(UNROLLED))) if r.func.name == func
+                  and r.loop.depth == depth)  # fmt: skip
+    assert report.verdict == "offload", report.reason
+    return report.plan
+
+
+def floors_of(poly: Poly) -> list[tuple[Poly, int]]:
+    return [f.ref for f in poly.floors()]
+
+
+def test_bit_masks_are_floors_exact_modulo_2_32() -> None:
+    """``x & -4`` is ``4 * floor(x / 4)`` and ``x & 3`` is ``x - 4 * floor(x / 4)`` modulo 2^32
+    for every integer congruent to ``x`` (negative ones and wrapped ones included)."""
+    x = Symbol("value", None, "x")
+    px = Poly.symbol(x)
+    for d in (2, 4, 8, 1 << 31):
+        down = Poly.symbol(Symbol.floor(px, d)).scale(d)
+        low = px - down
+        for value in (0, 1, 3, 5, 7, -1, -3, -8, 2**31 - 1, -(2**31), 2**32 + 5, 12345678901):
+            assert down.evaluate({x: value}) % 2**32 == (value & -d) % 2**32, (d, value)
+            assert low.evaluate({x: value}) % 2**32 == (value & (d - 1)) % 2**32, (d, value)
+
+
+def test_the_unrolled_loops_bounds_are_floors_of_the_row() -> None:
+    """syrk's row: the unrolled loop runs to ``(i + 1) & -4``, tested at its top (its entry
+    test ``i >= 3`` proven the same with isl), the remainder from ``(i + 1) & 3`` down to 0,
+    and the k loop's inner loop unrolled by two to ``(i + 1) & -2``."""
+    plan = plan_of("syrk")
+    i = Poly.symbol(plan.counter) + Poly.const(1)
+    moving = [t for _, t in plan.inner_trips if t.bound.floors() or t.start.floors()]
+    assert len(moving) == 3
+    assert all(t.top for t in moving)  # rotated loops behind their entry tests, at their top
+    assert sorted(d for t in moving for _, d in floors_of(t.start) + floors_of(t.bound)) == [2, 4, 4]
+    assert all(inner == i for t in moving for inner, _ in floors_of(t.start) + floors_of(t.bound))
+    remainder = next(t for t in moving if t.step == -1)
+    floor4 = next(iter(remainder.start.floors()))
+    assert remainder.start == i - Poly.symbol(floor4).scale(4)  # (i + 1) & 3
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_syrk_unrolled_by_clang_runs_one_thread_per_row(device: str) -> None:
+    alpha, beta = (F64, 0x3FF8000000000000), (F64, 0x3FF3333333333333)  # 1.5, 1.2
+    calls = [("fill", i32s(N, ARRAY_A, 37)), ("fill", i32s(N, ARRAY_C, 5)),
+             ("syrk", [alpha, beta, (I32, ARRAY_C), (I32, ARRAY_A)])]  # fmt: skip
+    offload = run_both(UNROLLED, calls, device)
+    assert offloaded_at_depth(offload, "syrk", 1) == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_remainder_step_at_the_masks_value_runs_offloaded(device: str) -> None:
+    """``j < i`` unrolled by two: the lone remainder step stores at ``B[i][i & -2]``, an
+    address through the merge of the unrolled loop's exit and the path around it."""
+    plan = plan_of("strict_lower")
+    assert any(a.store and a.address.floors() for a in plan.accesses)
+    calls = [("fill", i32s(N, ARRAY_A, 37)), ("fill", i32s(N, ARRAY_C, 11)),
+             ("strict_lower", i32s(ARRAY_A, ARRAY_C))]  # fmt: skip
+    offload = run_both(UNROLLED, calls, device)
+    assert offloaded_at_depth(offload, "strict_lower", 1) == 1
+
+
+def test_guards_take_the_remainders_largest_count_not_a_corners() -> None:
+    """The remainder runs ``(i + 1) & 3`` times: 3 at its most, though both corners of ``i``
+    (0 and 36) give 1; and the whole plan passes the guards with C at the end of memory."""
+    plan = plan_of("syrk")
+    remainder = next(t for _, t in plan.inner_trips if t.step == -1)
+    assert _most_trips(remainder, {}, {plan.counter: N}) == 3
+    env = {sym: {"local2": ARRAY_C, "local3": ARRAY_A}.get(sym.name, 0) for sym in _inputs(plan)}
+    launch = check(plan, env, 0x100000, strict_alignment=True)
+    assert launch.trip == N
+
+
+def _inputs(plan: LoopPlan) -> set[Symbol]:
+    from tensorwasm.runtime.guards import inputs
+
+    return set(inputs(plan))
+
+
+def test_quasi_affine_ranges_hold_every_value() -> None:
+    """Against enumeration: a remainder's start ``i - 4 * floor(i / 4)`` (residues: the
+    corners would miss 3), a monotone unrolled bound (exact at the corners), and the
+    remainder's address over the nest, where the floors cancel to the diagonal exactly."""
+    i, j = Symbol("counter", None, "i"), Symbol("counter", None, "j")
+    pi, pj = Poly.symbol(i), Poly.symbol(j)
+    f4 = Poly.symbol(Symbol.floor(pi + Poly.const(1), 4))
+    rows = 37
+    start = pi + Poly.const(1) - f4.scale(4)
+    seen = [(r + 1) % 4 for r in range(rows)]
+    lo, hi = box_range(start, {}, {i: rows})
+    assert lo <= min(seen) and hi >= max(seen) and hi == 3
+    assert box_range(f4.scale(4), {}, {i: rows}) == (0, 4 * ((rows) // 4))
+    # The remainder's address: row i, columns from (i + 1) & -4 up (j counts them).
+    remainder = TripCount(True, "ne", start, -1, Poly.const(0), 32)
+    address = Poly.const(4096) + pi.scale(8 * rows) + f4.scale(32) + pj.scale(8)
+    low, high = nest_range(address, [(j, remainder)], {}, {i: rows, j: 3})
+    seen = [
+        4096 + 8 * rows * r + 8 * (4 * ((r + 1) // 4)) + 8 * c
+        for r in range(rows)
+        for c in range((r + 1) % 4)
+    ]
+    assert (low, high) == (min(seen), max(seen))
+
+
+def _row_values(func: str) -> tuple[LoopValues, object]:
+    module = translate_module(load(UNROLLED))
+    function = next(f for f in module.functions if f.name == func)
+    facts = FunctionLoops(module, function)
+    info = next(m for m in function.loops if m.depth == 1)
+    values = LoopValues(facts, info, AnalysisOptions())
+    values.classify_header_args(info)
+    return values, info
+
+
+def test_entry_tests_are_proven_equivalent_or_not_with_isl() -> None:
+    """``i >= 3`` enters a loop that runs while ``0 != 4 * floor((i + 1) / 4)``: the same
+    rows; ``i >= 2`` is not (row 2 would skip nothing), nor is a test on a live-in, whose
+    wrapping nothing bounds."""
+    values, info = _row_values("syrk")
+    inner = next(m for m in values.nested if m is not info)
+    k = Poly.symbol(values.counter(info))
+    bound = Poly.symbol(Symbol.floor(k + Poly.const(1), 4)).scale(4)
+    own = ("ne", Poly.const(0), bound, 32)
+    assert same_test(values, inner, [("uge", k, Poly.const(3), 32)], own)
+    assert not same_test(values, inner, [("uge", k, Poly.const(2), 32)], own)
+    n = Poly.symbol(Symbol("value", None, "n"))
+    assert not same_test(values, inner, [("sge", n, Poly.const(3), 32)], ("ne", Poly.const(0), n, 32))
+    # Two tests together: i != 0 and i != 1 enter a loop bounded by i & -2, which runs while i >= 2.
+    bound2 = Poly.symbol(Symbol.floor(k, 2)).scale(2)
+    both = [("ne", k, Poly.const(1), 32), ("ne", k, Poly.const(0), 32)]
+    assert same_test(values, inner, both, ("ne", Poly.const(0), bound2, 32))
+    assert not same_test(values, inner, both[:1], ("ne", Poly.const(0), bound2, 32))
+
+
+def test_the_kernels_of_the_unrolled_nests_assemble_for_sm_90(ptxas: str, tmp_path: Path) -> None:
+    """The offloaded rows of syrk and strict_lower (floors in their bounds and addresses)
+    as PTX that ptxas takes."""
+    module = translate_module(load(UNROLLED))
+    plans = [r.plan for r in analyze_module(module) if r.verdict == "offload" and r.loop.depth == 1
+             and r.func.name in ("syrk", "strict_lower")]  # fmt: skip
+    assert len(plans) == 2
+    target = NVPTXTarget("sm_90", ARCH_PTX["sm_90"])
+    lowering = ModuleLowering(module, target)
+    kernels = [outline(module, plan) for plan in plans]
+    for index in reachable(module, [k.index for k in kernels]):
+        FunctionLowering(lowering, module.functions[index]).lower()
+    for kernel, plan in zip(kernels, plans, strict=True):
+        lower_loop_entry(lowering, kernel.index, [r.op for r in plan.reductions])
+    assemble(ptxas, target.emit_ptx(str(lowering.llvm)), "sm_90", tmp_path)
+
+
+def test_floor_symbols_survive_the_prepared_cache() -> None:
+    """A plan with floors in its bounds, written as records and read back, still bounds its
+    loops by the same counter (the floor's inner counter is the plan's own)."""
+    from tensorwasm.runtime.prepared import RECORDS, _slim, _stand_in
+
+    plan = RECORDS.loads(RECORDS.dumps(_slim(plan_of("syrk")), _stand_in))
+    bounds = [t.bound for _, t in plan.inner_trips if t.bound.floors()]
+    assert [b.evaluate({plan.counter: 6}) for b in bounds] == [4, 6]
