@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
+from tensorwasm.compiler.analysis.accesses import rotated_load
 from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject
 from tensorwasm.compiler.analysis.plan import AnalysisOptions, Reduction
 from tensorwasm.compiler.analysis.poly import Poly, Symbol
@@ -67,6 +68,7 @@ class LoopValues:
         self.lenient = lenient  # classify what can be classified, reject nothing
         self.reductions: dict[Value, Reduction] = {}
         self.floor_symbols: dict[tuple[Poly, int], Symbol] = {}
+        self.rotations: dict[Value, tuple[Op, Poly]] = {}  # header arg -> (its load, that load's address)
 
     # Both made at first use: a loop rejected by its own header arguments (every loop around
     # the innermost of a deep nest, say) needs neither, and each costs the size of the body.
@@ -134,6 +136,8 @@ class LoopValues:
                         f"the kernel cannot recompute exactly"
                     )
                 self.ivs[arg] = (start, steps[0])
+                continue
+            if loop is self.info and len(incoming) == 1 and rotated_load(self, arg, incoming[0], entry[i]):
                 continue
             if loop is self.info and len(incoming) == 1:
                 reduction = recognise_reduction(self, arg, incoming[0], loop_body)

@@ -229,6 +229,10 @@ class LoopPlan:
     # Store/access index pairs the schedule could not settle statically: within one iteration
     # of the launched loop their byte ranges must be apart (a guard).
     row_guarded: list[tuple[int, int]] = field(default_factory=list)
+    # Header arguments that carry a load to the next iteration (a rotation), as (argument
+    # index, index in ``accesses`` of the reload at the previous iteration's address): the
+    # kernel reloads them (:func:`compiler.analysis.accesses.rotated_load`).
+    rotations: tuple[tuple[int, int], ...] = ()
 
     @property
     def gathers(self) -> list[Access]:

@@ -21,9 +21,10 @@ from tensorwasm.compiler.lower.function import FunctionLowering, ModuleLowering,
 from tensorwasm.compiler.outline import outline
 from tensorwasm.compiler.target import ARCH_PTX, NVPTXTarget
 from tensorwasm.dialect.types import F64, I32
-from tensorwasm.runtime.guards import _most_trips, check
+from tensorwasm.runtime.guards import _most_trips, check, inputs
 from tests.compiler.test_loop_kernels import assemble
-from tests.compiler.test_poly_loops import DEVICES, offloaded_at_depth, run_both
+from tests.compiler.test_poly_loops import DEVICES, offloaded_at_depth, run_both, verdicts
+from tests.conftest import wat
 
 # tests/compiler/data/unrolled.c, built as its header says: N x N doubles.
 UNROLLED = (Path(__file__).parent / "data" / "unrolled.wasm").read_bytes()
@@ -102,15 +103,9 @@ def test_guards_take_the_remainders_largest_count_not_a_corners() -> None:
     plan = plan_of("syrk")
     remainder = next(t for _, t in plan.inner_trips if t.step == -1)
     assert _most_trips(remainder, {}, {plan.counter: N}) == 3
-    env = {sym: {"local2": ARRAY_C, "local3": ARRAY_A}.get(sym.name, 0) for sym in _inputs(plan)}
+    env = {sym: {"local2": ARRAY_C, "local3": ARRAY_A}.get(sym.name, 0) for sym in inputs(plan)}
     launch = check(plan, env, 0x100000, strict_alignment=True)
     assert launch.trip == N
-
-
-def _inputs(plan: LoopPlan) -> set[Symbol]:
-    from tensorwasm.runtime.guards import inputs
-
-    return set(inputs(plan))
 
 
 def test_quasi_affine_ranges_hold_every_value() -> None:
@@ -193,3 +188,46 @@ def test_floor_symbols_survive_the_prepared_cache() -> None:
     plan = RECORDS.loads(RECORDS.dumps(_slim(plan_of("syrk")), _stand_in))
     bounds = [t.bound for _, t in plan.inner_trips if t.bound.floors()]
     assert [b.evaluate({plan.counter: 6}) for b in bounds] == [4, 6]
+
+
+# out[i] = a[i] + a[i + 1], a[i + 1] kept in a local for the next iteration's a[i] (a
+# rotation), entered with a[0] loaded before the loop; and the same entered with a[1],
+# which no iteration's reload would give.
+ROTATED = """(module (memory (export "memory") 1)
+  (func (export "fill") (local $p i32)
+    (loop $l
+      (i32.store (local.get $p) (i32.rem_u (i32.mul (local.get $p) (i32.const 2654435761)) (i32.const 1000)))
+      (local.set $p (i32.add (local.get $p) (i32.const 4)))
+      (br_if $l (i32.lt_u (local.get $p) (i32.const 65536)))))
+  (func (export "pairs") (param $a i32) (param $out i32) (param $n i32)
+    (local $i i32) (local $prev i32) (local $next i32)
+    (local.set $prev (i32.load offset=%d (local.get $a)))
+    (loop $l
+      (local.set $next (i32.load offset=4 (i32.add (local.get $a) (i32.shl (local.get $i) (i32.const 2)))))
+      (i32.store (i32.add (local.get $out) (i32.shl (local.get $i) (i32.const 2)))
+                 (i32.add (local.get $prev) (local.get $next)))
+      (local.set $prev (local.get $next))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_s (local.get $i) (local.get $n))))))
+"""
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_rotated_load_is_reloaded_by_each_iteration(device: str) -> None:
+    """The carried ``a[i + 1]`` is the next iteration's own ``a[i]``: accepted, the kernel
+    reloads it (an access the guards check), and it launches where ``out`` is apart from
+    ``a``, and declines where a store would meet a reload (same memory either way)."""
+    data = wat(ROTATED % 0)
+    verdict, reason = verdicts(data)[("pairs", 1)]
+    assert verdict == "offload", reason
+    apart = run_both(data, [("fill", []), ("pairs", i32s(0, 40000, 500))], device)
+    assert offloaded_at_depth(apart, "pairs", 1) == 1
+    for a, out in ((40000, 40004), (40004, 40000)):  # out[i] is a[i + 1] or a[i - 1]
+        overlapping = run_both(data, [("fill", []), ("pairs", i32s(a, out, 500))], device)
+        assert offloaded_at_depth(overlapping, "pairs", 1) == 0
+
+
+def test_a_carried_load_entered_with_another_value_stays_carried() -> None:
+    """Entered with ``a[1]`` rather than ``a[0]``: the first iteration's reload would differ."""
+    verdict, reason = verdicts(wat(ROTATED % 4))[("pairs", 1)]
+    assert verdict == "reject" and "carried" in reason, reason
