@@ -231,3 +231,18 @@ def test_a_carried_load_entered_with_another_value_stays_carried() -> None:
     """Entered with ``a[1]`` rather than ``a[0]``: the first iteration's reload would differ."""
     verdict, reason = verdicts(wat(ROTATED % 4))[("pairs", 1)]
     assert verdict == "reject" and "carried" in reason, reason
+
+
+def test_the_kernel_of_a_rotated_load_assembles_for_sm_90(ptxas: str, tmp_path: Path) -> None:
+    """The kernel that reloads the carried ``a[i + 1]`` as PTX that ptxas takes."""
+    module = translate_module(load(wat(ROTATED % 0)))
+    (plan,) = [r.plan for r in analyze_module(module) if r.verdict == "offload" and r.func.name == "pairs"]
+    assert plan.rotations
+    target = NVPTXTarget("sm_90", ARCH_PTX["sm_90"])
+    lowering = ModuleLowering(module, target)
+    kernel = outline(module, plan)
+    assert sum(op.name == "mem.load" for op in kernel.blocks[0].ops) == 1  # the reload, at entry
+    for index in reachable(module, [kernel.index]):
+        FunctionLowering(lowering, module.functions[index]).lower()
+    lower_loop_entry(lowering, kernel.index, [r.op for r in plan.reductions])
+    assemble(ptxas, target.emit_ptx(str(lowering.llvm)), "sm_90", tmp_path)
