@@ -75,12 +75,6 @@ def outline(module: Module, plan: LoopPlan) -> Function:
     def emit_poly(poly: Poly, ty: Type, b: Builder = b) -> Value:
         total = None
         for monomial, coeff in poly.terms.items():
-            if monomial and monomial[0].kind == "floor":  # c * floor(x / d), d | c: (c/d) * (x & -d)
-                inner, divisor = monomial[0].ref
-                masked = b.value(arith.and_, emit_poly(inner, ty, b), b.constant(ty, -divisor))
-                term = b.value(arith.mul, b.constant(ty, coeff // divisor), masked)
-                total = term if total is None else b.value(arith.add, total, term)
-                continue
             term = b.constant(ty, coeff)
             for sym in monomial:
                 factor = k if sym is plan.counter else by_symbol[sym]

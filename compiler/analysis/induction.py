@@ -39,8 +39,9 @@ from tensorwasm.dialect.ir import Block, LoopInfo, Op, Value
 
 def kernel_computes(poly: Poly) -> bool:
     """Every floor symbol of ``poly`` stands alone in its term with a multiple of its divisor
-    as coefficient: ``c * floor(x / d)`` is then ``(c / d) * (x & -d)``, which the outliner
-    computes exactly modulo 2^32 however ``x`` wraps."""
+    as coefficient: ``c * floor(x / d)`` is then ``(c / d) * (x & -d)``, which a kernel
+    computes exactly modulo 2^32 however ``x`` wraps (a distributed loop's grid bounds,
+    :mod:`compiler.distribute`; a loop's own starts and steps come from before it, symbols)."""
     for monomial, coeff in poly.terms.items():
         floors = [s for s in monomial if s.kind == "floor"]
         if floors and (
@@ -127,13 +128,6 @@ class LoopValues:
                 if start is None:
                     raise Reject(
                         f"induction variable {self.local_name(loop, i)} starts from an unknown value"
-                    )
-                if not (kernel_computes(start) and kernel_computes(steps[0])):
-                    if loop is not self.info:
-                        continue
-                    raise Reject(
-                        f"induction variable {self.local_name(loop, i)} starts from a floor division "
-                        f"the kernel cannot recompute exactly"
                     )
                 self.ivs[arg] = (start, steps[0])
                 continue

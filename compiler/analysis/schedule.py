@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject
+from tensorwasm.compiler.analysis.induction import kernel_computes
 from tensorwasm.compiler.analysis.isl import NestModel, _context, isl
 from tensorwasm.compiler.analysis.plan import LoopPlan, LoopReport, Phase
 
@@ -97,6 +98,8 @@ def _phases(
         moving = {s for s in trip.start.leaves() | trip.bound.leaves() if s.kind == "counter"}
         if moving - {plan.counter} or (moving and trip.pred == "ne" and abs(trip.step) != 1):
             raise Reject("a grid loop whose count moves with the loops inside the launched one")
+        if not (kernel_computes(trip.start) and kernel_computes(trip.bound)):
+            raise Reject("a grid loop whose bounds hold a floor division the kernel cannot recompute")
         for arg in grid.header.args:
             if (
                 arg not in plan.ivs

@@ -246,3 +246,33 @@ def test_the_kernel_of_a_rotated_load_assembles_for_sm_90(ptxas: str, tmp_path: 
         FunctionLowering(lowering, module.functions[index]).lower()
     lower_loop_entry(lowering, kernel.index, [r.op for r in plan.reductions])
     assemble(ptxas, target.emit_ptx(str(lowering.llvm)), "sm_90", tmp_path)
+
+
+# Rows whose only child loop runs to i & -4: distributed, the phase's grid loop bounded by a
+# floor that the kernel of the phase computes as the mask.
+MASKED_ROWS = """(module (memory (export "memory") 1)
+  (func (export "rows") (param $out i32) (param $n i32) (local $i i32) (local $j i32) (local $b i32)
+    (loop $li
+      (local.set $b (i32.and (local.get $i) (i32.const -4)))
+      (local.set $j (i32.const 0))
+      (block $skip
+        (br_if $skip (i32.ge_s (local.get $j) (local.get $b)))
+        (loop $lj
+          (i32.store (i32.add (local.get $out)
+                              (i32.add (i32.mul (local.get $i) (i32.const 256)) (i32.shl (local.get $j) (i32.const 2))))
+                     (i32.add (local.get $i) (local.get $j)))
+          (local.set $j (i32.add (local.get $j) (i32.const 1)))
+          (br_if $lj (i32.lt_s (local.get $j) (local.get $b)))))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $li (i32.lt_s (local.get $i) (local.get $n))))))
+"""
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_distributed_phase_bounded_by_a_mask(device: str) -> None:
+    data = wat(MASKED_ROWS)
+    plan = next(r.plan for r in analyze_module(translate_module(load(data))) if r.loop.depth == 1)
+    (phase,) = plan.phases
+    assert phase.trip.bound.floors()
+    offload = run_both(data, [("rows", i32s(1024, 50))], device)
+    assert offloaded_at_depth(offload, "rows", 1) == 1
