@@ -194,6 +194,10 @@ def _most_trips_quasi(trip: TripCount, env: dict[Symbol, int], counts: dict[Symb
         raise GuardFailed("the counter moves away from its bound")
     if kind == "ne" and (least if step > 0 else -most) < 0:
         raise GuardFailed("an inner loop's bounds wrap around on some iteration of the loops around it")
+    # Every term that moves is a multiple of the step (the analysis made sure): the
+    # distance at the box's first corner says whether it always is.
+    if kind == "ne" and (trip.bound - trip.start).evaluate({**env, **dict.fromkeys(counts, 0)}) % step:
+        raise GuardFailed("the counter steps over its bound")
     distance = (most if step > 0 else -least) + (kind in ("le", "ge"))
     count = max(0, -(-distance // abs(step))) + (not trip.top)
     if count > MAX_TRIP:
@@ -203,10 +207,10 @@ def _most_trips_quasi(trip: TripCount, env: dict[Symbol, int], counts: dict[Symb
 
 def _quasi_range(access: Access, plan: LoopPlan, env: dict[Symbol, int], counts: dict[Symbol, int]) -> Range:
     """The bytes an access at a quasi-affine address (floors of the counters: an unrolled
-    loop's remainder) touches: its stride along the launched loop, and the least and the
+    loop's remainder) touches: its stride along the launched loop, the least and the
     greatest of the rest over the nest (``nest_range``: each counter up to its exit value
-    where the access comes after its loop), and the whole range, from the whole address; aligned when every term moves it by multiples
-    of its width."""
+    where the access comes after its loop), and the whole range, from the whole address;
+    aligned when every term moves it by multiples of its width."""
     rest, stride_poly = access.address.split(plan.counter)
     stride = stride_poly.evaluate(env)
     box = {c: counts[c] + (c in access.beyond) for c in counts}

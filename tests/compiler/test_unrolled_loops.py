@@ -21,7 +21,7 @@ from tensorwasm.compiler.lower.function import FunctionLowering, ModuleLowering,
 from tensorwasm.compiler.outline import outline
 from tensorwasm.compiler.target import ARCH_PTX, NVPTXTarget
 from tensorwasm.dialect.types import F64, I32
-from tensorwasm.runtime.guards import _most_trips, check, inputs
+from tensorwasm.runtime.guards import GuardFailed, _most_trips, check, inputs
 from tests.compiler.test_loop_kernels import assemble
 from tests.compiler.test_poly_loops import DEVICES, offloaded_at_depth, run_both, verdicts
 from tests.conftest import wat
@@ -276,3 +276,14 @@ def test_a_distributed_phase_bounded_by_a_mask(device: str) -> None:
     assert phase.trip.bound.floors()
     offload = run_both(data, [("rows", i32s(1024, 50))], device)
     assert offloaded_at_depth(offload, "rows", 1) == 1
+
+
+def test_guards_refuse_an_unrolled_loop_that_would_step_over_its_bound() -> None:
+    """``j += 4`` while ``j != 4 * floor(i / 4) + 2`` never meets its bound: refused, where
+    the same loop bounded by ``4 * floor(i / 4)`` runs ``floor(i / 4)`` times at most."""
+    i = Symbol("counter", None, "i")
+    f4 = Poly.symbol(Symbol.floor(Poly.symbol(i), 4)).scale(4)
+    good = TripCount(True, "ne", Poly.const(0), 4, f4, 32)
+    assert _most_trips(good, {}, {i: 37}) == 9
+    with pytest.raises(GuardFailed, match="steps over"):
+        _most_trips(TripCount(True, "ne", Poly.const(0), 4, f4 + Poly.const(2), 32), {}, {i: 37})
