@@ -48,6 +48,12 @@ class _Scope:
         """``poly`` (in the loop's counter and the live-ins) computed as ``ty``."""
         total = None
         for monomial, coeff in poly.terms.items():
+            if monomial and monomial[0].kind == "floor":  # c * floor(x / d), d | c: (c/d) * (x & -d)
+                inner, divisor = monomial[0].ref
+                masked = b.value(arith.and_, self.poly(inner, ty, b), b.constant(ty, -divisor))
+                term = b.value(arith.mul, b.constant(ty, coeff // divisor), masked)
+                total = term if total is None else b.value(arith.add, total, term)
+                continue
             term = b.constant(ty, coeff)
             for sym in monomial:
                 factor = self.k if sym is self.plan.counter else self.by_symbol[sym]

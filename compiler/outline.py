@@ -23,7 +23,7 @@ from tensorwasm.compiler.analysis.poly import Poly
 from tensorwasm.compiler.analysis.reductions import lane_identity
 from tensorwasm.compiler.distribute import outline_phases
 from tensorwasm.compiler.tile import tile_kernel
-from tensorwasm.dialect import arith, simd
+from tensorwasm.dialect import arith, mem, simd
 from tensorwasm.dialect.builder import Builder
 from tensorwasm.dialect.ir import Block, Function, Module, Op, Successor, Value
 from tensorwasm.dialect.types import I32, I64, V128, Type
@@ -121,6 +121,7 @@ def outline(module: Module, plan: LoopPlan) -> Function:
             return mapping[v]
         raise KeyError(f"value {v} has no counterpart in the kernel")
 
+    reloads = {header.args[arg]: plan.accesses[index] for arg, index in plan.rotations}
     reductions: dict[Value, Reduction] = {r.arg: r for r in plan.reductions}
     vectors = {r.vector: r for r in plan.reductions if r.vector is not None}
     for arg in header.args:
@@ -134,6 +135,11 @@ def outline(module: Module, plan: LoopPlan) -> Function:
             mapping[arg] = vector_iv_at(b, value_of(start), value_of(step), add, k)
         elif arg in plan.invariant_args:
             mapping[arg] = value_of(plan.invariant_args[arg])
+        elif arg in reloads:  # a rotated load: the previous iteration's, made again
+            access = reloads[arg]
+            address = emit_poly(access.address, I32)
+            attrs = {**access.op.attrs, "offset": 0, "proven": True}
+            mapping[arg] = b.op(mem.load, [address], attrs).results[0]
         elif arg in reductions:
             mapping[arg] = b.constant(arg.type, identity_bits(reductions[arg].op, arg.type))
         else:  # never read inside the loop

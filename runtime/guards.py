@@ -14,9 +14,9 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from tensorwasm.compiler.analysis.extent import extent
+from tensorwasm.compiler.analysis.extent import box_range, extent, nest_range, quasi
 from tensorwasm.compiler.analysis.plan import Access, LoopPlan, TripCount
-from tensorwasm.compiler.analysis.poly import Symbol
+from tensorwasm.compiler.analysis.poly import Poly, Symbol
 
 MAX_TRIP = (1 << 31) - 1
 
@@ -103,7 +103,7 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
     counts = {plan.counter: trip}
     for counter, inner_trip in plan.inner_trips:  # outer loops first
         inner[counter] = counts[counter] = _most_trips(inner_trip, env, counts)
-    triangular = any((t.start.symbols() | t.bound.symbols()) & counts.keys() for _, t in plan.inner_trips)
+    triangular = any((t.start.leaves() | t.bound.leaves()) & counts.keys() for _, t in plan.inner_trips)
     nest = tuple(inner[level.counter] for level in plan.collapse)
     if 0 in nest:
         raise GuardFailed("a collapsed inner loop runs no iteration")
@@ -113,7 +113,10 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
         if split is None:
             ranges.append((access, None))  # a gather: checked by the kernel itself
             continue
-        rng = _range(split, plan, env, counts, access.width, access.beyond)
+        if quasi(access.address, counts.keys()):
+            rng = _quasi_range(access, plan, env, counts)
+        else:
+            rng = _range(split, plan, env, counts, access.width, access.beyond)
         if triangular and not access.beyond:  # the nest's own range, tighter than the box's
             tight = extent(access.address, [(plan.counter, plan.trip), *plan.inner_trips], env, counts)
             if tight is not None:
@@ -150,7 +153,9 @@ def _most_trips(trip: TripCount, env: dict[Symbol, int], counts: dict[Symbol, in
     bounds are affine in their counters (the analysis made sure), so the most is at a corner
     of their box: each counter at 0 or at its last iteration. Ranges taken over that box
     hold every access of a triangular nest."""
-    moving = [c for c in counts if trip.start.uses(c) or trip.bound.uses(c)]
+    moving = [c for c in counts if c in trip.start.leaves() | trip.bound.leaves()]
+    if quasi(trip.start, counts.keys()) or quasi(trip.bound, counts.keys()):
+        return _most_trips_quasi(trip, env, {c: counts[c] for c in moving})
     most = 0
     for corner in itertools.product(*((0, max(counts[c] - 1, 0)) for c in moving)):
         probe = {**env, **dict(zip(moving, corner, strict=True))}
@@ -169,6 +174,60 @@ def _check_unwrapped(trip: TripCount, env: dict[Symbol, int]) -> None:
     lo, hi = (0, 2 * half) if trip.pred.startswith("u") else (-half, half)
     if not (lo <= start < hi and lo <= bound < hi) or (trip.pred == "ne" and (bound - start) * trip.step < 0):
         raise GuardFailed("an inner loop's bounds wrap around on some iteration of the loops around it")
+
+
+def _most_trips_quasi(trip: TripCount, env: dict[Symbol, int], counts: dict[Symbol, int]) -> int:
+    """:func:`_most_trips` for bounds holding floors of the counters (an unrolled loop's
+    ``i & -4``, its remainder's ``i & 3``), which need not be extreme at the corners: the
+    bounds' ranges over the box (``box_range``) in the range of the compare, and the most
+    iterations from the largest distance the counter can go."""
+    half = 1 << (trip.bits - 1)
+    lo, hi = (0, 2 * half - 1) if trip.pred.startswith("u") else (-half, half - 1)
+    for poly in (trip.start, trip.bound):
+        least, most = box_range(poly, env, counts)
+        if least < lo or most > hi:
+            raise GuardFailed("an inner loop's bounds wrap around on some iteration of the loops around it")
+    least, most = box_range(trip.bound - trip.start, env, counts)
+    step = trip.step
+    kind = trip.pred[1:] if trip.pred not in ("ne", "eq") else trip.pred
+    if (kind in ("lt", "le") and step < 0) or (kind in ("gt", "ge") and step > 0) or kind == "eq":
+        raise GuardFailed("the counter moves away from its bound")
+    if kind == "ne" and (least if step > 0 else -most) < 0:
+        raise GuardFailed("an inner loop's bounds wrap around on some iteration of the loops around it")
+    # Every term that moves is a multiple of the step (the analysis made sure): the
+    # distance at the box's first corner says whether it always is.
+    if kind == "ne" and (trip.bound - trip.start).evaluate({**env, **dict.fromkeys(counts, 0)}) % step:
+        raise GuardFailed("the counter steps over its bound")
+    distance = (most if step > 0 else -least) + (kind in ("le", "ge"))
+    count = max(0, -(-distance // abs(step))) + (not trip.top)
+    if count > MAX_TRIP:
+        raise GuardFailed(f"trip count {count} is too large")
+    return count
+
+
+def _quasi_range(access: Access, plan: LoopPlan, env: dict[Symbol, int], counts: dict[Symbol, int]) -> Range:
+    """The bytes an access at a quasi-affine address (floors of the counters: an unrolled
+    loop's remainder) touches: its stride along the launched loop, the least and the
+    greatest of the rest over the nest (``nest_range``: each counter up to its exit value
+    where the access comes after its loop), and the whole range, from the whole address;
+    aligned when every term moves it by multiples of its width."""
+    rest, stride_poly = access.address.split(plan.counter)
+    stride = stride_poly.evaluate(env)
+    box = {c: counts[c] + (c in access.beyond) for c in counts}
+    low, high = nest_range(rest, plan.inner_trips, env, box)
+    fixed, aligned = 0, True
+    for monomial, coeff in access.address.terms.items():
+        known = [s for s in monomial if not (s.leaves() & box.keys())]
+        factor = coeff * Poly({tuple(known): 1}).evaluate(env)
+        if len(known) == len(monomial):
+            fixed += factor
+        else:
+            aligned = aligned and factor % access.width == 0
+    aligned = aligned and fixed % access.width == 0
+    # The whole range, taken on the whole address (a floor may undo the stride's drift),
+    # and the footprint of one iteration, which the overlap tests slide by the stride.
+    first, last = nest_range(access.address, plan.inner_trips, env, box)
+    return Range(first, last + access.width, low, stride, high + access.width - low, aligned=aligned)
 
 
 def _split_addresses(plan: LoopPlan) -> list:
@@ -303,6 +362,6 @@ def inputs(plan: LoopPlan) -> frozenset[Symbol]:
         for _, trip in plan.inner_trips:
             polys += [trip.start, trip.bound]
         polys += [access.address for access in plan.accesses if access.address is not None]
-        cached = frozenset().union(*(poly.symbols() for poly in polys))
+        cached = frozenset().union(*(poly.leaves() for poly in polys))
         plan.__dict__["_guard_inputs"] = cached
     return cached

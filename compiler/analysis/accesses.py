@@ -8,6 +8,11 @@ nothing could say which iterations it meets. An unknown load address is a *gathe
 kernel checks each address it loads against the ranges the loop writes (see
 :attr:`LoopPlan.gathers`). An access after an inner loop rather than inside it may see that
 loop's counter at its exit value; those counters are listed in ``beyond``.
+
+A value clang carries to the next iteration may be a load the next iteration would make
+itself (``A[i + 1]`` kept for the next ``A[i]``): :func:`rotated_load` recognises it, and the
+kernel reloads it from the previous iteration's address, an access of its own here, which
+the guards keep apart from every store like any other load.
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ from typing import TYPE_CHECKING
 from tensorwasm.compiler.analysis.forest import Reject
 from tensorwasm.compiler.analysis.plan import Access
 from tensorwasm.compiler.analysis.poly import Poly
+from tensorwasm.dialect.ir import Op
 
 if TYPE_CHECKING:
     from tensorwasm.compiler.analysis.induction import LoopValues
+    from tensorwasm.dialect.ir import Value
 
 
 def collect_accesses(values: LoopValues) -> list[Access]:
@@ -34,19 +41,27 @@ def collect_accesses(values: LoopValues) -> list[Access]:
             address = values.expr(op.operands[0])
             if address is not None:
                 address = address + Poly.const(op.attrs["offset"])
-                for c in address.symbols() & counters:
+                for c in [s for s in address.symbols() if s.leaves() & counters]:
                     split = address.split(c)
-                    if split is None or split[1].symbols() & counters:
+                    if split is None or split[1].leaves() & counters or not _quasi_affine(c, counters):
                         address = None
                         break
             beyond = frozenset(
                 sym for loop, sym in values.counters.items()
-                if loop is not values.info and address is not None and address.uses(sym)
+                if loop is not values.info and address is not None and sym in address.leaves()
                 and block not in values.facts.bodies[loop]
             )  # fmt: skip
             out.append(
                 Access(op, op.name == "mem.store", op.attrs["bits"] // 8, address, op.attrs["offset"], beyond)
             )
+    for load, address in values.rotations.values():
+        # The reload at the start of an iteration: the previous iteration's address (the
+        # entry value's for the first), read before any store of the iteration, as one
+        # address with no offset (the first one's operand may be below zero).
+        k = Poly.symbol(values.counter(values.info))
+        rest, step = address.split(values.counter(values.info))
+        previous = rest + step * (k - Poly.const(1)) + Poly.const(load.attrs["offset"])
+        out.append(Access(load, False, load.attrs["bits"] // 8, previous, 0, frozenset()))
     for a in out:
         if a.address is None:
             if a.store:
@@ -54,3 +69,89 @@ def collect_accesses(values: LoopValues) -> list[Access]:
             # A gather: its addresses are unknown before the launch, so the kernel checks
             # each one against the ranges the loop writes (see LoopPlan.gathers).
     return out
+
+
+def _quasi_affine(sym, counters: set) -> bool:
+    """A counter, or the floor of a value affine in the counters (an unrolled loop's
+    ``i & -4``): isl models it exactly, the guards bound it."""
+    if sym.kind != "floor":
+        return True
+    inner = sym.ref[0]
+    for s in inner.symbols():
+        if s.kind == "floor":
+            return False
+        if s in counters:
+            split = inner.split(s)
+            if split is None or split[1].leaves() & counters:
+                return False
+    return True
+
+
+def rotated_load(values: LoopValues, arg: Value, back: Value, entry: Value) -> bool:
+    """Record header argument ``arg`` of the candidate loop as a rotated load, when it is:
+    the back edge passes a load of the body's own iteration (not of an inner loop) at an
+    address affine in the loop's counter alone, and the loop is entered with a load of the
+    same kind at that address one iteration before (``P(-1)``), made in the block that
+    enters the loop with nothing after it that writes memory. Each iteration then sees the
+    load of the previous iteration's address, which the kernel makes itself."""
+    load, first = back.owner, entry.owner
+    facts, info = values.facts, values.info
+    if not (
+        isinstance(load, Op)
+        and load.name == "mem.load"
+        and isinstance(first, Op)
+        and first.name == "mem.load"
+    ):
+        return False
+    if (
+        load.block not in values.body
+        or any(load.block in facts.bodies[m] for m in values.nested if m is not info)
+        or (load.attrs["bits"], load.attrs["signed"]) != (first.attrs["bits"], first.attrs["signed"])
+        or (load.results[0].type is not first.results[0].type)
+    ):
+        return False
+    k = values.counter(info)
+    address = values.expr(load.operands[0])
+    if (
+        address is None
+        or address.leaves() & (set(values.counters.values()) - {k})
+        or address.floors()  # (the kernel computes the reload's address as a polynomial)
+    ):
+        return False
+    split = address.split(k)
+    if split is None or split[1].leaves() & {k}:
+        return False
+    preheader = next(p for p in facts.preds[info.header] if p not in facts.bodies[info])
+    if first.block is not preheader or any(
+        not op.opdef.pure for op in preheader.ops[preheader.ops.index(first) + 1 : -1]
+    ):
+        return False
+    symbols = dict(values.symbols)
+    before = _outside(values, first.operands[0])
+    if before is None or before + Poly.const(first.attrs["offset"]) != split[0] - split[1] + Poly.const(
+        load.attrs["offset"]
+    ):
+        values.symbols = symbols
+        return False
+    values.rotations[arg] = (load, address)
+    return True
+
+
+def _outside(values: LoopValues, value: Value) -> Poly | None:
+    """A value computed before the loop as a polynomial of the values the loop's entry
+    holds (the symbols the body's polynomials use), through add, sub, mul and shl by a
+    constant; None otherwise."""
+    owner = value.owner
+    if isinstance(owner, Op) and owner.name == "arith.constant" and not owner.attrs["type"].is_float:
+        bits, width = owner.attrs["value"], owner.attrs["type"].bits
+        return Poly.const(bits - (1 << width) if bits >> (width - 1) else bits)
+    if any(e is value for e in values.info.entry_env):
+        return Poly.symbol(values.symbol_for(value))
+    if not (isinstance(owner, Op) and owner.name in ("arith.add", "arith.sub", "arith.mul", "arith.shl")):
+        return None
+    a, b = (_outside(values, v) for v in owner.operands)
+    if a is None or b is None:
+        return None
+    if owner.name == "arith.shl":
+        return a.scale(1 << (b.constant & (value.type.bits - 1))) if b.is_constant() else None
+    return {"arith.add": a + b, "arith.sub": a - b, "arith.mul": a * b}[owner.name]

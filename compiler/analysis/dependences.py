@@ -49,6 +49,8 @@ def static_dependences(values: LoopValues, accesses: list[Access]) -> list[tuple
         for j, a in enumerate(accesses):
             if a.address is None or s.address is None:
                 continue
+            if any(f.leaves() & counters for f in s.address.floors() | a.address.floors()):
+                continue  # quasi-affine: isl and the guards settle it
             diff = s.address - a.address
             split = s.address.split(k)
             other = a.address.split(k)
@@ -72,7 +74,7 @@ def static_dependences(values: LoopValues, accesses: list[Access]) -> list[tuple
                 )
             if not diff.is_constant() or not c.is_constant():
                 continue
-            if (s.address.symbols() & counters) - {k}:
+            if (s.address.leaves() & counters) - {k}:
                 continue  # inner loops: the runtime compares per-iteration footprints
             if _overlaps_across_iterations(diff.constant, c.constant, s.width, a.width):
                 raise Reject(f"store at {s.where} may overlap {a.kind} at {a.where} across iterations")

@@ -32,13 +32,29 @@ from __future__ import annotations
 
 from functools import cached_property
 
+from tensorwasm.compiler.analysis.accesses import rotated_load
 from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject
 from tensorwasm.compiler.analysis.plan import AnalysisOptions, Reduction
 from tensorwasm.compiler.analysis.poly import Poly, Symbol
 from tensorwasm.compiler.analysis.reductions import init_bits, recognise_reduction
+from tensorwasm.compiler.analysis.trips import exit_merge
 from tensorwasm.dialect import arith, simd
 from tensorwasm.dialect.ir import Block, LoopInfo, Op, Value
 from tensorwasm.dialect.types import V128
+
+
+def kernel_computes(poly: Poly) -> bool:
+    """Every floor symbol of ``poly`` stands alone in its term with a multiple of its divisor
+    as coefficient: ``c * floor(x / d)`` is then ``(c / d) * (x & -d)``, which a kernel
+    computes exactly modulo 2^32 however ``x`` wraps (a distributed loop's grid bounds,
+    :mod:`compiler.distribute`; a loop's own starts and steps come from before it, symbols)."""
+    for monomial, coeff in poly.terms.items():
+        floors = [s for s in monomial if s.kind == "floor"]
+        if floors and (
+            len(monomial) > 1 or coeff % floors[0].ref[1] or not kernel_computes(floors[0].ref[0])
+        ):
+            return False
+    return True
 
 
 class LoopValues:
@@ -59,6 +75,8 @@ class LoopValues:
         self.lenient = lenient  # classify what can be classified, reject nothing
         self.reductions: dict[Value, Reduction] = {}
         self.vector_ivs: dict[Value, tuple[Value, Value, str]] = {}  # v128 arg -> (start, step, add op)
+        self.floor_symbols: dict[tuple[Poly, int], Symbol] = {}
+        self.rotations: dict[Value, tuple[Op, Poly]] = {}  # header arg -> (its load, that load's address)
 
     # Both made at first use: a loop rejected by its own header arguments (every loop around
     # the innermost of a deep nest, say) needs neither, and each costs the size of the body.
@@ -119,6 +137,8 @@ class LoopValues:
                         f"induction variable {self.local_name(loop, i)} starts from an unknown value"
                     )
                 self.ivs[arg] = (start, steps[0])
+                continue
+            if loop is self.info and len(incoming) == 1 and rotated_load(self, arg, incoming[0], entry[i]):
                 continue
             if loop is self.info and len(incoming) == 1:
                 reduction = recognise_reduction(self, arg, incoming[0], loop_body)
@@ -232,7 +252,7 @@ class LoopValues:
                 ]
                 if incoming and incoming[0] is not None and all(p == incoming[0] for p in incoming):
                     return incoming[0]
-                return None
+                return exit_merge(self, value)
             if value in self.invariant_args:
                 return self.expr(self.invariant_args[value])
             if value in self.ivs:
@@ -259,6 +279,41 @@ class LoopValues:
                 return a * b
             if b.is_constant():
                 return a.scale(1 << (b.constant & (op.operands[0].type.bits - 1)))
+        if op.name == "arith.and":
+            return self.masked(op)
+        return None
+
+    # -- quasi-affine values (clang's unrolled loops) ---------------------------------------
+
+    def floor_of(self, inner: Poly, divisor: int) -> Poly:
+        """``floor(inner / divisor)`` as a polynomial: a number, or one floor symbol per
+        value (interned, so equal values compare equal)."""
+        if inner.is_constant():
+            return Poly.const(inner.constant // divisor)
+        key = (inner, divisor)
+        sym = self.floor_symbols.get(key)
+        if sym is None:
+            sym = self.floor_symbols[key] = Symbol.floor(inner, divisor)
+        return Poly.symbol(sym)
+
+    def masked(self, op: Op) -> Poly | None:
+        """``x & -2^k`` as ``2^k * floor(x / 2^k)`` and ``x & (2^k - 1)`` as
+        ``x - 2^k * floor(x / 2^k)``: exact modulo 2^bits (see :mod:`.poly`); other masks
+        are unknown."""
+        a, b = (self.expr(v) for v in op.operands)
+        if b is not None and not b.is_constant():
+            a, b = b, a
+        if a is None or b is None or not b.is_constant():
+            return None
+        mask = b.constant
+        if mask == -1:
+            return a
+        if mask == 0:
+            return Poly.const(0)
+        if mask < 0 and (-mask) & (-mask - 1) == 0:
+            return self.floor_of(a, -mask).scale(-mask)
+        if mask > 0 and mask & (mask + 1) == 0:
+            return a - self.floor_of(a, mask + 1).scale(mask + 1)
         return None
 
 

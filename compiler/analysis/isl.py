@@ -58,13 +58,20 @@ class _NotAffine(Exception):
 class NestModel:
     """The iteration domain of one candidate loop and its accesses, as isl sets."""
 
-    def __init__(self, values: LoopValues, trip: TripCount, inner: list[tuple[Symbol, TripCount]]):
+    def __init__(
+        self, values: LoopValues, trip: TripCount, inner: list[tuple[Symbol, TripCount]], fixed: bool = True
+    ):
         self.values = values
         self.info = values.info
         self.trips = {values.counter(values.info): trip, **dict(inner)}
         self.counters = set(self.trips)
         self.params: dict[tuple, str] = {}
         self.names = {sym: f"c{n}" for n, sym in enumerate(sorted(self.trips, key=lambda s: s.order))}
+        # A count known statically bounds the domain (PolyBench's sizes are numbers); the
+        # proof that a loop is sequential keeps it free (``fixed`` false): that proof must
+        # hold for every count, its domains being over-approximated.
+        known = constant_count(trip) if fixed else None
+        self.count = "T" if known is None else str(known)
 
     # -- affine text ----------------------------------------------------------------------
 
@@ -72,13 +79,16 @@ class NestModel:
         """``poly`` as isl text, counters as ``prefix`` + name, other monomials as parameters."""
         parts = []
         for monomial, coeff in poly.terms.items():
-            counters = [s for s in monomial if s in self.counters]
+            counters = [s for s in monomial if s.leaves() & self.counters]
             if counters and len(monomial) > 1:
                 raise _NotAffine
             if not monomial:
                 parts.append(str(coeff))
                 continue
-            if counters:
+            if counters and counters[0].kind == "floor":  # quasi-affine: isl's own floor
+                inner, divisor = counters[0].ref
+                name = f"floor(({self.affine(inner, prefix)})/{divisor})"
+            elif counters:
                 name = prefix + self.names[counters[0]]
             else:
                 key = tuple(s.order for s in monomial)
@@ -102,9 +112,9 @@ class NestModel:
             var = prefix + self.names[sym]
             trip = self.trips[sym]
             if loop is self.info:
-                out.append(f"0 <= {var} < T")
+                out.append(f"0 <= {var} < {self.count}")
                 continue
-            moving = (trip.start.symbols() | trip.bound.symbols()) & self.counters
+            moving = (trip.start.leaves() | trip.bound.leaves()) & self.counters
             if not moving:
                 out.append(f"0 <= {var} < N{self.names[sym]}")
                 continue
@@ -134,7 +144,7 @@ class NestModel:
         byte ranges meet), or None where the pair is not modelled."""
         if store.address is None or other.address is None or store.beyond or other.beyond:
             return None
-        if (store.address - other.address).symbols() - self.counters:
+        if (store.address - other.address).leaves() - self.counters:
             return None  # apart by live-in values (two base pointers): only the guards can say
         try:
             outer_s, outer_a = self.loops_around(store), self.loops_around(other)
@@ -161,6 +171,88 @@ class NestModel:
         return pairs, meet
 
 
+class _TestModel(NestModel):
+    """The counters of the loops around one inner loop, for :func:`same_test`."""
+
+    def __init__(self, values: LoopValues, counters: list[Symbol]):
+        self.values = values
+        self.info = values.info
+        self.counters = set(counters)
+        self.params = {}
+        self.names = {sym: f"c{n}" for n, sym in enumerate(counters)}
+
+
+# The largest value of a counter: the guards refuse a loop of more iterations than 2^31 - 1.
+_COUNTER_MAX = (1 << 31) - 2
+# The compare predicates as relations between mathematical integers.
+_RELATION = {"eq": "=", "ne": "!=", "slt": "<", "ult": "<", "sle": "<=", "ule": "<=", "sgt": ">", "ugt": ">",
+             "sge": ">=", "uge": ">="}  # fmt: skip
+
+
+def same_test(values: LoopValues, loop: LoopInfo, tests: list[tuple], b: tuple) -> bool:
+    """Whether integer compares ``(pred, x, y, bits)``, all of ``tests`` together and ``b``,
+    hold on exactly the same iterations of the loops around inner ``loop`` (the candidate's included), as Wasm
+    computes them: proven with isl over every counter value the guards let run (up to
+    2^31 - 2) and every value of the live-ins, where for every one of them both compares'
+    operands lie in the range their predicate reads (so the wrapped values are the
+    integers); False where anything is not modelled."""
+    counters, outer = [], loop.parent
+    while outer is not None and outer in values.nested:
+        counters.insert(0, values.counter(outer))
+        outer = outer.parent
+    every = [*tests, b]
+    polys = [p for test in every for p in test[1:3]]
+    if any(p.leaves() & set(values.counters.values()) - set(counters) for p in polys):
+        return False
+    model = _TestModel(values, counters)
+    try:
+        texts = [model.affine(p, "x") for p in polys]
+    except _NotAffine:
+        return False
+    variables = ", ".join(f"x{model.names[c]}" for c in counters)
+    domain = " and ".join(f"0 <= x{model.names[c]} <= {_COUNTER_MAX}" for c in counters) or "true"
+    head = f"[{', '.join(sorted(model.params.values()))}] -> {{ [{variables}] : {domain}"
+    relations = [(test[0], test[3], texts[2 * n], texts[2 * n + 1]) for n, test in enumerate(every)]
+    in_range = []
+    for pred, bits, x, y in relations:
+        lo, hi = (0, (1 << bits) - 1) if pred.startswith("u") else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+        in_range += [f"{lo} <= {x} <= {hi}", f"{lo} <= {y} <= {hi}"]
+    context = _context()
+    context.reset_operations()
+    try:
+        whole = isl.Set(head + " }", context=context)
+        if not whole.is_subset(isl.Set(head + " and " + " and ".join(in_range) + " }", context=context)):
+            return False
+        conditions = [f"{x} {_RELATION[pred]} {y}" for pred, _, x, y in relations]
+        entered = isl.Set(f"{head} and {' and '.join(conditions[:-1])} }}", context=context)
+        return entered.is_equal(isl.Set(f"{head} and {conditions[-1]} }}", context=context))
+    except isl.Error:
+        return False
+
+
+def constant_count(trip: TripCount) -> int | None:
+    """The trip count of a loop whose start and bound are numbers in the range of its
+    compare (PolyBench's sizes are), counting up or down by a "!=" or an ordered test, as
+    the guards would find it; None otherwise."""
+    if not (trip.start.is_constant() and trip.bound.is_constant()):
+        return None
+    start, bound, step = trip.start.constant, trip.bound.constant, trip.step
+    half = 1 << (trip.bits - 1)
+    lo, hi = (0, 2 * half) if trip.pred.startswith("u") else (-half, half)
+    if not (lo <= start < hi and lo <= bound < hi):
+        return None
+    distance = (bound - start) * (1 if step > 0 else -1)
+    if trip.pred == "ne":
+        if distance < 0 or distance % abs(step):
+            return None
+        exit_k = distance // abs(step)
+    elif (trip.pred[1:] in ("lt", "le") and step > 0) or (trip.pred[1:] in ("gt", "ge") and step < 0):
+        exit_k = max(0, -(-(distance + (trip.pred[1:] in ("le", "ge"))) // abs(step)))
+    else:
+        return None
+    return exit_k if trip.top else exit_k + 1
+
+
 # isl operations one pair may take before it is left to the guards (deep nests with many
 # parameters can make the projections expensive; a typical pair takes a few thousand).
 MAX_OPERATIONS = 200_000
@@ -181,6 +273,7 @@ def exact_dependences(
     """The store/access index pairs (not in ``settled``) proven never to meet across
     iterations; :class:`Reject` where one meets in every launch of two iterations or more."""
     model = NestModel(values, trip, inner)
+    loose = NestModel(values, trip, inner, fixed=False) if model.count != "T" else model
     free = []
     for i, store in enumerate(accesses):
         if not store.store:
@@ -195,6 +288,8 @@ def exact_dependences(
                     continue
                 pairs, meet = modelled
                 independent = meet.is_empty()
+                if not independent and loose is not model:
+                    pairs, meet = loose.pair(store, other)
                 always = not independent and pairs.params().is_subset(meet.params())
             except isl.Error:  # over the bound on operations: left to the guards
                 continue

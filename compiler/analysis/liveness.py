@@ -60,7 +60,7 @@ def live_ins(values: LoopValues) -> list[tuple[Value, Symbol, str, int]]:
                 seen[key] = (key, values.globals[index], "global", index)
     # IV start values are live-ins too (they flow in on the entry edge).
     for start, _ in values.ivs.values():
-        for sym in start.symbols():
+        for sym in start.leaves():
             if sym.kind == "value" and sym.ref not in seen:
                 local = next((i for i, e in enumerate(entry) if e is sym.ref), None)
                 if local is None:
@@ -156,7 +156,7 @@ def live_outs(values: LoopValues) -> list[LiveOut]:
             continue
         poly = values.expr(value)
         counters = {c for c in values.counters.values() if c is not k}
-        if poly is None or poly.symbols() & counters:
+        if poly is None or poly.leaves() & counters:
             raise Reject(f"local {local}'s value from the last iteration is used after the loop")
         outs.append(LiveOut(local, "affine", value=poly))
     for block in values.body_order:

@@ -116,11 +116,14 @@ def plan_loop(
         work[around] = work.get(around, 0) + len(block.ops)
     if kept is not None:
         kept[info] = values
+    first = len(accesses) - len(values.rotations)  # (the reloads come last)
+    rotations = tuple((info.header.args.index(arg), first + n) for n, arg in enumerate(values.rotations))
     return LoopPlan(
         facts.func, info, values.counter(info), trip, inner, accesses,
         reductions, inputs, outputs, values.body,
         values.ivs, values.invariant_args, static_free, work=[(ops, around) for around, ops in work.items()],
         vector_ivs=values.vector_ivs,
+        rotations=rotations,
     )  # fmt: skip
 
 

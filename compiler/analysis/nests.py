@@ -48,7 +48,7 @@ def collapse_nests(facts: FunctionLoops, reports: list[LoopReport]) -> None:
             if counter is None:
                 break
             trip = next(t for c, t in plan.inner_trips if c is counter)
-            if any(s.kind == "counter" for s in trip.start.symbols() | trip.bound.symbols()):
+            if any(s.kind == "counter" for s in trip.start.leaves() | trip.bound.leaves()):
                 break  # a triangular level: a grid dimension has one count for every row
             levels.append(Collapse(loop, counter, trip, body))
         if levels:

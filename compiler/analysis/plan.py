@@ -232,6 +232,10 @@ class LoopPlan:
     # v128 induction variables of the launched loop: header argument -> (start, step, the
     # lane-wise add, "i32x4.add"); the kernel computes start + k * step per lane.
     vector_ivs: dict[Value, tuple[Value, Value, str]] = field(default_factory=dict)
+    # Header arguments that carry a load to the next iteration (a rotation), as (argument
+    # index, index in ``accesses`` of the reload at the previous iteration's address): the
+    # kernel reloads them (:func:`compiler.analysis.accesses.rotated_load`).
+    rotations: tuple[tuple[int, int], ...] = ()
 
     @property
     def gathers(self) -> list[Access]:

@@ -6,6 +6,13 @@ iteration counters of loops. Wasm's i32 arithmetic wraps; a polynomial computes 
 unwrapped value, which equals the wrapped one whenever it lies in [0, 2^32) (addition and
 multiplication commute with reduction modulo 2^32), so the runtime guards check exactly
 that before trusting a polynomial.
+
+A symbol of kind "floor" is the quasi-affine value ``floor(inner / d)`` of a polynomial
+``inner`` and a power of two ``d`` (``ref`` is ``(inner, d)``): clang's unrolled loops bound
+themselves by ``n & -4``, which is ``4 * floor(n / 4)``, and their remainders by ``n & 3``,
+``n - 4 * floor(n / 4)``. Both are exact modulo 2^32 for every integer ``n`` congruent to the
+i32 value (``d`` divides 2^32), so they keep the rule above. A floor symbol evaluates itself
+from its inner polynomial; :meth:`Poly.leaves` looks through it.
 """
 
 from __future__ import annotations
@@ -29,6 +36,15 @@ class Symbol:
 
     def __repr__(self) -> str:
         return self.name
+
+    @staticmethod
+    def floor(inner: Poly, divisor: int) -> Symbol:
+        """The symbol of ``floor(inner / divisor)`` (callers intern it: one object per value)."""
+        return Symbol("floor", (inner, divisor), f"floor(({inner}) / {divisor})")
+
+    def leaves(self) -> set[Symbol]:
+        """This symbol, or for a floor symbol the symbols of its inner polynomial."""
+        return self.ref[0].leaves() if self.kind == "floor" else {self}
 
 
 Monomial = tuple[Symbol, ...]
@@ -90,6 +106,17 @@ class Poly:
     def uses(self, sym: Symbol) -> bool:
         return any(sym in m for m in self.terms)
 
+    def leaves(self) -> set[Symbol]:
+        """Every symbol the value depends on, through floor symbols (never one of those)."""
+        out: set[Symbol] = set()
+        for sym in self.symbols():
+            out |= sym.leaves()
+        return out
+
+    def floors(self) -> set[Symbol]:
+        """The floor symbols of the polynomial (not those nested inside them)."""
+        return {s for s in self.symbols() if s.kind == "floor"}
+
     def split(self, counter: Symbol) -> tuple[Poly, Poly] | None:
         """(rest, coefficient) with self = rest + coefficient * counter; None if the counter
         appears squared or the coefficient still holds it."""
@@ -110,7 +137,11 @@ class Poly:
         for m, c in self.terms.items():
             term = c
             for s in m:
-                term *= env[s]
+                if s.kind == "floor" and s not in env:
+                    inner, divisor = s.ref
+                    term *= inner.evaluate(env) // divisor
+                else:
+                    term *= env[s]
             total += term
         return total
 

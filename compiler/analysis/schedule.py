@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject
+from tensorwasm.compiler.analysis.induction import kernel_computes
 from tensorwasm.compiler.analysis.isl import NestModel, _context, isl
 from tensorwasm.compiler.analysis.plan import LoopPlan, LoopReport, Phase
 
@@ -96,9 +97,11 @@ def _phases(
         trip = trips.get(counter)
         if trip is None or trip.pred not in COUNTED or not _toward(trip):
             raise Reject("a grid loop the kernel cannot count")
-        moving = {s for s in trip.start.symbols() | trip.bound.symbols() if s.kind == "counter"}
+        moving = {s for s in trip.start.leaves() | trip.bound.leaves() if s.kind == "counter"}
         if moving - {plan.counter} or (moving and trip.pred == "ne" and abs(trip.step) != 1):
             raise Reject("a grid loop whose count moves with the loops inside the launched one")
+        if not (kernel_computes(trip.start) and kernel_computes(trip.bound)):
+            raise Reject("a grid loop whose bounds hold a floor division the kernel cannot recompute")
         for arg in grid.header.args:
             if (
                 arg not in plan.ivs
@@ -201,7 +204,7 @@ def _legal(
             if modelled is None:
                 if store.address is None or other.address is None:
                     raise Reject("an access isl cannot model")
-                if not (store.address - other.address).symbols() - model.counters:
+                if not (store.address - other.address).leaves() - model.counters:
                     raise Reject(f"store at {store.where} and {other.kind} at {other.where} are not modelled")
             guarded.append((i, j))  # they meet for some sizes only, or apart by base pointers
     return guarded

@@ -15,7 +15,16 @@ them when each such counter enters linearly, with a constant coefficient (and, f
 ``!=`` test, one the step divides, so the counter meets its bound on every iteration of
 the loops around): the count is then affine in those counters (up to ``max(0, .)`` and a
 rounding up, both monotone), so its largest value over the enclosing loops' iterations is
-at a corner of their box, which is what the runtime guards take.
+at a corner of their box, which is what the runtime guards take. Bounds may also hold
+floor symbols (``i & -4`` after clang unrolls a loop by four) of such affine values, each
+with a constant coefficient: still monotone in each counter, so the corners still serve.
+
+clang enters an unrolled loop and its remainder only past tests of their own (``if (n - 1
+>= 3)``, ``if (n & 3)``), and joins the unrolled loop's exit with the path that skipped
+it. :func:`guarded_as_top` reads such a rotated loop as tested at its top when its entry
+test holds exactly where its exit test would, one step before its start (syntactically,
+or proven with isl over the enclosing counters); :func:`exit_merge` reads the join as the
+loop's bound, the value its counter equals when a "!=" test lets it go.
 """
 
 from __future__ import annotations
@@ -77,11 +86,13 @@ def trip_count(values: LoopValues, loop: LoopInfo) -> TripCount:
         raise Reject(f"loop at +0x{loop.offset:x} has a trip count that depends on memory or unknown values")
     if not x.uses(k):
         x, y, pred = y, x, SWAP[pred]
+    if any(k in f.leaves() for f in x.floors() | y.floors()):
+        raise Reject(f"loop at +0x{loop.offset:x} has an exit test that is not affine in its own counter")
     split = x.split(k)
     if split is None or y.uses(k) or not split[1].is_constant() or split[1].constant == 0:
         raise Reject(f"loop at +0x{loop.offset:x} has no counted exit test")
     start, step = split
-    other_counters = {s for s in start.symbols() | y.symbols() if s.kind == "counter" and s is not k}
+    other_counters = {s for s in start.leaves() | y.leaves() if s.kind == "counter" and s is not k}
     # (the counters made so far of loops inside the candidate and deeper than this one)
     inner = {sym for m, sym in values.counters.items() if m.depth > loop.depth and m.header in values.body}
     if other_counters & inner:
@@ -124,9 +135,10 @@ def check_affine_bounds(values: LoopValues, loop: LoopInfo, trip: TripCount) -> 
     counters = set(values.counters.values())
     diff = trip.bound - trip.start
     for poly in (trip.start, trip.bound, diff):
-        for sym in poly.symbols() & counters:
+        moving = [s for s in poly.symbols() if s in counters or (s.kind == "floor" and s.leaves() & counters)]
+        for sym in moving:
             split = poly.split(sym)
-            if sym not in enclosing or split is None or not split[1].is_constant():
+            if split is None or not split[1].is_constant() or not _affine_in(sym, enclosing, counters):
                 raise Reject(
                     f"inner loop at +0x{loop.offset:x} has bounds that are not affine in the "
                     f"counters of the loops around it"
@@ -138,37 +150,162 @@ def check_affine_bounds(values: LoopValues, loop: LoopInfo, trip: TripCount) -> 
                 )
 
 
+def _affine_in(sym, enclosing: set, counters: set) -> bool:
+    """``sym`` is an enclosing counter, or the floor of a value affine in those counters
+    (constant coefficients) and free of every other counter."""
+    if sym.kind != "floor":
+        return sym in enclosing
+    inner = sym.ref[0]
+    for s in inner.symbols():
+        if s.kind == "floor" or (s in counters and s not in enclosing):
+            return False
+        if s in counters:
+            split = inner.split(s)
+            if split is None or not split[1].is_constant():
+                return False
+    return True
+
+
 def guarded_as_top(values: LoopValues, loop: LoopInfo, trip: TripCount) -> TripCount:
-    """An inner loop tested at its bottom, entered only past a test equal to its own exit
-    test one step before its start (clang's rotated loop behind ``if (n > 0)``), as the
-    equivalent loop tested at its top: it runs no iteration exactly where that test fails,
-    which the count of a rotated loop (at least one) cannot say on the rows that skip it."""
+    """An inner loop tested at its bottom, entered only past tests that together hold
+    exactly where its own exit test would one step before its start (clang's rotated loop
+    behind ``if (n > 0)``; an unrolled one behind ``if (n - 1 >= 3)`` and bounded by ``n &
+    -4``), as the equivalent loop tested at its top: it runs no iteration exactly where those
+    tests fail, which the count of a rotated loop (at least one) cannot say on the rows that
+    skip it. The nearest test is compared syntactically, and the chain of tests in front of
+    the loop, nearest first, proven equivalent with isl."""
     if trip.top:
         return trip
+    guards = entry_guards(values, loop)
+    if not guards:
+        return trip
+    before = trip.start - Poly.const(trip.step)
+    tests = []
+    for _, cmp, enters_when in guards:
+        pred = cmp.attrs["pred"] if enters_when else NEGATE[cmp.attrs["pred"]]
+        x, y = _aside(values, cmp.operands)
+        if x is None or y is None:
+            break
+        tests.append((pred, x, y, cmp.operands[0].type.bits))
+    if not tests:
+        return trip
+    pred, x, y, bits = tests[0]
+    same = bits == trip.bits and (
+        (pred, x, y) == (trip.pred, before, trip.bound)
+        or (SWAP[pred], y, x) == (trip.pred, before, trip.bound)
+    )
+    if not same:
+        from tensorwasm.compiler.analysis.isl import same_test
+
+        own = (trip.pred, before, trip.bound, trip.bits)
+        same = any(same_test(values, loop, tests[:n], own) for n in range(1, len(tests) + 1))
+    if not same:
+        return trip
+    return TripCount(True, trip.pred, before, trip.step, trip.bound, trip.bits)
+
+
+def _aside(values: LoopValues, operands: list[Value]) -> list[Poly | None]:
+    """The operands of an entry test as polynomials, leaving no symbol behind: the test only
+    decides how the loop is read, so a live-in it alone reads (one no local may hold at the
+    candidate's entry) must not become one of the kernel's."""
+    symbols, memo, floors = dict(values.symbols), dict(values.memo), dict(values.floor_symbols)
+    try:
+        return [values.expr(v) for v in operands]
+    finally:
+        values.symbols, values.memo, values.floor_symbols = symbols, memo, floors
+
+
+def entry_guards(values: LoopValues, loop: LoopInfo) -> list[tuple[object, Op, bool]]:
+    """The tests in front of ``loop`` that decide whether it runs at all, nearest first:
+    (the test's block, the compare, whether the way to the loop is taken when it holds),
+    up a chain of blocks of one predecessor each that only compute pure values."""
     facts = values.facts
     block = next(p for p in facts.preds[loop.header] if p not in facts.bodies[loop])
-    while len(block.ops) == 1 and block.terminator.name == "cf.br" and len(facts.preds[block]) == 1:
+    out = []
+    while len(facts.preds[block]) == 1 and all(op.opdef.pure for op in block.ops[:-1]):
         guard = facts.preds[block][0]
+        if guard not in values.body:
+            break
         term = guard.terminator
-        if term.name == "cf.br":
-            block = guard
+        if term.name == "cf.cond_br" and term.successors[0].block is not term.successors[1].block:
+            cmp = term.operands[0].owner
+            if not (isinstance(cmp, Op) and cmp.name == "arith.cmpi"):
+                break
+            cmp, negated = _through_boolean_tests(cmp)
+            out.append((guard, cmp, (term.successors[0].block is block) != negated))
+        elif term.name != "cf.br":
+            break
+        block = guard
+    return out
+
+
+def exit_merge(values: LoopValues, value: Value) -> Poly | None:
+    """A merge of a value at an inner loop's exit and the value the loop's entry test passes
+    when it skips the loop, as one polynomial. A "!=" test lets the loop go only when its
+    counter equals its bound, so its last iteration is ``(bound - start) / step`` (where
+    that division is exact), and a value ``a + b * k`` of it is ``a + b * last`` there; the
+    skipping path must pass that value at ``last = -1``, where the exit test (equivalent to
+    the entry test) lets the loop go before its first iteration. clang joins an unrolled
+    loop and the path around it so, to start the remainder loop. The last iteration is the
+    integers' only where the runtime guards check the bounds do not wrap (they move with
+    the enclosing counters) or they are numbers; the counter itself is its bound however
+    it wraps. None where the merge is not of that form."""
+    facts = values.facts
+    block = value.owner
+    edges = [
+        (pred, succ.args[value.index])
+        for pred in facts.preds[block]
+        for succ in pred.terminator.successors
+        if succ.block is block
+    ]
+    for _, v in edges:
+        loop = next(
+            (m for m in reversed(values.nested) if m is not values.info
+             and facts.def_block.get(v) in facts.bodies[m] | _after(facts, m) and block not in facts.bodies[m]),
+            None,
+        )  # fmt: skip
+        if loop is not None:
+            break
+    else:
+        return None
+    try:
+        trip = trip_count(values, loop)
+    except Reject:
+        return None
+    guarded = guarded_as_top(values, loop, trip)
+    if trip.pred != "ne" or trip.top or not guarded.top:
+        return None
+    k = values.counter(loop)
+    split = values.expr(v).split(k) if values.expr(v) is not None else None
+    if split is None or any(k in p.leaves() for p in split):
+        return None
+    rest, slope = split
+    if rest + slope * Poly.symbol(k) == trip.start + Poly.symbol(k).scale(trip.step):
+        exit_value = trip.bound  # the counter itself
+    else:
+        distance = trip.bound - trip.start
+        enclosing = set(values.counters.values()) - {k}
+        if any(c % trip.step for c in distance.terms.values()) or not (
+            distance.leaves() & enclosing or (distance.is_constant() and distance.constant * trip.step >= 0)
+        ):
+            return None
+        last = Poly({m: c // trip.step for m, c in distance.terms.items()})
+        exit_value = rest + slope * last
+    guard_blocks = {guard for guard, *_ in entry_guards(values, loop)}
+    for pred, w in edges:
+        if w is v:
             continue
-        if term.name != "cf.cond_br" or term.successors[0].block is term.successors[1].block:
-            return trip
-        cmp = term.operands[0].owner
-        if not (isinstance(cmp, Op) and cmp.name == "arith.cmpi"):
-            return trip
-        cmp, negated = _through_boolean_tests(cmp)
-        enters_when = (term.successors[0].block is block) != negated
-        pred = cmp.attrs["pred"] if enters_when else NEGATE[cmp.attrs["pred"]]
-        x, y = (values.expr(v) for v in cmp.operands)
-        before = trip.start - Poly.const(trip.step)
-        same = (pred, x, y) == (trip.pred, before, trip.bound) or (SWAP[pred], y, x) == (
-            trip.pred,
-            before,
-            trip.bound,
-        )
-        if not same or cmp.operands[0].type.bits != trip.bits:
-            return trip
-        return TripCount(True, trip.pred, before, trip.step, trip.bound, trip.bits)
-    return trip
+        if pred not in guard_blocks or values.expr(w) != rest - slope:
+            return None
+    return exit_value
+
+
+def _after(facts, loop: LoopInfo) -> set:
+    """The blocks right after ``loop``'s exit that only it reaches: a value computed there
+    from the loop's values is still one of its last iteration."""
+    out = set()
+    for block, term in facts.exits(loop):
+        for succ in term.successors:
+            if succ.block not in facts.bodies[loop] and facts.preds[succ.block] == [block]:
+                out.add(succ.block)
+    return out
