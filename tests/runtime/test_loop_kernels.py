@@ -1,16 +1,20 @@
-"""Each loop kernel is compiled, cached and loaded on its own, at its first launch."""
+"""Each loop kernel is compiled, cached and loaded on its own, at its first launch; in the
+background, while wasmtime runs the arrivals, where offload weighs what a launch pays."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 
 import pytest
 
 from tensorwasm.compiler import prepare
 from tensorwasm.compiler.errors import CompileError
+from tensorwasm.runtime import loop_kernels
 from tensorwasm.runtime.cache import default_cache
 from tensorwasm.runtime.offload import OffloadModule
+from tensorwasm.runtime.planning import COMPILING
 from tests.conftest import ROOT
 from tests.offload_cases import module_bytes, run_case
 from tests.runtime.test_offload import _saxpy_case
@@ -108,6 +112,146 @@ def test_the_kernels_load_each_on_its_own_and_all_at_once_on_request(tmp_path, m
     assert offload.kernels[entry] is not None and len(device.units) == len(offload.loops) + 1
     with pytest.raises(KeyError):
         offload.kernels["tw_kernel_none"]
+
+
+@pytest.fixture
+def background(tmp_path, monkeypatch) -> pytest.MonkeyPatch:
+    """Kernels compiled on worker threads (two), in a cache of the test's own."""
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TENSORWASM_COMPILE", "background")
+    monkeypatch.setenv("TENSORWASM_COMPILE_THREADS", "2")
+    monkeypatch.setattr(loop_kernels, "_POOL", None)  # a pool of the test's settings
+    return monkeypatch
+
+
+def _held(monkeypatch, release: threading.Event, started: list | None = None, fail: bool = False):
+    """Every kernel compile made slow: it waits for ``release`` (then fails, with ``fail``)."""
+    compile_for_real = prepare.compile_loop_kernels
+
+    def held(*args, **kwargs):
+        if started is not None:
+            started.append(threading.current_thread().name)
+        assert release.wait(60), "the test never let the compile finish"
+        if fail:
+            raise CompileError("no lowering for this (planted)")
+        return compile_for_real(*args, **kwargs)
+
+    monkeypatch.setattr(prepare, "compile_loop_kernels", held)
+
+
+def test_a_slow_background_compile_does_not_hold_up_the_arrivals(background) -> None:
+    release, started = threading.Event(), []
+    _held(background, release, started)
+    wasm = module_bytes("blas1", "O2")
+    offload = _fresh(wasm, device="cpu")
+    for _ in range(3):  # each arrival runs on wasmtime, with the same results, while it compiles
+        loop = _saxpy(offload, wasm)
+    assert loop.stats.arrivals == 3 and loop.stats.offloaded == 0
+    assert loop.stats.declined == {COMPILING: 3}
+    assert len(started) == 1 and started[0].startswith("tensorwasm-compile")  # one compile, on a worker
+    assert offload.kernels.counts.compiled == 0 and loop.kernel_index in offload.kernels.pending
+    release.set()
+    offload.kernels.wait()
+    assert set(offload.kernels.units) == {loop.kernel_index}
+    assert offload.kernels.counts.compiled == offload.kernels.counts.background == 1
+    _saxpy(offload, wasm)  # the first arrival after it is ready launches it
+    assert loop.stats.offloaded == 1 and loop.stats.declined == {COMPILING: 3} and len(started) == 1
+    from tensorwasm.runtime.api import offload_report
+
+    row = next(r for r in offload_report(offload).loops if r.offloaded)
+    assert row.declined == {COMPILING: 3}  # the report says how many arrivals ran meanwhile
+
+
+def test_an_error_in_a_background_compile_is_the_loops_declined_reason(background) -> None:
+    release = threading.Event()
+    _held(background, release, fail=True)
+    wasm = module_bytes("blas1", "O2")
+    offload = _fresh(wasm, device="cpu")
+    loop = _saxpy(offload, wasm)
+    release.set()
+    offload.kernels.wait()
+    _saxpy(offload, wasm)
+    _saxpy(offload, wasm)
+    failed = "the kernel could not be compiled: no lowering for this (planted)"
+    assert loop.stats.offloaded == 0
+    assert loop.stats.declined == {COMPILING: 1, failed: 2}
+    assert offload.kernels.failed == {loop.kernel_index: failed}
+
+
+def test_an_unexpected_exception_in_a_background_compile_is_reported_too(background) -> None:
+    def broken(*args, **kwargs):
+        raise RuntimeError("LLVM said no")
+
+    background.setattr(prepare, "compile_loop_kernels", broken)
+    wasm = module_bytes("blas1", "O2")
+    offload = _fresh(wasm, device="cpu")
+    loop = _saxpy(offload, wasm)
+    offload.kernels.wait()
+    _saxpy(offload, wasm)
+    assert loop.stats.declined == {
+        COMPILING: 1, "the kernel could not be compiled: RuntimeError: LLVM said no": 1,
+    }  # fmt: skip
+
+
+def test_independent_kernels_compile_side_by_side(background) -> None:
+    both = threading.Barrier(2, timeout=60)  # broken unless two compiles run at once
+    compile_for_real = prepare.compile_loop_kernels
+
+    def meeting(*args, **kwargs):
+        both.wait()
+        return compile_for_real(*args, **kwargs)
+
+    background.setattr(prepare, "compile_loop_kernels", meeting)
+    offload = _fresh(module_bytes("blas1", "O2"), device="cpu")
+    first, second = offload.loops[:2]
+    assert first.kernel_index != second.kernel_index
+    assert offload.kernels.compile(first) == offload.kernels.compile(second) == COMPILING
+    offload.kernels.wait()
+    assert not offload.kernels.failed
+    assert set(offload.kernels.units) == {first.kernel_index, second.kernel_index}
+    assert offload.kernels.compile(first) is None and offload.kernels.compile(second) is None
+
+
+def test_a_unit_asked_for_while_it_compiles_waits_for_that_compile(background) -> None:
+    release, started = threading.Event(), []
+    _held(background, release, started)
+    offload = _fresh(module_bytes("blas1", "O2"), device="cpu")
+    loop = offload.loops[0]
+    assert offload.kernels.compile(loop) == COMPILING
+    threading.Timer(0.2, release.set).start()
+    assert offload.kernels[loop.entry] is not None  # waited for the worker's code
+    assert len(started) == 1 and offload.kernels.counts.compiled == 1
+
+
+def test_arrivals_declined_while_compiling_do_not_close_the_gate() -> None:
+    from tensorwasm.runtime.planning import ArrivalGate
+
+    class Wait:
+        def __init__(self) -> None:
+            self.sets = []
+
+        def set(self, context, value) -> None:
+            self.sets.append(value)
+
+    gate = object.__new__(ArrivalGate)  # its Wasm side stood in for by a recorder
+    gate.wait, gate.context, gate.declines = Wait(), 0, 0
+    for _ in range(3 * ArrivalGate.BACKOFF_AFTER):
+        gate.declined(COMPILING)
+    assert gate.wait.sets == [] and gate.declines == 0
+    for _ in range(ArrivalGate.BACKOFF_AFTER):
+        gate.declined("too little work to pay for a launch")
+    assert gate.wait.sets == [1]  # other reasons back off as before
+
+
+@pytest.mark.parametrize(
+    ("setting", "mode", "background"),
+    [("", "auto", True), ("", "always", False), ("sync", "auto", False), ("background", "always", True),
+     ("auto", "always", False)],
+)  # fmt: skip
+def test_where_kernels_compile_in_the_background(tmp_path, monkeypatch, setting, mode, background) -> None:
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TENSORWASM_COMPILE", setting)
+    assert _fresh(module_bytes("blas1", "O2"), device="cpu", mode=mode).kernels.background() is background
 
 
 DECLINED = """
