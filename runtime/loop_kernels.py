@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from tensorwasm.compiler.target import describe
+from tensorwasm.compiler.target import HostEngine, describe
 from tensorwasm.runtime.cache import default_cache, make_key
 from tensorwasm.runtime.planning import COMPILING
 from tensorwasm.support import config, logs
@@ -39,6 +38,8 @@ from tensorwasm.support.errors import TensorWasmError
 from tensorwasm.support.records import record
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     from tensorwasm.runtime.offload import OffloadModule
     from tensorwasm.runtime.planning import LaunchArguments, LaunchRunner, OffloadedLoop, PreparedLaunch
 
@@ -80,6 +81,7 @@ class LoopKernels(dict):
         self.pending: dict[int, Future] = {}  # kernel index -> its compile on a worker thread
         self._index_of: dict[str, int] | None = None  # entry -> kernel index
         self._target_changes = 0  # times forget_all ran
+        self._engine: HostEngine | None = None  # made at the first kernel read from the cache
         # Taken by whoever prepares the module or files a compile's outcome: the main
         # thread and the compile workers.
         self._lock = threading.RLock()
@@ -142,12 +144,22 @@ class LoopKernels(dict):
                 loaded, blob = code.code, code.obj
             cache.put(kind, key, blob)
         else:
+            if not gpu:  # loaded here, in the module's one engine (the device finds it loaded)
+                loaded = self._host_engine().load(key, blob)
             with self._lock:
                 self.counts.cached += 1
         loops = tuple(lp for lp in module.loops if lp.kernel_index == index)
         if gpu:
             return KernelUnit(loops, ptx=blob)
         return KernelUnit(loops, host_object=blob, code=loaded)
+
+    def _host_engine(self) -> HostEngine:
+        """The engine that loads the host object code read from the cache: one for the
+        module's kernels (their entries' names differ)."""
+        with self._lock:
+            if self._engine is None:
+                self._engine = HostEngine()
+            return self._engine
 
     def compile(self, lp: OffloadedLoop) -> str | None:
         """Have ``lp``'s kernel compiled; None where it is, else why it cannot be launched
@@ -246,6 +258,9 @@ def compile_pool() -> ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
+            # (imported here: a start that compiles nothing never needs it)
+            from concurrent.futures import ThreadPoolExecutor
+
             _POOL = ThreadPoolExecutor(config.compile_threads(), thread_name_prefix="tensorwasm-compile")
         return _POOL
 

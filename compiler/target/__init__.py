@@ -407,10 +407,37 @@ def cpuinfo_signature(text: str) -> str | None:
     return "cpuinfo " + sha256(repr(sorted(kinds)).encode()).hexdigest()[:32]
 
 
+class HostEngine:
+    """One MCJIT engine that loads the object code of several compile units whose global
+    symbols differ (one module's loop kernels: each exports its own entry). Loading a
+    unit then costs its relocation alone, not a target machine and an engine of its own."""
+
+    def __init__(self) -> None:
+        self._engine: llvm.ExecutionEngine | None = None
+        self._loaded: dict[str, HostCode] = {}  # unit name -> its code
+        self._lock = threading.Lock()
+
+    def load(self, name: str, obj: bytes) -> HostCode:
+        """The unit ``name``'s object code loaded (once: again, the same code)."""
+        with self._lock:
+            found = self._loaded.get(name)
+            if found is not None:
+                return found
+            if self._engine is None:
+                host = HostTarget()
+                module = llvm.parse_assembly("", context=thread_context())
+                module.triple = host.triple
+                self._engine = llvm.create_mcjit_compiler(module, host._new_target_machine())
+            self._engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+            self._engine.finalize_object()
+            code = self._loaded[name] = HostCode(self._engine, None, obj)
+            return code
+
+
 class HostCode:
     """Native code of one module, kept alive as long as its functions may be called."""
 
-    def __init__(self, engine: llvm.ExecutionEngine, module: llvm.ModuleRef, obj: bytes):
+    def __init__(self, engine: llvm.ExecutionEngine, module: llvm.ModuleRef | None, obj: bytes):
         self.engine = engine
         self.module = module
         self.object = obj

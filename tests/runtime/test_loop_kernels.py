@@ -60,6 +60,26 @@ def test_a_kernel_compiled_once_is_read_from_the_cache_without_the_compiler(tmp_
     assert warm._preparation is None  # no analysis ran
 
 
+def test_kernels_read_from_the_cache_load_into_one_engine_of_the_module(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path))
+    wasm = module_bytes("blas1", "O2")
+    _fresh(wasm, device="cpu").kernels.load_all()
+    warm = _fresh(wasm, device="cpu")
+    warm.kernels.load_all()
+    assert warm.kernels.counts.cached == len(warm.loops) > 1
+    codes = [unit.code for unit in warm.kernels.units.values()]
+    assert len({id(code.engine) for code in codes}) == 1  # no engine (nor target machine) per kernel
+    assert len({code.address(lp.entry) for code, lp in zip(codes, warm.loops, strict=True)}) == len(codes)
+    first = warm.loops[0].kernel_index
+    again = warm.kernels._host_engine().load(warm.kernels.key(first), warm.kernels.units[first].host_object)
+    assert again is warm.kernels.units[first].code  # a unit loads once
+    loop = _saxpy(warm, wasm)  # and runs as it should
+    assert loop.stats.offloaded == 1
+    other = _fresh(wasm, device="cpu")
+    other.kernels.load_all()
+    assert other.kernels.units[first].code.engine is not codes[0].engine  # another module: its own
+
+
 def test_kernels_are_cached_by_module_index_and_target(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path))
     wasm = module_bytes("blas1", "O2")
