@@ -319,3 +319,29 @@ def test_on_the_gpu_each_launched_kernel_is_a_module_of_its_own(tmp_path, monkey
     assert modules[0] is not modules[1]
     assert [tuple(m.entries) for m in modules] == [(lp.entry,) for lp in launched]
     offload.close()
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_kernels_compiled_in_the_background_launch_once_ready(background) -> None:
+    """PTX made on worker threads (no CUDA call there), loaded and launched by the arrivals
+    after it is ready; results equal wasmtime's whichever ran them."""
+    from tests.offload_cases import SPECS, Case
+
+    release = threading.Event()
+    _held(background, release)
+    wasm = module_bytes("blas1", "O2")
+    offload = _fresh(wasm, device="gpu")
+    spec = SPECS["blas1"]["sscal"]
+    case = Case({"n": 4096}, [2.5], [0], seed=3)
+    expected = run_case(wasm, "sscal", spec, case)
+    loop = _saxpy(offload, wasm)
+    assert run_case(offload.rewritten, "sscal", spec, case, offload) == expected
+    sscal = next(lp for lp in offload.loops if lp.plan.func.name == "sscal")
+    assert loop.stats.declined == sscal.stats.declined == {COMPILING: 1}
+    release.set()
+    offload.kernels.wait()
+    assert offload.kernels.counts.background == 2 and not offload.kernels.failed
+    _saxpy(offload, wasm)
+    assert run_case(offload.rewritten, "sscal", spec, case, offload) == expected
+    assert loop.stats.offloaded == sscal.stats.offloaded == 1
+    offload.close()
