@@ -190,15 +190,18 @@ def test_auto_without_a_gpu_writes_nothing_to_stderr_and_warns_once_per_process(
 def test_the_python_example_runs_a_wasi_program_with_its_loop_offloaded(tmp_path) -> None:
     """n=128: auto mode's estimate for the product (~2M inner iterations) is well above
     the host backend's launch cost on any machine, so the launch is not a timing race."""
+    import os
     import subprocess
     import sys
 
     from tests.conftest import ROOT
     from tests.runtime.test_run import plain_wasmtime
 
+    # Its one arrival waits for the kernel (in the background, wasmtime would run it).
+    env = {**os.environ, "TENSORWASM_COMPILE": "sync"}
     done = subprocess.run(
         [sys.executable, "examples/python/offload_matmul.py", "128", "--device", "cpu"],
-        capture_output=True, text=True, cwd=ROOT, check=True,
+        capture_output=True, text=True, cwd=ROOT, check=True, env=env,
     )  # fmt: skip
     first, *loops = done.stdout.splitlines()
     _, expected = plain_wasmtime(ROOT / "examples/wasi/build/matmul.O2.wasm", ["128"], tmp_path)
