@@ -161,16 +161,17 @@ class LoopKernels(dict):
                 self._engine = HostEngine()
             return self._engine
 
-    def compile(self, lp: OffloadedLoop) -> str | None:
+    def compile(self, lp: OffloadedLoop, wait: bool = False) -> str | None:
         """Have ``lp``'s kernel compiled; None where it is, else why it cannot be launched
-        now: it could not be compiled, or (in the background) it is still compiling."""
+        now: it could not be compiled, or (in the background, unless ``wait``) it is still
+        compiling."""
         index = lp.kernel_index
         if index in self.units:
             return None
         why = self.failed.get(index)
         if why is not None:
             return why
-        if self.background():
+        if self.background() and not wait:
             return self._compile_in_background(lp)
         try:
             self.unit(index)
@@ -281,11 +282,19 @@ class CompileFirst:
         self.record_replay = runner.record_replay
         self.startup_seconds = getattr(runner, "startup_seconds", _no_startup)
 
+    # The CPU time of an arrival above which it waits for its kernel rather than run on
+    # wasmtime while it compiles: a few cold compiles' worth (one that arrives once and
+    # runs for seconds is launched, not left to the CPU).
+    WAIT_SECONDS = 0.1
+
     def run(
         self, lp: OffloadedLoop, ready: PreparedLaunch, arrival: LaunchArguments, base: int, size: int
     ) -> list[int] | None:
         if lp.kernel_index not in self.kernels.units and getattr(self.runner, "gpu_lost", None) is None:
-            why = self.kernels.compile(lp)
+            from tensorwasm.runtime.profit import cpu_seconds_per_op
+
+            wait = ready.ops * cpu_seconds_per_op() >= self.WAIT_SECONDS
+            why = self.kernels.compile(lp, wait=wait)
             if why is not None:
                 lp.stats.decline(why)
                 return None

@@ -182,6 +182,20 @@ def test_a_slow_background_compile_does_not_hold_up_the_arrivals(background) -> 
     assert row.declined == {COMPILING: 3}  # the report says how many arrivals ran meanwhile
 
 
+def test_an_arrival_worth_more_than_the_compile_waits_for_its_kernel(background) -> None:
+    import tensorwasm.runtime.profit as profit
+
+    background.setattr(profit, "cpu_seconds_per_op", lambda: 1e-3)  # seconds of CPU work: worth waiting
+    release, started = threading.Event(), []
+    _held(background, release, started)
+    wasm = module_bytes("blas1", "O2")
+    offload = _fresh(wasm, device="cpu")
+    threading.Timer(0.2, release.set).start()
+    loop = _saxpy(offload, wasm)
+    assert loop.stats.offloaded == 1 and loop.stats.declined == {}  # launched once compiled
+    assert len(started) == 1
+
+
 def test_an_error_in_a_background_compile_is_the_loops_declined_reason(background) -> None:
     release = threading.Event()
     _held(background, release, fail=True)
