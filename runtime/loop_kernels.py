@@ -12,20 +12,34 @@ compiled (or read from the cache) first; a kernel that cannot be compiled declin
 arrivals with the reason, and wasmtime runs the loop. A program whose loops all stay on
 wasmtime compiles nothing and loads no LLVM; one whose loops launch pays for the kernels
 it launches, not for every kernel the module has.
+
+Where offload weighs what a launch pays (``tensorwasm run``'s auto mode; see
+``TENSORWASM_COMPILE``), the compile does not hold the program up: the first arrival
+that would launch starts it on a worker thread (:func:`compile_pool`, a few threads for
+the whole process, so the kernels of several loops compile at once) and declines, and
+wasmtime runs that arrival and the next ones (:data:`~runtime.planning.COMPILING`, counted
+in the report) until the kernel is ready; the first arrival after that launches it.
+LLVM's work releases the GIL (llvmlite calls it through ctypes), so the guest runs on
+meanwhile. A compile that fails there declines the loop's next arrivals with the reason,
+as a synchronous one does.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from tensorwasm.compiler.target import describe
+from tensorwasm.compiler.target import HostEngine, describe
 from tensorwasm.runtime.cache import default_cache, make_key
-from tensorwasm.support import logs
+from tensorwasm.runtime.planning import COMPILING
+from tensorwasm.support import config, logs
 from tensorwasm.support.errors import TensorWasmError
 from tensorwasm.support.records import record
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     from tensorwasm.runtime.offload import OffloadModule
     from tensorwasm.runtime.planning import LaunchArguments, LaunchRunner, OffloadedLoop, PreparedLaunch
 
@@ -51,6 +65,7 @@ class CompileCounts:
     compiled: int = 0  # kernels compiled in this process
     cached: int = 0  # kernels read from the code cache
     seconds: float = 0.0  # spent compiling them (the cache's reads not included)
+    background: int = 0  # of the compiled: on a worker thread, while wasmtime ran on
 
 
 class LoopKernels(dict):
@@ -63,8 +78,13 @@ class LoopKernels(dict):
         self.units: dict[int, KernelUnit] = {}  # kernel index -> its code
         self.failed: dict[int, str] = {}  # kernel index -> why it could not be compiled
         self.counts = CompileCounts()
+        self.pending: dict[int, Future] = {}  # kernel index -> its compile on a worker thread
         self._index_of: dict[str, int] | None = None  # entry -> kernel index
         self._target_changes = 0  # times forget_all ran
+        self._engine: HostEngine | None = None  # made at the first kernel read from the cache
+        # Taken by whoever prepares the module or files a compile's outcome: the main
+        # thread and the compile workers.
+        self._lock = threading.RLock()
 
     def __missing__(self, entry: str) -> Any:
         if self._index_of is None:
@@ -84,13 +104,21 @@ class LoopKernels(dict):
         return make_key("kernel", self.module.key, index, describe(self.module.target))
 
     def unit(self, index: int) -> KernelUnit:
-        """Kernel ``index``'s code, compiled or read from the cache at the first need."""
+        """Kernel ``index``'s code, compiled or read from the cache at the first need (a
+        compile under way on a worker thread is waited for)."""
         unit = self.units.get(index)
         if unit is None:
-            unit = self.units[index] = self._make(index)
+            future = self.pending.get(index)
+            if future is not None:
+                future.result()
+                unit = self.units.get(index)
+        if unit is None:
+            unit = self._make(index)
+            with self._lock:
+                unit = self.units.setdefault(index, unit)
         return unit
 
-    def _make(self, index: int) -> KernelUnit:
+    def _make(self, index: int, background: bool = False) -> KernelUnit:
         module = self.module
         gpu = module.code_kind == "gpu"
         kind, key = ("ptx" if gpu else "obj"), self.key(index)
@@ -100,11 +128,15 @@ class LoopKernels(dict):
         if blob is None:
             from tensorwasm.compiler.prepare import compile_loop_kernels
 
+            with self._lock:  # (a worker and the main thread may both need it)
+                preparation = module.preparation()
             start = time.perf_counter()
-            code = compile_loop_kernels(module.preparation(), module.target, [index])
+            code = compile_loop_kernels(preparation, module.target, [index])
             seconds = time.perf_counter() - start
-            self.counts.compiled += 1
-            self.counts.seconds += seconds
+            with self._lock:
+                self.counts.compiled += 1
+                self.counts.background += background
+                self.counts.seconds += seconds
             log.info("compiled kernel %d for %s in %.1f ms", index, describe(module.target), seconds * 1e3)
             if gpu:
                 blob = code.text.encode("ascii")
@@ -112,25 +144,87 @@ class LoopKernels(dict):
                 loaded, blob = code.code, code.obj
             cache.put(kind, key, blob)
         else:
-            self.counts.cached += 1
+            if not gpu:  # loaded here, in the module's one engine (the device finds it loaded)
+                loaded = self._host_engine().load(key, blob)
+            with self._lock:
+                self.counts.cached += 1
         loops = tuple(lp for lp in module.loops if lp.kernel_index == index)
         if gpu:
             return KernelUnit(loops, ptx=blob)
         return KernelUnit(loops, host_object=blob, code=loaded)
 
-    def compile(self, lp: OffloadedLoop) -> str | None:
-        """Have ``lp``'s kernel compiled; None where it is, else why it cannot be."""
+    def _host_engine(self) -> HostEngine:
+        """The engine that loads the host object code read from the cache: one for the
+        module's kernels (their entries' names differ)."""
+        with self._lock:
+            if self._engine is None:
+                self._engine = HostEngine()
+            return self._engine
+
+    def compile(self, lp: OffloadedLoop, wait: bool = False) -> str | None:
+        """Have ``lp``'s kernel compiled; None where it is, else why it cannot be launched
+        now: it could not be compiled, or (in the background, unless ``wait``) it is still
+        compiling."""
         index = lp.kernel_index
         if index in self.units:
             return None
         why = self.failed.get(index)
-        if why is None:
-            try:
-                self.unit(index)
-            except TensorWasmError as exc:
-                why = self.failed[index] = f"the kernel could not be compiled: {exc}"
-                log.warning("%s +0x%x: %s", lp.stats.func, lp.stats.offset, why)
+        if why is not None:
+            return why
+        if self.background() and not wait:
+            return self._compile_in_background(lp)
+        try:
+            self.unit(index)
+        except TensorWasmError as exc:
+            why = self._failed(lp, index, exc)
         return why
+
+    def background(self) -> bool:
+        """Whether kernels compile on worker threads (``TENSORWASM_COMPILE``; its default:
+        where the module's offload mode weighs what a launch pays)."""
+        chosen = config.compile_mode()
+        if chosen == "auto":
+            return getattr(self.module, "mode", None) == "auto"
+        return chosen == "background"
+
+    def _compile_in_background(self, lp: OffloadedLoop) -> str | None:
+        index = lp.kernel_index
+        future = self.pending.get(index)
+        if future is None:
+            self.pending[index] = compile_pool().submit(self._compile_job, lp, self._target_changes)
+            return COMPILING
+        if not future.done():
+            return COMPILING
+        del self.pending[index]
+        if index in self.units:
+            return None
+        return self.failed.get(index) or self.compile(lp)  # (made for a target since forgotten)
+
+    def _compile_job(self, lp: OffloadedLoop, changes: int) -> None:
+        """A worker thread's compile of ``lp``'s kernel: its code, or why there is none,
+        filed where the arrivals look (unless the target changed meanwhile)."""
+        index = lp.kernel_index
+        try:
+            unit = self._make(index, background=True)
+        except Exception as exc:  # whatever it is, the loop's arrivals say it
+            with self._lock:
+                if changes == self._target_changes:
+                    self._failed(lp, index, exc)
+            return
+        with self._lock:
+            if changes == self._target_changes:
+                self.units.setdefault(index, unit)
+
+    def _failed(self, lp: OffloadedLoop, index: int, exc: Exception) -> str:
+        detail = str(exc) if isinstance(exc, TensorWasmError) else f"{type(exc).__name__}: {exc}"
+        why = self.failed[index] = f"the kernel could not be compiled: {detail}"
+        log.warning("%s +0x%x: %s", lp.stats.func, lp.stats.offset, why)
+        return why
+
+    def wait(self) -> None:
+        """Wait for the compiles under way on worker threads (their outcomes filed)."""
+        for future in list(self.pending.values()):
+            future.exception()
 
     def load_all(self) -> None:
         """Compile and load every kernel now (what a measurement of the whole start wants)."""
@@ -145,11 +239,31 @@ class LoopKernels(dict):
 
     def forget_all(self) -> None:
         """After the target changed: code and loaded kernels are made again as needed."""
-        self.clear()
-        self.units.clear()
-        self.failed.clear()
-        self._index_of = None
-        self._target_changes += 1
+        with self._lock:
+            self.clear()
+            self.units.clear()
+            self.failed.clear()
+            self.pending.clear()  # (their outcomes, for the old target, are not filed)
+            self._index_of = None
+            self._target_changes += 1
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def compile_pool() -> ThreadPoolExecutor:
+    """The worker threads that compile kernels in the background, for the whole process
+    (``TENSORWASM_COMPILE_THREADS`` of them): kernels that become ready to launch at about
+    the same time compile side by side, a few at a time."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            # (imported here: a start that compiles nothing never needs it)
+            from concurrent.futures import ThreadPoolExecutor
+
+            _POOL = ThreadPoolExecutor(config.compile_threads(), thread_name_prefix="tensorwasm-compile")
+        return _POOL
 
 
 def _no_startup() -> float:
@@ -159,7 +273,8 @@ def _no_startup() -> float:
 class CompileFirst:
     """The execution side of a module's launches (a :class:`runtime.planning.LaunchRunner`)
     behind one step: a launch's kernel is compiled before its first launch, and where it
-    cannot be the arrival declines (wasmtime runs the loop)."""
+    cannot be (or, compiling in the background, is not ready yet) the arrival declines
+    (wasmtime runs the loop)."""
 
     def __init__(self, runner: LaunchRunner, kernels: LoopKernels) -> None:
         self.runner, self.kernels = runner, kernels
@@ -167,11 +282,19 @@ class CompileFirst:
         self.record_replay = runner.record_replay
         self.startup_seconds = getattr(runner, "startup_seconds", _no_startup)
 
+    # The CPU time of an arrival above which it waits for its kernel rather than run on
+    # wasmtime while it compiles: a few cold compiles' worth (one that arrives once and
+    # runs for seconds is launched, not left to the CPU).
+    WAIT_SECONDS = 0.1
+
     def run(
         self, lp: OffloadedLoop, ready: PreparedLaunch, arrival: LaunchArguments, base: int, size: int
     ) -> list[int] | None:
         if lp.kernel_index not in self.kernels.units and getattr(self.runner, "gpu_lost", None) is None:
-            why = self.kernels.compile(lp)
+            from tensorwasm.runtime.profit import cpu_seconds_per_op
+
+            wait = ready.ops * cpu_seconds_per_op() >= self.WAIT_SECONDS
+            why = self.kernels.compile(lp, wait=wait)
             if why is not None:
                 lp.stats.decline(why)
                 return None

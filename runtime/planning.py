@@ -133,6 +133,9 @@ class LaunchRunner(Protocol):
 
 # Why an arrival that would pay for its launch declines while the device is not started.
 NOT_STARTED = "the work so far does not yet pay for starting the device"
+# Why an arrival that would launch declines while its kernel compiles in the background
+# (runtime.loop_kernels): it passes, so its gate does not back off for it.
+COMPILING = "its kernel was compiling (wasmtime ran the loop)"
 # Why a loop declines that no later arrival changes: its gate closes for good.
 LASTING = frozenset({"the module has no (unshared) linear memory"})
 # The gate's wait when closed for good (about 2^63 arrivals).
@@ -198,9 +201,10 @@ class ArrivalGate:
 
     def declined(self, reason: str | None) -> None:
         """An arrival declined: close the gate where the reason lasts or declines repeat. An
-        arrival that would have paid but for the device's start is not kept out: its gain
-        counts towards the start (see :meth:`ArrivalPlanner._started`)."""
-        if self.wait is None or reason == NOT_STARTED:
+        arrival that would have paid but for the device's start, or whose kernel is still
+        compiling, is not kept out: its gain counts towards the start (see
+        :meth:`ArrivalPlanner._started`), or it launches once the kernel is ready."""
+        if self.wait is None or reason in (NOT_STARTED, COMPILING):
             return
         self.declines += 1
         if reason in LASTING:

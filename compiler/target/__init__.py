@@ -116,10 +116,16 @@ class Target:
     def target_machine(self) -> llvm.TargetMachine:
         raise NotImplementedError
 
+    # Whether the -O2 pipeline's loop vectorizer runs: it finds nothing to widen in a
+    # kernel for a target whose registers are 32 bits wide (NVPTX), and costs time.
+    loop_vectorization = True
+
     def optimize(self, module: llvm.ModuleRef) -> None:
         """The standard -O2 pipeline; no fast-math flags exist in our IR for it to exploit."""
         tm = self.target_machine()
         pto = llvm.create_pipeline_tuning_options(speed_level=2)
+        if not self.loop_vectorization:
+            pto.loop_vectorization = pto.loop_interleaving = False
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(module, pb)
 
@@ -136,12 +142,49 @@ class Target:
         raise NotImplementedError
 
     def parse(self, llvm_ir: str) -> llvm.ModuleRef:
+        """LLVM IR text as a verified module, in this thread's LLVM context."""
         try:
-            module = llvm.parse_assembly(llvm_ir)
+            module = llvm.parse_assembly(llvm_ir, context=thread_context())
             module.verify()
         except RuntimeError as exc:
             raise CompileError(f"LLVM rejected the generated IR: {exc}") from exc
         return module
+
+
+# LLVM's objects are not shared between threads: each thread that compiles parses into an
+# LLVM context of its own (the global one's type tables are not locked) and emits code
+# with target machines of its own. Kernels compile on worker threads (runtime.loop_kernels)
+# while wasmtime runs on the main one. A context lives as long as the process: the code
+# compiled in it may be called after its thread ended.
+_PER_THREAD = threading.local()
+_CONTEXTS: list[llvm.ContextRef] = []
+
+
+def thread_context() -> llvm.ContextRef:
+    """The calling thread's LLVM context."""
+    context = getattr(_PER_THREAD, "context", None)
+    if context is None:
+        context = _PER_THREAD.context = llvm.create_context()
+        with _LOCK:
+            _CONTEXTS.append(context)
+    return context
+
+
+def per_thread_machine(make):
+    """A target's ``target_machine`` memoised per target and thread (``make(target)``
+    builds one): a machine is reused by every compile of its thread."""
+
+    @functools.wraps(make)
+    def machine(target: Target) -> llvm.TargetMachine:
+        machines = getattr(_PER_THREAD, "machines", None)
+        if machines is None:
+            machines = _PER_THREAD.machines = {}
+        found = machines.get(target)
+        if found is None:
+            found = machines[target] = make(target)
+        return found
+
+    return machine
 
 
 @record(frozen=True)
@@ -226,7 +269,9 @@ class NVPTXTarget(Target):
             fn = ir.Function(fl.module, ir.FunctionType(ir.IntType(32), []), name=intrinsic)
         return fl.b.call(fn, [])
 
-    @functools.cache  # noqa: B019 - targets are frozen and few; machines are reusable
+    loop_vectorization = False
+
+    @per_thread_machine
     def target_machine(self) -> llvm.TargetMachine:
         with _LOCK:
             llvm.initialize_all_targets()
@@ -293,7 +338,7 @@ class HostTarget(Target):
     def data_layout(self) -> str:  # type: ignore[override]
         return str(self.target_machine().target_data)
 
-    @functools.cache  # noqa: B019
+    @per_thread_machine
     def target_machine(self) -> llvm.TargetMachine:
         return self._new_target_machine()
 
@@ -308,7 +353,7 @@ class HostTarget(Target):
     def jit(self, llvm_ir: str | None, obj: bytes | None = None) -> HostCode:
         """Native code from LLVM IR, or from the object code of an earlier compilation."""
         if obj is not None:
-            module = llvm.parse_assembly("")
+            module = llvm.parse_assembly("", context=thread_context())
             module.triple = self.triple
             engine = llvm.create_mcjit_compiler(module, self._new_target_machine())
             engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
@@ -319,7 +364,8 @@ class HostTarget(Target):
         # Object code for the cache, by the shared machine: the settings the engine uses.
         obj = self.codegen_machine(module).emit_object(module)
         # The engine takes ownership of its target machine: give it one of its own.
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._new_target_machine())
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly("", context=thread_context()),
+                                            self._new_target_machine())  # fmt: skip
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
         return HostCode(engine, module, obj)
@@ -388,10 +434,37 @@ def cpuinfo_signature(text: str) -> str | None:
     return "cpuinfo " + sha256(repr(sorted(kinds)).encode()).hexdigest()[:32]
 
 
+class HostEngine:
+    """One MCJIT engine that loads the object code of several compile units whose global
+    symbols differ (one module's loop kernels: each exports its own entry). Loading a
+    unit then costs its relocation alone, not a target machine and an engine of its own."""
+
+    def __init__(self) -> None:
+        self._engine: llvm.ExecutionEngine | None = None
+        self._loaded: dict[str, HostCode] = {}  # unit name -> its code
+        self._lock = threading.Lock()
+
+    def load(self, name: str, obj: bytes) -> HostCode:
+        """The unit ``name``'s object code loaded (once: again, the same code)."""
+        with self._lock:
+            found = self._loaded.get(name)
+            if found is not None:
+                return found
+            if self._engine is None:
+                host = HostTarget()
+                module = llvm.parse_assembly("", context=thread_context())
+                module.triple = host.triple
+                self._engine = llvm.create_mcjit_compiler(module, host._new_target_machine())
+            self._engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+            self._engine.finalize_object()
+            code = self._loaded[name] = HostCode(self._engine, None, obj)
+            return code
+
+
 class HostCode:
     """Native code of one module, kept alive as long as its functions may be called."""
 
-    def __init__(self, engine: llvm.ExecutionEngine, module: llvm.ModuleRef, obj: bytes):
+    def __init__(self, engine: llvm.ExecutionEngine, module: llvm.ModuleRef | None, obj: bytes):
         self.engine = engine
         self.module = module
         self.object = obj

@@ -163,10 +163,10 @@ def _log(nvvm, program) -> str:
 
 def to_nvvm_ir(llvm_ir: str) -> str:
     """The module in libNVVM's dialect (LLVM 7.0.1, NVVM IR 2.0): see the module docstring."""
-    from tensorwasm.compiler.target import llvm
+    from tensorwasm.compiler.target import llvm, thread_context
 
     try:
-        module = llvm.parse_assembly(llvm_ir)
+        module = llvm.parse_assembly(llvm_ir, context=thread_context())
     except RuntimeError as exc:
         raise CompileError(f"LLVM rejected the generated IR: {exc}") from exc
     return _Downgrade(_expand_splats(str(module))).run()

@@ -20,6 +20,14 @@ value. An unset variable and an empty one mean the same: the default.
 - ``TENSORWASM_TILING`` (:func:`tiling_enabled`): ``on`` (the default) or ``off``: gemm-shaped
   loop nests run as tiled kernels (shared-memory tiles, a block of cells per thread; see
   ``compiler.tile``), or as one thread per cell. Part of the prepared module's cache key.
+- ``TENSORWASM_COMPILE`` (:func:`compile_mode`): when an offloaded loop's kernel is
+  compiled: ``background`` (on worker threads, from the loop's first launch that pays,
+  while wasmtime runs its arrivals until it is ready), ``sync`` (at its first launch,
+  which waits for it) or ``auto`` (the default: background where offload weighs what a
+  launch pays, ``tensorwasm run``'s auto mode; sync where every launch the guards allow is
+  made);
+- ``TENSORWASM_COMPILE_THREADS`` (:func:`compile_threads`): the worker threads that
+  compile kernels in the background (default: 2, at most the processors there are).
 
 CUDA's own variables that decide which GPUs a process sees and which driver library it
 loads (``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``, ``LD_LIBRARY_PATH``) are read here
@@ -42,6 +50,10 @@ DEVICE_MEMORY_LIMIT = "TENSORWASM_DEVICE_MEMORY_LIMIT"
 PTXAS = "TENSORWASM_PTXAS"
 PTX_BACKEND = "TENSORWASM_PTX_BACKEND"
 TILING = "TENSORWASM_TILING"
+COMPILE = "TENSORWASM_COMPILE"
+COMPILE_THREADS = "TENSORWASM_COMPILE_THREADS"
+#: When kernels compile (see :func:`compile_mode`).
+COMPILE_MODES = ("auto", "background", "sync")
 #: The code generators that write PTX (``auto`` chooses one of the others).
 PTX_BACKENDS = ("llvm", "nvvm", "auto")
 #: CUDA's variables that select and order the devices a process sees.
@@ -145,6 +157,31 @@ def ptx_backend() -> str:
     value = text.strip().lower()
     if value not in PTX_BACKENDS:
         raise ConfigError(f"{PTX_BACKEND}={text!r}: say {', '.join(PTX_BACKENDS[:-1])} or {PTX_BACKENDS[-1]}")
+    return value
+
+
+def compile_mode() -> str:
+    """``TENSORWASM_COMPILE``: ``auto`` (the default), ``background`` or ``sync``."""
+    text = _read(COMPILE)
+    if text is None:
+        return "auto"
+    value = text.strip().lower()
+    if value not in COMPILE_MODES:
+        raise ConfigError(f"{COMPILE}={text!r}: say {', '.join(COMPILE_MODES[:-1])} or {COMPILE_MODES[-1]}")
+    return value
+
+
+def compile_threads() -> int:
+    """``TENSORWASM_COMPILE_THREADS``: a count from 1 to 64 (default: 2, or 1 on one processor)."""
+    text = _read(COMPILE_THREADS)
+    if text is None:
+        return max(1, min(2, os.cpu_count() or 1))
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 64:
+        raise ConfigError(f"{COMPILE_THREADS}={text!r}: say a count of threads from 1 to 64")
     return value
 
 

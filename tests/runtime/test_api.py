@@ -191,15 +191,18 @@ def test_the_python_example_runs_a_wasi_program_with_its_loop_offloaded(tmp_path
     """n=768: auto mode's estimate for the product (~450M inner iterations) is well above
     the host backend's start (loading LLVM's JIT) and launch cost on any machine, so the
     launch is not a timing race (n=128's ~6 ms no longer pays for that start)."""
+    import os
     import subprocess
     import sys
 
     from tests.conftest import ROOT
     from tests.runtime.test_run import plain_wasmtime
 
+    # Its one arrival waits for the kernel (in the background, wasmtime would run it).
+    env = {**os.environ, "TENSORWASM_COMPILE": "sync"}
     done = subprocess.run(
         [sys.executable, "examples/python/offload_matmul.py", "768", "--device", "cpu"],
-        capture_output=True, text=True, cwd=ROOT, check=True,
+        capture_output=True, text=True, cwd=ROOT, check=True, env=env,
     )  # fmt: skip
     first, *loops = done.stdout.splitlines()
     _, expected = plain_wasmtime(ROOT / "examples/wasi/build/matmul.O2.wasm", ["768"], tmp_path)

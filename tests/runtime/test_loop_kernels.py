@@ -1,16 +1,20 @@
-"""Each loop kernel is compiled, cached and loaded on its own, at its first launch."""
+"""Each loop kernel is compiled, cached and loaded on its own, at its first launch; in the
+background, while wasmtime runs the arrivals, where offload weighs what a launch pays."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 
 import pytest
 
 from tensorwasm.compiler import prepare
 from tensorwasm.compiler.errors import CompileError
+from tensorwasm.runtime import loop_kernels
 from tensorwasm.runtime.cache import default_cache
 from tensorwasm.runtime.offload import OffloadModule
+from tensorwasm.runtime.planning import COMPILING
 from tests.conftest import ROOT
 from tests.offload_cases import module_bytes, run_case
 from tests.runtime.test_offload import _saxpy_case
@@ -54,6 +58,26 @@ def test_a_kernel_compiled_once_is_read_from_the_cache_without_the_compiler(tmp_
     loop = _saxpy(warm, wasm)
     assert loop.stats.offloaded == 1 and warm.kernels.counts.cached == 1
     assert warm._preparation is None  # no analysis ran
+
+
+def test_kernels_read_from_the_cache_load_into_one_engine_of_the_module(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path))
+    wasm = module_bytes("blas1", "O2")
+    _fresh(wasm, device="cpu").kernels.load_all()
+    warm = _fresh(wasm, device="cpu")
+    warm.kernels.load_all()
+    assert warm.kernels.counts.cached == len(warm.loops) > 1
+    codes = [unit.code for unit in warm.kernels.units.values()]
+    assert len({id(code.engine) for code in codes}) == 1  # no engine (nor target machine) per kernel
+    assert len({code.address(lp.entry) for code, lp in zip(codes, warm.loops, strict=True)}) == len(codes)
+    first = warm.loops[0].kernel_index
+    again = warm.kernels._host_engine().load(warm.kernels.key(first), warm.kernels.units[first].host_object)
+    assert again is warm.kernels.units[first].code  # a unit loads once
+    loop = _saxpy(warm, wasm)  # and runs as it should
+    assert loop.stats.offloaded == 1
+    other = _fresh(wasm, device="cpu")
+    other.kernels.load_all()
+    assert other.kernels.units[first].code.engine is not codes[0].engine  # another module: its own
 
 
 def test_kernels_are_cached_by_module_index_and_target(tmp_path, monkeypatch) -> None:
@@ -110,6 +134,160 @@ def test_the_kernels_load_each_on_its_own_and_all_at_once_on_request(tmp_path, m
         offload.kernels["tw_kernel_none"]
 
 
+@pytest.fixture
+def background(tmp_path, monkeypatch) -> pytest.MonkeyPatch:
+    """Kernels compiled on worker threads (two), in a cache of the test's own."""
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TENSORWASM_COMPILE", "background")
+    monkeypatch.setenv("TENSORWASM_COMPILE_THREADS", "2")
+    monkeypatch.setattr(loop_kernels, "_POOL", None)  # a pool of the test's settings
+    return monkeypatch
+
+
+def _held(monkeypatch, release: threading.Event, started: list | None = None, fail: bool = False):
+    """Every kernel compile made slow: it waits for ``release`` (then fails, with ``fail``)."""
+    compile_for_real = prepare.compile_loop_kernels
+
+    def held(*args, **kwargs):
+        if started is not None:
+            started.append(threading.current_thread().name)
+        assert release.wait(60), "the test never let the compile finish"
+        if fail:
+            raise CompileError("no lowering for this (planted)")
+        return compile_for_real(*args, **kwargs)
+
+    monkeypatch.setattr(prepare, "compile_loop_kernels", held)
+
+
+def test_a_slow_background_compile_does_not_hold_up_the_arrivals(background) -> None:
+    release, started = threading.Event(), []
+    _held(background, release, started)
+    wasm = module_bytes("blas1", "O2")
+    offload = _fresh(wasm, device="cpu")
+    for _ in range(3):  # each arrival runs on wasmtime, with the same results, while it compiles
+        loop = _saxpy(offload, wasm)
+    assert loop.stats.arrivals == 3 and loop.stats.offloaded == 0
+    assert loop.stats.declined == {COMPILING: 3}
+    assert len(started) == 1 and started[0].startswith("tensorwasm-compile")  # one compile, on a worker
+    assert offload.kernels.counts.compiled == 0 and loop.kernel_index in offload.kernels.pending
+    release.set()
+    offload.kernels.wait()
+    assert set(offload.kernels.units) == {loop.kernel_index}
+    assert offload.kernels.counts.compiled == offload.kernels.counts.background == 1
+    _saxpy(offload, wasm)  # the first arrival after it is ready launches it
+    assert loop.stats.offloaded == 1 and loop.stats.declined == {COMPILING: 3} and len(started) == 1
+    from tensorwasm.runtime.api import offload_report
+
+    row = next(r for r in offload_report(offload).loops if r.offloaded)
+    assert row.declined == {COMPILING: 3}  # the report says how many arrivals ran meanwhile
+
+
+def test_an_arrival_worth_more_than_the_compile_waits_for_its_kernel(background) -> None:
+    import tensorwasm.runtime.profit as profit
+
+    background.setattr(profit, "cpu_seconds_per_op", lambda: 1e-3)  # seconds of CPU work: worth waiting
+    release, started = threading.Event(), []
+    _held(background, release, started)
+    wasm = module_bytes("blas1", "O2")
+    offload = _fresh(wasm, device="cpu")
+    threading.Timer(0.2, release.set).start()
+    loop = _saxpy(offload, wasm)
+    assert loop.stats.offloaded == 1 and loop.stats.declined == {}  # launched once compiled
+    assert len(started) == 1
+
+
+def test_an_error_in_a_background_compile_is_the_loops_declined_reason(background) -> None:
+    release = threading.Event()
+    _held(background, release, fail=True)
+    wasm = module_bytes("blas1", "O2")
+    offload = _fresh(wasm, device="cpu")
+    loop = _saxpy(offload, wasm)
+    release.set()
+    offload.kernels.wait()
+    _saxpy(offload, wasm)
+    _saxpy(offload, wasm)
+    failed = "the kernel could not be compiled: no lowering for this (planted)"
+    assert loop.stats.offloaded == 0
+    assert loop.stats.declined == {COMPILING: 1, failed: 2}
+    assert offload.kernels.failed == {loop.kernel_index: failed}
+
+
+def test_an_unexpected_exception_in_a_background_compile_is_reported_too(background) -> None:
+    def broken(*args, **kwargs):
+        raise RuntimeError("LLVM said no")
+
+    background.setattr(prepare, "compile_loop_kernels", broken)
+    wasm = module_bytes("blas1", "O2")
+    offload = _fresh(wasm, device="cpu")
+    loop = _saxpy(offload, wasm)
+    offload.kernels.wait()
+    _saxpy(offload, wasm)
+    assert loop.stats.declined == {
+        COMPILING: 1, "the kernel could not be compiled: RuntimeError: LLVM said no": 1,
+    }  # fmt: skip
+
+
+def test_independent_kernels_compile_side_by_side(background) -> None:
+    both = threading.Barrier(2, timeout=60)  # broken unless two compiles run at once
+    compile_for_real = prepare.compile_loop_kernels
+
+    def meeting(*args, **kwargs):
+        both.wait()
+        return compile_for_real(*args, **kwargs)
+
+    background.setattr(prepare, "compile_loop_kernels", meeting)
+    offload = _fresh(module_bytes("blas1", "O2"), device="cpu")
+    first, second = offload.loops[:2]
+    assert first.kernel_index != second.kernel_index
+    assert offload.kernels.compile(first) == offload.kernels.compile(second) == COMPILING
+    offload.kernels.wait()
+    assert not offload.kernels.failed
+    assert set(offload.kernels.units) == {first.kernel_index, second.kernel_index}
+    assert offload.kernels.compile(first) is None and offload.kernels.compile(second) is None
+
+
+def test_a_unit_asked_for_while_it_compiles_waits_for_that_compile(background) -> None:
+    release, started = threading.Event(), []
+    _held(background, release, started)
+    offload = _fresh(module_bytes("blas1", "O2"), device="cpu")
+    loop = offload.loops[0]
+    assert offload.kernels.compile(loop) == COMPILING
+    threading.Timer(0.2, release.set).start()
+    assert offload.kernels[loop.entry] is not None  # waited for the worker's code
+    assert len(started) == 1 and offload.kernels.counts.compiled == 1
+
+
+def test_arrivals_declined_while_compiling_do_not_close_the_gate() -> None:
+    from tensorwasm.runtime.planning import ArrivalGate
+
+    class Wait:
+        def __init__(self) -> None:
+            self.sets = []
+
+        def set(self, context, value) -> None:
+            self.sets.append(value)
+
+    gate = object.__new__(ArrivalGate)  # its Wasm side stood in for by a recorder
+    gate.wait, gate.context, gate.declines = Wait(), 0, 0
+    for _ in range(3 * ArrivalGate.BACKOFF_AFTER):
+        gate.declined(COMPILING)
+    assert gate.wait.sets == [] and gate.declines == 0
+    for _ in range(ArrivalGate.BACKOFF_AFTER):
+        gate.declined("too little work to pay for a launch")
+    assert gate.wait.sets == [1]  # other reasons back off as before
+
+
+@pytest.mark.parametrize(
+    ("setting", "mode", "background"),
+    [("", "auto", True), ("", "always", False), ("sync", "auto", False), ("background", "always", True),
+     ("auto", "always", False)],
+)  # fmt: skip
+def test_where_kernels_compile_in_the_background(tmp_path, monkeypatch, setting, mode, background) -> None:
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TENSORWASM_COMPILE", setting)
+    assert _fresh(module_bytes("blas1", "O2"), device="cpu", mode=mode).kernels.background() is background
+
+
 DECLINED = """
 import sys
 from tensorwasm.runtime.offload import OffloadModule
@@ -154,4 +332,30 @@ def test_on_the_gpu_each_launched_kernel_is_a_module_of_its_own(tmp_path, monkey
     modules = [offload.backend.cu_modules[lp.entry] for lp in launched]
     assert modules[0] is not modules[1]
     assert [tuple(m.entries) for m in modules] == [(lp.entry,) for lp in launched]
+    offload.close()
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_kernels_compiled_in_the_background_launch_once_ready(background) -> None:
+    """PTX made on worker threads (no CUDA call there), loaded and launched by the arrivals
+    after it is ready; results equal wasmtime's whichever ran them."""
+    from tests.offload_cases import SPECS, Case
+
+    release = threading.Event()
+    _held(background, release)
+    wasm = module_bytes("blas1", "O2")
+    offload = _fresh(wasm, device="gpu")
+    spec = SPECS["blas1"]["sscal"]
+    case = Case({"n": 4096}, [2.5], [0], seed=3)
+    expected = run_case(wasm, "sscal", spec, case)
+    loop = _saxpy(offload, wasm)
+    assert run_case(offload.rewritten, "sscal", spec, case, offload) == expected
+    sscal = next(lp for lp in offload.loops if lp.plan.func.name == "sscal")
+    assert loop.stats.declined == sscal.stats.declined == {COMPILING: 1}
+    release.set()
+    offload.kernels.wait()
+    assert offload.kernels.counts.background == 2 and not offload.kernels.failed
+    _saxpy(offload, wasm)
+    assert run_case(offload.rewritten, "sscal", spec, case, offload) == expected
+    assert loop.stats.offloaded == sscal.stats.offloaded == 1
     offload.close()

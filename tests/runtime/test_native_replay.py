@@ -188,6 +188,7 @@ def test_in_auto_mode_native_replays_are_timed_and_every_so_many_decided_again(m
 
     monkeypatch.setattr(Estimate, "decide", always)
     monkeypatch.setattr(DeviceReplays, "NATIVE_BUDGET", 4)
+    monkeypatch.setenv("TENSORWASM_COMPILE", "sync")  # every arrival counted from the first
     saxpy = Saxpy("simulated", mode="auto")
     try:
         for _ in range(22):

@@ -530,6 +530,7 @@ def test_a_loop_the_device_makes_slower_goes_back_to_the_cpu(monkeypatch) -> Non
     import tensorwasm.runtime.profit as profit
 
     monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: 1e-7)  # ~5 ms for this loop
+    monkeypatch.setenv("TENSORWASM_COMPILE", "sync")  # every arrival counted from the first
     offload = OffloadModule(module_bytes("blas1", "O2"), device="cpu", mode="auto")
     real_run = offload.planner.run
 
@@ -557,6 +558,7 @@ def test_auto_starts_the_device_only_once_the_work_so_far_pays_for_its_start(mon
     from tensorwasm.runtime.planning import NOT_STARTED
 
     monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: 1e-7)  # ~5 ms for this loop
+    monkeypatch.setenv("TENSORWASM_COMPILE", "sync")  # every arrival counted from the first
     offload = OffloadModule(module_bytes("blas1", "O2"), device="cpu", mode="auto")
     real_run = offload.planner.run
     runs = []

@@ -23,7 +23,7 @@ def bare(monkeypatch) -> pytest.MonkeyPatch:
     """An environment without any of the variables read here."""
     for name in (
         config.CACHE_DIR, config.CACHE, config.DEVICE_MEMORY_LIMIT, config.PTXAS, "XDG_CACHE_HOME",
-        *config.CUDA_SELECTION, config.LIBRARY_PATH,
+        *config.CUDA_SELECTION, config.LIBRARY_PATH, config.COMPILE, config.COMPILE_THREADS,
     ):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
@@ -59,6 +59,26 @@ def test_the_cache_is_on_or_off(bare) -> None:
     bare.setenv("TENSORWASM_CACHE", "0")
     with pytest.raises(ConfigError, match=r"^TENSORWASM_CACHE='0': say on or off$"):
         config.cache_enabled()
+
+
+def test_when_kernels_compile(bare) -> None:
+    assert config.compile_mode() == "auto"
+    for text, mode in (("sync", "sync"), (" Background ", "background"), ("auto", "auto")):
+        bare.setenv("TENSORWASM_COMPILE", text)
+        assert config.compile_mode() == mode
+    bare.setenv("TENSORWASM_COMPILE", "later")
+    with pytest.raises(ConfigError, match=r"^TENSORWASM_COMPILE='later': say auto, background or sync$"):
+        config.compile_mode()
+
+
+def test_the_compile_threads_are_a_count(bare) -> None:
+    assert 1 <= config.compile_threads() <= 2
+    bare.setenv("TENSORWASM_COMPILE_THREADS", "4")
+    assert config.compile_threads() == 4
+    for text in ("0", "many", "65"):
+        bare.setenv("TENSORWASM_COMPILE_THREADS", text)
+        with pytest.raises(ConfigError, match=rf"^TENSORWASM_COMPILE_THREADS='{text}': say a count"):
+            config.compile_threads()
 
 
 @pytest.mark.parametrize(
