@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from tensorwasm.compiler.analysis.extent import box_range, extent, nest_range, quasi
-from tensorwasm.compiler.analysis.plan import Access, LoopPlan, TripCount
+from tensorwasm.compiler.analysis.plan import Access, LoopPlan, TripCount, proven_alignment
 from tensorwasm.compiler.analysis.poly import Poly, Symbol
 
 MAX_TRIP = (1 << 31) - 1
@@ -116,7 +116,9 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
         if quasi(access.address, counts.keys()):
             rng = _quasi_range(access, plan, env, counts)
         else:
-            rng = _range(split, plan, env, counts, access.width, access.beyond)
+            rng = _range(
+                split, plan, env, counts, access.width, access.beyond, proven_alignment(access.width)
+            )
         if triangular and not access.beyond:  # the nest's own range, tighter than the box's
             tight = extent(access.address, [(plan.counter, plan.trip), *plan.inner_trips], env, counts)
             if tight is not None:
@@ -125,7 +127,8 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
             raise GuardFailed(f"{access.kind} at {access.where} reaches outside linear memory")
         if strict_alignment and not rng.aligned:
             raise GuardFailed(
-                f"{access.kind} at {access.where} is not aligned to its width on every iteration"
+                f"{access.kind} at {access.where} is not aligned to {proven_alignment(access.width)} bytes"
+                " on every iteration"
             )
         ranges.append((access, rng))
         (writes if access.store else reads).append(rng)
@@ -215,15 +218,15 @@ def _quasi_range(access: Access, plan: LoopPlan, env: dict[Symbol, int], counts:
     stride = stride_poly.evaluate(env)
     box = {c: counts[c] + (c in access.beyond) for c in counts}
     low, high = nest_range(rest, plan.inner_trips, env, box)
-    fixed, aligned = 0, True
+    fixed, aligned, align = 0, True, proven_alignment(access.width)
     for monomial, coeff in access.address.terms.items():
         known = [s for s in monomial if not (s.leaves() & box.keys())]
         factor = coeff * Poly({tuple(known): 1}).evaluate(env)
         if len(known) == len(monomial):
             fixed += factor
         else:
-            aligned = aligned and factor % access.width == 0
-    aligned = aligned and fixed % access.width == 0
+            aligned = aligned and factor % align == 0
+    aligned = aligned and fixed % align == 0
     # The whole range, taken on the whole address (a floor may undo the stride's drift),
     # and the footprint of one iteration, which the overlap tests slide by the stride.
     first, last = nest_range(access.address, plan.inner_trips, env, box)
@@ -251,15 +254,23 @@ def _split_addresses(plan: LoopPlan) -> list:
 
 
 def _range(
-    split, plan: LoopPlan, env, counts: dict[Symbol, int], width: int, beyond: frozenset = frozenset()
+    split,
+    plan: LoopPlan,
+    env,
+    counts: dict[Symbol, int],
+    width: int,
+    beyond: frozenset = frozenset(),
+    align: int | None = None,
 ) -> Range:
     """The bytes one access touches over the iteration space: each counter from 0 to its
-    last iteration, or to its exit value for an inner loop the access comes after."""
+    last iteration, or to its exit value for an inner loop the access comes after; aligned
+    when every address is a multiple of ``align`` (default: the width)."""
+    align = align or width
     rest, coeff_polys = split
     base = rest.evaluate(env)
     lo = hi = base
     inner_lo = inner_hi = base
-    aligned = base % width == 0
+    aligned = base % align == 0
     stride = 0
     levels = {level.counter: i for i, level in enumerate(plan.collapse)}
     nest_strides = [0] * len(levels)
@@ -267,7 +278,7 @@ def _range(
         coeff = poly.evaluate(env) if poly.terms else 0
         last = max(counts[counter] - 1, 0) + (counter in beyond)
         span = coeff * last
-        aligned = aligned and (coeff % width == 0 or last == 0)
+        aligned = aligned and (coeff % align == 0 or last == 0)
         lo += min(0, span)
         hi += max(0, span)
         if counter is plan.counter:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from llvmlite import ir
 
+from tensorwasm.compiler.analysis.plan import proven_alignment
 from tensorwasm.compiler.lower import abi
 from tensorwasm.compiler.lower.env import i32_const, i64_const
 from tensorwasm.compiler.lower.types import I8_T, I64_T, INT_OF_WIDTH, PTR_T, int_of
@@ -214,9 +215,10 @@ def _as_int(fl: FunctionLowering, value: ir.Value) -> ir.Value:
 
 
 def _proven_alignment(fl: FunctionLowering, bits: int) -> int:
-    """A proven access is aligned where the target needs it (the guards checked); elsewhere
-    nothing is known about its address."""
-    return bits // 8 if fl.target.strict_alignment else 1
+    """A proven access is aligned where the target needs it (the guards checked
+    :func:`~compiler.analysis.plan.proven_alignment`); elsewhere nothing is known about its
+    address."""
+    return proven_alignment(bits // 8) if fl.target.strict_alignment else 1
 
 
 def lower_size(fl: FunctionLowering, op: Op, args) -> ir.Value:

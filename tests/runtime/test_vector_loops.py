@@ -172,3 +172,54 @@ def test_a_vector_induction_variable_read_after_the_loop_keeps_it_on_the_cpu() -
     )
     (loop,) = report(instance).loops
     assert loop.verdict == "reject" and "used after the loop" in loop.reason, loop
+
+
+def neighbour_module() -> bytes:
+    """``run(p, q, n)``: for n vectors, q[i] = p[i-1] + p[i+1] lane-wise (f32x4), the loads
+    4 bytes either side of a 16-byte line: clang's vectorised 1-D stencil."""
+    return wat("""(module (memory (export "memory") 2)
+  (func (export "run") (param $p i32) (param $q i32) (param $n i32)
+    (block $done
+      (br_if $done (i32.eqz (local.get $n)))
+      (loop $top
+        (v128.store (local.get $q)
+          (f32x4.add (v128.load offset=12 (local.get $p)) (v128.load offset=20 (local.get $p))))
+        (local.set $p (i32.add (local.get $p) (i32.const 16)))
+        (local.set $q (i32.add (local.get $q) (i32.const 16)))
+        (local.set $n (i32.sub (local.get $n) (i32.const 1)))
+        (br_if $top (local.get $n))))))""")
+
+
+@pytest.mark.parametrize("device", ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_vector_loads_off_their_16_byte_lines_launch_on_a_strictly_aligned_device(device: str) -> None:
+    """A v128 access needs 4-byte alignment on a GPU (it is done as 32-bit pieces): the
+    neighbour loads of a vectorised stencil launch, with wasmtime's bytes, where a load
+    only 2-byte aligned declines by name."""
+    from tensorwasm.oracle.simulated import SimulatedDevice
+    from tensorwasm.runtime.offload import OffloadModule
+
+    wasm = neighbour_module()
+    offload = OffloadModule(
+        wasm, device=SimulatedDevice() if device == "simulated" else device, mode="always"
+    )
+    store = wasmtime.Store()
+    linker = wasmtime.Linker(store.engine)
+    offload.define(linker, store)
+    exports = linker.instantiate(store, offload.compiled(store.engine)).exports(store)
+    offload.bind(store, exports)
+    reference = wasmtime.Instance(store, wasmtime.Module(store.engine, wasm), []).exports(store)
+    rng = random.Random(4)
+    data = bytes(rng.randrange(256) for _ in range(16 * 300))
+    for p, q, n in ((32, 8192, 257), (34, 16384, 40)):  # p+12 is 4-aligned, then 2-aligned
+        for ex in (reference, exports):
+            ex["memory"].write(store, data, 0)
+            ex["run"](store, p, q, n)
+        assert bytes(exports["memory"].read(store, 0, 65536)) == bytes(
+            reference["memory"].read(store, 0, 65536)
+        )
+    (loop,) = offload.loops
+    offload.close()
+    assert loop.stats.offloaded == (2 if device == "cpu" else 1), loop.stats.declined
+    if device != "cpu":
+        ((reason, count),) = loop.stats.declined.items()
+        assert count == 1 and reason.endswith("is not aligned to 4 bytes on every iteration"), reason
