@@ -487,12 +487,22 @@ def entry() -> None:
     command is done (every loop stayed on the CPU before one was needed, so nothing of the
     program's is on the device), the process ends at once: it neither waits for the driver
     nor exits while the driver initialises on the other thread (begun at the start, or by an
-    arrival whose launch would have paid: :mod:`runtime.gpu_start`)."""
+    arrival whose launch would have paid: :mod:`runtime.gpu_start`). Where a context was
+    made, the process ends once Python's own exit work is done (the cache's counts, say),
+    without the driver's teardown of the context (tens to hundreds of milliseconds at exit,
+    for memory the system frees with the process anyway): the command's output and the
+    program's files are all written by then."""
     status = main()
     gpu_start = sys.modules.get("tensorwasm.runtime.gpu_start")  # (a launch may have begun one)
-    if (_cuda_start is not None and _cuda_start.is_alive()) or (
-        gpu_start is not None and gpu_start.STARTER.running()
+    device_info = sys.modules.get("tensorwasm.runtime.device_info")
+    if (
+        (_cuda_start is not None and _cuda_start.is_alive())
+        or (gpu_start is not None and gpu_start.STARTER.running())
+        or (device_info is not None and device_info.context_made())
     ):
+        import atexit
+
+        atexit._run_exitfuncs()  # Python's exit work; the driver's (C) teardown is skipped
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()

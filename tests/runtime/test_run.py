@@ -196,3 +196,24 @@ def test_auto_offload_on_the_host_backend_matches_wasmtime(tmp_path) -> None:
     assert proc.stdout == expected
     report = json.loads(proc.stderr.strip().splitlines()[-1])
     assert sum(row.get("arrivals", 0) for row in report["loops"]) > 0
+
+
+@pytest.mark.gpu
+def test_a_run_that_made_a_cuda_context_ends_with_its_output_status_and_cache_counts_written(
+    tmp_path,
+) -> None:
+    """A run that made a context ends without the driver's teardown (os._exit), after
+    Python's exit work: the program's output, its exit status and the cache's hit and miss
+    counts (written at exit) are all there."""
+    import os
+
+    path = ROOT / "examples/wasi/build/matmul.O2.wasm"
+    status, expected = plain_wasmtime(path, ["64"], tmp_path)
+    env = {**os.environ, "TENSORWASM_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [sys.executable, "-m", "tensorwasm", "run", str(path), "64", "--device", "gpu", "--offload", "always"],
+        capture_output=True, text=True, cwd=ROOT, check=False, env=env,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (status, expected), done.stderr
+    counts = (tmp_path / "cache" / "counts").read_text().split()
+    assert len(counts) == 2 and int(counts[0]) + int(counts[1]) > 0, counts
