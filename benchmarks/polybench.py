@@ -275,7 +275,8 @@ def markdown(doc: dict, plot: str | None) -> str:
         "## PolyBench/C 4.2.1",
         "",
         f"`python -m benchmarks.polybench --dataset {doc['dataset']} --device {doc['device']} "
-        f"--offload {doc['offload']} --repeat {doc['repeat']}` on {env['cpu']} ({env['cpu_count']} cores), "
+        f"--offload {doc['offload']} --repeat {doc['repeat']}` on "
+        f"{env['gpu'] + ' host, ' if env.get('gpu') else ''}{env['cpu']} ({env['cpu_count']} cores), "
         f"{env['date']}, commit {env['commit']}: each program built with clang-16 `-O2` for wasm32-wasi, run "
         "in a process of its own under plain wasmtime and under `tensorwasm run` (compiled code cached for "
         "both, medians). Kernel: PolyBench's own timer around the kernel. Process: the whole process, "
@@ -426,8 +427,14 @@ def environment() -> dict:
             ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, cwd=ROOT
         )
         commit = done.stdout.strip() or None
+    gpu = None
+    if shutil.which("nvidia-smi"):
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                              capture_output=True, text=True)  # fmt: skip
+        gpu = done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else None
     return {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "cpu": cpu,
-            "cpu_count": os.cpu_count(), "python": platform.python_version(), "commit": commit}  # fmt: skip
+            "cpu_count": os.cpu_count(), "python": platform.python_version(), "commit": commit,
+            "gpu": gpu}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
