@@ -345,9 +345,10 @@ def test_auto_picks_a_remembered_gpu_without_waiting_for_it(system, contexts) ->
 
 
 _SLOW_CUDA = """
-import atexit, sys, time, tensorwasm.runtime.cli as cli
+import sys, threading, time, tensorwasm.runtime.cli as cli
 cli._start_cuda = lambda: time.sleep(60)  # a driver still initialising when the run ends
-atexit.register(lambda: print("python finalization", file=sys.stderr))
+# Run by the interpreter's shutdown (which joins threads), not by atexit's functions.
+threading._register_atexit(lambda: print("python finalization", file=sys.stderr))
 cli.entry()
 """
 
