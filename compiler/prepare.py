@@ -51,6 +51,9 @@ class PreparedLoop:
     # A tiled kernel's GPU launch shape, (rows, columns, threads across, threads down) of a
     # block's tile (compiler.tile); None where the kernel runs one thread per cell.
     tile: tuple[int, int, int, int] | None = None
+    # Iterations each thread of a 1-D kernel runs (compiler.stream: a streaming kernel's
+    # chunks); the GPU launch needs that many times fewer threads.
+    per_thread: int = 1
 
     def entry(self, gpu: bool) -> str:
         """The kernel's launch entry in the compiled code."""
@@ -134,6 +137,7 @@ def prepare_offload(
             region_of.get(n),
             kernel_may_trap(module, k.index),
             gpu_tile(module, k.index),
+            per_thread(module, k.index),
         )
         for n, (ins, k, plan) in enumerate(zip(insertions, kernels, plans, strict=True))
     )
@@ -177,6 +181,12 @@ def gpu_tile(module: Module, index: int) -> tuple[int, int, int, int] | None:
         return None
     shape = tiled.gpu_shape
     return (shape.rows, shape.cols, shape.threads_x, shape.threads_y)
+
+
+def per_thread(module: Module, index: int) -> int:
+    """Iterations each thread of kernel ``index`` runs (see ``PreparedLoop.per_thread``)."""
+    streaming = module.functions[index].attrs.get("streaming")
+    return streaming.iterations if streaming is not None else 1
 
 
 def compile_loop_kernels(

@@ -38,6 +38,7 @@ from __future__ import annotations
 from tensorwasm.compiler.analysis.plan import LoopPlan
 from tensorwasm.compiler.analysis.poly import Poly
 from tensorwasm.compiler.prepare import TRAPPING_OPS
+from tensorwasm.compiler.stream import attach_streaming
 from tensorwasm.dialect import arith, gpu, mem
 from tensorwasm.dialect.builder import Builder
 from tensorwasm.dialect.ir import Block, Function, Module, Op, Successor, Value
@@ -225,6 +226,7 @@ def tile_kernel(module: Module, kernel: Function, plan: LoopPlan, clones: dict[B
     :class:`TiledKernel`), or say why not (``kernel.attrs["tiling"]``). ``clones`` maps the
     loop's blocks to the kernel's copies of them."""
     if not plan.collapse:
+        attach_streaming(module, kernel)  # a 1-D kernel: several iterations per thread where it streams
         return
     if not config.tiling_enabled():
         kernel.attrs["tiling"] = f"tiling is off ({config.TILING}=off)"

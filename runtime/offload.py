@@ -149,7 +149,7 @@ class OffloadModule:
         self.loops = [
             OffloadedLoop(lp.plan, lp.kernel_index, lp.entry(gpu), lp.insertion,
                           LoopStats(lp.plan.func.name, lp.plan.loop.offset, self.code_kind, region=lp.region),
-                          may_trap=lp.may_trap, tile=lp.tile)
+                          may_trap=lp.may_trap, tile=lp.tile, per_thread=lp.per_thread)
             for lp in found.loops
         ]  # fmt: skip
         self.region_stats = [

@@ -91,6 +91,7 @@ class OffloadedLoop:
     gate: ArrivalGate | None = None  # its bound instance's gate (where the loop has one)
     # A tiled kernel's GPU launch shape (compiler.prepare.PreparedLoop.tile); None: one thread per cell.
     tile: tuple[int, int, int, int] | None = None
+    per_thread: int = 1  # iterations per thread of a 1-D kernel (compiler.prepare.PreparedLoop.per_thread)
 
     @property
     def region(self) -> int | None:
@@ -430,7 +431,7 @@ class PreparedLaunch:
         self.cells = launch.trip * math.prod(launch.nest)  # iterations in parallel
         self.reductions = len(lp.plan.reductions)
         self.identities = identities(lp)
-        self.grid, self.block = launch_grid(launch, lp.tile, self.reductions)
+        self.grid, self.block = launch_grid(launch, lp.tile, self.reductions, lp.per_thread)
         # The scratch buffer: context | live-ins | reduction slots | written ranges, in u64s.
         self.out_words = self.identities or [0]
         self.range_words = [v for r in self.written for v in (r.lo, r.hi)] or [0, 0]
@@ -527,13 +528,14 @@ REDUCTION_BLOCKS = 1024
 
 
 def launch_grid(
-    launch: Launch, tile: tuple[int, int, int, int] | None = None, reductions: int = 0
+    launch: Launch, tile: tuple[int, int, int, int] | None = None, reductions: int = 0, per_thread: int = 1
 ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """Grid and block: 1-D over the iterations (a block per iteration for a distributed
     body; at most :data:`REDUCTION_BLOCKS` blocks where the kernel folds ``reductions``),
     or x over a nest's innermost counter (rounded to whole warps), y over the next one out
     and z over the outermost of a 3-D nest. A tiled kernel (``tile``: rows, columns,
-    threads across, threads down) gets a block per tile."""
+    threads across, threads down) gets a block per tile; a 1-D kernel whose threads run
+    ``per_thread`` iterations each (compiler.stream) that many times fewer blocks."""
     if launch.rows:  # a distributed body: a block per iteration, its threads share each phase
         return (max(1, min(launch.trip, 65535)), 1, 1), (BLOCK_THREADS, 1, 1)
     if tile is not None and len(launch.nest) == 1:
@@ -542,7 +544,8 @@ def launch_grid(
         return (max(1, min(tiles_x, 65535)), max(1, min(tiles_y, MAX_GRID_Y)), 1), (threads_x, threads_y, 1)
     if not launch.nest:
         most = REDUCTION_BLOCKS if reductions else 65535
-        return (max(1, min(-(-launch.trip // BLOCK_THREADS), most)), 1, 1), (BLOCK_THREADS, 1, 1)
+        blocks = -(-launch.trip // (BLOCK_THREADS * per_thread))
+        return (max(1, min(blocks, most)), 1, 1), (BLOCK_THREADS, 1, 1)
     *outer, innermost = (launch.trip, *launch.nest)
     width = min(BLOCK_THREADS, 32 * -(-innermost // 32))
     y = min(outer[-1], MAX_GRID_Y)

@@ -442,16 +442,54 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
     # Each thread starts from the identities as constants: on the GPU, ``out`` already
     # holds other threads' partials by the time a late block starts.
     identities = [_identity(op, t) for op, t in zip(reductions, kernel.results, strict=True)]
+    streaming = kernel.attrs.get("streaming")
+    per_thread = streaming.iterations if streaming is not None else 1
     if gpu:
-        first = b.add(b.mul(_read_sreg(lowering.llvm, b, "ctaid.x"), _read_sreg(lowering.llvm, b, "ntid.x")),
-                      _read_sreg(lowering.llvm, b, "tid.x"))  # fmt: skip
-        step = b.mul(_read_sreg(lowering.llvm, b, "nctaid.x"), _read_sreg(lowering.llvm, b, "ntid.x"))
+        lanes = _read_sreg(lowering.llvm, b, "ntid.x")
+        block_span = b.mul(lanes, i64_const(per_thread))
+        first = b.add(
+            b.mul(_read_sreg(lowering.llvm, b, "ctaid.x"), block_span), _read_sreg(lowering.llvm, b, "tid.x")
+        )
+        step = b.mul(_read_sreg(lowering.llvm, b, "nctaid.x"), block_span)
     else:
-        first, step = begin, i64_const(1)
+        lanes, first, step = i64_const(1), begin, i64_const(per_thread)
+    done = fn.append_basic_block("done")
+    call = functools.partial(_call_iteration, b, own, args, len(result_types))
+    iteration = functools.partial(call, lowering.function_for(index))
+    if streaming is not None:
+        FunctionLowering(lowering, lowering.dialect.functions[streaming.index]).lower()
+        chunk = functools.partial(_call_chunk, b, own, args, lowering.function_for(streaming.index), lanes)
+        parts = (per_thread, len(result_types))
+        accs = _streaming_loops(
+            b, fn, (first, step, lanes, trip), chunk, iteration, parts, reductions, identities, done
+        )
+    else:
+        accs = _one_per_thread(b, fn, (first, step, trip), own, iteration, reductions, identities, done)
+    b.position_at_end(done)
+    _report_trap(b, own, ctx)
+    out_slots = [_slot(b, out, i) for i in range(len(reductions))]
+    if gpu and reductions:
+        fold_block(lowering.llvm, b, reductions, accs, identities, out_slots)
+    elif not gpu:
+        for acc, slot in zip(accs, out_slots, strict=True):
+            b.store(acc, slot)
+    b.ret_void()
+    return fn.name
+
+
+def _call_iteration(b: ir.IRBuilder, own, args, results: int, fn: ir.Function, k: ir.Value) -> list[ir.Value]:
+    """Call the iteration function ``fn`` for iteration ``k``; its reduction partials."""
+    result = b.call(fn, [own, b.trunc(k, ir.IntType(32)), *args])
+    return [result] if results == 1 else [b.extract_value(result, i) for i in range(results)]
+
+
+def _one_per_thread(b, fn, bounds, own, iteration, reductions, identities, done) -> list:
+    """``for (k = first; k < trip; k += step)`` one iteration, stopping at a trap; the
+    reduction accumulators as ``done`` sees them."""
+    first, step, trip = bounds
     start = b.block
     head = fn.append_basic_block("head")
     body = fn.append_basic_block("body")
-    done = fn.append_basic_block("done")
     b.branch(head)
     b.position_at_end(head)
     k = b.phi(I64_T)
@@ -463,11 +501,8 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
         accs.append(acc)
     b.cbranch(b.icmp_signed("<", k, trip), body, done)
     b.position_at_end(body)
-    result = b.call(lowering.function_for(index), [own, b.trunc(k, ir.IntType(32)), *args])
+    parts = iteration(k)
     trapped = b.icmp_unsigned("!=", b.load(_slot(b, own, abi.CTX_TRAP), typ=I64_T), i64_const(0))
-    parts = (
-        [result] if len(result_types) == 1 else [b.extract_value(result, i) for i in range(len(result_types))]
-    )
     new_accs = [combine(b, op, acc, part) for op, acc, part in zip(reductions, accs, parts, strict=True)]
     cont = fn.append_basic_block("next")
     b.cbranch(trapped, done, cont)
@@ -476,16 +511,72 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
     for acc, value in zip(accs, new_accs, strict=True):
         acc.add_incoming(value, cont)
     b.branch(head)
-    b.position_at_end(done)
-    _report_trap(b, own, ctx)
-    out_slots = [_slot(b, out, i) for i in range(len(reductions))]
-    if gpu and reductions:
-        fold_block(lowering.llvm, b, reductions, accs, identities, out_slots)
-    elif not gpu:
-        for acc, slot in zip(accs, out_slots, strict=True):
-            b.store(acc, slot)
-    b.ret_void()
-    return fn.name
+    return accs
+
+
+def _call_chunk(b: ir.IRBuilder, own, args, fn: ir.Function, lanes, k: ir.Value) -> list[ir.Value]:
+    """Call ``stream_<kernel>`` for the chunk at ``k``: every result of every iteration."""
+    i32 = ir.IntType(32)
+    result = b.call(fn, [own, b.trunc(k, i32), b.trunc(lanes, i32), *args])
+    if isinstance(result.type, ir.VoidType):
+        return []
+    if not isinstance(result.type, ir.LiteralStructType):
+        return [result]
+    return [b.extract_value(result, i) for i in range(len(result.type.elements))]
+
+
+def _streaming_loops(b, fn, bounds, chunk, iteration, parts, reductions, identities, done) -> list:
+    """A streaming kernel's iterations (:mod:`compiler.stream`), which cannot trap: while a
+    whole chunk ``k, k + lanes, ...`` of ``per_thread`` iterations is below ``trip``, one
+    call of ``stream_<kernel>`` runs it; then what is left of the last chunk (fewer than
+    ``per_thread`` iterations: the next chunk starts past ``trip``) one at a time. Partials
+    fold in iteration order on the host (``lanes`` 1) and in each thread's order on the
+    GPU, as the one-per-thread loop does."""
+    first, step, lanes, trip = bounds
+    per_thread, width = parts
+    start = b.block
+    head, body, rest, rest_body = (fn.append_basic_block(n) for n in ("head", "chunk", "rest", "rest.body"))
+    b.branch(head)
+    b.position_at_end(head)
+    k = b.phi(I64_T)
+    k.add_incoming(first, start)
+    accs = []
+    for value in identities:
+        acc = b.phi(value.type)
+        acc.add_incoming(value, start)
+        accs.append(acc)
+    last = b.add(k, b.mul(lanes, i64_const(per_thread - 1)))
+    b.cbranch(b.icmp_signed("<", last, trip), body, rest)
+    b.position_at_end(body)
+    results = chunk(k)
+    new_accs = list(accs)
+    for u in range(per_thread):
+        got = results[u * width : (u + 1) * width]
+        new_accs = [
+            combine(b, op, acc, part) for op, acc, part in zip(reductions, new_accs, got, strict=True)
+        ]
+    k.add_incoming(b.add(k, step), b.block)
+    for acc, value in zip(accs, new_accs, strict=True):
+        acc.add_incoming(value, b.block)
+    b.branch(head)
+    b.position_at_end(rest)
+    j = b.phi(I64_T)
+    j.add_incoming(k, head)
+    rest_accs = []
+    for acc in accs:
+        phi = b.phi(acc.type)
+        phi.add_incoming(acc, head)
+        rest_accs.append(phi)
+    b.cbranch(b.icmp_signed("<", j, trip), rest_body, done)
+    b.position_at_end(rest_body)
+    folded = [
+        combine(b, op, acc, part) for op, acc, part in zip(reductions, rest_accs, iteration(j), strict=True)
+    ]
+    j.add_incoming(b.add(j, lanes), b.block)
+    for phi, value in zip(rest_accs, folded, strict=True):
+        phi.add_incoming(value, b.block)
+    b.branch(rest)
+    return rest_accs
 
 
 @dataclass

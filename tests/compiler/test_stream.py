@@ -1,0 +1,167 @@
+"""Streaming kernels (compiler.stream): a chunk of iterations per thread, every iteration's
+loads before the chunk's stores, each iteration's own accesses in Wasm's order; the same
+memory as wasmtime on the host (and the GPU), including arrays that meet within one
+iteration and trip counts that leave part of a chunk."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tensorwasm.compiler.analysis.loops import AnalysisOptions
+from tensorwasm.compiler.prepare import prepare_offload
+from tensorwasm.compiler.rewrite import HOST_MODULE
+from tensorwasm.compiler.stream import ITERATIONS_PER_THREAD
+from tensorwasm.compiler.target import ARCHES
+from tensorwasm.dialect.types import F32, I32
+from tensorwasm.runtime.guards import Launch
+from tensorwasm.runtime.offload import OffloadModule
+from tensorwasm.runtime.planning import BLOCK_THREADS, launch_grid
+from tensorwasm.runtime.reference import ReferenceInstance
+from tests.compiler.test_loop_kernels import SAXPY, assemble, kernels, loop_kernels_ptx
+from tests.conftest import wat
+
+# Two stores per iteration, the second reading back what the first wrote:
+# a[i] = 2 * x[i]; b[i] = a[i] + y[i] (f32 arrays at a, b, x, y).
+TWO_STORES = """(module (memory (export "memory") 4)
+  (func (export "run") (param $n i32) (param $a i32) (param $b i32) (param $x i32) (param $y i32)
+    (local $i i32) (local $o i32)
+    (loop $l
+      (local.set $o (i32.shl (local.get $i) (i32.const 2)))
+      (f32.store (i32.add (local.get $a) (local.get $o))
+        (f32.mul (f32.const 2) (f32.load (i32.add (local.get $x) (local.get $o)))))
+      (f32.store (i32.add (local.get $b) (local.get $o))
+        (f32.add (f32.load (i32.add (local.get $a) (local.get $o)))
+                 (f32.load (i32.add (local.get $y) (local.get $o)))))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (local.get $n))))))"""
+
+NOT_STREAMING = """(module (memory (export "memory") 1)
+  (func (export "divide") (param $n i32) (param $d i32) (local $i i32)
+    (loop $l
+      (i32.store (i32.shl (local.get $i) (i32.const 2))
+        (i32.div_u (i32.load (i32.shl (local.get $i) (i32.const 2))) (local.get $d)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (local.get $n)))))
+  (func (export "rows") (param $n i32) (param $m i32) (local $i i32) (local $j i32) (local $s i32)
+    (loop $l
+      (local.set $j (i32.const 0))
+      (local.set $s (i32.const 0))
+      (loop $k
+        (local.set $s (i32.add (local.get $s)
+          (i32.load (i32.add (i32.shl (local.get $i) (i32.const 6)) (i32.shl (local.get $j) (i32.const 2))))))
+        (local.set $j (i32.add (local.get $j) (i32.const 1)))
+        (br_if $k (i32.lt_u (local.get $j) (local.get $m))))
+      (i32.store (i32.add (i32.const 32768) (i32.shl (local.get $i) (i32.const 2))) (local.get $s))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (local.get $n))))))"""
+
+
+def _streams(text: str) -> dict[str, object]:
+    """Each offloaded loop's outermost kernel by function name: (its PreparedLoop, its
+    stream function or None)."""
+    prep = prepare_offload(wat(text))
+    module = prep.state.dialect.module
+    out = {}
+    for lp in prep.prepared.loops:
+        kernel = module.functions[lp.kernel_index]
+        streaming = kernel.attrs.get("streaming")
+        if lp.plan.loop.depth == 1:
+            out[lp.plan.func.name] = (lp, module.functions[streaming.index] if streaming else None)
+    return out
+
+
+def test_each_iterations_accesses_keep_their_order_and_loads_come_first() -> None:
+    """Level by level: the four iterations' loads of x, their stores of a, then their loads
+    of a (after their own store of a) and y, then their stores of b."""
+    ((lp, stream),) = _streams(TWO_STORES).values()
+    assert lp.per_thread == ITERATIONS_PER_THREAD and stream is not None
+    kinds = "".join({"mem.load": "L", "mem.store": "S"}.get(op.name, "") for op in stream.ops())
+    n = ITERATIONS_PER_THREAD
+    assert kinds == "L" * n + "S" * n + "L" * 2 * n + "S" * n
+
+
+def test_kernels_that_may_trap_or_loop_inside_keep_one_iteration_per_thread() -> None:
+    found = _streams(NOT_STREAMING)
+    assert sorted(found) == ["divide", "rows"] and all(
+        stream is None and lp.per_thread == 1 for lp, stream in found.values()
+    )
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_a_chunks_loads_are_all_issued_before_its_first_store(arch: str, ptxas: str, tmp_path: Path) -> None:
+    """saxpy's entry: the 2 loads of each of the chunk's iterations precede its first store
+    (one iteration per thread issued 2 loads, then stored), and the PTX assembles."""
+    ptx = loop_kernels_ptx(SAXPY, arch)
+    assemble(ptxas, ptx, arch, tmp_path)
+    ((_, body),) = kernels(ptx).items()
+    first_store = body.index("st.global")
+    loads = re.findall(r"\bld\.global\.b32", body[:first_store])  # linear memory (not the .nc context)
+    assert len(loads) == 2 * ITERATIONS_PER_THREAD
+
+
+def test_the_launch_has_per_thread_times_fewer_blocks() -> None:
+    launch = Launch(1_000_000, {}, [], [])
+    grid, block = launch_grid(launch, per_thread=ITERATIONS_PER_THREAD)
+    assert block == (BLOCK_THREADS, 1, 1)
+    assert grid == (-(-1_000_000 // (BLOCK_THREADS * ITERATIONS_PER_THREAD)), 1, 1)
+    assert launch_grid(launch)[0] == (-(-1_000_000 // BLOCK_THREADS), 1, 1)
+
+
+def _offloaded(wasm: bytes, device: str):
+    offload = OffloadModule(wasm, device=device, mode="always", options=AnalysisOptions())
+
+    def host_funcs(store):
+        return {(HOST_MODULE, name): f for name, f in offload.host_functions(store).items()}
+
+    return offload, ReferenceInstance(offload.rewritten, host_funcs)
+
+
+def _with_data(text: str, offsets: list[int], count: int) -> str:
+    """``text`` with ``count`` f32 patterns at each of ``offsets``: NaNs with payloads
+    (signalling too), infinities, subnormals, signed zeros and ordinary numbers."""
+    patterns = [
+        0x7FA00001,
+        0xFFC00123,
+        0x7F800000,
+        0x00000001,
+        0x80000000,
+        0x3FC00000,
+        0xC0490FDB,
+        0x4B000001,
+    ]
+    segments = []
+    for at in offsets:
+        words = ((patterns[i % 8] ^ ((i + at) * 0x9E3779B1 & 0x7FF)) & 0xFFFFFFFF for i in range(count))
+        data = "".join(f"\\{b:02x}" for w in words for b in w.to_bytes(4, "little"))
+        segments.append(f'(data (i32.const {at}) "{data}")')
+    return text[: text.rindex(")")] + "\n".join(segments) + ")"
+
+
+CASES = [
+    # (module, export, args): n leaves part of a chunk; x == y meets within one iteration
+    (SAXPY, "saxpy", [(I32, 1003), (F32, 0x3FC00000), (I32, 16), (I32, 8192)]),
+    (SAXPY, "saxpy", [(I32, 1001), (F32, 0xBF800000), (I32, 4000), (I32, 4000)]),
+    (TWO_STORES, "run", [(I32, 2046), (I32, 0), (I32, 65536), (I32, 131072), (I32, 196608)]),
+    (TWO_STORES, "run", [(I32, 7), (I32, 64), (I32, 1024), (I32, 64), (I32, 2048)]),
+]
+DATA_AT = [0, 8192, 65536, 131072, 196608]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize(
+    ("text", "export", "args"),
+    CASES,
+    ids=["saxpy-part-chunk", "saxpy-x-is-y", "two-stores", "two-stores-a-is-x"],
+)
+def test_streaming_kernels_match_wasmtime(device: str, text: str, export: str, args: list) -> None:
+    data = wat(_with_data(text, DATA_AT if text is TWO_STORES else DATA_AT[:2], 2048))
+    offload, instance = _offloaded(data, device)
+    reference = ReferenceInstance(data)
+    assert instance.call(export, args) == reference.call(export, args)
+    assert instance.memory("memory") == reference.memory("memory")
+    ran = [lp for lp in offload.loops if lp.stats.offloaded]
+    assert len(ran) == 1 and ran[0].per_thread == ITERATIONS_PER_THREAD, "the streaming kernel did not run"
+    offload.close()
