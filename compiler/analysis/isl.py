@@ -302,3 +302,52 @@ def exact_dependences(
                     f"({other.kind} at {other.where}) on every launch (isl)"
                 )
     return free
+
+
+def equal_where(tests: list[tuple], a: Poly, b: Poly, bits: int) -> bool:
+    """Whether ``a`` and ``b`` are equal modulo 2^bits wherever the compares ``tests``
+    (``(pred, x, y, bits, ...)``, each holding) hold, as Wasm computes them: every symbol
+    stands for any integer congruent to its value (each polynomial must not depend on
+    which: every floor ``c * floor(x / d)`` alone in its term with ``d`` dividing ``c``),
+    and each compare reads its operands wrapped into its predicate's range. Products of
+    symbols are variables of their own (losing facts, never adding one); False where a
+    floor sits in a product, or isl gives up."""
+    names: dict[tuple, str] = {}
+
+    def text(poly: Poly) -> str:
+        parts = []
+        for monomial, coeff in poly.terms.items():
+            floors = [s for s in monomial if s.kind == "floor"]
+            if floors and (len(monomial) > 1 or coeff % floors[0].ref[1]):
+                raise _NotAffine
+            if not monomial:
+                parts.append(str(coeff))
+            elif floors:
+                inner, divisor = floors[0].ref
+                parts.append(f"{coeff}*floor(({text(inner)})/{divisor})")
+            else:
+                key = tuple((s.kind, id(s.ref)) for s in sorted(monomial, key=lambda s: (s.kind, id(s.ref))))
+                parts.append(f"{coeff}*{names.setdefault(key, f'v{len(names)}')}")
+        return " + ".join(parts) or "0"
+
+    try:
+        goal = f"({text(a)}) - ({text(b)}) = {1 << bits}*r"
+        conditions, wraps = [], []
+        for n, (pred, x, y, width, *_) in enumerate(tests):
+            lo, hi = (0, (1 << width) - 1) if pred[0] in "ue" or pred == "ne" else (
+                -(1 << (width - 1)), (1 << (width - 1)) - 1)  # fmt: skip
+            wx, wy = f"({text(x)}) - {1 << width}*qx{n}", f"({text(y)}) - {1 << width}*qy{n}"
+            wraps += [f"qx{n}", f"qy{n}"]
+            conditions.append(f"{lo} <= {wx} <= {hi} and {lo} <= {wy} <= {hi} and {wx} {_RELATION[pred]} {wy}")
+    except _NotAffine:
+        return False
+    variables = ", ".join(names.values())
+    held = " and ".join(conditions) or "true"
+    where = f"exists ({', '.join(wraps)}: {held})" if wraps else held
+    context = _context()
+    context.reset_operations()
+    try:
+        tested = isl.Set(f"{{ [{variables}] : {where} }}", context=context)
+        return tested.is_subset(isl.Set(f"{{ [{variables}] : exists (r: {goal}) }}", context=context))
+    except isl.Error:
+        return False
