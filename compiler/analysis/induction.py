@@ -336,7 +336,6 @@ class LoopValues:
             return a - self.floor_of(a, mask + 1).scale(mask + 1)
         return None
 
-
     def or_low_bits(self, op: Op) -> Poly | None:
         """``x | c`` for a number ``0 <= c < 2^k`` and an ``x`` whose every coefficient is a
         multiple of ``2^k`` (its low ``k`` bits are zero modulo 2^bits): ``x + c``, as clang

@@ -338,7 +338,9 @@ def equal_where(tests: list[tuple], a: Poly, b: Poly, bits: int) -> bool:
                 -(1 << (width - 1)), (1 << (width - 1)) - 1)  # fmt: skip
             wx, wy = f"({text(x)}) - {1 << width}*qx{n}", f"({text(y)}) - {1 << width}*qy{n}"
             wraps += [f"qx{n}", f"qy{n}"]
-            conditions.append(f"{lo} <= {wx} <= {hi} and {lo} <= {wy} <= {hi} and {wx} {_RELATION[pred]} {wy}")
+            conditions.append(
+                f"{lo} <= {wx} <= {hi} and {lo} <= {wy} <= {hi} and {wx} {_RELATION[pred]} {wy}"
+            )
     except _NotAffine:
         return False
     variables = ", ".join(names.values())

@@ -162,4 +162,3 @@ def _test_of(values: LoopValues, cond: Value) -> Test | None:
 
 def _negated(test: Test) -> Test:
     return (NEGATE[test[0]], *test[1:])
-
