@@ -155,3 +155,28 @@ def test_unproven_merges_keep_the_reason() -> None:
     reports = [r for r in analyze_module(translate_module(load(data))) if r.loop.depth == 1]
     assert reports[0].verdict == "reject"
     assert "trip count that depends on memory or unknown values" in reports[0].reason
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_triangle_filled_by_a_vector_loop_and_its_remainder_runs_exactly(device: str) -> None:
+    """symm's upper triangle (``j`` from ``i + 1``), vectorised: rows whose vector loop or
+    remainder is skipped behind tests before a join; each row's loops launch, exactly."""
+    calls = [("filld", i32s(M * M, ARRAY_A, 5)), ("upper", i32s(ARRAY_A))]
+    offload = run_both(MERGES, calls, device)
+    assert offloaded_at_depth(offload, "upper", 2) > M
+
+
+# tests/compiler/data/upper.c: the same triangle, scalar, unrolled by four.
+UPPER = (Path(__file__).parent / "data" / "upper.wasm").read_bytes()
+
+
+def test_an_unrolled_loop_behind_a_join_is_read_as_tested_at_its_top() -> None:
+    """The unrolled loop is entered past the join of the peeled remainder and the path
+    around it, behind ``(35 - i) >=u 3`` and ``i <=u 35``: the tests in front of the join
+    hold on both paths, and isl proves them the loop's own exit test one step before its
+    start on the wrapped values, for the rows ``0 <= i <= 36`` (its count is a number),
+    so both inner loops count exactly (none of them "at least once")."""
+    plan = plan_of(UPPER, "upper")
+    assert len(plan.inner_trips) == 2
+    assert all(t.top for _, t in plan.inner_trips), plan.inner_trips
+    run_both(UPPER, [("upper", i32s(ARRAY_A))])

@@ -2,7 +2,9 @@
    (tests/compiler/test_merges.py): the scalar remainder after a vectorised inner loop
    starts at 1 when the row is too short for the vector loop and where the vector loop
    stopped otherwise; trmm's inner loop, unrolled by two, starts at `i` or `i + 1` as one
-   step is peeled when `(1 - i) & 1` is set.
+   step is peeled when `(1 - i) & 1` is set; symm's initialisation fills the upper
+   triangle by a loop unrolled by eight behind a join of its peeled steps and the path
+   around them, its entry test before that join.
    Build: clang-16 --target=wasm32-wasi -O2 -msimd128 -nostdlib -Wl,--no-entry
           -Wl,--export-all -Wl,--initial-memory=1048576 -o merges.wasm merges.c */
 
@@ -38,4 +40,11 @@ void trmm(double alpha, double *A, double *B) {
 void filld(int n, double *a, int seed) {
   for (int i = 0; i < n; i++)
     a[i] = (double)((i * seed) % 101) / 7.0;
+}
+
+/* symm's initialisation of the upper triangle: A[i][j] = -999 for j > i, M x M doubles. */
+void upper(double *A) {
+  for (int i = 0; i < M; i++)
+    for (int j = i + 1; j < M; j++)
+      A[i * M + j] = -999;
 }
