@@ -15,7 +15,11 @@ from tensorwasm.compiler.analysis.loops import analyze_module
 from tensorwasm.compiler.analysis.plan import LoopPlan
 from tensorwasm.compiler.analysis.poly import Poly, Symbol
 from tensorwasm.compiler.frontend import load, translate_module
+from tensorwasm.compiler.lower.function import FunctionLowering, ModuleLowering, lower_loop_entry, reachable
+from tensorwasm.compiler.outline import outline
+from tensorwasm.compiler.target import ARCH_PTX, NVPTXTarget
 from tensorwasm.dialect.types import F64, I32
+from tests.compiler.test_loop_kernels import assemble
 from tests.compiler.test_poly_loops import DEVICES, offloaded_at_depth, run_both
 from tests.conftest import wat
 
@@ -180,3 +184,24 @@ def test_an_unrolled_loop_behind_a_join_is_read_as_tested_at_its_top() -> None:
     assert len(plan.inner_trips) == 2
     assert all(t.top for _, t in plan.inner_trips), plan.inner_trips
     run_both(UPPER, [("upper", i32s(ARRAY_A))])
+
+
+def test_the_kernels_around_merges_assemble_for_sm_90(ptxas: str, tmp_path: Path) -> None:
+    """The rows loop of the vectorised sweep (v128 loop and remainder inside each thread),
+    trmm's columns and the triangles, as PTX that ptxas takes."""
+    module = translate_module(load(MERGES))
+    wanted = {("sweep", 1), ("trmm", 2), ("upper", 1)}
+    plans = [
+        r.plan
+        for r in analyze_module(module)
+        if r.verdict == "offload" and (r.func.name, r.loop.depth) in wanted
+    ]
+    assert len(plans) == 3
+    target = NVPTXTarget("sm_90", ARCH_PTX["sm_90"])
+    lowering = ModuleLowering(module, target)
+    kernels = [outline(module, plan) for plan in plans]
+    for index in reachable(module, [k.index for k in kernels]):
+        FunctionLowering(lowering, module.functions[index]).lower()
+    for kernel, plan in zip(kernels, plans, strict=True):
+        lower_loop_entry(lowering, kernel.index, [r.op for r in plan.reductions])
+    assemble(ptxas, target.emit_ptx(str(lowering.llvm)), "sm_90", tmp_path)
