@@ -34,6 +34,7 @@ from functools import cached_property
 
 from tensorwasm.compiler.analysis.accesses import rotated_load
 from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject
+from tensorwasm.compiler.analysis.merges import select_value, selected_merge
 from tensorwasm.compiler.analysis.plan import AnalysisOptions, Reduction
 from tensorwasm.compiler.analysis.poly import Poly, Symbol
 from tensorwasm.compiler.analysis.reductions import init_bits, recognise_reduction
@@ -73,6 +74,7 @@ class LoopValues:
         self.invariant_args: dict[Value, Value] = {}
         self.dead_args: set[Value] = set()
         self.lenient = lenient  # classify what can be classified, reject nothing
+        self.opaque = False  # an unknown value is a symbol of its own (:attr:`unbounded`)
         self.reductions: dict[Value, Reduction] = {}
         self.vector_ivs: dict[Value, tuple[Value, Value, str]] = {}  # v128 arg -> (start, step, add op)
         self.floor_symbols: dict[tuple[Poly, int], Symbol] = {}
@@ -91,6 +93,15 @@ class LoopValues:
     def nested(self) -> list[LoopInfo]:
         """The loops inside this one, itself included, in the function's loop order."""
         return self.facts.nested(self.info)
+
+    @cached_property
+    def unbounded(self) -> LoopValues:
+        """The function's values with no live-ins of this loop: :mod:`.merges` proves its
+        equalities on a live-in as the code before the loop computed it."""
+        wide = LoopValues(self.facts, self.info, self.options, lenient=True)
+        wide.body = set(self.facts.func.blocks)
+        wide.opaque = True
+        return wide
 
     def counter(self, loop: LoopInfo) -> Symbol:
         """The symbol of ``loop``'s iteration number, made at its first use."""
@@ -228,6 +239,8 @@ class LoopValues:
             return self.memo[value]
         self.memo[value] = None  # cycles through header arguments resolve to unknown
         result = self._expr(value)
+        if result is None and self.opaque:
+            result = Poly.symbol(self.symbol_for(value))
         self.memo[value] = result
         return result
 
@@ -250,9 +263,12 @@ class LoopValues:
                     for succ in pred.terminator.successors
                     if succ.block is block
                 ]
+                if not incoming:  # the function's parameters (read so by :attr:`unbounded`)
+                    return Poly.symbol(self.symbol_for(value))
                 if incoming and incoming[0] is not None and all(p == incoming[0] for p in incoming):
                     return incoming[0]
-                return exit_merge(self, value)
+                merged = exit_merge(self, value)
+                return merged if merged is not None else selected_merge(self, value)
             if value in self.invariant_args:
                 return self.expr(self.invariant_args[value])
             if value in self.ivs:
@@ -281,6 +297,10 @@ class LoopValues:
                 return a.scale(1 << (b.constant & (op.operands[0].type.bits - 1)))
         if op.name == "arith.and":
             return self.masked(op)
+        if op.name == "arith.or":
+            return self.or_low_bits(op)
+        if op.name == "arith.select":
+            return select_value(self, op)
         return None
 
     # -- quasi-affine values (clang's unrolled loops) ---------------------------------------
@@ -315,6 +335,20 @@ class LoopValues:
         if mask > 0 and mask & (mask + 1) == 0:
             return a - self.floor_of(a, mask + 1).scale(mask + 1)
         return None
+
+    def or_low_bits(self, op: Op) -> Poly | None:
+        """``x | c`` for a number ``0 <= c < 2^k`` and an ``x`` whose every coefficient is a
+        multiple of ``2^k`` (its low ``k`` bits are zero modulo 2^bits): ``x + c``, as clang
+        writes ``(n & -4) | 1``; other ors are unknown."""
+        a, b = (self.expr(v) for v in op.operands)
+        if b is not None and not b.is_constant():
+            a, b = b, a
+        if a is None or b is None or not b.is_constant() or b.constant < 0:
+            return None
+        low = 1 << b.constant.bit_length()
+        if any(c % low for c in a.terms.values()):
+            return None
+        return a + b
 
 
 # The lane-wise adds that make a v128 induction variable: they wrap per lane, so the value

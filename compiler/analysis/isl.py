@@ -193,9 +193,11 @@ def same_test(values: LoopValues, loop: LoopInfo, tests: list[tuple], b: tuple) 
     """Whether integer compares ``(pred, x, y, bits)``, all of ``tests`` together and ``b``,
     hold on exactly the same iterations of the loops around inner ``loop`` (the candidate's included), as Wasm
     computes them: proven with isl over every counter value the guards let run (up to
-    2^31 - 2) and every value of the live-ins, where for every one of them both compares'
-    operands lie in the range their predicate reads (so the wrapped values are the
-    integers); False where anything is not modelled."""
+    2^31 - 2; a candidate loop whose count is a number, PolyBench's sizes, up to that count)
+    and every value of the live-ins, where for every one of them both compares' operands
+    lie in the range their predicate reads (so the wrapped values are the integers), or
+    else on the wrapped values (:func:`same_wrapped`); False where anything is not
+    modelled."""
     counters, outer = [], loop.parent
     while outer is not None and outer in values.nested:
         counters.insert(0, values.counter(outer))
@@ -204,13 +206,22 @@ def same_test(values: LoopValues, loop: LoopInfo, tests: list[tuple], b: tuple) 
     polys = [p for test in every for p in test[1:3]]
     if any(p.leaves() & set(values.counters.values()) - set(counters) for p in polys):
         return False
+    last = {c: _COUNTER_MAX for c in counters}
+    if values.counter(values.info) in last:
+        last[values.counter(values.info)] = _candidate_last(values)
+    return _same_in_range(values, counters, every, last) or same_wrapped(tests, b, last)
+
+
+def _same_in_range(values: LoopValues, counters: list[Symbol], every: list[tuple], last: dict) -> bool:
+    """:func:`same_test` where every compare's operands lie in its predicate's range."""
+    polys = [p for test in every for p in test[1:3]]
     model = _TestModel(values, counters)
     try:
         texts = [model.affine(p, "x") for p in polys]
     except _NotAffine:
         return False
     variables = ", ".join(f"x{model.names[c]}" for c in counters)
-    domain = " and ".join(f"0 <= x{model.names[c]} <= {_COUNTER_MAX}" for c in counters) or "true"
+    domain = " and ".join(f"0 <= x{model.names[c]} <= {last[c]}" for c in counters) or "true"
     head = f"[{', '.join(sorted(model.params.values()))}] -> {{ [{variables}] : {domain}"
     relations = [(test[0], test[3], texts[2 * n], texts[2 * n + 1]) for n, test in enumerate(every)]
     in_range = []
@@ -228,6 +239,18 @@ def same_test(values: LoopValues, loop: LoopInfo, tests: list[tuple], b: tuple) 
         return entered.is_equal(isl.Set(f"{head} and {conditions[-1]} }}", context=context))
     except isl.Error:
         return False
+
+
+def _candidate_last(values: LoopValues) -> int:
+    """The candidate loop's last counter value: its count less one where that is a number
+    (the counter never goes past it), else the guards' largest."""
+    from tensorwasm.compiler.analysis.trips import trip_count
+
+    try:
+        known = constant_count(trip_count(values, values.info))
+    except Reject:
+        known = None
+    return _COUNTER_MAX if known is None or known < 1 else min(known - 1, _COUNTER_MAX)
 
 
 def constant_count(trip: TripCount) -> int | None:
@@ -302,3 +325,99 @@ def exact_dependences(
                     f"({other.kind} at {other.where}) on every launch (isl)"
                 )
     return free
+
+
+class _Wrapped:
+    """Compares as Wasm computes them, in isl text: every symbol stands for any integer
+    congruent to its value (each polynomial must not depend on which: every floor ``c *
+    floor(x / d)`` alone in its term with ``d`` dividing ``c``), and each compare reads its
+    operands wrapped into its predicate's range. Products of symbols are variables of
+    their own (losing facts, never adding one); :class:`_NotAffine` where a floor sits in a
+    product."""
+
+    def __init__(self):
+        self.names: dict[tuple, str] = {}
+        self.wraps: list[str] = []
+
+    @staticmethod
+    def key(monomial: tuple) -> tuple:
+        return tuple((s.kind, id(s.ref)) for s in sorted(monomial, key=lambda s: (s.kind, id(s.ref))))
+
+    def text(self, poly: Poly) -> str:
+        parts = []
+        for monomial, coeff in poly.terms.items():
+            floors = [s for s in monomial if s.kind == "floor"]
+            if floors and (len(monomial) > 1 or coeff % floors[0].ref[1]):
+                raise _NotAffine
+            if not monomial:
+                parts.append(str(coeff))
+            elif floors:
+                inner, divisor = floors[0].ref
+                parts.append(f"{coeff}*floor(({self.text(inner)})/{divisor})")
+            else:
+                parts.append(f"{coeff}*{self.names.setdefault(self.key(monomial), f'v{len(self.names)}')}")
+        return " + ".join(parts) or "0"
+
+    def holds(self, tests: list[tuple]) -> str:
+        """The conjunction of ``tests`` (``(pred, x, y, bits, ...)``), existentials in :attr:`wraps`."""
+        conditions = []
+        for pred, x, y, width, *_ in tests:
+            lo, hi = (0, (1 << width) - 1) if pred[0] in "ue" or pred == "ne" else (
+                -(1 << (width - 1)), (1 << (width - 1)) - 1)  # fmt: skip
+            n = len(self.wraps)
+            wx, wy = f"({self.text(x)}) - {1 << width}*q{n}", f"({self.text(y)}) - {1 << width}*q{n + 1}"
+            self.wraps += [f"q{n}", f"q{n + 1}"]
+            conditions.append(
+                f"{lo} <= {wx} <= {hi} and {lo} <= {wy} <= {hi} and {wx} {_RELATION[pred]} {wy}"
+            )
+        return " and ".join(conditions) or "true"
+
+    def set(self, condition: str, bounds: str = "true") -> object:
+        variables = ", ".join(self.names.values())
+        where = f"exists ({', '.join(self.wraps)}: {condition})" if self.wraps else condition
+        return isl.Set(f"{{ [{variables}] : {bounds} and {where} }}", context=_context())
+
+
+def equal_where(tests: list[tuple], a: Poly, b: Poly, bits: int) -> bool:
+    """Whether ``a`` and ``b`` are equal modulo 2^bits wherever the compares ``tests``
+    (``(pred, x, y, bits, ...)``, each holding) hold, as Wasm computes them (see
+    :class:`_Wrapped`); False where something is not modelled, or isl gives up."""
+    model = _Wrapped()
+    try:
+        goal = f"exists (r: ({model.text(a)}) - ({model.text(b)}) = {1 << bits}*r)"
+        held = model.holds(tests)
+    except _NotAffine:
+        return False
+    _context().reset_operations()
+    try:
+        tested = model.set(held)
+        model.wraps = []
+        return tested.is_subset(model.set(goal))
+    except isl.Error:
+        return False
+
+
+def same_wrapped(tests: list[tuple], own: tuple, last: dict[Symbol, int]) -> bool:
+    """Whether the compares ``tests`` together and ``own`` hold on exactly the same values,
+    as Wasm computes them (wrapped, see :class:`_Wrapped`), for counters ``k`` of ``last``
+    in ``[0, last[k]]`` and any live-ins; False where something is not modelled."""
+    model = _Wrapped()
+    try:
+        entered = model.holds(tests)
+        first = model.wraps
+        model.wraps = []
+        kept = model.holds([own])
+    except _NotAffine:
+        return False
+    bounds = " and ".join(
+        f"0 <= {model.names[model.key((c,))]} <= {n}" for c, n in last.items() if model.key((c,)) in model.names
+    ) or "true"  # fmt: skip
+    _context().reset_operations()
+    try:
+        second = model.wraps
+        model.wraps = first
+        a = model.set(entered, bounds)
+        model.wraps = second
+        return a.is_equal(model.set(kept, bounds))
+    except isl.Error:
+        return False

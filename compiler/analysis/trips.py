@@ -218,12 +218,15 @@ def _aside(values: LoopValues, operands: list[Value]) -> list[Poly | None]:
 def entry_guards(values: LoopValues, loop: LoopInfo) -> list[tuple[object, Op, bool]]:
     """The tests in front of ``loop`` that decide whether it runs at all, nearest first:
     (the test's block, the compare, whether the way to the loop is taken when it holds),
-    up a chain of blocks of one predecessor each that only compute pure values."""
+    up a chain of blocks of one predecessor each that only compute pure values, and past a
+    join to the test every path to it passes (:func:`dominating_test`)."""
     facts = values.facts
     block = next(p for p in facts.preds[loop.header] if p not in facts.bodies[loop])
     out = []
-    while len(facts.preds[block]) == 1 and all(op.opdef.pure for op in block.ops[:-1]):
-        guard = facts.preds[block][0]
+    while all(op.opdef.pure for op in block.ops[:-1]):
+        guard, via = (
+            (facts.preds[block][0], block) if len(facts.preds[block]) == 1 else dominating_test(values, block)
+        )
         if guard not in values.body:
             break
         term = guard.terminator
@@ -232,11 +235,49 @@ def entry_guards(values: LoopValues, loop: LoopInfo) -> list[tuple[object, Op, b
             if not (isinstance(cmp, Op) and cmp.name == "arith.cmpi"):
                 break
             cmp, negated = _through_boolean_tests(cmp)
-            out.append((guard, cmp, (term.successors[0].block is block) != negated))
+            if via is not None:
+                out.append((guard, cmp, (term.successors[0].block is via) != negated))
         elif term.name != "cf.br":
             break
         block = guard
     return out
+
+
+def dominating_test(values: LoopValues, block) -> tuple[object | None, object | None]:
+    """(the immediate dominator of the join ``block``, the side of its two-way branch that
+    every path to ``block`` takes, or None where both sides reach it), or (None, None) where
+    that dominator is outside the candidate loop or ends in no two-way branch. Reaching
+    ``block`` passes neither the dominator again nor the header of a loop holding it (that
+    would be the next iteration). clang joins a peeled step and the path around it in front
+    of an unrolled loop (symm's initialisation): the tests in front of that join hold on
+    both paths."""
+    facts = values.facts
+    dominator = facts.idom.get(block)
+    if dominator is None or dominator not in values.body:
+        return None, None
+    term = dominator.terminator
+    if term.name != "cf.cond_br" or term.successors[0].block is term.successors[1].block:
+        return None, None
+    around = {m.header for m in values.nested if dominator in facts.bodies[m]}
+    reaching = [
+        succ.block for succ in term.successors
+        if _reaches(facts, values.body, succ.block, block, {dominator} | around)
+    ]  # fmt: skip
+    return dominator, reaching[0] if len(reaching) == 1 else None
+
+
+def _reaches(facts, body: set, start, target, avoid: set) -> bool:
+    """``target`` is reachable from ``start`` inside ``body`` without entering ``avoid``."""
+    seen, todo = set(), [start]
+    while todo:
+        block = todo.pop()
+        if block is target:
+            return True
+        if block in seen or block in avoid or block not in body:
+            continue
+        seen.add(block)
+        todo.extend(succ.block for succ in block.terminator.successors)
+    return False
 
 
 def exit_merge(values: LoopValues, value: Value) -> Poly | None:
