@@ -7,14 +7,19 @@ Generated modules, each size twice the last, run in fresh processes with the cac
 - ``nesting``: one function with N loops nested inside each other (the loop analysis);
 - ``counted``: N counted loops nested, each with a counter of its own set before it starts
   (clang's shape: N locals, each dead at the headers outside its loop), the innermost
-  storing to memory (LLVM cannot delete the nest).
+  storing to memory (LLVM cannot delete the nest). Every loop is a candidate whose trip
+  count and inner loops' bounds the analysis works out (``nesting`` rejects each loop at
+  its first header argument), so this is the shape that times the loop analysis of
+  ``inspect`` and ``run``.
 
 For each, ``tensorwasm inspect --stage loops``, ``compile`` and ``run --device cpu`` are
 timed against plain wasmtime compiling and instantiating the same module: wall-clock and
 CPU seconds (on a loaded machine the second is the steadier) and peak memory. Work linear
 in the input doubles with each size: the growth lines give the ratio of the last two sizes.
 
-Usage: ``python -m benchmarks.scaling [--shape functions,body,nesting,counted] [--sizes 256,512,...]``
+Usage: ``python -m benchmarks.scaling [--shape functions,body,nesting,counted] [--sizes 256,512,...]
+[--commands wasmtime,inspect,compile,run]`` (``--shape counted --commands inspect,run``: the
+loop analysis alone, as the command line and ``run`` do it).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ instance = wasmtime.Instance(store, module, [])
 SIZES = {
     "functions": (250, 500, 1000, 2000),
     "body": (2500, 5000, 10000, 20000),
-    "nesting": (25, 50, 100, 200),
+    "nesting": (200, 400, 800, 1600),
     "counted": (200, 400, 800, 1600),
 }
 
@@ -116,7 +121,7 @@ def commands(path: Path, work: Path) -> dict[str, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", default="functions,body,nesting")
+    parser.add_argument("--shape", default="functions,body,nesting,counted")
     parser.add_argument("--sizes", default=None, help="comma-separated sizes (default: per shape)")
     parser.add_argument("--commands", default="wasmtime,inspect,compile,run", help="which commands to time")
     args = parser.parse_args(argv)

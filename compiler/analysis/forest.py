@@ -9,10 +9,14 @@ arguments included) that use it. Every part of the loop analysis reads these fac
 are computed once per function and shared by its loops, and each question they answer costs
 what its answer holds, not the size of the function: dominance by the dominator tree's
 DFS numbering, a loop's blocks in function order by their positions, its inner loops from
-the loop tree (a function of thousands of loops was quadratic in their number).
+the loop tree (a function of thousands of loops was quadratic in their number), a loop's
+body as a slice of one list of the function's loop blocks (sets per loop held d^2 / 2
+blocks for a nest of depth d).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Set
 
 from tensorwasm.dialect.ir import Block, Function, LoopInfo, Module, Op, Value
 from tensorwasm.dialect.verifier import DominatorTree, reverse_postorder
@@ -31,6 +35,32 @@ def only_traps(block: Block) -> bool:
     """The block ends in a trap: leaving a loop for it is no way out of the loop."""
     term = block.terminator
     return term is not None and term.name == "cf.trap"
+
+
+class LoopBody(Set):
+    """The blocks of one loop: a slice of a list shared by the function's loops, where the
+    blocks of every loop are one slice (see :meth:`FunctionLoops._views`). Reads as a
+    set: membership by a block's slot, iteration, and set operations giving sets."""
+
+    __slots__ = ("_end", "_order", "_slot", "_start")
+
+    def __init__(self, order: list[Block], slot: dict[Block, int], start: int, end: int):
+        self._order, self._slot, self._start, self._end = order, slot, start, end
+
+    def __contains__(self, block: object) -> bool:
+        i = self._slot.get(block)
+        return i is not None and self._start <= i < self._end
+
+    def __iter__(self) -> Iterator[Block]:
+        order = self._order
+        return (order[i] for i in range(self._start, self._end))
+
+    def __len__(self) -> int:
+        return self._end - self._start
+
+    @classmethod
+    def _from_iterable(cls, blocks: Iterable[Block]) -> set[Block]:
+        return set(blocks)
 
 
 class FunctionLoops:
@@ -67,12 +97,14 @@ class FunctionLoops:
         self.innermost: dict[Block, LoopInfo] = {}
         self.enclosing: dict[LoopInfo, LoopInfo | None] = {}
         self._taken_by: dict[LoopInfo, LoopInfo] = {}  # see _outermost_made
-        self.bodies: dict[LoopInfo, set[Block]] = {}
         for info in sorted(func.loops, key=lambda m: -m.depth):  # inner loops first
-            self.bodies[info] = self._body(info)
-        self.bodies = {info: self.bodies[info] for info in func.loops}
+            self._find_body(info)
+        self.bodies: dict[LoopInfo, LoopBody] = self._views()
         self._exits: dict[LoopInfo, list[tuple[Block, Op]]] | None = None
         self.effects: dict[LoopInfo, tuple[int, str] | None] = {}  # see loops.first_effect
+        self.exit_tests: dict[LoopInfo, tuple | Exception] = {}  # see trips.exit_test
+        self._entry_args: dict[LoopInfo, list[Value]] = {}
+        self._back_args: dict[LoopInfo, list[list[Value]]] = {}
         self.latches: dict[LoopInfo, list[Block]] = {
             info: [p for p in self.preds[info.header] if p in self.bodies[info]] for info in func.loops
         }
@@ -99,31 +131,57 @@ class FunctionLoops:
             work.extend(self.children.get(m, ()))
         return sorted(found, key=self.loop_position.__getitem__)
 
-    def _body(self, info: LoopInfo) -> set[Block]:
-        """The natural loop: the header and every block reaching a latch without it. The
-        loops inside it are made first: the walk takes each one's body whole where it meets
-        it, and goes on from that loop's header, so every block is walked once per function
-        (a nest of depth d walked d^2 / 2 blocks)."""
+    def _find_body(self, info: LoopInfo) -> None:
+        """The natural loop: the header and every block reaching a latch without it, each
+        block's innermost loop and each loop's enclosing one recorded. The loops inside it
+        are made first: the walk goes from such a loop's header where it meets one of its
+        blocks, so every block is walked once per function (a nest of depth d walked
+        d^2 / 2 blocks)."""
         header = info.header
-        body = {header}
+        seen = {header}
         self.innermost.setdefault(header, info)
         work = [p for p in self.preds[header] if self.dominates(header, p)]
         while work:
             b = work.pop()
-            if b in body:
+            if b in seen:
                 continue
             inner = self.innermost.get(b)
             if inner is None:
                 self.innermost[b] = info
-                body.add(b)
+                seen.add(b)
                 work.extend(self.preds[b])
                 continue
             inner = self._outermost_made(inner)
+            if inner is info:
+                continue  # a block of a loop this one has taken already
             self.enclosing[inner] = self._taken_by[inner] = info
-            body.update(self.bodies[inner])
             work.extend(self.preds[inner.header])
         self.enclosing.setdefault(info, None)
-        return body
+
+    def _views(self) -> dict[LoopInfo, LoopBody]:
+        """Each loop's body as a view of one list of the function's loop blocks, ordered
+        so that every loop's blocks and its inner loops' are one slice of it (the loop
+        tree in preorder, each loop's own blocks first): sets of each loop's blocks held
+        d^2 / 2 blocks for a nest of depth d."""
+        inside: dict[LoopInfo | None, list[LoopInfo]] = {}
+        for info in self.func.loops:
+            inside.setdefault(self.enclosing[info], []).append(info)
+        own = self.own_blocks()
+        order: list[Block] = []
+        start: dict[LoopInfo, int] = {}
+        end: dict[LoopInfo, int] = {}
+        work = [(info, False) for info in reversed(inside.get(None, ()))]
+        while work:
+            info, done = work.pop()
+            if done:
+                end[info] = len(order)
+                continue
+            start[info] = len(order)
+            order.extend(own[info])
+            work.append((info, True))
+            work.extend((m, False) for m in reversed(inside.get(info, ())))
+        slot = {b: i for i, b in enumerate(order)}
+        return {info: LoopBody(order, slot, start[info], end[info]) for info in self.func.loops}
 
     def _outermost_made(self, info: LoopInfo) -> LoopInfo:
         """The outermost loop made so far that holds ``info`` (a union-find with path
@@ -165,7 +223,14 @@ class FunctionLoops:
         return self._exits[info]
 
     def entry_edge_args(self, info: LoopInfo) -> list[Value]:
-        """The values the edge into the loop (from outside its body) gives its header."""
+        """The values the edge into the loop (from outside its body) gives its header (made
+        once per loop: every candidate around it asks)."""
+        found = self._entry_args.get(info)
+        if found is None:
+            found = self._entry_args[info] = self._entry_edge_args(info)
+        return found
+
+    def _entry_edge_args(self, info: LoopInfo) -> list[Value]:
         for pred in self.preds[info.header]:
             if pred not in self.bodies[info]:
                 for succ in pred.terminator.successors:
@@ -174,10 +239,14 @@ class FunctionLoops:
         raise Reject("loop header has no entry edge")
 
     def back_edge_args(self, info: LoopInfo) -> list[list[Value]]:
-        """The values each back edge (from a latch) gives the header, latch by latch."""
-        out = []
-        for latch in self.latches[info]:
-            for succ in latch.terminator.successors:
-                if succ.block is info.header:
-                    out.append(succ.args)
-        return out
+        """The values each back edge (from a latch) gives the header, latch by latch (made
+        once per loop)."""
+        found = self._back_args.get(info)
+        if found is None:
+            found = self._back_args[info] = [
+                succ.args
+                for latch in self.latches[info]
+                for succ in latch.terminator.successors
+                if succ.block is info.header
+            ]
+        return found

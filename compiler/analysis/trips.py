@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tensorwasm.compiler.analysis.forest import Reject, at
+from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject, at
 from tensorwasm.compiler.analysis.plan import TripCount
 from tensorwasm.compiler.analysis.poly import Poly
 from tensorwasm.dialect import arith
@@ -50,7 +50,48 @@ SWAP = {"eq": "eq", "ne": "ne", "slt": "sgt", "sgt": "slt", "sle": "sge", "sge":
 
 def trip_count(values: LoopValues, loop: LoopInfo) -> TripCount:
     """The trip count of ``loop`` (the candidate loop or one inside it), or :class:`Reject`."""
-    facts = values.facts
+    cmp, stays, top = exit_test(values.facts, loop)
+    pred = cmp.attrs["pred"] if stays else NEGATE[cmp.attrs["pred"]]
+    x, y = (values.expr(v) for v in cmp.operands)
+    k = values.counter(loop)
+    if x is None or y is None:
+        raise Reject(f"loop at +0x{loop.offset:x} has a trip count that depends on memory or unknown values")
+    if not x.uses(k):
+        x, y, pred = y, x, SWAP[pred]
+    if any(k in f.leaves() for f in x.floors() | y.floors()):
+        raise Reject(f"loop at +0x{loop.offset:x} has an exit test that is not affine in its own counter")
+    split = x.split(k)
+    if split is None or y.uses(k) or not split[1].is_constant() or split[1].constant == 0:
+        raise Reject(f"loop at +0x{loop.offset:x} has no counted exit test")
+    start, step = split
+    # The counters made so far of loops inside the candidate and deeper than this one: each
+    # symbol of the test asked alone (a set of them all cost the nest's depth per loop).
+    for s in start.leaves() | y.leaves():
+        if (
+            s.kind == "counter" and s is not k and values.counters.get(s.ref) is s
+            and s.ref.depth > loop.depth and s.ref.header in values.body
+        ):  # fmt: skip
+            raise Reject(f"loop at +0x{loop.offset:x} has an exit test that depends on an inner loop")
+    return TripCount(top, pred, start, step.constant, y, cmp.operands[0].type.bits)
+
+
+def exit_test(facts: FunctionLoops, loop: LoopInfo) -> tuple[Op, bool, bool]:
+    """The compare that decides whether ``loop`` goes on, whether the loop stays when it
+    holds, and whether it is tested at the loop's top; :class:`Reject` where the loop has
+    no such test. What this reads is the loop's alone, whichever candidate holds it: made
+    once per loop and function (every enclosing candidate asks again)."""
+    known = facts.exit_tests.get(loop)
+    if known is None:
+        try:
+            known = facts.exit_tests[loop] = _exit_test(facts, loop)
+        except Reject as exc:
+            known = facts.exit_tests[loop] = exc
+    if isinstance(known, Reject):
+        raise Reject(str(known))
+    return known
+
+
+def _exit_test(facts: FunctionLoops, loop: LoopInfo) -> tuple[Op, bool, bool]:
     body = facts.bodies[loop]
     exits = facts.exits(loop)
     if len(exits) != 1:
@@ -79,25 +120,7 @@ def trip_count(values: LoopValues, loop: LoopInfo) -> TripCount:
                 raise Reject(
                     f"loop at +0x{loop.offset:x} runs {op.name} at {at(op)} before its exit test{hint}"
                 )
-    pred = cmp.attrs["pred"] if stays else NEGATE[cmp.attrs["pred"]]
-    x, y = (values.expr(v) for v in cmp.operands)
-    k = values.counter(loop)
-    if x is None or y is None:
-        raise Reject(f"loop at +0x{loop.offset:x} has a trip count that depends on memory or unknown values")
-    if not x.uses(k):
-        x, y, pred = y, x, SWAP[pred]
-    if any(k in f.leaves() for f in x.floors() | y.floors()):
-        raise Reject(f"loop at +0x{loop.offset:x} has an exit test that is not affine in its own counter")
-    split = x.split(k)
-    if split is None or y.uses(k) or not split[1].is_constant() or split[1].constant == 0:
-        raise Reject(f"loop at +0x{loop.offset:x} has no counted exit test")
-    start, step = split
-    other_counters = {s for s in start.leaves() | y.leaves() if s.kind == "counter" and s is not k}
-    # (the counters made so far of loops inside the candidate and deeper than this one)
-    inner = {sym for m, sym in values.counters.items() if m.depth > loop.depth and m.header in values.body}
-    if other_counters & inner:
-        raise Reject(f"loop at +0x{loop.offset:x} has an exit test that depends on an inner loop")
-    return TripCount(top, pred, start, step.constant, y, cmp.operands[0].type.bits)
+    return cmp, stays, top
 
 
 def _through_boolean_tests(cmp: Op) -> tuple[Op, bool]:
@@ -126,19 +149,15 @@ def _is_zero(v: Value) -> bool:
 def check_affine_bounds(values: LoopValues, loop: LoopInfo, trip: TripCount) -> None:
     """:class:`Reject` unless the bounds of inner ``loop`` are affine in the counters of the
     loops around it inside the candidate loop (constant coefficients; see the module's
-    docstring), and free of every other counter."""
-    enclosing = set()
-    outer = loop.parent
-    while outer is not None and outer in values.nested:
-        enclosing.add(values.counter(outer))
-        outer = outer.parent
-    counters = set(values.counters.values())
+    docstring), and free of every other counter. Each symbol is asked alone whether it is a
+    counter, and one around ``loop`` (sets of them all cost the nest's depth per loop)."""
+    if not any(_moving(values, s) for poly in (trip.start, trip.bound) for s in poly.symbols()):
+        return  # (nor does their difference move: it has no other symbols)
     diff = trip.bound - trip.start
     for poly in (trip.start, trip.bound, diff):
-        moving = [s for s in poly.symbols() if s in counters or (s.kind == "floor" and s.leaves() & counters)]
-        for sym in moving:
+        for sym in [s for s in poly.symbols() if _moving(values, s)]:
             split = poly.split(sym)
-            if split is None or not split[1].is_constant() or not _affine_in(sym, enclosing, counters):
+            if split is None or not split[1].is_constant() or not _affine_in(values, loop, sym):
                 raise Reject(
                     f"inner loop at +0x{loop.offset:x} has bounds that are not affine in the "
                     f"counters of the loops around it"
@@ -150,16 +169,42 @@ def check_affine_bounds(values: LoopValues, loop: LoopInfo, trip: TripCount) -> 
                 )
 
 
-def _affine_in(sym, enclosing: set, counters: set) -> bool:
-    """``sym`` is an enclosing counter, or the floor of a value affine in those counters
-    (constant coefficients) and free of every other counter."""
+def _moving(values: LoopValues, sym) -> bool:
+    """``sym`` is a counter of the candidate's nest, or a floor symbol of a value holding one."""
+    return _is_counter(values, sym) or (
+        sym.kind == "floor" and any(_is_counter(values, t) for t in sym.leaves())
+    )
+
+
+def _is_counter(values: LoopValues, sym) -> bool:
+    """``sym`` is the counter of a loop of the candidate's nest, made so far."""
+    return sym.kind == "counter" and values.counters.get(sym.ref) is sym
+
+
+def _encloses(values: LoopValues, loop: LoopInfo, sym) -> bool:
+    """``sym`` is the counter of a loop around ``loop`` inside the candidate: up the loops
+    around ``loop`` while they are the candidate's (a loop of its nest has its header in
+    the candidate's body), no further than ``sym``'s loop's depth."""
+    if not _is_counter(values, sym):
+        return False
+    outer = loop.parent
+    while outer is not None and outer.header in values.body and outer.depth >= sym.ref.depth:
+        if outer is sym.ref:
+            return True
+        outer = outer.parent
+    return False
+
+
+def _affine_in(values: LoopValues, loop: LoopInfo, sym) -> bool:
+    """``sym`` is the counter of a loop around ``loop``, or the floor of a value affine in
+    such counters (constant coefficients) and free of every other counter."""
     if sym.kind != "floor":
-        return sym in enclosing
+        return _encloses(values, loop, sym)
     inner = sym.ref[0]
     for s in inner.symbols():
-        if s.kind == "floor" or (s in counters and s not in enclosing):
+        if s.kind == "floor" or (_is_counter(values, s) and not _encloses(values, loop, s)):
             return False
-        if s in counters:
+        if _is_counter(values, s):
             split = inner.split(s)
             if split is None or not split[1].is_constant():
                 return False
@@ -302,7 +347,8 @@ def exit_merge(values: LoopValues, value: Value) -> Poly | None:
     for _, v in edges:
         loop = next(
             (m for m in reversed(values.nested) if m is not values.info
-             and facts.def_block.get(v) in facts.bodies[m] | _after(facts, m) and block not in facts.bodies[m]),
+             and (facts.def_block.get(v) in facts.bodies[m] or facts.def_block.get(v) in _after(facts, m))
+             and block not in facts.bodies[m]),
             None,
         )  # fmt: skip
         if loop is not None:
