@@ -21,10 +21,12 @@ failure shrinks to a module of the one program that fails. Four families, by nam
 ``loops``
     Loop kernels (a program each) from a small grammar: ``for i in [0, n)`` (and nested
     ``j``, or ``j`` and ``k``, in ``[0, m)``) over affine accesses ``a[s*i + o]`` of buffers of mixed element types, with an
-    optional conditional in the body and an optional reduction into a local. Buffers are
-    laid out one after another or against the end of memory, and trip counts are chosen
-    to fit exactly, to overrun by one, or at random. The case's ``meta`` holds the
-    buffers' base addresses and sizes and the trip counts, for a later offload mode.
+    optional conditional in the body and an optional reduction into a local; or one of
+    PolyBench's shapes (:data:`SHAPES`): triangular and trapezoidal nests, imperfect nests
+    (gemm's), time loops over 1-D and 2-D stencils, loops unrolled by four as clang does.
+    Buffers are laid out one after another or against the end of memory, and trip counts
+    are chosen to fit exactly, to overrun by one, or at random. The case's ``meta`` holds
+    the buffers' base addresses and sizes and the trip counts, for a later offload mode.
 ``smith``
     Random valid modules (a program each, alone in its module) from ``wasm-tools smith``,
     restricted to the features TensorWasm compiles and made to terminate (fuel), for
@@ -1175,7 +1177,7 @@ def _triangular(draw: st.DrawFn) -> _Shape:
     n_inputs = draw(st.integers(1, 3))
     kinds, lengths, layout, bases = draw(_buffers(n_inputs + 1))
     start, end = draw(st.sampled_from(TRIANGLES))
-    c = draw(st.integers(1, 3))
+    c = draw(st.sampled_from([1, 2, 3, -1]))
     row = draw(_ROW)
     # Rows and columns of a 2-D array (the written one mostly so, one row per i: parallel),
     # or any affine access of the rectangular nests.
@@ -1203,10 +1205,12 @@ def _triangular(draw: st.DrawFn) -> _Shape:
 def _imperfect(draw: st.DrawFn) -> _Shape:
     """gemm's shape: ``for i in [0, n) { for j: c[i][j] *= beta; for k { for j: c[i][j] +=
     a[i][k] * d[k][j] } }``, the nested loop's two counters in either order (``kj``, as
-    clang leaves gemm; ``jk``, a reduction per element), ``k`` bounded by ``m`` or ``n``."""
+    clang leaves gemm; ``jk``, a reduction per element), ``k`` bounded by ``m`` or ``n``; or
+    ``jk`` with ``c[i][j]`` kept in a local across ``k`` and stored after it (``register``:
+    a store outside the innermost loop)."""
     kinds, lengths, layout, bases = draw(_buffers(3))  # a, d, then c (read and written)
     row = draw(_ROW)
-    order = draw(st.sampled_from(["kj", "jk"]))
+    order = draw(st.sampled_from(["kj", "jk", "register"]))
     k_bound = draw(st.sampled_from(["m", "n"]))
     first = draw(st.sampled_from(["scale", "set", "add"]))
     off = draw(st.sampled_from([0, 0, 1, -1]))
@@ -1228,6 +1232,13 @@ def _imperfect(draw: st.DrawFn) -> _Shape:
     bounds = {"$j": "(local.get $m)", "$k": f"(local.get ${k_bound})"}
     nest = _range(outer, "(i32.const 0)", bounds[outer],
                   _range(inner, "(i32.const 0)", bounds[inner], update, "            "), "          ")  # fmt: skip
+    if order == "register":
+        kept = f"(local.get $r{ty})"
+        add = f"(local.set $r{ty} ({ty}.add {kept} {product}))"
+        keep = (f"(local.set $r{ty} {old})\n            "
+                f"{_range('$k', '(i32.const 0)', bounds['$k'], add, '            ')}\n            "
+                f"{shape.store(c, kept, ty, COUNTERS)}")  # fmt: skip
+        nest = _range("$j", "(i32.const 0)", bounds["$j"], keep, "          ")
     scale = _range(
         "$j", "(i32.const 0)", "(local.get $m)", shape.store(c, statement, ty, COUNTERS), "          "
     )
@@ -1240,7 +1251,9 @@ def _imperfect(draw: st.DrawFn) -> _Shape:
 def _stencil(draw: st.DrawFn) -> _Shape:
     """jacobi's shape: ``for t in [0, s) { for i in [1, n-1): b[i] = f(a[i-1], a[i], a[i+1]);
     for i in [1, n-1): a[i] = b[i] }``, or the same over ``j in [1, m-1)`` within each row
-    (2-D, five points): a time loop the runtime makes a device-resident region."""
+    (2-D, five points): a time loop the runtime makes a device-resident region. One in three
+    is seidel's instead, ``a[i] = f(a[i-1], a[i], a[i+1])`` in place: every sweep sequential
+    by proof, so nothing may launch a sweep with its iterations side by side."""
     kinds, lengths, layout, bases = draw(_buffers(2, same=draw(st.booleans())))  # a, then b
     two_d = draw(st.booleans())
     row = draw(_ROW) if two_d else 0
@@ -1263,11 +1276,13 @@ def _stencil(draw: st.DrawFn) -> _Shape:
             )
         return _range("$i", "(i32.const 1)", "(i32.sub (local.get $n) (i32.const 1))", body, "          ")
 
-    shape.body = _range(
-        "$t", "(i32.const 0)", "(local.get $s)", f"{over(sweep)}\n        {over(copy)}", "      "
-    )
+    steps = f"{over(sweep)}\n        {over(copy)}"
+    in_place = draw(st.integers(0, 2)) == 0
+    if in_place:
+        steps = over(shape.store(here_a, value, ty, COUNTERS))
+    shape.body = _range("$t", "(i32.const 0)", "(local.get $s)", steps, "      ")
     shape.params = " (param $s i32)"
-    shape.meta = {"dimensions": 2 if two_d else 1}
+    shape.meta = {"dimensions": 2 if two_d else 1, "in_place": in_place}
     return shape
 
 
@@ -1276,15 +1291,21 @@ def _unrolled(draw: st.DrawFn) -> _Shape:
     """A loop unrolled by four the way clang does, in an outer loop: ``for i in [0, n) {
     for j in [0, x & -4) step 4: four bodies; for q in [0, x & 3): body(e + q) }``, where
     ``x`` is ``i + c``, ``i``, ``n`` or ``m`` and ``e`` is ``x & -4`` or the unrolled loop's
-    counter at its exit (the merge clang leaves)."""
+    counter at its exit (the merge clang leaves); or, as clang writes it, that counter
+    carried on by a remainder loop behind the test ``x & 3 != 0`` that counts ``q`` down
+    to zero. The unrolled loop's exit test is ``j >= x & -4`` or clang's ``j != x & -4``
+    (the calls' ``x`` is never negative)."""
     n_inputs = draw(st.integers(1, 2))
     kinds, lengths, layout, bases = draw(_buffers(n_inputs + 1))
     count = draw(st.sampled_from(["i+c", "i", "n", "m"]))
     c = draw(st.integers(1, 4))
-    rest = draw(st.sampled_from(["mask", "exit"]))
+    rest = draw(st.sampled_from(["mask", "exit", "down"]))
+    test = draw(st.sampled_from(["ge_s", "eq"]))
     row = draw(_ROW)
+    strides = [(row, 1), (0, 1), (1, 0), (row, 2)]  # the written buffer mostly one row per i
     accesses = [
-        Access(b, *draw(st.sampled_from([(row, 1), (0, 1), (1, 0), (row, 2)])), draw(st.sampled_from([0, 1, -1, 3])))
+        Access(b, *draw(st.sampled_from(strides if b < n_inputs else [(row, 1), *strides])),
+               draw(st.sampled_from([0, 1, -1, 3])))
         for b in range(n_inputs + 1)
     ]  # fmt: skip
     shape = _Shape("unrolled", kinds, lengths, bases, layout, accesses, lambda n, m: [
@@ -1306,7 +1327,7 @@ def _unrolled(draw: st.DrawFn) -> _Shape:
     )
     main = (
         f"(local.set $j (i32.const 0))\n          (block $exit$j (loop $loop$j\n"
-        f"            (br_if $exit$j (i32.ge_s (local.get $j) (i32.and {x} (i32.const -4))))\n"
+        f"            (br_if $exit$j (i32.{test} (local.get $j) (i32.and {x} (i32.const -4))))\n"
         f"            {unrolled}\n"
         f"            (local.set $j (i32.add (local.get $j) (i32.const 4)))\n"
         f"            (br $loop$j)))"
@@ -1314,8 +1335,17 @@ def _unrolled(draw: st.DrawFn) -> _Shape:
     start = f"(i32.and {x} (i32.const -4))" if rest == "mask" else "(local.get $j)"
     remainder = _range("$k", "(i32.const 0)", f"(i32.and {x} (i32.const 3))",
                        body(f"(i32.add {start} (local.get $k))"), "          ")  # fmt: skip
+    if rest == "down":
+        remainder = (
+            f"(local.set $k (i32.and {x} (i32.const 3)))\n"
+            f"          (if (local.get $k) (then (loop $rest\n"
+            f"            {body('(local.get $j)')}\n"
+            f"            (local.set $j (i32.add (local.get $j) (i32.const 1)))\n"
+            f"            (local.set $k (i32.sub (local.get $k) (i32.const 1)))\n"
+            f"            (br_if $rest (local.get $k)))))"
+        )
     shape.body = _range("$i", "(i32.const 0)", "(local.get $n)", f"{main}\n          {remainder}", "      ")
-    shape.meta = {"count": count, "c": c, "remainder": rest}
+    shape.meta = {"count": count, "c": c, "remainder": rest, "exit_test": test}
     return shape
 
 
@@ -1345,6 +1375,7 @@ def shaped_kernel(draw: st.DrawFn, name: str, index: int, shape_name: str | None
     func = (
         f'  (func (export "{name}") (param $n i32) (param $m i32){shape.params} (result i32)\n'
         f"    (local $i i32) (local $j i32) (local $k i32) (local $t i32) {SCRATCH_LOCALS}\n"
+        "    (local $ri32 i32) (local $ri64 i64) (local $rf32 f32) (local $rf64 f64)\n"
         f"    {shape.body}\n    (local.get $i))"
     )
     data = _segments(draw, shape.kinds, shape.lengths, shape.bases)
