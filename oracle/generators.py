@@ -1265,8 +1265,17 @@ def _stencil(draw: st.DrawFn) -> _Shape:
         (i, j, 0) for i in range(1, n - 1) for j in (_ends(1, m - 1) if two_d else [0])
     ])  # fmt: skip
     ty = ELEMENTS[kinds[0]][0]
-    value = _combine(draw, ty, [shape.load(a, ty, COUNTERS) for a in draw(st.permutations(reads))])
+    terms = {a.offset: shape.load(a, ty, COUNTERS) for a in reads}
+    # In one 1-D sweep in two, a[i] is kept for the next i's a[i-1] (a carried load, which
+    # the kernel must reload), entered with a[0].
+    rotated = not two_d and draw(st.booleans())
+    if rotated:
+        terms.update({-1: f"(local.get $u{ty})", 0: f"(local.get $v{ty})"})
+    value = _combine(draw, ty, [terms[o] for o in draw(st.permutations(sorted(terms)))])
     sweep = shape.store(here_b, value, ty, COUNTERS)
+    if rotated:
+        sweep = (f"(local.set $v{ty} {shape.load(here_a, ty, COUNTERS)})\n            {sweep}\n"
+                 f"            (local.set $u{ty} (local.get $v{ty}))")  # fmt: skip
     copy = shape.store(here_a, shape.load(here_b, ty, COUNTERS), ty, COUNTERS)
 
     def over(body: str) -> str:
@@ -1277,12 +1286,14 @@ def _stencil(draw: st.DrawFn) -> _Shape:
         return _range("$i", "(i32.const 1)", "(i32.sub (local.get $n) (i32.const 1))", body, "          ")
 
     steps = f"{over(sweep)}\n        {over(copy)}"
+    if rotated:
+        steps = f"(local.set $u{ty} {shape.load(here_a, ty, {'i': '(i32.const 0)'})})\n        {steps}"
     in_place = draw(st.integers(0, 2)) == 0
     if in_place:
         steps = over(shape.store(here_a, value, ty, COUNTERS))
     shape.body = _range("$t", "(i32.const 0)", "(local.get $s)", steps, "      ")
     shape.params = " (param $s i32)"
-    shape.meta = {"dimensions": 2 if two_d else 1, "in_place": in_place}
+    shape.meta = {"dimensions": 2 if two_d else 1, "in_place": in_place, "rotated": rotated and not in_place}
     return shape
 
 
@@ -1349,6 +1360,10 @@ def _unrolled(draw: st.DrawFn) -> _Shape:
     return shape
 
 
+# Locals of every type for values kept across iterations (``$r``, ``$u``, ``$v`` + type).
+SHAPE_LOCALS = "\n".join(
+    f"    (local $r{ty} {ty}) (local $u{ty} {ty}) (local $v{ty} {ty})" for ty in NUMBER_TYPES
+)
 SHAPE_STRATEGIES = {
     "triangular": _triangular,
     "imperfect": _imperfect,
@@ -1375,7 +1390,7 @@ def shaped_kernel(draw: st.DrawFn, name: str, index: int, shape_name: str | None
     func = (
         f'  (func (export "{name}") (param $n i32) (param $m i32){shape.params} (result i32)\n'
         f"    (local $i i32) (local $j i32) (local $k i32) (local $t i32) {SCRATCH_LOCALS}\n"
-        "    (local $ri32 i32) (local $ri64 i64) (local $rf32 f32) (local $rf64 f64)\n"
+        f"{SHAPE_LOCALS}\n"
         f"    {shape.body}\n    (local.get $i))"
     )
     data = _segments(draw, shape.kinds, shape.lengths, shape.bases)

@@ -1,6 +1,6 @@
 """The loops family's PolyBench shapes (``oracle.generators.SHAPES``) reach the analysis
 that accepts them: a fixed draw of each shape's kernels, run offloaded from wasmtime to the
-host backend and to the simulated device, agrees with wasmtime and is launched in the form
+host backend, to the simulated device and (marker ``gpu``) to the GPU, agrees with wasmtime and is launched in the form
 the shape is there for (a whole triangular or unrolled nest as one launch, an imperfect
 nest distributed into phases, a time loop over a stencil as a device-resident region), not
 declined everywhere."""
@@ -31,7 +31,10 @@ def _run_shape(shape: str, device: str) -> list[OffloadInstance]:
     instances: list[OffloadInstance] = []
 
     def factory(wasm: bytes) -> OffloadInstance:
-        instance = OffloadInstance(wasm, "cpu") if device == "cpu" else SimulatedOffloadInstance(wasm)
+        if device == "simulated":
+            instance = SimulatedOffloadInstance(wasm)
+        else:  # on the GPU, linear memory page-locked as `tensorwasm run` has it
+            instance = OffloadInstance(wasm, device, pin=device == "gpu")
         instances.append(instance)
         return instance
 
@@ -50,7 +53,7 @@ def _launched(instances: list[OffloadInstance]) -> list:
     return [lp for i in instances for lp in i.offload.loops if lp.stats.offloaded]
 
 
-@pytest.mark.parametrize("device", ["cpu", "simulated"])
+@pytest.mark.parametrize("device", ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_each_shape_is_launched_as_its_shape(shape: str, device: str) -> None:
     instances = _run_shape(shape, device)
@@ -65,7 +68,7 @@ def test_each_shape_is_launched_as_its_shape(shape: str, device: str) -> None:
     if shape == "stencil":
         regions = [r for i in instances for r in i.offload.region_stats]
         assert sum(r.exits for r in regions) > 0, "no time loop ran as a device-resident region"
-        if device == "simulated":
+        if device != "cpu":
             assert sum(r.bytes_out for r in regions) > 0, "no region kept its results on the device"
 
 
