@@ -21,10 +21,12 @@ failure shrinks to a module of the one program that fails. Four families, by nam
 ``loops``
     Loop kernels (a program each) from a small grammar: ``for i in [0, n)`` (and nested
     ``j``, or ``j`` and ``k``, in ``[0, m)``) over affine accesses ``a[s*i + o]`` of buffers of mixed element types, with an
-    optional conditional in the body and an optional reduction into a local. Buffers are
-    laid out one after another or against the end of memory, and trip counts are chosen
-    to fit exactly, to overrun by one, or at random. The case's ``meta`` holds the
-    buffers' base addresses and sizes and the trip counts, for a later offload mode.
+    optional conditional in the body and an optional reduction into a local; or one of
+    PolyBench's shapes (:data:`SHAPES`): triangular and trapezoidal nests, imperfect nests
+    (gemm's), time loops over 1-D and 2-D stencils, loops unrolled by four as clang does.
+    Buffers are laid out one after another or against the end of memory, and trip counts
+    are chosen to fit exactly, to overrun by one, or at random. The case's ``meta`` holds
+    the buffers' base addresses and sizes and the trip counts, for a later offload mode.
 ``smith``
     Random valid modules (a program each, alone in its module) from ``wasm-tools smith``,
     restricted to the features TensorWasm compiles and made to terminate (fuel), for
@@ -750,6 +752,53 @@ def _fits(accesses: list[Access], lengths: list[int], n: int, m: int) -> bool:
     return True
 
 
+LAYOUTS = ("packed", "at_end", "overlap", "unaligned")
+
+
+@st.composite
+def _layout(draw: st.DrawFn, kinds: list[str], lengths: list[int]) -> tuple[str, list[int]]:
+    """Where the buffers of ``kinds`` (the last one written) lie: one after another with a
+    gap (``packed``), at odd addresses (``unaligned``), the written one over the first
+    (``overlap``: only the guards see it), or against the end of memory (``at_end``: an
+    overrun traps)."""
+    layout = draw(st.sampled_from(LAYOUTS))
+    bases, cursor = [], 64
+    for kind, length in zip(kinds, lengths, strict=True):
+        if layout == "unaligned":
+            cursor += draw(st.integers(0, 7))
+        bases.append(cursor)
+        cursor += length * ELEMENTS[kind][3] + (0 if layout == "overlap" else 8)
+    if layout == "overlap":
+        bases[-1] = bases[0] + draw(st.integers(0, 8))
+    if layout == "at_end":
+        shift = PAGE - cursor
+        bases = [b + shift for b in bases]
+        bases[-1] = PAGE - lengths[-1] * ELEMENTS[kinds[-1]][3]
+    return layout, bases
+
+
+def _segments(draw: st.DrawFn, kinds: list[str], lengths: list[int], bases: list[int]) -> list[str]:
+    """Data segments for the first (up to six) elements of each buffer, edge-biased."""
+    data = []
+    for kind, length, base in zip(kinds, lengths, bases, strict=True):
+        vt, _, _, size = ELEMENTS[kind]
+        raw = b"".join(
+            (bits & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
+            for bits in draw_values(draw, (vt,) * min(length, 6))
+        )
+        data.append(f'  (data (i32.const {base}) "{_wat_bytes(raw)}")')
+    return data
+
+
+def _stored(value: str, ty: str) -> str:
+    """``value`` made ready to store: a float stored to memory is compared bit for bit, so a
+    NaN that arithmetic made becomes the canonical one (uses the scratch local of ``ty``)."""
+    if ty not in ("f32", "f64"):
+        return value
+    scratch = f"(local.get $c{ty})"
+    return f"(local.set $c{ty} {value}) (select ({ty}.const nan) {scratch} ({ty}.ne {scratch} {scratch}))"
+
+
 @st.composite
 def loop_cases(draw: st.DrawFn, shape: BatchShape = LOOP_BATCH) -> Case:
     """A module of loop kernels ``kernel0``..., each a counted loop (or a nest of two or three) over
@@ -780,9 +829,13 @@ def _loop_module(kernels: list[Kernel], data: list[str] | None = None) -> Case:
 
 @st.composite
 def _any_kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
-    """Mostly a kernel over buffers (:func:`_kernel`); one in eight a long reduction."""
-    if draw(st.integers(0, 7)) == 0:
+    """Mostly a kernel over buffers (:func:`_kernel`); one in eight a long reduction; three
+    in eight one of PolyBench's shapes (:func:`shaped_kernel`)."""
+    pick = draw(st.integers(0, 7))
+    if pick == 0:
         return draw(_long_reduction(name, index))
+    if pick >= 5:
+        return draw(shaped_kernel(name, index))
     return draw(_kernel(name, index))
 
 
@@ -842,19 +895,7 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
     n_inputs = draw(st.integers(1, 3))
     kinds = [draw(st.sampled_from(sorted(ELEMENTS))) for _ in range(n_inputs + 1)]  # the last one is written
     lengths = [draw(st.integers(1, 40)) for _ in kinds]
-    layout = draw(st.sampled_from(["packed", "at_end", "overlap", "unaligned"]))
-    bases, cursor = [], 64
-    for kind, length in zip(kinds, lengths, strict=True):
-        if layout == "unaligned":
-            cursor += draw(st.integers(0, 7))
-        bases.append(cursor)
-        cursor += length * ELEMENTS[kind][3] + (0 if layout == "overlap" else 8)
-    if layout == "overlap":
-        bases[-1] = bases[0] + draw(st.integers(0, 8))
-    if layout == "at_end":
-        shift = PAGE - cursor
-        bases = [b + shift for b in bases]
-        bases[-1] = PAGE - lengths[-1] * ELEMENTS[kinds[-1]][3]
+    layout, bases = draw(_layout(kinds, lengths))
     reads = [draw(_access(b, depth)) for b in range(n_inputs)]
     write = draw(_access(n_inputs, depth))
     # One kernel in four takes its buffers' addresses as parameters: whether the written one
@@ -906,8 +947,7 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
             out_type,
         )
         value = f"({out_type}.{draw(st.sampled_from(BINARY[out_type]))} {value} (local.get $h))"
-    if out_type in ("f32", "f64"):  # a float stored to memory is compared bit for bit
-        value = f"(local.set $c{out_type} {value}) (select ({out_type}.const nan) (local.get $c{out_type}) ({out_type}.ne (local.get $c{out_type}) (local.get $c{out_type})))"
+    value = _stored(value, out_type)
     _, _, store_op, _ = ELEMENTS[kinds[-1]]
     store = f"({store_op} {address(write)} {value})"
     if conditional:
@@ -952,15 +992,7 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
         f" {SCRATCH_LOCALS}\n"
         f"    {func_body}\n    (local.get $acc))"
     )
-    data = []
-    for b, (kind, length) in enumerate(zip(kinds, lengths, strict=True)):
-        vt = ELEMENTS[kind][0]
-        size = ELEMENTS[kind][3]
-        raw = b"".join(
-            (bits & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
-            for bits in draw_values(draw, (vt,) * min(length, 6))
-        )
-        data.append(f'  (data (i32.const {bases[b]}) "{_wat_bytes(raw)}")')
+    data = _segments(draw, kinds, lengths, bases)
     accesses = [*reads, write]
     trips = []
     fit_m = max(m for m in range(16) if _fits(accesses, lengths, 1, m)) if nested else 1
@@ -1023,6 +1055,380 @@ def _counted(var: str, bound: str, body: str, indent: str) -> str:
         f"{indent}  (local.set {var} (i32.add (local.get {var}) (i32.const 1)))\n"
         f"{indent}  (br $loop{var})))"
     )
+
+
+def _range(var: str, start: str, bound: str, body: str, indent: str, test: str = "ge_s") -> str:
+    """``for var in [start, bound)``, tested at its top (``test`` the exit comparison)."""
+    return (
+        f"(local.set {var} {start})\n{indent}(block $exit{var} (loop $loop{var}\n"
+        f"{indent}  (br_if $exit{var} (i32.{test} (local.get {var}) {bound}))\n"
+        f"{indent}  {body}\n"
+        f"{indent}  (local.set {var} (i32.add (local.get {var}) (i32.const 1)))\n"
+        f"{indent}  (br $loop{var})))"
+    )
+
+
+# -- PolyBench's shapes ------------------------------------------------------------------------
+#
+# Loop nests shaped the way PolyBench's kernels are once clang -O2 has built them: bounds
+# affine in the enclosing counters, a statement loop beside a nested loop under one outer
+# loop, time loops over stencils, and loops unrolled by four with their remainder. Each
+# kernel takes ``(n, m, s)``: the outer trip count, the inner one, and (stencils) the time
+# steps. Accesses are :class:`Access` over the counters ``i``, ``j``, ``k``.
+
+SHAPES = ("triangular", "imperfect", "stencil", "unrolled")
+# Inner bounds of a triangular or trapezoidal nest, as (start, end) in i, n, m and c.
+TRIANGLES = (("0", "i"), ("i", "n"), ("i+1", "n"), ("0", "i+c"), ("i", "i+c"), ("i", "m"))
+_ROW = st.sampled_from([4, 8, 16, 5])  # the row stride of a 2-D array, in elements
+
+
+def _bound_text(bound: str, c: int) -> str:
+    """The Wasm of a bound of :data:`TRIANGLES` (or ``n``, ``m``)."""
+    return {
+        "0": "(i32.const 0)", "i": "(local.get $i)", "n": "(local.get $n)", "m": "(local.get $m)",
+        "i+1": "(i32.add (local.get $i) (i32.const 1))", "i+c": f"(i32.add (local.get $i) (i32.const {c}))",
+    }[bound]  # fmt: skip
+
+
+def _bound_value(bound: str, c: int, i: int, n: int, m: int) -> int:
+    return {"0": 0, "i": i, "n": n, "m": m, "i+1": i + 1, "i+c": i + c}[bound]
+
+
+@dataclass
+class _Shape:
+    """One drawn kernel of :data:`SHAPES`: its buffers (the last one written first in
+    ``written``) and a function giving, for trip counts ``(n, m)``, the counter values at
+    which an affine access takes its extremes (every ``i``, and each inner loop's ends)."""
+
+    name: str
+    kinds: list[str]
+    lengths: list[int]
+    bases: list[int]
+    layout: str
+    accesses: list[Access]
+    points: Callable[[int, int], list[tuple[int, int, int]]]
+    body: str = ""
+    params: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def base(self, b: int) -> str:
+        return f"(i32.const {self.bases[b]})"
+
+    def address(self, a: Access, at: dict[str, str]) -> str:
+        """The address of ``a`` with the counters' values ``at`` (Wasm expressions)."""
+        index = f"(i32.const {a.offset})"
+        for var, stride in (("i", a.stride_i), ("j", a.stride_j), ("k", a.stride_k)):
+            if stride:
+                index = f"(i32.add {index} (i32.mul {at[var]} (i32.const {stride})))"
+        size = ELEMENTS[self.kinds[a.buffer]][3]
+        return f"(i32.add {self.base(a.buffer)} (i32.mul {index} (i32.const {size})))"
+
+    def load(self, a: Access, ty: str, at: dict[str, str]) -> str:
+        vt, op, _, _ = ELEMENTS[self.kinds[a.buffer]]
+        return convert(f"({op} {self.address(a, at)})", vt, ty)
+
+    def store(self, a: Access, value: str, ty: str, at: dict[str, str]) -> str:
+        """``a = value``, ``value`` of type ``ty`` converted to the buffer's element."""
+        vt, _, op, _ = ELEMENTS[self.kinds[a.buffer]]
+        return f"({op} {self.address(a, at)} {_stored(convert(value, ty, vt), vt)})"
+
+    def fits(self, n: int, m: int) -> bool:
+        """Every access stays inside its buffer for trip counts ``(n, m)``."""
+        for i, j, k in self.points(n, m):
+            for a in self.accesses:
+                index = a.stride_i * i + a.stride_j * j + a.stride_k * k + a.offset
+                if index < 0 or index >= self.lengths[a.buffer]:
+                    return False
+        return True
+
+
+COUNTERS = {"i": "(local.get $i)", "j": "(local.get $j)", "k": "(local.get $k)"}
+
+
+def _ends(start: int, end: int) -> list[int]:
+    return [start, end - 1] if end > start else []
+
+
+def _combine(draw: st.DrawFn, ty: str, values: list[str]) -> str:
+    value = values[0]
+    for term in values[1:]:
+        value = f"({ty}.{draw(st.sampled_from(BINARY[ty]))} {value} {term})"
+    return value
+
+
+@st.composite
+def _buffers(draw: st.DrawFn, count: int, same: bool = False) -> tuple[list[str], list[int], str, list[int]]:
+    """``count`` buffers (the last one written) of random element kinds (one kind with
+    ``same``) and lengths, laid out by :func:`_layout`."""
+    kinds = (
+        [draw(st.sampled_from(sorted(ELEMENTS)))] * count
+        if same
+        else [draw(st.sampled_from(sorted(ELEMENTS))) for _ in range(count)]
+    )
+    lengths = [draw(st.integers(1, 160)) for _ in kinds]
+    layout, bases = draw(_layout(kinds, lengths))
+    return kinds, lengths, layout, bases
+
+
+@st.composite
+def _triangular(draw: st.DrawFn) -> _Shape:
+    """``for i in [0, n): for j in [lo(i), hi(i)): w[...] = f(reads)``, with inner bounds
+    affine in ``i`` (:data:`TRIANGLES`): triangular and trapezoidal nests (syrk, trmm, lu)."""
+    n_inputs = draw(st.integers(1, 3))
+    kinds, lengths, layout, bases = draw(_buffers(n_inputs + 1))
+    start, end = draw(st.sampled_from(TRIANGLES))
+    c = draw(st.sampled_from([1, 2, 3, -1]))
+    row = draw(_ROW)
+    # Rows and columns of a 2-D array (the written one mostly so, one row per i: parallel),
+    # or any affine access of the rectangular nests.
+    rowwise = st.sampled_from([(row, 1), (1, row), (row, 0)])
+    accesses = []
+    for b in range(n_inputs + 1):
+        if draw(st.booleans()):
+            si, sj = draw(rowwise)
+            accesses.append(Access(b, si, sj, draw(st.sampled_from([0, 1, -1, row]))))
+        else:
+            accesses.append(draw(_access(b, 2)))
+    shape = _Shape("triangular", kinds, lengths, bases, layout, accesses, lambda n, m: [
+        (i, j, 0) for i in range(n) for j in _ends(_bound_value(start, c, i, n, m), _bound_value(end, c, i, n, m))
+    ])  # fmt: skip
+    ty = ELEMENTS[kinds[-1]][0]
+    value = _combine(draw, ty, [shape.load(a, ty, COUNTERS) for a in accesses[:-1]])
+    inner = _range("$j", _bound_text(start, c), _bound_text(end, c), shape.store(accesses[-1], value, ty, COUNTERS),
+                   "          ")  # fmt: skip
+    shape.body = _range("$i", "(i32.const 0)", "(local.get $n)", inner, "      ")
+    shape.meta = {"bounds": [start, end], "c": c}
+    return shape
+
+
+@st.composite
+def _imperfect(draw: st.DrawFn) -> _Shape:
+    """gemm's shape: ``for i in [0, n) { for j: c[i][j] *= beta; for k { for j: c[i][j] +=
+    a[i][k] * d[k][j] } }``, the nested loop's two counters in either order (``kj``, as
+    clang leaves gemm; ``jk``, a reduction per element), ``k`` bounded by ``m`` or ``n``; or
+    ``jk`` with ``c[i][j]`` kept in a local across ``k`` and stored after it (``register``:
+    a store outside the innermost loop)."""
+    kinds, lengths, layout, bases = draw(_buffers(3))  # a, d, then c (read and written)
+    row = draw(_ROW)
+    order = draw(st.sampled_from(["kj", "jk", "register"]))
+    k_bound = draw(st.sampled_from(["m", "n"]))
+    first = draw(st.sampled_from(["scale", "set", "add"]))
+    off = draw(st.sampled_from([0, 0, 1, -1]))
+    a, d = Access(0, row, 0, off, 1), Access(1, 0, 1, 0, row)
+    c = Access(2, row, 1, draw(st.sampled_from([0, 0, 2])))
+    accesses = [a, d, c]
+    shape = _Shape("imperfect", kinds, lengths, bases, layout, accesses, lambda n, m: [
+        (i, j, k) for i in range(n) for j in _ends(0, m) for k in _ends(0, m if k_bound == "m" else n)
+    ])  # fmt: skip
+    ty = ELEMENTS[kinds[2]][0]
+    beta = const_text(ty, draw_values(draw, (ty,))[0])
+    old = shape.load(c, ty, COUNTERS)
+    statement = {
+        "scale": f"({ty}.mul {old} ({beta}))", "add": f"({ty}.add {old} ({beta}))", "set": f"({beta})",
+    }[first]  # fmt: skip
+    product = f"({ty}.mul {shape.load(a, ty, COUNTERS)} {shape.load(d, ty, COUNTERS)})"
+    update = shape.store(c, f"({ty}.add {old} {product})", ty, COUNTERS)
+    outer, inner = ("$k", "$j") if order == "kj" else ("$j", "$k")
+    bounds = {"$j": "(local.get $m)", "$k": f"(local.get ${k_bound})"}
+    nest = _range(outer, "(i32.const 0)", bounds[outer],
+                  _range(inner, "(i32.const 0)", bounds[inner], update, "            "), "          ")  # fmt: skip
+    if order == "register":
+        kept = f"(local.get $r{ty})"
+        add = f"(local.set $r{ty} ({ty}.add {kept} {product}))"
+        keep = (f"(local.set $r{ty} {old})\n            "
+                f"{_range('$k', '(i32.const 0)', bounds['$k'], add, '            ')}\n            "
+                f"{shape.store(c, kept, ty, COUNTERS)}")  # fmt: skip
+        nest = _range("$j", "(i32.const 0)", bounds["$j"], keep, "          ")
+    scale = _range(
+        "$j", "(i32.const 0)", "(local.get $m)", shape.store(c, statement, ty, COUNTERS), "          "
+    )
+    shape.body = _range("$i", "(i32.const 0)", "(local.get $n)", f"{scale}\n        {nest}", "      ")
+    shape.meta = {"order": order, "k_bound": k_bound, "first": first}
+    return shape
+
+
+@st.composite
+def _stencil(draw: st.DrawFn) -> _Shape:
+    """jacobi's shape: ``for t in [0, s) { for i in [1, n-1): b[i] = f(a[i-1], a[i], a[i+1]);
+    for i in [1, n-1): a[i] = b[i] }``, or the same over ``j in [1, m-1)`` within each row
+    (2-D, five points): a time loop the runtime makes a device-resident region. One in three
+    is seidel's instead, ``a[i] = f(a[i-1], a[i], a[i+1])`` in place: every sweep sequential
+    by proof, so nothing may launch a sweep with its iterations side by side."""
+    kinds, lengths, layout, bases = draw(_buffers(2, same=draw(st.booleans())))  # a, then b
+    two_d = draw(st.booleans())
+    row = draw(_ROW) if two_d else 0
+    offsets = [-1, 0, 1, -row, row] if two_d else [-1, 0, 1]
+    reads = [Access(0, row or 1, 1 if two_d else 0, o) for o in offsets]
+    here_a, here_b = Access(0, row or 1, 1 if two_d else 0, 0), Access(1, row or 1, 1 if two_d else 0, 0)
+    accesses = [*reads, here_b]
+    shape = _Shape("stencil", kinds, lengths, bases, layout, accesses, lambda n, m: [
+        (i, j, 0) for i in range(1, n - 1) for j in (_ends(1, m - 1) if two_d else [0])
+    ])  # fmt: skip
+    ty = ELEMENTS[kinds[0]][0]
+    terms = {a.offset: shape.load(a, ty, COUNTERS) for a in reads}
+    # In one 1-D sweep in two, a[i] is kept for the next i's a[i-1] (a carried load, which
+    # the kernel must reload), entered with a[0].
+    rotated = not two_d and draw(st.booleans())
+    if rotated:
+        terms.update({-1: f"(local.get $u{ty})", 0: f"(local.get $v{ty})"})
+    value = _combine(draw, ty, [terms[o] for o in draw(st.permutations(sorted(terms)))])
+    sweep = shape.store(here_b, value, ty, COUNTERS)
+    if rotated:
+        sweep = (f"(local.set $v{ty} {shape.load(here_a, ty, COUNTERS)})\n            {sweep}\n"
+                 f"            (local.set $u{ty} (local.get $v{ty}))")  # fmt: skip
+    copy = shape.store(here_a, shape.load(here_b, ty, COUNTERS), ty, COUNTERS)
+
+    def over(body: str) -> str:
+        if two_d:
+            body = _range(
+                "$j", "(i32.const 1)", "(i32.sub (local.get $m) (i32.const 1))", body, "            "
+            )
+        return _range("$i", "(i32.const 1)", "(i32.sub (local.get $n) (i32.const 1))", body, "          ")
+
+    steps = f"{over(sweep)}\n        {over(copy)}"
+    if rotated:
+        steps = f"(local.set $u{ty} {shape.load(here_a, ty, {'i': '(i32.const 0)'})})\n        {steps}"
+    in_place = draw(st.integers(0, 2)) == 0
+    if in_place:
+        steps = over(shape.store(here_a, value, ty, COUNTERS))
+    shape.body = _range("$t", "(i32.const 0)", "(local.get $s)", steps, "      ")
+    shape.params = " (param $s i32)"
+    shape.meta = {"dimensions": 2 if two_d else 1, "in_place": in_place, "rotated": rotated and not in_place}
+    return shape
+
+
+@st.composite
+def _unrolled(draw: st.DrawFn) -> _Shape:
+    """A loop unrolled by four the way clang does, in an outer loop: ``for i in [0, n) {
+    for j in [0, x & -4) step 4: four bodies; for q in [0, x & 3): body(e + q) }``, where
+    ``x`` is ``i + c``, ``i``, ``n`` or ``m`` and ``e`` is ``x & -4`` or the unrolled loop's
+    counter at its exit (the merge clang leaves); or, as clang writes it, that counter
+    carried on by a remainder loop behind the test ``x & 3 != 0`` that counts ``q`` down
+    to zero. The unrolled loop's exit test is ``j >= x & -4`` or clang's ``j != x & -4``
+    (the calls' ``x`` is never negative)."""
+    n_inputs = draw(st.integers(1, 2))
+    kinds, lengths, layout, bases = draw(_buffers(n_inputs + 1))
+    count = draw(st.sampled_from(["i+c", "i", "n", "m"]))
+    c = draw(st.integers(1, 4))
+    rest = draw(st.sampled_from(["mask", "exit", "down"]))
+    test = draw(st.sampled_from(["ge_s", "eq"]))
+    row = draw(_ROW)
+    strides = [(row, 1), (0, 1), (1, 0), (row, 2)]  # the written buffer mostly one row per i
+    accesses = [
+        Access(b, *draw(st.sampled_from(strides if b < n_inputs else [(row, 1), *strides])),
+               draw(st.sampled_from([0, 1, -1, 3])))
+        for b in range(n_inputs + 1)
+    ]  # fmt: skip
+    shape = _Shape("unrolled", kinds, lengths, bases, layout, accesses, lambda n, m: [
+        (i, j, 0) for i in range(n) for j in _ends(0, _bound_value(count, c, i, n, m))
+    ])  # fmt: skip
+    ty = ELEMENTS[kinds[-1]][0]
+    ops = [draw(st.sampled_from(BINARY[ty])) for _ in accesses[1:-1]]
+
+    def body(j: str) -> str:
+        at = {"i": "(local.get $i)", "j": j}
+        value = shape.load(accesses[0], ty, at)
+        for op, a in zip(ops, accesses[1:-1], strict=True):
+            value = f"({ty}.{op} {value} {shape.load(a, ty, at)})"
+        return shape.store(accesses[-1], value, ty, at)
+
+    x = _bound_text(count, c)
+    unrolled = "\n            ".join(
+        body(f"(i32.add (local.get $j) (i32.const {u}))" if u else "(local.get $j)") for u in range(4)
+    )
+    main = (
+        f"(local.set $j (i32.const 0))\n          (block $exit$j (loop $loop$j\n"
+        f"            (br_if $exit$j (i32.{test} (local.get $j) (i32.and {x} (i32.const -4))))\n"
+        f"            {unrolled}\n"
+        f"            (local.set $j (i32.add (local.get $j) (i32.const 4)))\n"
+        f"            (br $loop$j)))"
+    )
+    start = f"(i32.and {x} (i32.const -4))" if rest == "mask" else "(local.get $j)"
+    remainder = _range("$k", "(i32.const 0)", f"(i32.and {x} (i32.const 3))",
+                       body(f"(i32.add {start} (local.get $k))"), "          ")  # fmt: skip
+    if rest == "down":
+        remainder = (
+            f"(local.set $k (i32.and {x} (i32.const 3)))\n"
+            f"          (if (local.get $k) (then (loop $rest\n"
+            f"            {body('(local.get $j)')}\n"
+            f"            (local.set $j (i32.add (local.get $j) (i32.const 1)))\n"
+            f"            (local.set $k (i32.sub (local.get $k) (i32.const 1)))\n"
+            f"            (br_if $rest (local.get $k)))))"
+        )
+    shape.body = _range("$i", "(i32.const 0)", "(local.get $n)", f"{main}\n          {remainder}", "      ")
+    shape.meta = {"count": count, "c": c, "remainder": rest, "exit_test": test}
+    return shape
+
+
+# Locals of every type for values kept across iterations (``$r``, ``$u``, ``$v`` + type).
+SHAPE_LOCALS = "\n".join(
+    f"    (local $r{ty} {ty}) (local $u{ty} {ty}) (local $v{ty} {ty})" for ty in NUMBER_TYPES
+)
+SHAPE_STRATEGIES = {
+    "triangular": _triangular,
+    "imperfect": _imperfect,
+    "stencil": _stencil,
+    "unrolled": _unrolled,
+}
+
+
+@st.composite
+def shaped_kernel(draw: st.DrawFn, name: str, index: int, shape_name: str | None = None) -> Kernel:
+    """A kernel of one of PolyBench's :data:`SHAPES` (``shape_name``, or drawn), with its
+    data and 1 to 3 calls whose trip counts fit its buffers exactly, overrun them by one,
+    are 0 or 1, or are random. It returns the outer counter at the loop's exit."""
+    shape = draw(SHAPE_STRATEGIES[shape_name or draw(st.sampled_from(SHAPES))]())
+    fit_m = max(m for m in range(2, 17) if shape.fits(3, m)) if shape.fits(3, 2) else 2
+    fit = max([n for n in range(2, 64) if shape.fits(n, fit_m)] or [1])
+    calls_n = draw(st.integers(1, 3))
+    trips = []
+    for _ in range(calls_n):
+        n = draw(st.sampled_from([fit, fit + 1, 0, 1, max(fit - 1, 0)]) | st.integers(0, 40))
+        m = draw(st.sampled_from([fit_m, fit_m + 1, 1, 0]) | st.integers(0, 12))
+        steps = draw(st.sampled_from([1, 2, 0, 3, 5])) if shape.name == "stencil" else 0
+        trips.append((n, m, steps))
+    # As in :func:`_kernel`, two kernels in five (no time loop) have their last call made
+    # again, two or four times, each after bumping a byte that an iteration of it reads: the
+    # runtime's replays of the last launch (in Python, then native) see memory changed.
+    repeats = 0 if shape.name == "stencil" else draw(st.sampled_from([0, 0, 0, 2, 4]))
+    bump = ""
+    if repeats:
+        n, m, _ = trips[-1]
+        read = shape.accesses[0]
+        touched = [read.stride_i * i + read.stride_j * j + read.stride_k * k + read.offset
+                   for i, j, k in shape.points(n, m)]  # fmt: skip
+        at = shape.bases[0] + min(touched or [0]) * ELEMENTS[shape.kinds[0]][3]
+        if 0 <= at < PAGE:
+            bump = (
+                f"(i32.store8 (i32.const {at}) (i32.add (i32.load8_u (i32.const {at})) (i32.const 1)))\n    "
+            )
+    trips += [trips[-1]] * repeats
+    func = (
+        f'  (func (export "{name}") (param $n i32) (param $m i32){shape.params} (result i32)\n'
+        f"    (local $i i32) (local $j i32) (local $k i32) (local $t i32) {SCRATCH_LOCALS}\n"
+        f"{SHAPE_LOCALS}\n"
+        f"    {bump}{shape.body}\n    (local.get $i))"
+    )
+    data = _segments(draw, shape.kinds, shape.lengths, shape.bases)
+    calls = [
+        Call(name, ((I32, n), (I32, m), *(((I32, s),) if shape.params else ())), True, index)
+        for n, m, s in trips
+    ]
+    meta: dict[str, Any] = {
+        "function": name,
+        "shape": shape.name,
+        "buffers": [
+            {"base": base, "element": kind, "length": length, "bytes": length * ELEMENTS[kind][3]}
+            for base, kind, length in zip(shape.bases, shape.kinds, shape.lengths, strict=True)
+        ],
+        "accesses": [vars(a) for a in shape.accesses],
+        "written": len(shape.kinds) - 1,
+        "layout": shape.layout,
+        "trip_counts": trips,
+        "repeats": repeats,
+        **shape.meta,
+    }
+    return func, data, calls, meta
 
 
 # -- SIMD ----------------------------------------------------------------------------------

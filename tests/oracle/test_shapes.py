@@ -1,0 +1,85 @@
+"""The loops family's PolyBench shapes (``oracle.generators.SHAPES``) reach the analysis
+that accepts them: a fixed draw of each shape's kernels, run offloaded from wasmtime to the
+host backend, to the simulated device and (marker ``gpu``) to the GPU, agrees with wasmtime and is launched in the form
+the shape is there for (a whole triangular or unrolled nest as one launch, an imperfect
+nest distributed into phases, a time loop over a stencil as a device-resident region), not
+declined everywhere."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tensorwasm.oracle.compare import run_case
+from tensorwasm.oracle.generators import SHAPES, _loop_module, loop_cases, shaped_kernel
+from tensorwasm.oracle.offload import OffloadInstance
+from tensorwasm.oracle.simulated import SimulatedOffloadInstance
+
+# Derandomized: the same cases every run, so the counts asserted below do not depend on luck.
+FIXED = settings(
+    max_examples=10, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
+
+
+@st.composite
+def _module_of(draw: st.DrawFn, shape: str):
+    return _loop_module([draw(shaped_kernel(f"kernel{k}", k, shape)) for k in range(2)])
+
+
+def _run_shape(shape: str, device: str) -> list[OffloadInstance]:
+    instances: list[OffloadInstance] = []
+
+    def factory(wasm: bytes) -> OffloadInstance:
+        if device == "simulated":
+            instance = SimulatedOffloadInstance(wasm)
+        else:  # on the GPU, linear memory page-locked as `tensorwasm run` has it
+            instance = OffloadInstance(wasm, device, pin=device == "gpu")
+        instances.append(instance)
+        return instance
+
+    @FIXED
+    @given(_module_of(shape))
+    def check(case) -> None:
+        assert {k["shape"] for k in case.meta["kernels"]} == {shape}
+        outcome = run_case(case, factory)
+        assert not outcome.failed, outcome.mismatch
+
+    check()
+    return instances
+
+
+def _launched(instances: list[OffloadInstance]) -> list:
+    return [lp for i in instances for lp in i.offload.loops if lp.stats.offloaded]
+
+
+@pytest.mark.parametrize("device", ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_each_shape_is_launched_as_its_shape(shape: str, device: str) -> None:
+    instances = _run_shape(shape, device)
+    launched = _launched(instances)
+    assert launched, f"no {shape} loop was launched"
+    outermost = [lp for lp in launched if lp.plan.loop.depth == 1]
+    if shape in ("triangular", "unrolled"):
+        # The whole nest, inner bounds affine in i (or bit masks of them), in one launch.
+        assert outermost, f"no {shape} nest was launched whole"
+    if shape == "imperfect":
+        assert any(lp.plan.phases for lp in outermost), "no imperfect nest was distributed into phases"
+    if shape == "stencil":
+        regions = [r for i in instances for r in i.offload.region_stats]
+        assert sum(r.exits for r in regions) > 0, "no time loop ran as a device-resident region"
+        if device != "cpu":
+            assert sum(r.bytes_out for r in regions) > 0, "no region kept its results on the device"
+
+
+def test_the_loops_family_draws_every_shape() -> None:
+    seen: set[str] = set()
+
+    @settings(max_examples=60, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(loop_cases())
+    def draw(case) -> None:
+        seen.update(k.get("shape", "rectangular") for k in case.meta["kernels"] if k["layout"] != "long")
+
+    draw()
+    assert seen == {*SHAPES, "rectangular"}
