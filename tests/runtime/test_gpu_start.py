@@ -119,8 +119,9 @@ def test_a_start_made_in_the_background_is_charged_only_for_what_is_left(monkeyp
 
 
 _FIRST_ARRIVALS = """
-import time
-from tensorwasm.runtime import gpu_start, profit
+import json, sys, time
+from tensorwasm.runtime import gpu_start, known_gpu, profit
+from tensorwasm.runtime.device_info import DeviceInfo
 from tensorwasm.runtime.device_info import context_made
 from tensorwasm.runtime.offload import OffloadModule
 from tensorwasm.runtime.planning import NOT_STARTED
@@ -128,6 +129,10 @@ from tests.offload_cases import module_bytes, run_case
 from tests.runtime.test_offload import _saxpy_case
 
 profit.cpu_seconds_per_op = lambda: 5e-7  # ~10 ms gained an arrival
+# The device as a process before described it (where the machine gives a fingerprint, the
+# cache remembers it so; the test does not depend on the machine giving one).
+fields = json.loads(sys.argv[1])
+known_gpu.remembered = lambda: DeviceInfo(**dict(fields, compute_capability=tuple(fields["compute_capability"])))
 offload = OffloadModule(module_bytes("blas1", "O2"), device="gpu", mode="auto", pin=True)
 spec, case = _saxpy_case()
 expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
@@ -155,15 +160,17 @@ def test_on_the_gpu_the_first_paying_arrival_starts_the_context_in_the_backgroun
 
     from tests.conftest import ROOT
 
-    # A warm start: this machine's GPU is remembered (a process before made a context), so
+    # A warm start: the GPU is known from a process before (which made a context), so
     # preparing the module needs no context and the first paying arrival begins one.
-    remember = (
-        "from tensorwasm.runtime import driver, known_gpu; known_gpu.remember(driver.Context.get().info)"
+    describe = (
+        "import json; from tensorwasm.runtime import driver; from tensorwasm.support import records; "
+        "print(json.dumps(records.asdict(driver.Context.get().info)))"
     )
-    subprocess.run([sys.executable, "-c", remember], cwd=ROOT, timeout=300, check=True)
+    info = subprocess.run([sys.executable, "-c", describe], cwd=ROOT, timeout=300, check=True,
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
     env = {**os.environ, "TENSORWASM_COMPILE": "sync"}  # no arrival declined while compiling
     done = subprocess.run(
-        [sys.executable, "-c", _FIRST_ARRIVALS],
+        [sys.executable, "-c", _FIRST_ARRIVALS, info],
         env=env,
         capture_output=True,
         text=True,
