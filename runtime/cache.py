@@ -265,6 +265,15 @@ class Cache:
     def _path(self, kind: str, key: str) -> Path:
         return self.directory / kind / f"{key}.bin"
 
+    def has(self, kind: str, key: str) -> bool:
+        """Whether an entry is there (held in memory, or its file exists); whether it reads
+        back whole and under its code is :meth:`get`'s to say."""
+        if not self.enabled:
+            return False
+        if (kind, key) in self.memory:
+            return True
+        return self.usable() and self._path(kind, key).is_file()
+
     def get(self, kind: str, key: str) -> bytes | None:
         if not self.enabled:
             self.misses += 1

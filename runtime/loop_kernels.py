@@ -171,13 +171,19 @@ class LoopKernels(dict):
         why = self.failed.get(index)
         if why is not None:
             return why
-        if self.background() and not wait:
+        if self.background() and not wait and not self._in_cache(index):
             return self._compile_in_background(lp)
         try:
-            self.unit(index)
+            self.unit(index)  # (a cached kernel is read at once: a warm run waits for nothing)
         except TensorWasmError as exc:
             why = self._failed(lp, index, exc)
         return why
+
+    def _in_cache(self, index: int) -> bool:
+        """Whether kernel ``index``'s code is in the code cache (its entry's file exists:
+        reading and checking it is left to :meth:`_make`, which falls back to compiling)."""
+        kind = "ptx" if self.module.code_kind == "gpu" else "obj"
+        return default_cache().has(kind, self.key(index))
 
     def background(self) -> bool:
         """Whether kernels compile on worker threads (``TENSORWASM_COMPILE``; its default:

@@ -182,6 +182,20 @@ def test_a_slow_background_compile_does_not_hold_up_the_arrivals(background) -> 
     assert row.declined == {COMPILING: 3}  # the report says how many arrivals ran meanwhile
 
 
+def test_a_kernel_in_the_cache_launches_at_its_first_arrival_without_a_background_compile(background) -> None:
+    release, started = threading.Event(), []
+    _held(background, release, started)
+    wasm = module_bytes("blas1", "O2")
+    first = _fresh(wasm, device="cpu")
+    _saxpy(first, wasm)  # compiling on a worker thread: this arrival runs on wasmtime
+    release.set()
+    first.kernels.wait()
+    warm = _fresh(wasm, device="cpu")  # a warm run: the kernel's code is in the cache's files
+    loop = _saxpy(warm, wasm)
+    assert loop.stats.offloaded == 1 and loop.stats.declined == {}  # read at once, launched
+    assert warm.kernels.counts.cached == 1 and warm.kernels.counts.compiled == 0 and len(started) == 1
+
+
 def test_an_arrival_worth_more_than_the_compile_waits_for_its_kernel(background) -> None:
     import tensorwasm.runtime.profit as profit
 
