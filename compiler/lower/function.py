@@ -483,6 +483,19 @@ def _call_iteration(b: ir.IRBuilder, own, args, results: int, fn: ir.Function, k
     return [result] if results == 1 else [b.extract_value(result, i) for i in range(results)]
 
 
+def _head_phis(b: ir.IRBuilder, start, first: ir.Value, identities) -> tuple[ir.Value, list]:
+    """At a loop's head: the counter and one accumulator per reduction, entered from block
+    ``start`` with ``first`` and ``identities`` (the back edge adds its own values)."""
+    k = b.phi(I64_T)
+    k.add_incoming(first, start)
+    accs = []
+    for value in identities:
+        acc = b.phi(value.type)
+        acc.add_incoming(value, start)
+        accs.append(acc)
+    return k, accs
+
+
 def _one_per_thread(b, fn, bounds, own, iteration, reductions, identities, done) -> list:
     """``for (k = first; k < trip; k += step)`` one iteration, stopping at a trap; the
     reduction accumulators as ``done`` sees them."""
@@ -492,13 +505,7 @@ def _one_per_thread(b, fn, bounds, own, iteration, reductions, identities, done)
     body = fn.append_basic_block("body")
     b.branch(head)
     b.position_at_end(head)
-    k = b.phi(I64_T)
-    k.add_incoming(first, start)
-    accs = []
-    for value in identities:
-        acc = b.phi(value.type)
-        acc.add_incoming(value, start)
-        accs.append(acc)
+    k, accs = _head_phis(b, start, first, identities)
     b.cbranch(b.icmp_signed("<", k, trip), body, done)
     b.position_at_end(body)
     parts = iteration(k)
@@ -538,13 +545,7 @@ def _streaming_loops(b, fn, bounds, chunk, iteration, parts, reductions, identit
     head, body, rest, rest_body = (fn.append_basic_block(n) for n in ("head", "chunk", "rest", "rest.body"))
     b.branch(head)
     b.position_at_end(head)
-    k = b.phi(I64_T)
-    k.add_incoming(first, start)
-    accs = []
-    for value in identities:
-        acc = b.phi(value.type)
-        acc.add_incoming(value, start)
-        accs.append(acc)
+    k, accs = _head_phis(b, start, first, identities)
     last = b.add(k, b.mul(lanes, i64_const(per_thread - 1)))
     b.cbranch(b.icmp_signed("<", last, trip), body, rest)
     b.position_at_end(body)
@@ -560,13 +561,7 @@ def _streaming_loops(b, fn, bounds, chunk, iteration, parts, reductions, identit
         acc.add_incoming(value, b.block)
     b.branch(head)
     b.position_at_end(rest)
-    j = b.phi(I64_T)
-    j.add_incoming(k, head)
-    rest_accs = []
-    for acc in accs:
-        phi = b.phi(acc.type)
-        phi.add_incoming(acc, head)
-        rest_accs.append(phi)
+    j, rest_accs = _head_phis(b, head, k, accs)
     b.cbranch(b.icmp_signed("<", j, trip), rest_body, done)
     b.position_at_end(rest_body)
     folded = [
