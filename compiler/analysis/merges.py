@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from tensorwasm.compiler.analysis.isl import equal_where
 from tensorwasm.compiler.analysis.poly import Poly
-from tensorwasm.compiler.analysis.trips import NEGATE, _aside, _through_boolean_tests
+from tensorwasm.compiler.analysis.trips import NEGATE, _aside, _through_boolean_tests, incoming
 from tensorwasm.dialect.ir import Op, Value
 
 if TYPE_CHECKING:
@@ -42,14 +42,8 @@ Test = tuple[str, Poly, Poly, int, list[Value]]
 def selected_merge(values: LoopValues, value: Value) -> Poly | None:
     """The merge ``value`` (a block argument, not a loop header's) as one polynomial proven
     equal to every incoming value where its edge is taken, or None."""
-    facts = values.facts
-    block = value.owner
-    edges = [
-        (pred, succ.args[value.index])
-        for pred in facts.preds[block]
-        for succ in pred.terminator.successors
-        if succ.block is block
-    ]
+    facts, block = values.facts, value.owner
+    edges = incoming(facts, value)
     if len(edges) < 2 or not hasattr(value.type, "bits") or value.type.is_float:
         return None
     arms = [values.expr(w) for _, w in edges]

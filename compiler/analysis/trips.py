@@ -35,7 +35,7 @@ from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject, at
 from tensorwasm.compiler.analysis.plan import TripCount
 from tensorwasm.compiler.analysis.poly import Poly
 from tensorwasm.dialect import arith
-from tensorwasm.dialect.ir import LoopInfo, Op, Value
+from tensorwasm.dialect.ir import Block, LoopInfo, Op, Value
 
 if TYPE_CHECKING:
     from tensorwasm.compiler.analysis.induction import LoopValues
@@ -325,6 +325,18 @@ def _reaches(facts, body: set, start, target, avoid: set) -> bool:
     return False
 
 
+def incoming(facts: FunctionLoops, value: Value) -> list[tuple[Block, Value]]:
+    """What each edge into the block of the block argument ``value`` passes it, with the
+    edge's predecessor (an edge per successor entry: a ``br_table`` may name it twice)."""
+    block = value.owner
+    return [
+        (pred, succ.args[value.index])
+        for pred in facts.preds[block]
+        for succ in pred.terminator.successors
+        if succ.block is block
+    ]
+
+
 def exit_merge(values: LoopValues, value: Value) -> Poly | None:
     """A merge of a value at an inner loop's exit and the value the loop's entry test passes
     when it skips the loop, as one polynomial. A "!=" test lets the loop go only when its
@@ -336,14 +348,8 @@ def exit_merge(values: LoopValues, value: Value) -> Poly | None:
     integers' only where the runtime guards check the bounds do not wrap (they move with
     the enclosing counters) or they are numbers; the counter itself is its bound however
     it wraps. None where the merge is not of that form."""
-    facts = values.facts
-    block = value.owner
-    edges = [
-        (pred, succ.args[value.index])
-        for pred in facts.preds[block]
-        for succ in pred.terminator.successors
-        if succ.block is block
-    ]
+    facts, block = values.facts, value.owner
+    edges = incoming(facts, value)
     for _, v in edges:
         loop = next(
             (m for m in reversed(values.nested) if m is not values.info

@@ -101,6 +101,11 @@ def loop_kernels_ptx(text: str, arch: str) -> str:
     plans = [
         r.plan for r in analyze_module(module, AnalysisOptions(relaxed_float=True)) if r.verdict == "offload"
     ]
+    return plans_ptx(module, plans, arch)
+
+
+def plans_ptx(module, plans, arch: str) -> str:
+    """The PTX of the launch entries of ``plans``' loops in ``module`` (translated)."""
     target = NVPTXTarget(arch, ARCH_PTX[arch])
     lowering = ModuleLowering(module, target)
     kernels = [outline(module, plan) for plan in plans]

@@ -15,11 +15,8 @@ from tensorwasm.compiler.analysis.loops import analyze_module
 from tensorwasm.compiler.analysis.plan import LoopPlan
 from tensorwasm.compiler.analysis.poly import Poly, Symbol
 from tensorwasm.compiler.frontend import load, translate_module
-from tensorwasm.compiler.lower.function import FunctionLowering, ModuleLowering, lower_loop_entry, reachable
-from tensorwasm.compiler.outline import outline
-from tensorwasm.compiler.target import ARCH_PTX, NVPTXTarget
 from tensorwasm.dialect.types import F64, I32
-from tests.compiler.test_loop_kernels import assemble
+from tests.compiler.test_loop_kernels import assemble, plans_ptx
 from tests.compiler.test_poly_loops import DEVICES, offloaded_at_depth, run_both
 from tests.conftest import wat
 
@@ -197,11 +194,4 @@ def test_the_kernels_around_merges_assemble_for_sm_90(ptxas: str, tmp_path: Path
         if r.verdict == "offload" and (r.func.name, r.loop.depth) in wanted
     ]
     assert len(plans) == 3
-    target = NVPTXTarget("sm_90", ARCH_PTX["sm_90"])
-    lowering = ModuleLowering(module, target)
-    kernels = [outline(module, plan) for plan in plans]
-    for index in reachable(module, [k.index for k in kernels]):
-        FunctionLowering(lowering, module.functions[index]).lower()
-    for kernel, plan in zip(kernels, plans, strict=True):
-        lower_loop_entry(lowering, kernel.index, [r.op for r in plan.reductions])
-    assemble(ptxas, target.emit_ptx(str(lowering.llvm)), "sm_90", tmp_path)
+    assemble(ptxas, plans_ptx(module, plans, "sm_90"), "sm_90", tmp_path)

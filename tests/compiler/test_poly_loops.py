@@ -12,13 +12,10 @@ from tensorwasm.compiler.analysis.loops import analyze_module
 from tensorwasm.compiler.analysis.plan import LoopPlan, TripCount
 from tensorwasm.compiler.analysis.poly import Poly, Symbol
 from tensorwasm.compiler.frontend import load, translate_module
-from tensorwasm.compiler.lower.function import FunctionLowering, ModuleLowering, lower_loop_entry, reachable
-from tensorwasm.compiler.outline import outline
-from tensorwasm.compiler.target import ARCH_PTX, NVPTXTarget
 from tensorwasm.dialect.types import F64, I32
 from tensorwasm.oracle.offload import OffloadInstance
 from tensorwasm.runtime.reference import ReferenceInstance
-from tests.compiler.test_loop_kernels import assemble
+from tests.compiler.test_loop_kernels import assemble, plans_ptx
 from tests.conftest import wat
 
 # Fills 64 KiB of memory with small integers derived from their index (both sides run it).
@@ -204,11 +201,4 @@ def test_the_kernels_of_the_nests_assemble_for_sm_90(ptxas: str, tmp_path: Path)
     module = translate_module(load(NESTS))
     plans = [r.plan for r in analyze_module(module) if r.verdict == "offload"]
     assert {(p.func.name, p.loop.depth) for p in plans} >= {("lower", 1), ("symmetric", 1), ("jacobi", 2)}
-    target = NVPTXTarget("sm_90", ARCH_PTX["sm_90"])
-    lowering = ModuleLowering(module, target)
-    kernels = [outline(module, plan) for plan in plans]
-    for index in reachable(module, [k.index for k in kernels]):
-        FunctionLowering(lowering, module.functions[index]).lower()
-    for kernel, plan in zip(kernels, plans, strict=True):
-        lower_loop_entry(lowering, kernel.index, [r.op for r in plan.reductions])
-    assemble(ptxas, target.emit_ptx(str(lowering.llvm)), "sm_90", tmp_path)
+    assemble(ptxas, plans_ptx(module, plans, "sm_90"), "sm_90", tmp_path)

@@ -22,7 +22,7 @@ from tensorwasm.compiler.outline import outline
 from tensorwasm.compiler.target import ARCH_PTX, NVPTXTarget
 from tensorwasm.dialect.types import F64, I32
 from tensorwasm.runtime.guards import GuardFailed, _most_trips, check, inputs
-from tests.compiler.test_loop_kernels import assemble
+from tests.compiler.test_loop_kernels import assemble, plans_ptx
 from tests.compiler.test_poly_loops import DEVICES, offloaded_at_depth, run_both, verdicts
 from tests.conftest import wat
 
@@ -170,14 +170,7 @@ def test_the_kernels_of_the_unrolled_nests_assemble_for_sm_90(ptxas: str, tmp_pa
     plans = [r.plan for r in analyze_module(module) if r.verdict == "offload" and r.loop.depth == 1
              and r.func.name in ("syrk", "strict_lower")]  # fmt: skip
     assert len(plans) == 2
-    target = NVPTXTarget("sm_90", ARCH_PTX["sm_90"])
-    lowering = ModuleLowering(module, target)
-    kernels = [outline(module, plan) for plan in plans]
-    for index in reachable(module, [k.index for k in kernels]):
-        FunctionLowering(lowering, module.functions[index]).lower()
-    for kernel, plan in zip(kernels, plans, strict=True):
-        lower_loop_entry(lowering, kernel.index, [r.op for r in plan.reductions])
-    assemble(ptxas, target.emit_ptx(str(lowering.llvm)), "sm_90", tmp_path)
+    assemble(ptxas, plans_ptx(module, plans, "sm_90"), "sm_90", tmp_path)
 
 
 def test_floor_symbols_survive_the_prepared_cache() -> None:
