@@ -90,6 +90,15 @@ class CudaDevice:
         context = CONTEXT_SECONDS["gpu"]
         return STARTUP_SECONDS["gpu"] - context + self.starter.seconds_left(context)
 
+    def startup_wait(self) -> float:
+        """How long a launch now would wait for the thread making the context (0 once it is
+        made, or where no thread is making it)."""
+        from tensorwasm.runtime.profit import CONTEXT_SECONDS
+
+        if self._context is not None:
+            return 0.0
+        return self.starter.seconds_to_wait(CONTEXT_SECONDS["gpu"])
+
     def make_context(self) -> None:
         """What the thread starting the device runs (:func:`runtime.gpu_start.make_context`)."""
         gpu_start.make_context()

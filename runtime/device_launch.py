@@ -78,6 +78,14 @@ class DeviceLaunches:
         startup = getattr(self.device, "startup_seconds", None)
         return startup() if startup is not None else 0.0
 
+    def startup_wait(self) -> float:
+        """How long the next launch would wait for the device's start still under way on a
+        thread of its own (0 once the device has memory, or where nothing is under way)."""
+        if self.mirror is not None:
+            return 0.0
+        wait = getattr(self.device, "startup_wait", None)
+        return wait() if wait is not None else 0.0
+
     def transfer_estimate(self, lp: OffloadedLoop, ready: PreparedLaunch) -> tuple[int, bool]:
         """The bytes a launch would copy (inside a region: only in, what the device lacks),
         and whether from page-locked memory."""

@@ -5,10 +5,12 @@ most of what a GPU's first launch pays (:data:`runtime.profit.STARTUP_SECONDS`).
 begins it on a thread of its own as soon as it may launch: the command line at its start,
 where the module launched the last time it ran here (:mod:`runtime.cli`), and the CUDA
 device at the first arrival whose launch would pay
-(:meth:`runtime.cuda_device.CudaDevice.startup_seconds`). The launch that needs the context
-then finds it made, or waits (on the driver's lock) only for the rest of it, and the
-start-up rule (:meth:`runtime.planning.ArrivalPlanner._started`) charges only what is left
-(:meth:`ContextStart.seconds_left`). The thread touches nothing of a module's: a failure
+(:meth:`runtime.cuda_device.CudaDevice.startup_seconds`). The start-up rule
+(:meth:`runtime.planning.ArrivalPlanner._started`) charges only what is left of it
+(:meth:`ContextStart.seconds_left`), and a launch waits (on the driver's lock) for the rest
+only where it alone gains more than that wait (:meth:`ContextStart.seconds_to_wait`):
+otherwise wasmtime runs the loop while the thread works, and a later arrival finds the
+context made. The thread touches nothing of a module's: a failure
 is met again by the launch that needs the context, which declines with its reason.
 """
 
@@ -63,12 +65,19 @@ class ContextStart:
 
     def seconds_left(self, total: float) -> float:
         """What is left of a context's start that takes ``total`` seconds: nothing once it is
-        made, all of it where no thread is making it, else what the thread has yet to spend."""
+        made, all of it where no thread is making it, else what the thread has yet to spend
+        (a tenth of it at least while it runs: a start past its estimate is not yet done)."""
         if self._made():
             return 0.0
         if not self.running():
             return total
-        return max(0.0, total - (time.perf_counter() - self.began))
+        return max(total / 10, total - (time.perf_counter() - self.began))
+
+    def seconds_to_wait(self, total: float) -> float:
+        """How long a launch needing the context now would wait for the thread making it
+        (nothing where none is making it: such a launch makes it itself, and its start-up
+        rule charged that)."""
+        return self.seconds_left(total) if self.running() and not self._made() else 0.0
 
 
 # The process's one start: its CUDA context is one per process (runtime.driver).

@@ -134,6 +134,10 @@ class LaunchRunner(Protocol):
 
 # Why an arrival that would pay for its launch declines while the device is not started.
 NOT_STARTED = "the work so far does not yet pay for starting the device"
+# Why an arrival whose launch would pay, the device's start included, declines while the
+# CUDA context is still being made on a thread of its own: waiting for it would cost more
+# than the launch gains (wasmtime runs the loop meanwhile; see ArrivalPlanner._started).
+STARTING = "the device was still starting (wasmtime ran the loop)"
 # Why an arrival that would launch declines while its kernel compiles in the background
 # (runtime.loop_kernels): it passes, so its gate does not back off for it.
 COMPILING = "its kernel was compiling (wasmtime ran the loop)"
@@ -205,7 +209,7 @@ class ArrivalGate:
         arrival that would have paid but for the device's start, or whose kernel is still
         compiling, is not kept out: its gain counts towards the start (see
         :meth:`ArrivalPlanner._started`), or it launches once the kernel is ready."""
-        if self.wait is None or reason in (NOT_STARTED, COMPILING):
+        if self.wait is None or reason in (NOT_STARTED, STARTING, COMPILING):
             return
         self.declines += 1
         if reason in LASTING:
@@ -265,6 +269,7 @@ class ArrivalPlanner:
         self.transfer_estimate = runner.transfer_estimate
         self.record_replay = runner.record_replay
         self.startup_seconds = getattr(runner, "startup_seconds", None)
+        self.startup_wait = getattr(runner, "startup_wait", None)
         self.banked = 0.0  # the gain of the arrivals that would have paid, before the device started
         # Per region: the gates of its loops in every instance bound (see ArrivalGate.reopen).
         self.region_gates: dict[int, list[ArrivalGate]] = {}
@@ -349,8 +354,10 @@ class ArrivalPlanner:
         if self.mode == "auto" and launch.trip:
             nbytes, pinned = self.transfer_estimate(lp, ready)
             go, why, model, cpu = lp.estimate.decide(self.device, ready.ops, nbytes, pinned, ready.cells)
-            if go and not self._started(cpu - model):
-                go, why = False, NOT_STARTED
+            if go:
+                not_yet = self._started(cpu - model)
+                if not_yet is not None:
+                    go, why = False, not_yet
             if not go:
                 stats.decline(why)
                 return [0, *args[n_live:]]
@@ -374,15 +381,21 @@ class ArrivalPlanner:
             record_.decision = estimate[1:] if estimate is not None else None
         return results
 
-    def _started(self, gain: float) -> bool:
-        """Whether the device is started, or may be now: the gains of the arrivals that
+    def _started(self, gain: float) -> str | None:
+        """Why a launch that would gain ``gain`` seconds waits for the device's start, or
+        None where the device is started or may be now: the gains of the arrivals that
         would have paid for a launch (this one's included) reach what starting it costs
-        (``auto`` only; a rent-or-buy rule: a program loses at most the start-up's worth)."""
+        (``auto`` only; a rent-or-buy rule: a program loses at most the start-up's worth),
+        and, where a thread is still making the CUDA context, this launch alone gains more
+        than waiting for it costs (otherwise wasmtime runs the loop while the thread works)."""
         startup = self.startup_seconds() if self.startup_seconds is not None else 0.0
         if not startup:
-            return True
+            return None
         self.banked += gain
-        return self.banked >= startup
+        if self.banked < startup:
+            return NOT_STARTED
+        wait = self.startup_wait() if self.startup_wait is not None else 0.0
+        return STARTING if gain < wait else None
 
     def guards(self, lp: OffloadedLoop, live: tuple[int, ...], size: int) -> PreparedLaunch | str:
         """The launch the guards allow for these live-ins, made ready, or why they refuse it."""

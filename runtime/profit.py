@@ -37,16 +37,19 @@ THREAD_SLOWDOWN = {"gpu": 8.0, "cpu": 1.0}
 COPY_BYTES_PER_SECOND = {"pinned": 45e9, "pageable": 8e9}
 # A device's start, paid once at its first launch: on a GPU the CUDA context, device memory
 # and page-locking linear memory (PolyBench MEDIUM on an H200: loops whose kernels take
-# 0.2 to 1 ms on wasmtime took 210 to 240 ms at their first launch). In ``auto`` no launch
+# 0.2 to 1 ms on wasmtime took 210 to 240 ms at their first launch; on an H100 the context
+# took 0.30 to 0.31 s, cuda-python's import included, and the rest ~0.01 s). In ``auto`` no launch
 # starts the device until the arrivals that would have paid for a launch add up to a
 # gain this large (see runtime.planning): a program too small for the GPU never starts it.
 # The host backend's start is loading LLVM's JIT (llvmlite: 25 to 55 ms on a 2-core
 # Xeon) with the first kernel's object code, and the first host threads: PolyBench MEDIUM's
 # memset launched on it at 40 ms where wasmtime takes well under one.
-STARTUP_SECONDS = {"gpu": 0.2, "cpu": 0.04}
+STARTUP_SECONDS = {"gpu": 0.33, "cpu": 0.04}
 # Of a GPU's start, the CUDA context's part: made on a thread of its own as soon as a run
-# may launch (runtime.gpu_start), so that only what is left of it is charged.
-CONTEXT_SECONDS = {"gpu": 0.15}
+# may launch (runtime.gpu_start), so that only what is left of it is charged, and an
+# arrival does not wait for it unless its own gain is larger than the wait (see
+# runtime.planning's STARTING).
+CONTEXT_SECONDS = {"gpu": 0.3}
 SLOWER_LIMIT = 2  # launches slower than the CPU estimate, in a row, before going back
 RETRY_EVERY = 64  # arrivals on the CPU between retries on the device
 

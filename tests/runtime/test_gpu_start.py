@@ -15,7 +15,7 @@ from tensorwasm.runtime import profit
 from tensorwasm.runtime.cuda_device import CudaDevice
 from tensorwasm.runtime.gpu_start import ContextStart
 from tensorwasm.runtime.offload import OffloadModule
-from tensorwasm.runtime.planning import NOT_STARTED
+from tensorwasm.runtime.planning import NOT_STARTED, STARTING
 from tests.offload_cases import module_bytes, run_case
 from tests.runtime.test_offload import _saxpy_case
 
@@ -116,6 +116,51 @@ def test_a_start_made_in_the_background_is_charged_only_for_what_is_left(monkeyp
     # Only the rest of the start (device memory, page-locking) was banked, not the context's.
     rest = profit.STARTUP_SECONDS["gpu"] - profit.CONTEXT_SECONDS["gpu"]
     assert rest <= offload.planner.banked < profit.STARTUP_SECONDS["gpu"]
+
+
+def _slow_start_saxpy(monkeypatch, seconds_per_op: float):
+    """saxpy offloaded in ``auto`` to a :class:`SlowStartDevice` whose context is being made
+    (0.5 s estimated, begun half a second ago, ~1 ms of start after it), with
+    ``seconds_per_op`` of CPU time per op."""
+    monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: seconds_per_op)
+    monkeypatch.setenv("TENSORWASM_COMPILE", "sync")  # no arrival declined while compiling
+    monkeypatch.setitem(profit.CONTEXT_SECONDS, "gpu", 0.5)
+    monkeypatch.setitem(profit.STARTUP_SECONDS, "gpu", 0.501)
+    device = SlowStartDevice()
+    offload = OffloadModule(module_bytes("blas1", "O2"), device=device, mode="auto")
+    loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
+    device.starter.begin(device.make_context)  # as the command line begins it, at its start
+    time.sleep(0.5)  # past its estimate: a tenth of it (0.05 s) is taken as left
+    return device, offload, loop
+
+
+def test_an_arrival_does_not_wait_for_a_context_still_being_made_unless_it_gains_more(monkeypatch) -> None:
+    # ~10 ms gained an arrival: the start is paid for after a few, but each would wait for
+    # the thread longer than it gains, so wasmtime runs them until the context is made.
+    device, offload, loop = _slow_start_saxpy(monkeypatch, 2.5e-7)
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    for _ in range(12):  # (a launch would block here: the context is made only on release)
+        assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    assert device.starter.running() and loop.stats.offloaded == 0
+    declined = loop.stats.declined
+    assert set(declined) == {NOT_STARTED, STARTING} and declined[STARTING] >= 4, declined
+    device.release.set()
+    device.starter.thread.join()
+    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    assert loop.stats.offloaded == 1  # made: the next arrival launches
+    offload.close()
+
+
+def test_an_arrival_that_gains_more_than_the_wait_waits_for_the_context(monkeypatch) -> None:
+    # ~10 s gained by one arrival: waiting for the rest of the context's start pays.
+    device, offload, loop = _slow_start_saxpy(monkeypatch, 5e-4)
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    threading.Timer(0.2, device.release.set).start()
+    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    assert loop.stats.offloaded == 1 and not loop.stats.declined
+    offload.close()
 
 
 _FIRST_ARRIVALS = """
