@@ -154,7 +154,9 @@ class ArrivalGate:
     :attr:`BACKOFF_AFTER` times in a row, the gate keeps the next arrivals in Wasm, where
     they cost a few instructions: for good, or for a wait that doubles with each further
     decline up to :attr:`WAIT_LIMIT` arrivals, so a loop whose arrivals grow into
-    launches is asked again soon enough. A launch opens it again. Declining is always
+    launches is asked again soon enough; where the host's answer costs more than
+    :attr:`ASK_SHARE` of what the waited arrivals take on wasmtime, the wait may grow
+    further (up to :attr:`WAIT_CAP`), so that asking again costs about that share. A launch opens it again. Declining is always
     exact (the original loop runs), so the gate trades only launches it may miss.
 
     A loop of a device-resident region may run in Wasm only while the device holds nothing
@@ -165,6 +167,12 @@ class ArrivalGate:
 
     BACKOFF_AFTER = 4
     WAIT_LIMIT = 63
+    # A declining loop's questions to the host, at most this share of its arrivals' own
+    # time on wasmtime: PolyBench's doitgen asked every 64th of its 63,000 arrivals at
+    # ~0.26 ms a question (its guards see new live-ins each time) where an arrival takes
+    # ~7 us, 0.18 s in all of a 1.2 s program.
+    ASK_SHARE = 0.01
+    WAIT_CAP = 1 << 20
 
     def __init__(self, lp: OffloadedLoop, n: int, store, exports, threshold: int | None, mode: str) -> None:
         self.loop = lp
@@ -204,22 +212,31 @@ class ArrivalGate:
         if left:
             self.wait.set(self.context, 0)
 
-    def declined(self, reason: str | None) -> None:
+    def declined(self, reason: str | None, asked: float = 0.0, arrival: float = 0.0) -> None:
         """An arrival declined: close the gate where the reason lasts or declines repeat. An
         arrival that would have paid but for the device's start, or whose kernel is still
         compiling, is not kept out: its gain counts towards the start (see
-        :meth:`ArrivalPlanner._started`), or it launches once the kernel is ready."""
+        :meth:`ArrivalPlanner._started`), or it launches once the kernel is ready. ``asked``:
+        the seconds the host took to answer; ``arrival``: the CPU time the cost model gave
+        the arrival (0 where it did not get that far)."""
         if self.wait is None or reason in (NOT_STARTED, STARTING, COMPILING):
             return
         self.declines += 1
         if reason in LASTING:
             wait = FOREVER
         elif self.declines >= self.BACKOFF_AFTER:
-            wait = min((1 << (self.declines - self.BACKOFF_AFTER + 1)) - 1, self.WAIT_LIMIT)
+            wait = min((1 << (self.declines - self.BACKOFF_AFTER + 1)) - 1, self.wait_limit(asked, arrival))
         else:
             return
         self.wait.set(self.context, wait)
         self.waiting, self.waiting_for = wait, reason or "declined again and again"
+
+    def wait_limit(self, asked: float, arrival: float) -> int:
+        """The longest wait: :attr:`WAIT_LIMIT`, or longer where a question costs more than
+        :attr:`ASK_SHARE` of the arrivals it waits for (up to :attr:`WAIT_CAP`)."""
+        if asked <= 0.0 or arrival <= 0.0:
+            return self.WAIT_LIMIT
+        return max(self.WAIT_LIMIT, min(self.WAIT_CAP, math.ceil(asked / (self.ASK_SHARE * arrival))))
 
     def collect(self) -> None:
         """Count in the arrivals the gate and the filter kept from the host: those of the
@@ -270,6 +287,7 @@ class ArrivalPlanner:
         self.record_replay = runner.record_replay
         self.startup_seconds = getattr(runner, "startup_seconds", None)
         self.startup_wait = getattr(runner, "startup_wait", None)
+        self.arrival_seconds = 0.0  # the last arrival's CPU time, by the cost model (see arrive)
         self.banked = 0.0  # the gain of the arrivals that would have paid, before the device started
         # Per region: the gates of its loops in every instance bound (see ArrivalGate.reopen).
         self.region_gates: dict[int, list[ArrivalGate]] = {}
@@ -319,11 +337,13 @@ class ArrivalPlanner:
             results = self._arrive(lp, caller, args, context)
         else:
             gate.arrived()
+            asked = time.perf_counter()
+            self.arrival_seconds = 0.0
             results = self._arrive(lp, caller, args, context)
             if results[0]:
                 gate.launched()
             else:
-                gate.declined(lp.stats.last_declined)
+                gate.declined(lp.stats.last_declined, time.perf_counter() - asked, self.arrival_seconds)
         if results[0] and lp.region is not None:  # its data may now be resident: no loop of it skips the host
             for other in self.region_gates.get(lp.region, ()):
                 other.reopen()
@@ -354,6 +374,7 @@ class ArrivalPlanner:
         if self.mode == "auto" and launch.trip:
             nbytes, pinned = self.transfer_estimate(lp, ready)
             go, why, model, cpu = lp.estimate.decide(self.device, ready.ops, nbytes, pinned, ready.cells)
+            self.arrival_seconds = cpu
             if go:
                 not_yet = self._started(cpu - model)
                 if not_yet is not None:

@@ -23,6 +23,8 @@ def _instance(mode: str, monkeypatch: pytest.MonkeyPatch | None = None, device: 
     linker = wasmtime.Linker(store.engine)
     asked: list[int] = []
     if monkeypatch is not None:
+        # Waits capped at WAIT_LIMIT whatever a question costs (see the tests of ASK_SHARE).
+        monkeypatch.setattr(ArrivalGate, "ASK_SHARE", math.inf)
         real = ArrivalPlanner._arrive
 
         def counting(self, lp, *rest):
@@ -77,6 +79,29 @@ def test_a_loop_that_keeps_declining_stops_asking_the_host(arrivals: int, device
     assert asked.count(outer.stats.offset) == _asks_expected(arrivals)
     if arrivals >= 1000:
         assert asked.count(outer.stats.offset) <= math.ceil(arrivals / ArrivalGate.WAIT_LIMIT) + 10
+    offload.close()
+    assert outer.stats.arrivals == arrivals and outer.stats.offloaded == 0
+    assert outer.stats.declined == {"too little work to pay for a launch": arrivals}
+    assert _memory(store, exports) == _plain_memory(arrivals, 2, 2)
+
+
+def test_the_longest_wait_makes_questions_a_small_share_of_the_arrivals_time() -> None:
+    limit = ArrivalGate.wait_limit
+    gate = ArrivalGate.__new__(ArrivalGate)
+    assert limit(gate, 0.0, 1e-6) == limit(gate, 1e-4, 0.0) == ArrivalGate.WAIT_LIMIT  # nothing known
+    assert limit(gate, 1e-5, 1e-3) == ArrivalGate.WAIT_LIMIT  # a cheap question: the usual cap
+    # A 0.26 ms question before ~7 us arrivals (doitgen): a wait of ~3,700 keeps it at 1%.
+    assert limit(gate, 2.6e-4, 7e-6) == math.ceil(2.6e-4 / (ArrivalGate.ASK_SHARE * 7e-6))
+    assert limit(gate, 1.0, 1e-9) == ArrivalGate.WAIT_CAP
+
+
+def test_a_loop_whose_questions_cost_more_than_its_arrivals_asks_far_less_often(monkeypatch) -> None:
+    offload, store, exports, outer, asked = _instance("auto", monkeypatch)
+    monkeypatch.setattr(ArrivalGate, "ASK_SHARE", 0.01)  # (the product's share, not the cap above)
+    arrivals = 20_000
+    exports["repeat"](store, arrivals, 2, 2)  # tiny arrivals: each question costs far more
+    asks = asked.count(outer.stats.offset)
+    assert asks < _asks_expected(arrivals) / 4  # the capped waits would ask ~320 times
     offload.close()
     assert outer.stats.arrivals == arrivals and outer.stats.offloaded == 0
     assert outer.stats.declined == {"too little work to pay for a launch": arrivals}
@@ -161,6 +186,7 @@ def _asking(monkeypatch, decline: set[int] | None = None) -> list[int]:
     """The offsets of the loops whose arrivals ask the host; those in ``decline`` decline."""
     asked: list[int] = []
     real = ArrivalPlanner._arrive
+    monkeypatch.setattr(ArrivalGate, "ASK_SHARE", math.inf)  # waits capped at WAIT_LIMIT
 
     def counting(self, lp, caller, args, context):
         asked.append(lp.stats.offset)
