@@ -7,10 +7,11 @@ Generated modules, each size twice the last, run in fresh processes with the cac
 - ``nesting``: one function with N loops nested inside each other (the loop analysis);
 - ``counted``: N counted loops nested, each with a counter of its own set before it starts
   (clang's shape: N locals, each dead at the headers outside its loop), the innermost
-  storing to memory (LLVM cannot delete the nest). Every loop is a candidate whose trip
-  count and inner loops' bounds the analysis works out (``nesting`` rejects each loop at
-  its first header argument), so this is the shape that times the loop analysis of
-  ``inspect`` and ``run``.
+  storing to memory (LLVM cannot delete the nest). Every loop heading a nest at most
+  ``MAX_LOOP_DEPTH`` (64) deep is a candidate whose trip count and inner loops' bounds the
+  analysis works out, and each one around them is rejected for its depth alone
+  (``nesting`` rejects each loop at its first header argument), so this is the shape that
+  times the loop analysis of ``inspect`` and ``run``.
 
 For each, ``tensorwasm inspect --stage loops``, ``compile`` and ``run --device cpu`` are
 timed against plain wasmtime compiling and instantiating the same module: wall-clock and

@@ -11,7 +11,7 @@ what its answer holds, not the size of the function: dominance by the dominator 
 DFS numbering, a loop's blocks in function order by their positions, its inner loops from
 the loop tree (a function of thousands of loops was quadratic in their number), a loop's
 body as a slice of one list of the function's loop blocks (sets per loop held d^2 / 2
-blocks for a nest of depth d).
+blocks for a nest of depth d), and how deep the nest is that each loop heads.
 """
 
 from __future__ import annotations
@@ -20,6 +20,14 @@ from collections.abc import Iterable, Iterator, Set
 
 from tensorwasm.dialect.ir import Block, Function, LoopInfo, Module, Op, Value
 from tensorwasm.dialect.verifier import DominatorTree, reverse_postorder
+
+# The deepest loop nest the compiler works on loop by loop with the loops inside it. Such
+# work costs each loop the size of the nest below it, quadratic in the depth of one
+# nested deeper: the loop analysis rejects a loop heading a deeper nest without looking
+# inside (its inner loops within the limit stay candidates), and a function whose loops
+# nest deeper is lowered ``optnone`` (``compiler.lower.function``: LLVM's loop passes).
+# Real programs nest loops a few deep.
+MAX_LOOP_DEPTH = 64
 
 
 class Reject(Exception):
@@ -105,6 +113,7 @@ class FunctionLoops:
         self.exit_tests: dict[LoopInfo, tuple | Exception] = {}  # see trips.exit_test
         self._entry_args: dict[LoopInfo, list[Value]] = {}
         self._back_args: dict[LoopInfo, list[list[Value]]] = {}
+        self._nest_depths: dict[LoopInfo, int] | None = None
         self.latches: dict[LoopInfo, list[Block]] = {
             info: [p for p in self.preds[info.header] if p in self.bodies[info]] for info in func.loops
         }
@@ -130,6 +139,18 @@ class FunctionLoops:
                 found.append(m)
             work.extend(self.children.get(m, ()))
         return sorted(found, key=self.loop_position.__getitem__)
+
+    def nest_depth(self, info: LoopInfo) -> int:
+        """How deep the nest is that ``info`` heads: 1 for a loop with none inside it, else
+        one more than its deepest inner loop's (made for every loop at once, inner loops
+        first, each from the loops right inside it)."""
+        if self._nest_depths is None:
+            depths = self._nest_depths = dict.fromkeys(self.func.loops, 1)
+            for m in sorted(self.func.loops, key=lambda m: -m.depth):  # inner loops first
+                parent = self.enclosing[m]
+                if parent is not None:
+                    depths[parent] = max(depths[parent], depths[m] + 1)
+        return self._nest_depths[info]
 
     def _find_body(self, info: LoopInfo) -> None:
         """The natural loop: the header and every block reaching a latch without it, each

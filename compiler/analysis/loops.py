@@ -7,7 +7,9 @@ reason (:class:`Reject`):
 1. the loop forest and def-use facts of the function (:mod:`.forest`), once per function;
 2. the body's effects: no indirect call, no call reaching memory, module state or an
    import, no bulk memory operation or ``memory.grow``, no write of module state, no
-   ``return`` (here);
+   ``return`` (here); and a nest inside it at most ``forest.MAX_LOOP_DEPTH`` loops deep
+   (the steps below cost each loop the size of its nest: a loop heading a deeper one is
+   rejected unexamined, which keeps the analysis linear in the function's size);
 3. every header argument of the loop and its inner loops classified as dead, invariant,
    induction variable (``start + step * k``) or, for the loop's own, a reduction
    (:mod:`.induction`, :mod:`.reductions`);
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 from tensorwasm.compiler.analysis.accesses import collect_accesses
 from tensorwasm.compiler.analysis.dependences import static_dependences
-from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject, at
+from tensorwasm.compiler.analysis.forest import MAX_LOOP_DEPTH, FunctionLoops, Reject, at
 from tensorwasm.compiler.analysis.induction import LoopValues
 from tensorwasm.compiler.analysis.isl import exact_dependences
 from tensorwasm.compiler.analysis.liveness import live_ins, live_outs
@@ -90,6 +92,11 @@ def plan_loop(
         raise Reject(f"has {len(info.exits)} ways out (an early exit)" if info.exits else "never exits")
     values = LoopValues(facts, info, options)
     _check_effects(values)
+    # Everything below costs the size of the nest inside the loop, in this loop's symbols:
+    # a limit on its depth keeps the analysis of a function linear in its size.
+    depth = facts.nest_depth(info)
+    if depth > MAX_LOOP_DEPTH:
+        raise Reject(f"nest deeper than {MAX_LOOP_DEPTH} loops ({depth} deep)")
     values.classify_header_args(info)  # (first: where it rejects, the inner loops are not listed)
     for loop in sorted(values.nested, key=lambda m: m.depth):
         if loop is not info:
