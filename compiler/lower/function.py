@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from tensorwasm.compiler.analysis.forest import MAX_LOOP_DEPTH
 from tensorwasm.compiler.callgraph import indirect_candidates, reachable, recursive_functions
 from tensorwasm.compiler.errors import CompileError, NotCompilable
 from tensorwasm.compiler.lower import abi, control, convert, memory, numeric, shared, simd
@@ -53,9 +52,9 @@ TERMINATORS = {"cf.br", "cf.cond_br", "cf.switch", "cf.return", "cf.trap"}
 # which optnone needs): LLVM's loop passes visit every loop of a nest with all the loops
 # inside it, time quadratic in the depth (800 nested loops: minutes at -O2), and the code
 # of such a module is generated at level 0 (Target.codegen_machine). Real loop nests are
-# a few loops deep; the PTX is still optimised by ptxas. (The loop analysis's limit, one
-# number for both.)
-MAX_OPTIMISED_LOOP_DEPTH = MAX_LOOP_DEPTH
+# a few loops deep; the PTX is still optimised by ptxas. (The loop analysis has its own,
+# lower limit: ``compiler.analysis.forest.MAX_LOOP_DEPTH``.)
+MAX_OPTIMISED_LOOP_DEPTH = 64
 
 
 def optimised(func: Function) -> bool:

@@ -102,7 +102,7 @@ def test_the_analysis_of_a_deep_counted_nest_grows_linearly_with_its_depth(monke
         work[depth] = len(counted) + len(classified)
         assert work[depth] <= 2 * depth * (MAX_LOOP_DEPTH + 1)
         monkeypatch.undo()
-    assert work[800] < 1.5 * work[400]
+    assert work[800] - work[400] <= 2 * 400  # each loop more: its own trip count and classification
 
 
 def _parallel_innermost(depth: int) -> str:
