@@ -232,7 +232,8 @@ def exact_address(b: Builder, access: Access, held: dict[Symbol, Value]) -> Valu
     64-bit sum is the exact address, with no wrap to undo, and the lowering
     (:func:`compiler.lower.memory.proven_address`) adds it to the memory base as it is. Terms
     come in one order and the constant last, so neighbour accesses (``a[i-1]``, ``a[i+1]``)
-    share every term but the constant, which LLVM folds into the load's immediate offset."""
+    share every term but the constant, which LLVM folds into the load's immediate offset
+    (the order measured best on the suite's stencils in registers and instructions)."""
     poly = access.address - Poly.const(access.offset)
     if not poly.symbols() <= held.keys() or any(held[s].type not in (I32, I64) for s in poly.symbols()):
         return None
@@ -240,7 +241,13 @@ def exact_address(b: Builder, access: Access, held: dict[Symbol, Value]) -> Valu
         return None
     wide: dict[Symbol, Value] = {}
     total = None
-    for monomial in sorted((m for m in poly.terms if m), key=lambda m: [s.order for s in m]):
+
+    # The counters' terms first: their sum is the part an iteration's accesses share
+    # (LLVM adds each array's live-in base to it); then the live-ins' terms.
+    def key(monomial: tuple[Symbol, ...]) -> tuple[bool, list[int]]:
+        return not any(s.kind == "counter" for s in monomial), [s.order for s in monomial]
+
+    for monomial in sorted((m for m in poly.terms if m), key=key):
         term = None
         for sym in monomial:
             if sym not in wide:
