@@ -172,7 +172,12 @@ def outline(module: Module, plan: LoopPlan) -> Function:
     identity = [value_of_identity(b, r) for r in plan.reductions]
     checked = {id(a.op) for a in plan.gathers} if any(a.store for a in plan.accesses) else set()
     # Affine accesses: the guards prove them in bounds (and aligned on a GPU) before a launch.
-    proven = {id(a.op): a for a in plan.accesses if a.address is not None}
+    # An op's own access comes first: a rotated load's reload (the previous iteration's
+    # address, made in the entry block) follows as an access of the same op.
+    proven: dict[int, Access] = {}
+    for access in plan.accesses:
+        if access.address is not None:
+            proven.setdefault(id(access.op), access)
     held = {plan.counter: k, **by_symbol}
     held.update((level.counter, arg) for level, arg in zip(nest, entry.args[1:], strict=False))
     for blk, clone in clones.items():

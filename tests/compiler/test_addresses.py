@@ -55,6 +55,27 @@ GATHER = """(module (memory (export "memory") 1)
       (br_if $l (i32.lt_u (local.get $i) (local.get $n))))))"""
 
 
+# b[i] = a[i] - a[i-1] with a[i-1] carried from the previous iteration: the kernel reloads
+# it (an access of the same load op at the previous iteration's address).
+CARRIED = """(module (memory (export "memory") 1)
+  (func (export "init") (param $n i32) (param $a i32) (local $i i32)
+    (loop $l
+      (i32.store (i32.add (local.get $a) (i32.shl (local.get $i) (i32.const 2)))
+        (i32.mul (i32.mul (local.get $i) (local.get $i)) (i32.const 7)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (local.get $n)))))
+  (func (export "diff") (param $n i32) (param $a i32) (param $b i32) (local $i i32) (local $prev i32) (local $v i32)
+    (local.set $prev (i32.load (local.get $a)))
+    (local.set $i (i32.const 1))
+    (loop $l
+      (local.set $v (i32.load (i32.add (local.get $a) (i32.shl (local.get $i) (i32.const 2)))))
+      (i32.store (i32.add (local.get $b) (i32.shl (local.get $i) (i32.const 2)))
+        (i32.sub (local.get $v) (local.get $prev)))
+      (local.set $prev (local.get $v))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (local.get $n))))))"""
+
+
 def _kernel_ir(text: str, func: str) -> tuple[Function, str]:
     """The outlined kernel of the loop of ``text``'s function ``func`` and its LLVM IR for
     the host, as lowered (before LLVM optimises it)."""
@@ -170,4 +191,24 @@ def test_wrapping_i32_address_matches_wasmtime(device: str) -> None:
     expected = reference.call("blur", args)
     assert expected.trap
     assert instance.call("blur", args) == expected
+    offload.close()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_carried_load_reads_its_own_address(device: str) -> None:
+    """A load whose value the next iteration reuses has two accesses in the plan, its own
+    and the reload of the previous iteration's: the load in the body takes its own address
+    (it took the reload's once, and every b[i] came out 0)."""
+    data = wat(CARRIED)
+    offload, instance = _offloaded(data, device)
+    reference = ReferenceInstance(data)
+    for target in (instance, reference):
+        assert not target.call("init", [(I32, 2000), (I32, 1024)]).trap
+    args = [(I32, 2000), (I32, 1024), (I32, 16384)]
+    expected = reference.call("diff", args)
+    assert not expected.trap
+    assert instance.call("diff", args) == expected
+    assert instance.memory("memory") == reference.memory("memory")
+    diff = [lp for lp in offload.loops if lp.plan.func.name == "diff"]
+    assert len(diff) == 1 and diff[0].plan.rotations and diff[0].stats.offloaded
     offload.close()
