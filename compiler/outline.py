@@ -18,8 +18,8 @@ the launch entry points around it live in :mod:`compiler.lower.function`.
 from __future__ import annotations
 
 from tensorwasm.compiler.analysis.liveness import widened_in
-from tensorwasm.compiler.analysis.plan import LoopPlan, Reduction, ReductionKind
-from tensorwasm.compiler.analysis.poly import Poly
+from tensorwasm.compiler.analysis.plan import Access, LoopPlan, Reduction, ReductionKind
+from tensorwasm.compiler.analysis.poly import Poly, Symbol
 from tensorwasm.compiler.analysis.reductions import lane_identity
 from tensorwasm.compiler.distribute import outline_phases
 from tensorwasm.compiler.tile import tile_kernel
@@ -172,7 +172,14 @@ def outline(module: Module, plan: LoopPlan) -> Function:
     identity = [value_of_identity(b, r) for r in plan.reductions]
     checked = {id(a.op) for a in plan.gathers} if any(a.store for a in plan.accesses) else set()
     # Affine accesses: the guards prove them in bounds (and aligned on a GPU) before a launch.
-    proven = {id(a.op) for a in plan.accesses if a.address is not None}
+    # An op's own access comes first: a rotated load's reload (the previous iteration's
+    # address, made in the entry block) follows as an access of the same op.
+    proven: dict[int, Access] = {}
+    for access in plan.accesses:
+        if access.address is not None:
+            proven.setdefault(id(access.op), access)
+    held = {plan.counter: k, **by_symbol}
+    held.update((level.counter, arg) for level, arg in zip(nest, entry.args[1:], strict=False))
     for blk, clone in clones.items():
         for op in blk.ops:
             if op.name == "global.get" and op.results[0] in mapping:
@@ -202,6 +209,10 @@ def outline(module: Module, plan: LoopPlan) -> Function:
                 attrs["gather"] = True
             if id(op) in proven:
                 attrs["proven"] = True
+                wide = exact_address(Builder(kernel, clone), proven[id(op)], held)
+                if wide is not None:
+                    operands[0] = wide
+                    attrs["wide_address"] = True
             new = Op(op.opdef, operands, tuple(r.type for r in op.results), attrs, succs, op.offset)
             new.block = clone
             clone.ops.append(new)
@@ -214,6 +225,49 @@ def outline(module: Module, plan: LoopPlan) -> Function:
     verify_function(kernel)
     tile_kernel(module, kernel, plan, clones)  # gemm-shaped 2-D nests: tiled variants too
     return kernel
+
+
+def exact_address(b: Builder, access: Access, held: dict[Symbol, Value]) -> Value | None:
+    """A proven access's i32 operand as ``trunc`` of its value computed in 64 bits from its
+    polynomial, each i32 symbol zero-extended; None where the polynomial has a symbol the
+    kernel does not hold as a value (an inner loop's counter, a floor).
+
+    The guards evaluate the polynomial on the live-ins as unsigned values and the counters
+    from 0, and launch only where it lies in [0, memory size) on every iteration: there the
+    64-bit sum is the exact address, with no wrap to undo, and the lowering
+    (:func:`compiler.lower.memory.proven_address`) adds it to the memory base as it is. Terms
+    come in one order and the constant last, so neighbour accesses (``a[i-1]``, ``a[i+1]``)
+    share every term but the constant, which LLVM folds into the load's immediate offset
+    (the order measured best on the suite's stencils in registers and instructions)."""
+    poly = access.address - Poly.const(access.offset)
+    if not poly.symbols() <= held.keys() or any(held[s].type not in (I32, I64) for s in poly.symbols()):
+        return None
+    if not all(isinstance(c, int) for c in poly.terms.values()):
+        return None
+    wide: dict[Symbol, Value] = {}
+    total = None
+
+    # The counters' terms first: their sum is the part an iteration's accesses share
+    # (LLVM adds each array's live-in base to it); then the live-ins' terms.
+    def key(monomial: tuple[Symbol, ...]) -> tuple[bool, list[int]]:
+        return not any(s.kind == "counter" for s in monomial), [s.order for s in monomial]
+
+    for monomial in sorted((m for m in poly.terms if m), key=key):
+        term = None
+        for sym in monomial:
+            if sym not in wide:
+                value = held[sym]
+                wide[sym] = value if value.type is I64 else b.value(arith.zext, value, to=I64)
+            term = wide[sym] if term is None else b.value(arith.mul, term, wide[sym])
+        if poly.terms[monomial] != 1:
+            term = b.value(arith.mul, term, b.constant(I64, poly.terms[monomial]))
+        total = term if total is None else b.value(arith.add, total, term)
+    if poly.constant:
+        constant = b.constant(I64, poly.constant)
+        total = constant if total is None else b.value(arith.add, total, constant)
+    if total is None:
+        total = b.constant(I64, 0)
+    return b.value(arith.trunc, total, to=I32)
 
 
 def _inner_start(kernel: Function, level, plan: LoopPlan, k2: Value, clones, emit_poly) -> Block:

@@ -40,15 +40,36 @@ def checked_address(fl: FunctionLowering, addr: ir.Value, offset: int, nbytes: i
     return b.gep(fl.env.mem_base(), [ea], source_etype=I8_T)
 
 
-def proven_address(fl: FunctionLowering, addr: ir.Value, offset: int) -> ir.Value:
+def proven_address(fl: FunctionLowering, op: Op, addr: ir.Value) -> ir.Value:
     """The pointer of ``addr + offset`` for a loop kernel's affine access, which the launch's
     guards proved inside linear memory (and, on a strict-alignment target, aligned) for
-    every iteration: no test here (see :func:`runtime.guards.check`)."""
+    every iteration: no test here (see :func:`runtime.guards.check`).
+
+    Where the outliner gave the access its address in 64 bits (``wide_address``: the i32
+    operand is the ``trunc`` of a sum that the guards proved exact, see
+    :func:`compiler.outline.exact_address`), that sum is the index, with nothing to wrap:
+    neighbour accesses then differ by a constant, which LLVM folds into an immediate offset
+    of one shared base (``ld.global.f32 %f1, [%rd4+-4]``). Otherwise the zero-extended i32
+    operand, whose wrapping add keeps LLVM from folding the offsets."""
     b = fl.b
-    ea = b.zext(addr, I64_T)
+    ea = _exact_index(fl, op)
+    if ea is None:
+        ea = b.zext(addr, I64_T)
+    offset = op.attrs["offset"]
     if offset:
         ea = b.add(ea, i64_const(offset))
-    return b.gep(fl.env.mem_base(), [ea], source_etype=I8_T)
+    return b.gep(fl.env.mem_base(), [ea], source_etype=I8_T, inbounds=True)
+
+
+def _exact_index(fl: FunctionLowering, op: Op) -> ir.Value | None:
+    """The 64-bit value whose ``trunc`` is ``op``'s address operand, where the outliner
+    marked it exact (``wide_address``); None elsewhere."""
+    if not op.attrs.get("wide_address"):
+        return None
+    owner = op.operands[0].owner
+    if not isinstance(owner, Op) or owner.name != "arith.trunc":
+        return None
+    return fl.values[owner.operands[0]]
 
 
 def speculative_load(fl: FunctionLowering, addr: ir.Value, offset: int, ty: ir.Type, nbytes: int) -> ir.Value:
@@ -171,7 +192,7 @@ def lower_load(fl: FunctionLowering, op: Op, args) -> ir.Value:
     if op.attrs.get("speculative"):
         value = speculative_load(fl, args[0], op.attrs["offset"], ty, bits // 8)
     elif op.attrs.get("proven"):
-        ptr = proven_address(fl, args[0], op.attrs["offset"])
+        ptr = proven_address(fl, op, args[0])
         value = fl.b.load(ptr, typ=ty, align=_proven_alignment(fl, bits))
     else:
         ptr = checked_address(fl, args[0], op.attrs["offset"], bits // 8)
@@ -191,11 +212,7 @@ def lower_store(fl: FunctionLowering, op: Op, args) -> None:
     addr, value = args
     bits = op.attrs["bits"]
     proven = op.attrs.get("proven")
-    ptr = (
-        proven_address(fl, addr, op.attrs["offset"])
-        if proven
-        else checked_address(fl, addr, op.attrs["offset"], bits // 8)
-    )
+    ptr = proven_address(fl, op, addr) if proven else checked_address(fl, addr, op.attrs["offset"], bits // 8)
     if isinstance(value.type, ir.VectorType):  # a v128: its bytes as they are
         pass
     elif isinstance(value.type, ir.IntType) and value.type.width != bits:
