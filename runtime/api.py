@@ -19,7 +19,6 @@ import json
 import warnings
 import weakref
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 
 import wasmtime
 
@@ -127,7 +126,7 @@ def _tell_host_backend(note: str) -> None:
         warnings.warn(note, HostBackendWarning, stacklevel=3)  # (the caller of instantiate)
 
 
-@dataclass
+@records.record
 class LoopRecord:
     """One loop of the module: where it is, the detector's verdict, and (for an offloaded
     loop) what its arrivals did."""
@@ -152,7 +151,7 @@ class LoopRecord:
     inside: int | None = None  # the offset of the offloaded loop around it, if any
 
 
-@dataclass
+@records.record
 class OffloadReport:
     """Per loop of the module (its loops in libc included), in the order of the code; a
     loop in a function that uses a proposal TensorWasm does not compile is declined with
@@ -165,7 +164,11 @@ class OffloadReport:
     unsupported: str | None = None
 
     def json(self) -> str:
-        return json.dumps(asdict(self))
+        return json.dumps(self.asdict())
+
+    def asdict(self) -> dict:
+        """The report as plain dicts and lists (what :meth:`json` writes)."""
+        return {**records.asdict(self), "loops": [records.asdict(row) for row in self.loops]}
 
 
 def report(instance: wasmtime.Instance) -> OffloadReport:

@@ -24,7 +24,13 @@ from tensorwasm.support.errors import TensorWasmError
 
 if TYPE_CHECKING:
     import argparse
-import signal
+
+try:  # the signal module's functions, without its enums (~0.6 ms of a run's start)
+    from _signal import SIG_DFL, SIGINT
+    from _signal import signal as set_signal
+except ImportError:  # another Python
+    from signal import SIG_DFL, SIGINT
+    from signal import signal as set_signal
 
 log = logs.get_logger("tensorwasm")
 
@@ -247,7 +253,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # for wasmtime or a host kernel to come back (never, for a loop that does not end).
     # Nothing is left half-written: cache entries and remembered devices are renamed into
     # place, and a GPU process of the run's own ends when its socket closes.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    set_signal(SIGINT, SIG_DFL)
     from tensorwasm.compiler.frontend import read_module_file
 
     raw = read_module_file(args.module)  # read once: the module may come through a pipe
@@ -419,21 +425,25 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def parse_run(argv: list[str]) -> SimpleNamespace | None:
-    """The arguments of a plain ``run`` command line, as its parser would give them, without
-    importing argparse (~1 ms of the program's start); None where the line is anything
-    else (another command, ``--help``, ``--invoke``, an option written ``--name=value`` or
-    abbreviated, a program argument that starts with ``-``, an error): the parser then
-    reads it, and says what is wrong."""
-    if len(argv) < 2 or argv[0] != "run" or argv[1].startswith("-"):
+    """The arguments of a plain ``run`` command line (its options before or after the
+    module), as its parser would give them, without importing argparse (~2 ms of the
+    program's start, with the locale module); None where the line is anything else (another
+    command, ``--help``, ``--invoke``, an option written ``--name=value`` or abbreviated, a
+    program argument that starts with ``-``, no module, an error): the parser then reads
+    it, and says what is wrong."""
+    if len(argv) < 2 or argv[0] != "run":
         return None
     args = SimpleNamespace(
-        command="run", verbose=False, module=argv[1], args=[], invoke=None, offload="auto",
+        command="run", verbose=False, module=None, args=[], invoke=None, offload="auto",
         device="auto", dir=None, env=None, report=None, relaxed_float=False, run=cmd_run,
     )  # fmt: skip
-    words = iter(argv[2:])
+    words = iter(argv[1:])
     for word in words:
-        if not word.startswith("-"):
-            args.args.append(word)
+        if not word.startswith("-"):  # the module, then the program's arguments
+            if args.module is None:
+                args.module = word
+            else:
+                args.args.append(word)
         elif word == "--relaxed-float":
             args.relaxed_float = True
         elif word in _RUN_VALUES:
@@ -448,7 +458,7 @@ def parse_run(argv: list[str]) -> SimpleNamespace | None:
                 setattr(args, name, value)
         else:
             return None
-    return args
+    return args if args.module is not None else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,8 @@ It is written as typed records (:mod:`tensorwasm.support.serial`), never pickled
 an entry builds only the classes of :data:`RECORDS`, through their constructors, so an
 entry cannot name code to run. Plans point into the IR (values, ops, functions, loops);
 each such reference is written as a small stand-in carrying only what the runtime reads (a
-value's type, an op's offset, a function's name, a loop's offset and depth), and the plan
+value's type, an op's offset, a function's name, a loop's offset and depth; a region, a
+named tuple of its fields, so that reading one loads neither its module nor :mod:`dataclasses`), and the plan
 fields only the outliner uses are dropped. An entry that cannot be read back whole (a
 class not allowed, a record of another version, anything malformed) is None at load, and
 then the module is simply prepared again.
@@ -33,6 +34,7 @@ from tensorwasm.support.serial import Custom, Schema, SerialError
 log = logs.get_logger(__name__)
 # The IR's classes, needed only to write an entry: reading one (a warm start) needs no IR.
 ir = LazyModule("tensorwasm.dialect.ir", globals(), "ir")
+regions = LazyModule("tensorwasm.compiler.analysis.regions", globals(), "regions")
 
 
 # The stand-ins are named tuples: every warm start defines them, and a named tuple costs a
@@ -56,6 +58,18 @@ class LoopRef(NamedTuple):
     depth: int
     start: int
     end: int
+
+
+class RegionRef(NamedTuple):
+    """A device-resident region (:class:`compiler.analysis.regions.Region`, whose module a
+    warm start need not load, with :mod:`dataclasses`): the same fields, read the same way."""
+
+    func_index: int
+    start: int
+    end: int
+    offset: int
+    children: tuple[int, ...]
+    exits: tuple[int, ...]
 
 
 def _slim(plan: LoopPlan) -> LoopPlan:
@@ -88,10 +102,9 @@ RECORDS = Schema(
             "AnalysisOptions",
         ),
         "tensorwasm.compiler.analysis.poly": ("Poly", "Symbol"),
-        "tensorwasm.compiler.analysis.regions": ("Region",),
         "tensorwasm.compiler.rewrite": ("Insertion", "Filter"),
         "tensorwasm.dialect.types": ("Type",),
-        "tensorwasm.runtime.prepared": ("ValueRef", "OpRef", "FunctionRef", "LoopRef"),
+        "tensorwasm.runtime.prepared": ("ValueRef", "OpRef", "FunctionRef", "LoopRef", "RegionRef"),
     },
     custom={
         "Poly": Custom(("terms",)),
@@ -116,6 +129,8 @@ def _stand_in(obj: object) -> object:
         return FunctionRef(obj.name, obj.index)
     if isinstance(obj, ir.LoopInfo):
         return LoopRef(obj.offset, obj.depth, obj.start, obj.end)
+    if isinstance(obj, regions.Region):
+        return RegionRef(obj.func_index, obj.start, obj.end, obj.offset, obj.children, obj.exits)
     if isinstance(obj, ir.Block):
         raise SerialError("a plan still refers to a block")
     return obj

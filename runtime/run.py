@@ -209,9 +209,9 @@ def _parse_arg(text: str, ty: wasmtime.ValType) -> int | float:
 
 def report(prepared: OffloadModule, timings: dict, fmt: str) -> str:
     import json
-    from dataclasses import asdict
 
     from tensorwasm.runtime.api import offload_report
+    from tensorwasm.support.records import asdict
 
     found = offload_report(prepared)
     rows = [asdict(row) for row in found.loops]
