@@ -493,35 +493,46 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def entry() -> None:
-    """The ``tensorwasm`` command. Where the CUDA context is still being made when the
-    command is done (every loop stayed on the CPU before one was needed, so nothing of the
-    program's is on the device), the process ends at once: it neither waits for the driver
-    nor exits while the driver initialises on the other thread (begun at the start, or by an
-    arrival whose launch would have paid: :mod:`runtime.gpu_start`). Where a context was
-    made, the process ends once Python's own exit work is done (the cache's counts, say),
-    without the driver's teardown of the context (tens to hundreds of milliseconds at exit,
-    for memory the system frees with the process anyway): the command's output and the
-    program's files are all written by then."""
+    """The ``tensorwasm`` command. Once the command is done, and where no thread of its own is
+    still working (a kernel's compile in the background, whose result the cache keeps), the
+    process ends once Python's own exit work is done (the cache's counts, say), without the
+    interpreter's teardown of every module and object (~15 ms after a run, for memory the
+    system frees with the process anyway): the command's output and the program's files
+    are all written by then. So does it where the CUDA context is still being made (every
+    loop stayed on the CPU before one was needed, so nothing of the program's is on the
+    device): the process neither waits for the driver nor exits while the driver
+    initialises on the other thread (begun at the start, or by an arrival whose launch would
+    have paid: :mod:`runtime.gpu_start`); and where a context was made, without the
+    driver's teardown of it (tens to hundreds of milliseconds at exit)."""
     status = main()
     gpu_start = sys.modules.get("tensorwasm.runtime.gpu_start")  # (a launch may have begun one)
     device_info = sys.modules.get("tensorwasm.runtime.device_info")
+    threading_ = sys.modules.get("threading")
     if (
         (_cuda_start is not None and _cuda_start.is_alive())
         or (gpu_start is not None and gpu_start.STARTER.running())
         or (device_info is not None and device_info.context_made())
+        or threading_ is None
+        or threading_.active_count() == 1
     ):
-        import atexit
-
-        atexit._run_exitfuncs()  # Python's exit work; the driver's (C) teardown is skipped
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except OSError:  # a closed pipe: nothing more can reach it
-                pass
-        if "logging" in sys.modules:  # (imported only where a message was written)
-            sys.modules["logging"].shutdown()
-        os._exit(status)
+        _exit_now(status)
     sys.exit(status)
+
+
+def _exit_now(status: int) -> None:
+    """End the process with ``status`` after Python's exit work (``atexit``), its streams
+    flushed and its log closed, without the interpreter's teardown."""
+    import atexit
+
+    atexit._run_exitfuncs()  # Python's exit work; the interpreter's (and the driver's) teardown is skipped
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            pass
+    if "logging" in sys.modules:  # (imported only where a message was written)
+        sys.modules["logging"].shutdown()
+    os._exit(status)
 
 
 if __name__ == "__main__":
