@@ -29,6 +29,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from tensorwasm.support.records import builder
+
 FORMAT = "tensorwasm-records-1"
 _SCALARS = (type(None), bool, int, float, str)
 _BUILTIN_TAGS = frozenset({"l", "t", "s", "f", "d", "b", "@"})
@@ -69,7 +71,7 @@ class _Class:
         elif isinstance(cls, enum.EnumMeta):
             self.fields, self.make, self.values = ("value",), cls, _enum_value
         elif hasattr(cls, "__record_fields__"):
-            self.fields, self.make, self.values = tuple(cls.__record_fields__), cls, _record_values
+            self.fields, self.make, self.values = tuple(cls.__record_fields__), builder(cls), _record_values
         elif hasattr(cls, "__dataclass_fields__"):
             import dataclasses
 
