@@ -36,7 +36,6 @@ from tensorwasm.compiler.rewrite import HOOKS_EXPORT, HOST_MODULE
 from tensorwasm.compiler.target import describe, nvptx_for_device
 from tensorwasm.runtime import hostfunc, prepared
 from tensorwasm.runtime.cache import default_cache, make_key
-from tensorwasm.runtime.device_replay import Hook
 from tensorwasm.runtime.host_device import HostDevice
 from tensorwasm.runtime.loop_kernels import CompileFirst, LoopKernels
 from tensorwasm.runtime.planning import (
@@ -60,6 +59,7 @@ limits = LazyModule("tensorwasm.runtime.limits", globals(), "limits")
 if TYPE_CHECKING:
     from tensorwasm.compiler.prepare import PreparedModule
     from tensorwasm.runtime.device import Device
+    from tensorwasm.runtime.device_replay import Hook
 
 __all__ = ["LoopStats", "OffloadModule", "OffloadedLoop", "RegionLost", "RegionStats", "device_named"]
 
@@ -119,6 +119,7 @@ class OffloadModule:
         compiled here."""
         self._wasm_bytes = bytes(wasm)
         self._wasm = None
+        self._rewritten_digest: str | None = None  # (where the cache entry says it)
         self._preparation = None  # the compiler's state, where this process prepared the module
         self.target = self.backend.target()
         cache = default_cache()
@@ -129,6 +130,7 @@ class OffloadModule:
         found = prepared.load(blob) if blob is not None else None
         if found is not None:
             self._adopt(found)
+            self._rewritten_digest = prepared.rewritten_digest(blob)
             return
         self._adopt(self.preparation().prepared)
         if not cache.enabled:  # (writing the record costs ~2 ms a loop: not for nothing)
@@ -237,7 +239,7 @@ class OffloadModule:
         """The rewritten module compiled by ``engine``, through the cache (wasmtime's own
         serialized code: a warm start skips compiling it; wasmtime refuses code made by
         another release or engine configuration, which is then compiled again)."""
-        return _compiled(engine, self.rewritten)
+        return _compiled(engine, self.rewritten, self._rewritten_digest)
 
     @property
     def kernels(self) -> LoopKernels:
@@ -265,6 +267,8 @@ class OffloadModule:
         funcs = {}
         context = hostfunc.store_context(store)
         self._unbound_hooks = []
+        if self.device == "gpu":  # (the host backend's replays are not native code: not loaded there)
+            from tensorwasm.runtime.device_replay import Hook
         for k, lp in enumerate(self.loops):
             params, results = self._host_sigs[lp.insertion.import_name]
             hook = Hook(weakref.ref(store), k, context) if self.device == "gpu" else None
@@ -352,12 +356,12 @@ class OffloadModule:
         return run
 
 
-def _compiled(engine: wasmtime.Engine, wasm: bytes) -> wasmtime.Module:
-    """``wasm`` compiled by ``engine``, through the cache (wasmtime's own serialized code: a
-    warm start skips compiling it; wasmtime refuses code made by another release or engine
-    configuration, which is then compiled again)."""
+def _compiled(engine: wasmtime.Engine, wasm: bytes, digest: str | None = None) -> wasmtime.Module:
+    """``wasm`` (its SHA-256 ``digest``, where known) compiled by ``engine``, through the cache
+    (wasmtime's own serialized code: a warm start skips compiling it; wasmtime refuses code
+    made by another release or engine configuration, which is then compiled again)."""
     cache = default_cache()
-    key = make_key("cwasm", sha256(wasm).hexdigest())
+    key = make_key("cwasm", digest or sha256(wasm).hexdigest())
     blob = cache.get("cwasm", key)
     if blob is not None:
         try:

@@ -19,16 +19,15 @@ then the module is simply prepared again.
 
 from __future__ import annotations
 
-import copy
 import sys
-from typing import NamedTuple
 
 from tensorwasm.compiler.analysis.plan import LoopPlan
 from tensorwasm.compiler.prepare import PreparedModule
 from tensorwasm.dialect.types import Type, by_name
 from tensorwasm.support import logs
+from tensorwasm.support.digest import sha256
 from tensorwasm.support.lazy import LazyModule
-from tensorwasm.support.records import replace
+from tensorwasm.support.records import record, replace
 from tensorwasm.support.serial import Custom, Schema, SerialError
 
 log = logs.get_logger(__name__)
@@ -37,30 +36,35 @@ ir = LazyModule("tensorwasm.dialect.ir", globals(), "ir")
 regions = LazyModule("tensorwasm.compiler.analysis.regions", globals(), "regions")
 
 
-# The stand-ins are named tuples: every warm start defines them, and a named tuple costs a
-# fifth of what a frozen dataclass does to define.
-class ValueRef(NamedTuple):
+# The stand-ins are frozen records: every warm start defines them, and a record costs
+# microseconds to define (a named tuple, ~0.1 ms).
+@record(frozen=True)
+class ValueRef:
     type: Type
 
 
-class OpRef(NamedTuple):
+@record(frozen=True)
+class OpRef:
     name: str
     offset: int | None
 
 
-class FunctionRef(NamedTuple):
+@record(frozen=True)
+class FunctionRef:
     name: str
     index: int
 
 
-class LoopRef(NamedTuple):
+@record(frozen=True)
+class LoopRef:
     offset: int
     depth: int
     start: int
     end: int
 
 
-class RegionRef(NamedTuple):
+@record(frozen=True)
+class RegionRef:
     """A device-resident region (:class:`compiler.analysis.regions.Region`, whose module a
     warm start need not load, with :mod:`dataclasses`): the same fields, read the same way."""
 
@@ -74,6 +78,8 @@ class RegionRef(NamedTuple):
 
 def _slim(plan: LoopPlan) -> LoopPlan:
     """A shallow copy without the fields only the outliner reads."""
+    import copy  # (writing an entry only)
+
     out = copy.copy(plan)
     out.blocks, out.ivs, out.invariant_args, out.vector_ivs = set(), {}, {}, {}
     out.collapse = tuple(replace(level, blocks=set()) for level in plan.collapse)
@@ -141,27 +147,52 @@ class UnwritableError(SerialError):
     module catches it from :func:`dump` and goes on uncached."""
 
 
+# An entry: this word, the SHA-256 of the rewritten module (which keys wasmtime's code for
+# it: a warm start need not hash it), the length of the records' document (8 bytes, little
+# endian), the document (the prepared module without its rewritten bytes), then those bytes
+# as they are (in the document they would be base64, ~0.5 ms a warm start to decode).
+MAGIC = b"TWP1"
+_DIGEST = slice(len(MAGIC), len(MAGIC) + 32)
+_LENGTH = slice(_DIGEST.stop, _DIGEST.stop + 8)
+
+
 def dump(prepared: PreparedModule) -> bytes:
     """The prepared module as records, its IR references as stand-ins and its plans slimmed."""
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 20_000))  # polynomials nest a little
     try:
-        return RECORDS.dumps(prepared, _stand_in)
+        document = RECORDS.dumps(replace(prepared, rewritten=b""), _stand_in)
     except SerialError as exc:
         raise UnwritableError(str(exc)) from exc
     finally:
         sys.setrecursionlimit(limit)
+    return entry(document, prepared.rewritten)
+
+
+def entry(document: bytes, rewritten: bytes) -> bytes:
+    """The cache entry of a records' document and the rewritten module's bytes."""
+    digest = sha256(rewritten).digest()
+    return b"".join((MAGIC, digest, len(document).to_bytes(8, "little"), document, rewritten))
 
 
 def load(blob: bytes) -> PreparedModule | None:
     """The prepared module :func:`dump` wrote, or None (logged) where it cannot be read
     back whole: the module is then prepared again."""
+    end = _LENGTH.stop + int.from_bytes(blob[_LENGTH], "little")
+    if blob[: len(MAGIC)] != MAGIC or len(blob) < end:
+        log.info("prepared-module cache entry unusable (not an entry of this release); preparing again")
+        return None
     try:
-        prepared = RECORDS.loads(blob)
+        prepared = RECORDS.loads(blob[_LENGTH.stop : end])
     except SerialError as exc:  # an entry from another build: prepare afresh
         log.info("prepared-module cache entry unusable (%s); preparing again", exc)
         return None
     if not isinstance(prepared, PreparedModule):
         log.info("prepared-module cache entry unusable (not a prepared module); preparing again")
         return None
-    return prepared
+    return replace(prepared, rewritten=blob[end:])
+
+
+def rewritten_digest(blob: bytes) -> str:
+    """The SHA-256 (hex) of the rewritten module in the entry ``blob`` (one :func:`load` reads)."""
+    return blob[_DIGEST].hex()

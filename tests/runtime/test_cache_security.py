@@ -426,12 +426,14 @@ def test_a_fifo_at_an_entry_path_never_hangs_a_run(tmp_path: Path) -> None:
 def test_a_prepared_entry_of_the_wrong_structure_is_prepared_again(cache_dir: Path) -> None:
     from tensorwasm.runtime.offload import OffloadModule
     from tensorwasm.runtime.prepared import RECORDS
+    from tensorwasm.runtime.prepared import entry as prepared_entry
     from tests.offload_cases import module_bytes
 
     wasm = module_bytes("blas1", "O2")
     OffloadModule(wasm, device="cpu")
     (entry,) = (cache_dir / "prepared").iterdir()
-    for wrong in (RECORDS.dumps(["not", "a", "prepared", "module"]), b'["tensorwasm-records-1",[],[1,2]]'):
+    for document in (RECORDS.dumps(["not", "a", "prepared", "module"]), b'["tensorwasm-records-1",[],[1,2]]'):
+        wrong = prepared_entry(document, wasm)
         Cache(cache_dir).put("prepared", entry.stem, wrong)  # its MAC right
         _fresh_process()
         again = OffloadModule(wasm, device="cpu")
