@@ -158,6 +158,8 @@ _LENGTH = slice(_DIGEST.stop, _DIGEST.stop + 8)
 
 def dump(prepared: PreparedModule) -> bytes:
     """The prepared module as records, its IR references as stand-ins and its plans slimmed."""
+    if not isinstance(prepared, PreparedModule):
+        raise UnwritableError(f"not a prepared module: {type(prepared).__name__}")
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 20_000))  # polynomials nest a little
     try:

@@ -102,6 +102,7 @@ class _Plant:
 
 
 def test_a_prepared_entry_that_is_a_pickle_is_never_unpickled(cache_dir: Path, tmp_path: Path) -> None:
+    from tensorwasm.runtime import prepared as prepared_module
     from tensorwasm.runtime.offload import OffloadModule
     from tests.offload_cases import module_bytes
 
@@ -115,7 +116,8 @@ def test_a_prepared_entry_that_is_a_pickle_is_never_unpickled(cache_dir: Path, t
     again = OffloadModule(wasm, device="cpu")
     assert not marker.exists()
     assert again.loops and again._wasm is not None  # prepared from scratch
-    assert Cache(cache_dir).get("prepared", entry.stem)[:1] == b"["  # and rewritten as records
+    rewritten = Cache(cache_dir).get("prepared", entry.stem)  # and rewritten as records
+    assert rewritten[:4] == prepared_module.MAGIC and prepared_module.load(rewritten) is not None
 
 
 def test_a_planted_entry_with_its_own_sha256_is_not_used(cache_dir: Path, tmp_path: Path) -> None:
