@@ -106,6 +106,12 @@ def _make(cls: type, frozen: bool) -> type:
 
 def _init(self, *args: Any, **kwargs: Any) -> None:
     fields = type(self).__record_fields__
+    if not kwargs and len(args) == len(fields):  # every field given in order: no default to look up
+        self.__dict__.update(zip(fields, args))
+        post_init = getattr(self, "__post_init__", None)
+        if post_init is not None:
+            post_init()
+        return
     if len(args) > len(fields):
         raise TypeError(f"{type(self).__name__}() takes {len(fields)} arguments, got {len(args)}")
     values = dict(zip(fields, args, strict=False))

@@ -1,12 +1,12 @@
 """The cache cannot be turned against its user: what it hands back is this user's own
-output, checked by an HMAC under a secret nobody else can read; prepared modules are
+output, checked by a MAC (keyed BLAKE2b) under a secret nobody else can read; prepared modules are
 records read through an allow-list, never unpickled; a directory others can write is
 refused; damage of any kind heals; ``cache clear`` removes only the cache's own files;
 concurrent processes' counts all arrive."""
 
 from __future__ import annotations
 
-import hmac
+import hashlib
 import json
 import os
 import pickle
@@ -110,7 +110,7 @@ def test_a_prepared_entry_that_is_a_pickle_is_never_unpickled(cache_dir: Path, t
     OffloadModule(wasm, device="cpu")
     (entry,) = (cache_dir / "prepared").iterdir()
     marker = tmp_path / "ran"
-    # Even written by the user's own cache (its HMAC right), a pickle is not read.
+    # Even written by the user's own cache (its MAC right), a pickle is not read.
     Cache(cache_dir).put("prepared", entry.stem, pickle.dumps(_Plant(marker)))
     _fresh_process()
     again = OffloadModule(wasm, device="cpu")
@@ -180,12 +180,17 @@ def test_an_entry_moved_to_another_kind_does_not_check(cache_dir: Path) -> None:
     assert Cache(cache_dir).get("obj", "k") is None
 
 
-def test_the_mac_is_hmac_sha256_under_a_private_key(cache_dir: Path) -> None:
+def test_the_mac_is_keyed_blake2b_under_a_private_key(cache_dir: Path) -> None:
     Cache(cache_dir).put("obj", "k", b"code")
     key = (cache_dir / "key").read_bytes()
     blob = (cache_dir / "obj" / "k.bin").read_bytes()
     assert blob[HEADER:] == b"code"
-    assert blob[4:HEADER] == hmac.new(key, b"obj\0k\0code", "sha256").digest()
+    mac = hashlib.blake2b(b"obj\0k\0code", digest_size=32, key=key, person=b"tensorwasm cache").digest()
+    assert blob[4:HEADER] == mac
+    assert (
+        blob[4:HEADER]
+        != hashlib.blake2b(b"obj\0k\0code", digest_size=32, person=b"tensorwasm cache").digest()
+    )
     for path in (cache_dir, cache_dir / "obj"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o700
     for path in (cache_dir / "key", cache_dir / "obj" / "k.bin"):
