@@ -182,16 +182,15 @@ def report(instance: wasmtime.Instance) -> OffloadReport:
 def offload_report(prepared: OffloadModule) -> OffloadReport:
     prepared.collect_skipped()
     around = _enclosing(prepared)
-    chosen_by_plan = {id(lp.plan): lp for lp in prepared.loops}
     loops = []
-    for r in prepared.reports:
-        chosen = chosen_by_plan.get(id(r.plan)) if r.plan is not None else None
-        if chosen is None:
-            loops.append(LoopRecord(r.func.name, r.loop.offset, r.loop.depth, r.verdict, r.reason))
+    for func, offset, depth, verdict, reason, k in prepared.report_rows():
+        if k is None:
+            loops.append(LoopRecord(func, offset, depth, verdict, reason))
             continue
+        chosen = prepared.loops[k]
         stats = chosen.stats
         row = LoopRecord(  # every field in order: the record's quickest making
-            r.func.name, r.loop.offset, r.loop.depth, r.verdict, r.reason, stats.device, stats.arrivals,
+            func, offset, depth, verdict, reason, stats.device, stats.arrivals,
             stats.offloaded, dict(stats.declined), stats.iterations, stats.bytes_in, stats.bytes_out,
             stats.kernel_seconds, stats.transfer_seconds, stats.threads, stats.pinned, stats.region,
             around.get(id(chosen)),

@@ -19,6 +19,7 @@ then the module is simply prepared again.
 
 from __future__ import annotations
 
+import json
 import sys
 
 from tensorwasm.compiler.analysis.plan import LoopPlan
@@ -110,7 +111,14 @@ RECORDS = Schema(
         "tensorwasm.compiler.analysis.poly": ("Poly", "Symbol"),
         "tensorwasm.compiler.rewrite": ("Insertion", "Filter"),
         "tensorwasm.dialect.types": ("Type",),
-        "tensorwasm.runtime.prepared": ("ValueRef", "OpRef", "FunctionRef", "LoopRef", "RegionRef"),
+        "tensorwasm.runtime.prepared": (
+            "ValueRef",
+            "OpRef",
+            "FunctionRef",
+            "LoopRef",
+            "RegionRef",
+            "PlanRef",
+        ),
     },
     custom={
         "Poly": Custom(("terms",)),
@@ -148,53 +156,129 @@ class UnwritableError(SerialError):
 
 
 # An entry: this word, the SHA-256 of the rewritten module (which keys wasmtime's code for
-# it: a warm start need not hash it), the length of the records' document (8 bytes, little
-# endian), the document (the prepared module without its rewritten bytes), then those bytes
-# as they are (in the document they would be base64, ~0.5 ms a warm start to decode).
-MAGIC = b"TWP1"
+# it: a warm start need not hash it), then three parts, each its length (8 bytes, little
+# endian) and its bytes: the records' document of the prepared module without its reports
+# and rewritten bytes; the reports' rows for the offload report, as plain JSON (read by
+# the C parser alone); the reports' own document, built only where a run asks for them (a
+# hundred reports are half the records a warm start would build). Then the rewritten
+# module's bytes as they are (in a document they would be base64, ~0.5 ms to decode).
+MAGIC = b"TWP2"
 _DIGEST = slice(len(MAGIC), len(MAGIC) + 32)
-_LENGTH = slice(_DIGEST.stop, _DIGEST.stop + 8)
+_PARTS = 3
+
+
+@record(frozen=True)
+class PlanRef:
+    """In the reports' document: the plan of the prepared module's offloaded loop ``index``
+    (the report and the loop share it, read back as written)."""
+
+    index: int
+
+
+# A report's row: its function's name, the loop's offset and depth, the verdict, the reason,
+# and the index of the offloaded loop it reports on (None: no loop of its own).
+ReportRow = tuple[str, int, int, str, str, "int | None"]
 
 
 def dump(prepared: PreparedModule) -> bytes:
     """The prepared module as records, its IR references as stand-ins and its plans slimmed."""
     if not isinstance(prepared, PreparedModule):
         raise UnwritableError(f"not a prepared module: {type(prepared).__name__}")
+    index = {id(lp.plan): k for k, lp in enumerate(prepared.loops)}
+
+    def in_reports(obj: object) -> object:
+        found = index.get(id(obj)) if type(obj) is LoopPlan else None
+        return PlanRef(found) if found is not None else _stand_in(obj)
+
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 20_000))  # polynomials nest a little
     try:
-        document = RECORDS.dumps(replace(prepared, rewritten=b""), _stand_in)
+        document = RECORDS.dumps(replace(prepared, rewritten=b"", reports=()), _stand_in)
+        reports = RECORDS.dumps(tuple(prepared.reports), in_reports)
     except SerialError as exc:
         raise UnwritableError(str(exc)) from exc
     finally:
         sys.setrecursionlimit(limit)
-    return entry(document, prepared.rewritten)
+    rows = json.dumps([_row(r, index) for r in prepared.reports], separators=(",", ":")).encode()
+    return entry([document, rows, reports], prepared.rewritten)
 
 
-def entry(document: bytes, rewritten: bytes) -> bytes:
-    """The cache entry of a records' document and the rewritten module's bytes."""
+def _row(report, index: dict[int, int]) -> list:
+    loop = index.get(id(report.plan)) if report.plan is not None else None
+    return [report.func.name, report.loop.offset, report.loop.depth, report.verdict, report.reason, loop]
+
+
+def entry(parts: list[bytes], rewritten: bytes) -> bytes:
+    """The cache entry of its three parts (see :data:`MAGIC`) and the rewritten module's bytes."""
     digest = sha256(rewritten).digest()
-    return b"".join((MAGIC, digest, len(document).to_bytes(8, "little"), document, rewritten))
+    return b"".join((MAGIC, digest, *(len(p).to_bytes(8, "little") + p for p in parts), rewritten))
+
+
+class Entry:
+    """A prepared-module entry read back: the module without its reports at once
+    (:attr:`module`), its reports' rows (:attr:`rows`), the reports themselves when asked
+    (:meth:`reports`)."""
+
+    def __init__(self, module: PreparedModule, rows: list[ReportRow], reports, digest: str) -> None:
+        self.module = module
+        self.rows = rows
+        self._reports = reports  # builds the reports' records
+        self.rewritten_digest = digest  # the SHA-256 (hex) of module.rewritten
+
+    def reports(self, plans: list) -> list:
+        """The reports, each offloaded loop's with ``plans[k]``, its loop's plan (SerialError
+        where the part cannot be read back whole)."""
+        found = self._reports()
+        if type(found) is not tuple:
+            raise SerialError("the reports are not a tuple")
+        try:
+            for report in found:
+                if isinstance(report.plan, PlanRef):
+                    report.plan = plans[report.plan.index]
+        except (AttributeError, IndexError, TypeError) as exc:
+            raise SerialError(f"the reports are malformed: {exc!r}") from exc
+        return list(found)
+
+
+def read(blob: bytes) -> Entry | None:
+    """The entry :func:`dump` wrote, its reports not yet built; None (logged) where it cannot
+    be read back whole: the module is then prepared again."""
+    try:
+        return _read(blob)
+    except (SerialError, ValueError, TypeError) as exc:  # an entry from another build: prepare afresh
+        log.info("prepared-module cache entry unusable (%s); preparing again", exc)
+        return None
+
+
+def _read(blob: bytes) -> Entry:
+    if blob[: len(MAGIC)] != MAGIC:
+        raise SerialError("not an entry of this release")
+    parts, at = [], _DIGEST.stop
+    for _ in range(_PARTS):
+        end = at + 8 + int.from_bytes(blob[at : at + 8], "little")
+        if len(blob) < end:
+            raise SerialError("an entry cut short")
+        parts.append(blob[at + 8 : end])
+        at = end
+    document, rows, reports = parts
+    module = RECORDS.loads(document)
+    if not isinstance(module, PreparedModule):
+        raise SerialError("not a prepared module")
+    rows = json.loads(rows)
+    if type(rows) is not list or any(type(row) is not list or len(row) != 6 for row in rows):
+        raise SerialError("the reports' rows are not rows")
+    return Entry(replace(module, rewritten=blob[at:]), rows, RECORDS.deferred(reports), blob[_DIGEST].hex())
 
 
 def load(blob: bytes) -> PreparedModule | None:
-    """The prepared module :func:`dump` wrote, or None (logged) where it cannot be read
-    back whole: the module is then prepared again."""
-    end = _LENGTH.stop + int.from_bytes(blob[_LENGTH], "little")
-    if blob[: len(MAGIC)] != MAGIC or len(blob) < end:
-        log.info("prepared-module cache entry unusable (not an entry of this release); preparing again")
+    """The prepared module :func:`dump` wrote, reports included, or None (logged) where it
+    cannot be read back whole: the module is then prepared again."""
+    found = read(blob)
+    if found is None:
         return None
     try:
-        prepared = RECORDS.loads(blob[_LENGTH.stop : end])
-    except SerialError as exc:  # an entry from another build: prepare afresh
+        reports = found.reports([lp.plan for lp in found.module.loops])
+    except SerialError as exc:
         log.info("prepared-module cache entry unusable (%s); preparing again", exc)
         return None
-    if not isinstance(prepared, PreparedModule):
-        log.info("prepared-module cache entry unusable (not a prepared module); preparing again")
-        return None
-    return replace(prepared, rewritten=blob[end:])
-
-
-def rewritten_digest(blob: bytes) -> str:
-    """The SHA-256 (hex) of the rewritten module in the entry ``blob`` (one :func:`load` reads)."""
-    return blob[_DIGEST].hex()
+    return replace(found.module, reports=tuple(reports))

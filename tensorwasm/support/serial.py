@@ -152,6 +152,12 @@ class Schema:
     def loads(self, data: bytes) -> Any:
         """The value of the document ``data``; SerialError where it is not one this schema
         reads whole."""
+        return self.deferred(data)()
+
+    def deferred(self, data: bytes) -> Callable[[], Any]:
+        """The document ``data`` parsed and its class table checked now (SerialError where
+        either fails), and a function that builds its value when called (SerialError where
+        the value is malformed): for a part of a cache entry that a run may never need."""
         try:
             document = json.loads(data, object_pairs_hook=_no_objects)
         except (ValueError, RecursionError) as exc:  # (SerialError, UnicodeDecodeError: ValueErrors)
@@ -169,13 +175,17 @@ class Schema:
             if fields != entry.names:
                 raise SerialError(f"{tag} was written with the fields {fields}, and has {entry.names}")
             classes[tag] = entry
-        try:
-            value = document[2]
-            return _reader(classes)(value) if type(value) is list else value
-        except SerialError:
-            raise
-        except (TypeError, ValueError, LookupError, AttributeError, RecursionError) as exc:
-            raise SerialError(f"malformed document: {exc!r}") from exc
+        value = document[2]
+
+        def build() -> Any:
+            try:
+                return _reader(classes)(value) if type(value) is list else value
+            except SerialError:
+                raise
+            except (TypeError, ValueError, LookupError, AttributeError, RecursionError) as exc:
+                raise SerialError(f"malformed document: {exc!r}") from exc
+
+        return build
 
 
 class _Writer:

@@ -440,7 +440,7 @@ def test_a_prepared_entry_of_the_wrong_structure_is_prepared_again(cache_dir: Pa
     OffloadModule(wasm, device="cpu")
     (entry,) = (cache_dir / "prepared").iterdir()
     for document in (RECORDS.dumps(["not", "a", "prepared", "module"]), b'["tensorwasm-records-1",[],[1,2]]'):
-        wrong = prepared_entry(document, wasm)
+        wrong = prepared_entry([document, b"[]", RECORDS.dumps(())], wasm)
         Cache(cache_dir).put("prepared", entry.stem, wrong)  # its MAC right
         _fresh_process()
         again = OffloadModule(wasm, device="cpu")

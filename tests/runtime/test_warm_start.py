@@ -249,7 +249,7 @@ def test_a_warm_start_reads_the_regions_and_the_rewritten_module_from_the_entry(
     (region,) = cold.regions
     blob = default_cache().get("prepared", cold.key)
     assert blob[:4] == prepared.MAGIC and blob.endswith(cold.rewritten)
-    assert prepared.rewritten_digest(blob) == sha256(cold.rewritten).hexdigest()
+    assert prepared.read(blob).rewritten_digest == sha256(cold.rewritten).hexdigest()
     default_cache().memory.clear()  # as a new process starts
     warm = OffloadModule(wasm, device="cpu")
     assert warm._preparation is None and warm.rewritten == cold.rewritten
@@ -273,3 +273,60 @@ def test_a_prepared_entry_cut_short_or_of_another_release_is_prepared_again(cut:
     assert prepared.load(blob) is not None
     bad = b"TWP0" + blob[4:] if cut == "magic" else blob[: len(blob) // 2]
     assert prepared.load(bad) is None
+
+
+def _rows(offload) -> list[tuple]:
+    return [tuple(row) for row in offload.report_rows()]
+
+
+def test_a_warm_start_builds_the_reports_only_when_asked(tmp_path: Path, monkeypatch) -> None:
+    from tensorwasm.runtime.cache import default_cache
+    from tensorwasm.runtime.offload import OffloadModule
+    from tests.offload_cases import module_bytes
+
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
+    wasm = module_bytes("stencil", "O2")
+    cold = OffloadModule(wasm, device="cpu")
+    assert any(row[5] is not None for row in _rows(cold)) and any(row[5] is None for row in _rows(cold))
+    default_cache().memory.clear()  # as a new process starts
+    warm = OffloadModule(wasm, device="cpu")
+    assert warm._preparation is None
+    assert _rows(warm) == _rows(cold)  # the offload report's rows, from the entry's plain part
+    assert warm._entry is not None and warm._reports == []  # no report built for them
+    reports = warm.reports
+    assert warm._entry is None
+    assert [(r.func.name, r.loop.offset, r.verdict, r.reason) for r in reports] == [
+        (r.func.name, r.loop.offset, r.verdict, r.reason) for r in cold.reports
+    ]
+    for k, lp in enumerate(warm.loops):  # each offloaded loop's report holds the loop's own plan
+        (own,) = [r for r in reports if r.plan is lp.plan]
+        assert (own.func.name, own.loop.offset) == (lp.stats.func, lp.stats.offset) and _rows(warm)[
+            reports.index(own)
+        ][5] == k
+    assert _rows(warm) == _rows(cold)
+
+
+def test_unreadable_cached_reports_are_taken_from_the_module_linked_to_its_loops(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from tensorwasm.runtime import prepared
+    from tensorwasm.runtime.cache import default_cache
+    from tensorwasm.runtime.offload import OffloadModule
+    from tests.offload_cases import module_bytes
+
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
+    wasm = module_bytes("stencil", "O2")
+    cold = OffloadModule(wasm, device="cpu")
+    entry = prepared.read(default_cache().get("prepared", cold.key))
+    document = prepared.RECORDS.dumps(prepared.replace(entry.module, rewritten=b""), prepared._stand_in)
+    rows = json.dumps(entry.rows).encode()
+    unbuildable = b'["tensorwasm-records-1",[],["LoopReport"]]'  # its table right, its value not
+    default_cache().put("prepared", cold.key, prepared.entry([document, rows, unbuildable], cold.rewritten))
+    default_cache().memory.clear()
+    warm = OffloadModule(wasm, device="cpu")
+    assert warm._preparation is None
+    reports = warm.reports  # the module is prepared for them
+    assert warm._preparation is not None
+    for lp in warm.loops:
+        assert len([r for r in reports if r.plan is lp.plan]) == 1
+    assert _rows(warm) == _rows(cold)
