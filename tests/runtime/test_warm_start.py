@@ -330,3 +330,25 @@ def test_unreadable_cached_reports_are_taken_from_the_module_linked_to_its_loops
     for lp in warm.loops:
         assert len([r for r in reports if r.plan is lp.plan]) == 1
     assert _rows(warm) == _rows(cold)
+
+
+@pytest.mark.gpu
+def test_a_warm_gpu_run_whose_loops_decline_loads_no_cuda(tmp_path: Path) -> None:
+    """On a GPU: the first run makes the context, remembers the device and that nothing
+    launched; the next one starts no context, and its declines load neither CUDA nor the
+    driver layer, device memory or LLVM."""
+    program = _overlap(tmp_path)
+    line = ("run", "--device", "gpu", "--offload", "always", "--report", "json", str(program))
+    first, first_modules = _command(tmp_path, *line)
+    assert first.returncode == 0, first.stderr
+    assert "cuda.bindings.driver" in first_modules  # (the check below can fail)
+    warm, modules = _command(tmp_path, *line)
+    assert warm.returncode == 0, warm.stderr
+    assert warm.stdout == first.stdout == plain_wasmtime(program, [], tmp_path)[1]
+    report = json.loads(warm.stderr.strip().splitlines()[-1])
+    assert report["device"] == "gpu"
+    (row,) = [row for row in report["loops"] if row["device"]]
+    assert row["arrivals"] == 3 and row["offloaded"] == 0
+    never = ("cuda", "tensorwasm.runtime.driver", "tensorwasm.runtime.mirror", "llvmlite.binding", "llvmlite.ir",
+             "dataclasses", "argparse")  # fmt: skip
+    assert _imported(modules, never) == []
