@@ -14,7 +14,6 @@ from __future__ import annotations
 import gc
 import os
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,6 +24,7 @@ from tensorwasm.support.errors import TensorWasmError
 
 if TYPE_CHECKING:
     import argparse
+    import threading
 
 try:  # the signal module's functions, without its enums (~0.6 ms of a run's start)
     from _signal import SIG_DFL, SIGINT
