@@ -19,7 +19,6 @@ import json
 import warnings
 import weakref
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 
 import wasmtime
 
@@ -127,7 +126,7 @@ def _tell_host_backend(note: str) -> None:
         warnings.warn(note, HostBackendWarning, stacklevel=3)  # (the caller of instantiate)
 
 
-@dataclass
+@records.record
 class LoopRecord:
     """One loop of the module: where it is, the detector's verdict, and (for an offloaded
     loop) what its arrivals did."""
@@ -152,7 +151,7 @@ class LoopRecord:
     inside: int | None = None  # the offset of the offloaded loop around it, if any
 
 
-@dataclass
+@records.record
 class OffloadReport:
     """Per loop of the module (its loops in libc included), in the order of the code; a
     loop in a function that uses a proposal TensorWasm does not compile is declined with
@@ -165,7 +164,11 @@ class OffloadReport:
     unsupported: str | None = None
 
     def json(self) -> str:
-        return json.dumps(asdict(self))
+        return json.dumps(self.asdict())
+
+    def asdict(self) -> dict:
+        """The report as plain dicts and lists (what :meth:`json` writes)."""
+        return {**records.asdict(self), "loops": [records.asdict(row) for row in self.loops]}
 
 
 def report(instance: wasmtime.Instance) -> OffloadReport:
@@ -180,17 +183,18 @@ def offload_report(prepared: OffloadModule) -> OffloadReport:
     prepared.collect_skipped()
     around = _enclosing(prepared)
     loops = []
-    for r in prepared.reports:
-        row = LoopRecord(r.func.name, r.loop.offset, r.loop.depth, r.verdict, r.reason)
-        chosen = next((lp for lp in prepared.loops if lp.plan is r.plan), None)
-        if chosen is not None:
-            stats = chosen.stats
-            row.device, row.arrivals, row.offloaded = stats.device, stats.arrivals, stats.offloaded
-            row.declined, row.iterations = dict(stats.declined), stats.iterations
-            row.bytes_in, row.bytes_out, row.region = stats.bytes_in, stats.bytes_out, stats.region
-            row.kernel_seconds, row.transfer_seconds = stats.kernel_seconds, stats.transfer_seconds
-            row.threads, row.pinned = stats.threads, stats.pinned
-            row.inside = around.get(id(chosen))
+    for func, offset, depth, verdict, reason, k in prepared.report_rows():
+        if k is None:
+            loops.append(LoopRecord(func, offset, depth, verdict, reason))
+            continue
+        chosen = prepared.loops[k]
+        stats = chosen.stats
+        row = LoopRecord(  # every field in order: the record's quickest making
+            func, offset, depth, verdict, reason, stats.device, stats.arrivals,
+            stats.offloaded, dict(stats.declined), stats.iterations, stats.bytes_in, stats.bytes_out,
+            stats.kernel_seconds, stats.transfer_seconds, stats.threads, stats.pinned, stats.region,
+            around.get(id(chosen)),
+        )  # fmt: skip
         loops.append(row)
     regions = [records.asdict(r) for r in prepared.region_stats]
     return OffloadReport(prepared.device, loops, regions, prepared.unsupported)

@@ -11,9 +11,9 @@ layer above it, and a ``run`` pays nothing for the others.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,7 +24,14 @@ from tensorwasm.support.errors import TensorWasmError
 
 if TYPE_CHECKING:
     import argparse
-import signal
+    import threading
+
+try:  # the signal module's functions, without its enums (~0.6 ms of a run's start)
+    from _signal import SIG_DFL, SIGINT
+    from _signal import signal as set_signal
+except ImportError:  # another Python
+    from signal import SIG_DFL, SIGINT
+    from signal import signal as set_signal
 
 log = logs.get_logger("tensorwasm")
 
@@ -242,12 +249,24 @@ def _may_launch(raw: bytes, device: str) -> bool:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    global _cuda_start
     # Ctrl-C ends the program at once, as it ends a native one: Python's handler would wait
     # for wasmtime or a host kernel to come back (never, for a loop that does not end).
     # Nothing is left half-written: cache entries and remembered devices are renamed into
     # place, and a GPU process of the run's own ends when its socket closes.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    set_signal(SIGINT, SIG_DFL)
+    # The start makes thousands of objects that live to the end (modules, the cached
+    # preparation): collecting them is wasted work until the program runs (~1.5 ms).
+    if not gc.isenabled():  # (the caller's choice: kept)
+        return _run(args, None)
+    gc.disable()
+    try:
+        return _run(args, gc.enable)
+    finally:
+        gc.enable()
+
+
+def _run(args: argparse.Namespace, ready: Callable[[], None] | None) -> int:
+    global _cuda_start
     from tensorwasm.compiler.frontend import read_module_file
 
     raw = read_module_file(args.module)  # read once: the module may come through a pipe
@@ -264,6 +283,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     status, prepared, timings = run(
         wasm, argv, invoke=name, invoke_args=values, offload=args.offload,
         device=args.device, dirs=args.dir, env=args.env, relaxed_float=args.relaxed_float, say=_say,
+        ready=ready,
     )  # fmt: skip
     if prepared.device == "gpu" and args.offload != "off":
         from tensorwasm.runtime import known_gpu
@@ -419,21 +439,25 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def parse_run(argv: list[str]) -> SimpleNamespace | None:
-    """The arguments of a plain ``run`` command line, as its parser would give them, without
-    importing argparse (~1 ms of the program's start); None where the line is anything
-    else (another command, ``--help``, ``--invoke``, an option written ``--name=value`` or
-    abbreviated, a program argument that starts with ``-``, an error): the parser then
-    reads it, and says what is wrong."""
-    if len(argv) < 2 or argv[0] != "run" or argv[1].startswith("-"):
+    """The arguments of a plain ``run`` command line (its options before or after the
+    module), as its parser would give them, without importing argparse (~2 ms of the
+    program's start, with the locale module); None where the line is anything else (another
+    command, ``--help``, ``--invoke``, an option written ``--name=value`` or abbreviated, a
+    program argument that starts with ``-``, no module, an error): the parser then reads
+    it, and says what is wrong."""
+    if len(argv) < 2 or argv[0] != "run":
         return None
     args = SimpleNamespace(
-        command="run", verbose=False, module=argv[1], args=[], invoke=None, offload="auto",
+        command="run", verbose=False, module=None, args=[], invoke=None, offload="auto",
         device="auto", dir=None, env=None, report=None, relaxed_float=False, run=cmd_run,
     )  # fmt: skip
-    words = iter(argv[2:])
+    words = iter(argv[1:])
     for word in words:
-        if not word.startswith("-"):
-            args.args.append(word)
+        if not word.startswith("-"):  # the module, then the program's arguments
+            if args.module is None:
+                args.module = word
+            else:
+                args.args.append(word)
         elif word == "--relaxed-float":
             args.relaxed_float = True
         elif word in _RUN_VALUES:
@@ -448,7 +472,7 @@ def parse_run(argv: list[str]) -> SimpleNamespace | None:
                 setattr(args, name, value)
         else:
             return None
-    return args
+    return args if args.module is not None else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -483,35 +507,46 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def entry() -> None:
-    """The ``tensorwasm`` command. Where the CUDA context is still being made when the
-    command is done (every loop stayed on the CPU before one was needed, so nothing of the
-    program's is on the device), the process ends at once: it neither waits for the driver
-    nor exits while the driver initialises on the other thread (begun at the start, or by an
-    arrival whose launch would have paid: :mod:`runtime.gpu_start`). Where a context was
-    made, the process ends once Python's own exit work is done (the cache's counts, say),
-    without the driver's teardown of the context (tens to hundreds of milliseconds at exit,
-    for memory the system frees with the process anyway): the command's output and the
-    program's files are all written by then."""
+    """The ``tensorwasm`` command. Once the command is done, and where no thread of its own is
+    still working (a kernel's compile in the background, whose result the cache keeps), the
+    process ends once Python's own exit work is done (the cache's counts, say), without the
+    interpreter's teardown of every module and object (~15 ms after a run, for memory the
+    system frees with the process anyway): the command's output and the program's files
+    are all written by then. So does it where the CUDA context is still being made (every
+    loop stayed on the CPU before one was needed, so nothing of the program's is on the
+    device): the process neither waits for the driver nor exits while the driver
+    initialises on the other thread (begun at the start, or by an arrival whose launch would
+    have paid: :mod:`runtime.gpu_start`); and where a context was made, without the
+    driver's teardown of it (tens to hundreds of milliseconds at exit)."""
     status = main()
     gpu_start = sys.modules.get("tensorwasm.runtime.gpu_start")  # (a launch may have begun one)
     device_info = sys.modules.get("tensorwasm.runtime.device_info")
+    threading_ = sys.modules.get("threading")
     if (
         (_cuda_start is not None and _cuda_start.is_alive())
         or (gpu_start is not None and gpu_start.STARTER.running())
         or (device_info is not None and device_info.context_made())
+        or threading_ is None
+        or threading_.active_count() == 1
     ):
-        import atexit
-
-        atexit._run_exitfuncs()  # Python's exit work; the driver's (C) teardown is skipped
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except OSError:  # a closed pipe: nothing more can reach it
-                pass
-        if "logging" in sys.modules:  # (imported only where a message was written)
-            sys.modules["logging"].shutdown()
-        os._exit(status)
+        _exit_now(status)
     sys.exit(status)
+
+
+def _exit_now(status: int) -> None:
+    """End the process with ``status`` after Python's exit work (``atexit``), its streams
+    flushed and its log closed, without the interpreter's teardown."""
+    import atexit
+
+    atexit._run_exitfuncs()  # Python's exit work; the interpreter's (and the driver's) teardown is skipped
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            pass
+    if "logging" in sys.modules:  # (imported only where a message was written)
+        sys.modules["logging"].shutdown()
+    os._exit(status)
 
 
 if __name__ == "__main__":

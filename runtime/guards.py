@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
 
 from tensorwasm.compiler.analysis.extent import box_range, extent, nest_range, quasi
 from tensorwasm.compiler.analysis.plan import Access, LoopPlan, TripCount, proven_alignment
 from tensorwasm.compiler.analysis.poly import Poly, Symbol
+from tensorwasm.support.records import record
 
 MAX_TRIP = (1 << 31) - 1
 
@@ -25,7 +25,7 @@ class GuardFailed(Exception):
     """A guard refused the launch; the message says which."""
 
 
-@dataclass
+@record
 class Range:
     lo: int  # first byte
     hi: int  # one past the last byte
@@ -36,7 +36,7 @@ class Range:
     aligned: bool = True  # every address a multiple of the width, on every iteration
 
 
-@dataclass
+@record
 class Launch:
     trip: int
     env: dict[Symbol, int]

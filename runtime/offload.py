@@ -36,7 +36,6 @@ from tensorwasm.compiler.rewrite import HOOKS_EXPORT, HOST_MODULE
 from tensorwasm.compiler.target import describe, nvptx_for_device
 from tensorwasm.runtime import hostfunc, prepared
 from tensorwasm.runtime.cache import default_cache, make_key
-from tensorwasm.runtime.device_replay import Hook
 from tensorwasm.runtime.host_device import HostDevice
 from tensorwasm.runtime.loop_kernels import CompileFirst, LoopKernels
 from tensorwasm.runtime.planning import (
@@ -50,6 +49,8 @@ from tensorwasm.support import config, logs
 from tensorwasm.support.digest import sha256
 from tensorwasm.support.errors import TensorWasmError
 from tensorwasm.support.lazy import LazyModule
+from tensorwasm.support.records import replace
+from tensorwasm.support.serial import SerialError
 
 # A warm start (its preparation cached) imports neither the analysis nor the outliner
 # (they load in _load_or_prepare), nor the GPU's layers until it needs the GPU: a run on
@@ -58,8 +59,11 @@ driver = LazyModule("tensorwasm.runtime.driver", globals(), "driver")
 limits = LazyModule("tensorwasm.runtime.limits", globals(), "limits")
 
 if TYPE_CHECKING:
+    from tensorwasm.compiler.analysis.plan import LoopReport
     from tensorwasm.compiler.prepare import PreparedModule
     from tensorwasm.runtime.device import Device
+    from tensorwasm.runtime.device_replay import Hook
+    from tensorwasm.runtime.prepared import ReportRow
 
 __all__ = ["LoopStats", "OffloadModule", "OffloadedLoop", "RegionLost", "RegionStats", "device_named"]
 
@@ -119,6 +123,8 @@ class OffloadModule:
         compiled here."""
         self._wasm_bytes = bytes(wasm)
         self._wasm = None
+        self._rewritten_digest: str | None = None  # (where the cache entry says it)
+        self._entry: prepared.Entry | None = None  # the cache entry, where it came from one
         self._preparation = None  # the compiler's state, where this process prepared the module
         self.target = self.backend.target()
         cache = default_cache()
@@ -126,9 +132,10 @@ class OffloadModule:
         tiling = "tiled" if config.tiling_enabled() else "untiled"
         self._key = make_key("offload", digest, describe(self.target), self.options, tiling)
         blob = cache.get("prepared", self._key)
-        found = prepared.load(blob) if blob is not None else None
-        if found is not None:
-            self._adopt(found)
+        entry = prepared.read(blob) if blob is not None else None
+        if entry is not None:
+            self._adopt(entry.module)
+            self._entry, self._rewritten_digest = entry, entry.rewritten_digest
             return
         self._adopt(self.preparation().prepared)
         if not cache.enabled:  # (writing the record costs ~2 ms a loop: not for nothing)
@@ -139,8 +146,9 @@ class OffloadModule:
             log.info("prepared module not cached: %s", exc)
 
     def _adopt(self, found: PreparedModule) -> None:
-        """Take a prepared module's loops, reports and regions, with fresh statistics."""
-        self.reports = list(found.reports)
+        """Take a prepared module's loops, reports and regions, with fresh statistics (the
+        reports of one read from the cache are built at the first need: :attr:`reports`)."""
+        self._reports = list(found.reports)
         self.unsupported = found.unsupported  # why nothing is offloaded, where the module says
         self.rewritten = found.rewritten
         self.regions = list(found.regions)
@@ -155,6 +163,33 @@ class OffloadModule:
         self.region_stats = [
             RegionStats(self.loops[r.children[0]].stats.func, r.offset, len(r.children)) for r in self.regions
         ]
+
+    @property
+    def reports(self) -> list[LoopReport]:
+        """The analysis's report on every loop of the module, in the order of the code (each
+        offloaded loop's with the loop's own plan)."""
+        if self._entry is not None and not self._reports:
+            try:
+                self._reports = self._entry.reports([lp.plan for lp in self.loops])
+            except SerialError as exc:  # (cannot happen to an entry this build wrote whole)
+                log.info("the cached reports are unusable (%s): the module's own are used", exc)
+                self._reports = _linked(self.preparation().prepared.reports, self.loops)
+            self._entry = None
+        return self._reports
+
+    def report_rows(self) -> list[ReportRow]:
+        """Per report (see :attr:`reports`): its function's name, the loop's offset and depth,
+        the verdict, the reason, and the index in :attr:`loops` of the loop it reports on
+        (None where it has no loop of its own); read without building the reports where
+        they came from the cache."""
+        if self._entry is not None and not self._reports:
+            return self._entry.rows
+        index = {id(lp.plan): k for k, lp in enumerate(self.loops)}
+        return [
+            (r.func.name, r.loop.offset, r.loop.depth, r.verdict, r.reason,
+             index.get(id(r.plan)) if r.plan is not None else None)
+            for r in self.reports
+        ]  # fmt: skip
 
     @property
     def cached(self) -> bool:
@@ -237,7 +272,7 @@ class OffloadModule:
         """The rewritten module compiled by ``engine``, through the cache (wasmtime's own
         serialized code: a warm start skips compiling it; wasmtime refuses code made by
         another release or engine configuration, which is then compiled again)."""
-        return _compiled(engine, self.rewritten)
+        return _compiled(engine, self.rewritten, self._rewritten_digest)
 
     @property
     def kernels(self) -> LoopKernels:
@@ -265,6 +300,8 @@ class OffloadModule:
         funcs = {}
         context = hostfunc.store_context(store)
         self._unbound_hooks = []
+        if self.device == "gpu":  # (the host backend's replays are not native code: not loaded there)
+            from tensorwasm.runtime.device_replay import Hook
         for k, lp in enumerate(self.loops):
             params, results = self._host_sigs[lp.insertion.import_name]
             hook = Hook(weakref.ref(store), k, context) if self.device == "gpu" else None
@@ -352,12 +389,24 @@ class OffloadModule:
         return run
 
 
-def _compiled(engine: wasmtime.Engine, wasm: bytes) -> wasmtime.Module:
-    """``wasm`` compiled by ``engine``, through the cache (wasmtime's own serialized code: a
-    warm start skips compiling it; wasmtime refuses code made by another release or engine
-    configuration, which is then compiled again)."""
+def _linked(reports: list[LoopReport], loops: list[OffloadedLoop]) -> list[LoopReport]:
+    """``reports`` with each offloaded loop's plan the loop's own (matched by its function
+    and offset), as the reports read from the cache have them."""
+    plans = {(lp.stats.func, lp.stats.offset): lp.plan for lp in loops}
+    return [
+        replace(r, plan=plans[(r.func.name, r.loop.offset)])
+        if r.plan is not None and (r.func.name, r.loop.offset) in plans
+        else r
+        for r in reports
+    ]
+
+
+def _compiled(engine: wasmtime.Engine, wasm: bytes, digest: str | None = None) -> wasmtime.Module:
+    """``wasm`` (its SHA-256 ``digest``, where known) compiled by ``engine``, through the cache
+    (wasmtime's own serialized code: a warm start skips compiling it; wasmtime refuses code
+    made by another release or engine configuration, which is then compiled again)."""
     cache = default_cache()
-    key = make_key("cwasm", sha256(wasm).hexdigest())
+    key = make_key("cwasm", digest or sha256(wasm).hexdigest())
     blob = cache.get("cwasm", key)
     if blob is not None:
         try:

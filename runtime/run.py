@@ -97,10 +97,12 @@ def run(
     env: list[str] | None = None,
     relaxed_float: bool = False,
     say: Callable[[str], None] | None = None,
+    ready: Callable[[], None] | None = None,
 ) -> tuple[int, OffloadModule, dict]:
     """Run the program; returns (exit status, the offload module, timings). ``say`` gets
     each line the run has to tell its user (``auto`` took the host backend; the program
-    trapped), when it happens; without it they are logged as warnings."""
+    trapped), when it happens; without it they are logged as warnings. ``ready`` (where
+    given) is called once the program is instantiated, before it starts."""
     say = say or log.warning
     started = time.perf_counter()
     prepared, note = prepare(
@@ -152,6 +154,8 @@ def run(
     except wasmtime.WasmtimeError as exc:
         prepared.close()
         raise RunError(f"cannot instantiate: {str(exc).strip().splitlines()[0]}") from None
+    if ready is not None:
+        ready()
     status = 0
     try:
         if invoke is not None:
@@ -209,9 +213,9 @@ def _parse_arg(text: str, ty: wasmtime.ValType) -> int | float:
 
 def report(prepared: OffloadModule, timings: dict, fmt: str) -> str:
     import json
-    from dataclasses import asdict
 
     from tensorwasm.runtime.api import offload_report
+    from tensorwasm.support.records import asdict
 
     found = offload_report(prepared)
     rows = [asdict(row) for row in found.loops]

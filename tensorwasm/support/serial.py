@@ -29,6 +29,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from tensorwasm.support.records import builder
+
 FORMAT = "tensorwasm-records-1"
 _SCALARS = (type(None), bool, int, float, str)
 _BUILTIN_TAGS = frozenset({"l", "t", "s", "f", "d", "b", "@"})
@@ -69,7 +71,7 @@ class _Class:
         elif isinstance(cls, enum.EnumMeta):
             self.fields, self.make, self.values = ("value",), cls, _enum_value
         elif hasattr(cls, "__record_fields__"):
-            self.fields, self.make, self.values = tuple(cls.__record_fields__), cls, _record_values
+            self.fields, self.make, self.values = tuple(cls.__record_fields__), builder(cls), _record_values
         elif hasattr(cls, "__dataclass_fields__"):
             import dataclasses
 
@@ -150,6 +152,12 @@ class Schema:
     def loads(self, data: bytes) -> Any:
         """The value of the document ``data``; SerialError where it is not one this schema
         reads whole."""
+        return self.deferred(data)()
+
+    def deferred(self, data: bytes) -> Callable[[], Any]:
+        """The document ``data`` parsed and its class table checked now (SerialError where
+        either fails), and a function that builds its value when called (SerialError where
+        the value is malformed): for a part of a cache entry that a run may never need."""
         try:
             document = json.loads(data, object_pairs_hook=_no_objects)
         except (ValueError, RecursionError) as exc:  # (SerialError, UnicodeDecodeError: ValueErrors)
@@ -167,13 +175,17 @@ class Schema:
             if fields != entry.names:
                 raise SerialError(f"{tag} was written with the fields {fields}, and has {entry.names}")
             classes[tag] = entry
-        try:
-            value = document[2]
-            return _reader(classes)(value) if type(value) is list else value
-        except SerialError:
-            raise
-        except (TypeError, ValueError, LookupError, AttributeError, RecursionError) as exc:
-            raise SerialError(f"malformed document: {exc!r}") from exc
+        value = document[2]
+
+        def build() -> Any:
+            try:
+                return _reader(classes)(value) if type(value) is list else value
+            except SerialError:
+                raise
+            except (TypeError, ValueError, LookupError, AttributeError, RecursionError) as exc:
+                raise SerialError(f"malformed document: {exc!r}") from exc
+
+        return build
 
 
 class _Writer:

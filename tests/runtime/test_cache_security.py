@@ -1,12 +1,12 @@
 """The cache cannot be turned against its user: what it hands back is this user's own
-output, checked by an HMAC under a secret nobody else can read; prepared modules are
+output, checked by a MAC (keyed BLAKE2b) under a secret nobody else can read; prepared modules are
 records read through an allow-list, never unpickled; a directory others can write is
 refused; damage of any kind heals; ``cache clear`` removes only the cache's own files;
 concurrent processes' counts all arrive."""
 
 from __future__ import annotations
 
-import hmac
+import hashlib
 import json
 import os
 import pickle
@@ -102,6 +102,7 @@ class _Plant:
 
 
 def test_a_prepared_entry_that_is_a_pickle_is_never_unpickled(cache_dir: Path, tmp_path: Path) -> None:
+    from tensorwasm.runtime import prepared as prepared_module
     from tensorwasm.runtime.offload import OffloadModule
     from tests.offload_cases import module_bytes
 
@@ -109,13 +110,14 @@ def test_a_prepared_entry_that_is_a_pickle_is_never_unpickled(cache_dir: Path, t
     OffloadModule(wasm, device="cpu")
     (entry,) = (cache_dir / "prepared").iterdir()
     marker = tmp_path / "ran"
-    # Even written by the user's own cache (its HMAC right), a pickle is not read.
+    # Even written by the user's own cache (its MAC right), a pickle is not read.
     Cache(cache_dir).put("prepared", entry.stem, pickle.dumps(_Plant(marker)))
     _fresh_process()
     again = OffloadModule(wasm, device="cpu")
     assert not marker.exists()
     assert again.loops and again._wasm is not None  # prepared from scratch
-    assert Cache(cache_dir).get("prepared", entry.stem)[:1] == b"["  # and rewritten as records
+    rewritten = Cache(cache_dir).get("prepared", entry.stem)  # and rewritten as records
+    assert rewritten[:4] == prepared_module.MAGIC and prepared_module.load(rewritten) is not None
 
 
 def test_a_planted_entry_with_its_own_sha256_is_not_used(cache_dir: Path, tmp_path: Path) -> None:
@@ -178,12 +180,17 @@ def test_an_entry_moved_to_another_kind_does_not_check(cache_dir: Path) -> None:
     assert Cache(cache_dir).get("obj", "k") is None
 
 
-def test_the_mac_is_hmac_sha256_under_a_private_key(cache_dir: Path) -> None:
+def test_the_mac_is_keyed_blake2b_under_a_private_key(cache_dir: Path) -> None:
     Cache(cache_dir).put("obj", "k", b"code")
     key = (cache_dir / "key").read_bytes()
     blob = (cache_dir / "obj" / "k.bin").read_bytes()
     assert blob[HEADER:] == b"code"
-    assert blob[4:HEADER] == hmac.new(key, b"obj\0k\0code", "sha256").digest()
+    mac = hashlib.blake2b(b"obj\0k\0code", digest_size=32, key=key, person=b"tensorwasm cache").digest()
+    assert blob[4:HEADER] == mac
+    assert (
+        blob[4:HEADER]
+        != hashlib.blake2b(b"obj\0k\0code", digest_size=32, person=b"tensorwasm cache").digest()
+    )
     for path in (cache_dir, cache_dir / "obj"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o700
     for path in (cache_dir / "key", cache_dir / "obj" / "k.bin"):
@@ -426,12 +433,14 @@ def test_a_fifo_at_an_entry_path_never_hangs_a_run(tmp_path: Path) -> None:
 def test_a_prepared_entry_of_the_wrong_structure_is_prepared_again(cache_dir: Path) -> None:
     from tensorwasm.runtime.offload import OffloadModule
     from tensorwasm.runtime.prepared import RECORDS
+    from tensorwasm.runtime.prepared import entry as prepared_entry
     from tests.offload_cases import module_bytes
 
     wasm = module_bytes("blas1", "O2")
     OffloadModule(wasm, device="cpu")
     (entry,) = (cache_dir / "prepared").iterdir()
-    for wrong in (RECORDS.dumps(["not", "a", "prepared", "module"]), b'["tensorwasm-records-1",[],[1,2]]'):
+    for document in (RECORDS.dumps(["not", "a", "prepared", "module"]), b'["tensorwasm-records-1",[],[1,2]]'):
+        wrong = prepared_entry([document, b"[]", RECORDS.dumps(())], wasm)
         Cache(cache_dir).put("prepared", entry.stem, wrong)  # its MAC right
         _fresh_process()
         again = OffloadModule(wasm, device="cpu")
