@@ -135,7 +135,7 @@ class LaunchRunner(Protocol):
 # Why an arrival that would pay for its launch declines while the device is not started.
 NOT_STARTED = "the work so far does not yet pay for starting the device"
 # Why an arrival that would launch declines while its kernel compiles in the background
-# (runtime.loop_kernels): it passes, so its gate does not back off for it.
+# (runtime.loop_kernels): it passes, so its gate keeps only a few arrivals out for it.
 COMPILING = "its kernel was compiling (wasmtime ran the loop)"
 # Why a loop declines that no later arrival changes: its gate closes for good.
 LASTING = frozenset({"the module has no (unshared) linear memory"})
@@ -161,6 +161,13 @@ class ArrivalGate:
 
     BACKOFF_AFTER = 4
     WAIT_LIMIT = 63
+    # The longest wait after arrivals that declined while their kernel compiled: a compile on
+    # a worker thread holds Python's interpreter lock in its Python half (the lowering, and
+    # the whole module's analysis where the module was prepared from the cache), and each
+    # host call waits for that lock (up to the switch interval, 5 ms), so an arrival that
+    # asks costs milliseconds, not microseconds. The wait doubles from 1 to this, and the
+    # kernel launches at most this many arrivals after it is ready.
+    COMPILING_WAIT_LIMIT = 3
 
     def __init__(self, lp: OffloadedLoop, n: int, store, exports, threshold: int | None, mode: str) -> None:
         self.loop = lp
@@ -171,6 +178,7 @@ class ArrivalGate:
         self.mode_reason = "offload is off" if mode == "off" else "too little work to pay for a launch"
         self.seen = 0  # skipped arrivals already counted in
         self.declines = 0  # in a row
+        self.compiling = 0  # declines in a row while the kernel compiled
         self.waiting = 0  # the wait last set
         self.waiting_for = ""  # the decline that set it
         self.waited = 0  # arrivals of past waits not yet counted in
@@ -186,7 +194,7 @@ class ArrivalGate:
             self.waiting = 0
 
     def launched(self) -> None:
-        self.declines = 0
+        self.declines = self.compiling = 0
 
     def reopen(self) -> None:
         """A launch in the loop's region: the next arrival asks the host (the part of a wait
@@ -202,10 +210,17 @@ class ArrivalGate:
 
     def declined(self, reason: str | None) -> None:
         """An arrival declined: close the gate where the reason lasts or declines repeat. An
-        arrival that would have paid but for the device's start, or whose kernel is still
-        compiling, is not kept out: its gain counts towards the start (see
-        :meth:`ArrivalPlanner._started`), or it launches once the kernel is ready."""
-        if self.wait is None or reason in (NOT_STARTED, COMPILING):
+        arrival that would have paid but for the device's start is not kept out: its gain
+        counts towards the start (see :meth:`ArrivalPlanner._started`). One whose kernel is
+        still compiling keeps the next ones out only briefly (:attr:`COMPILING_WAIT_LIMIT`),
+        so that they launch soon after the kernel is ready."""
+        if self.wait is None or reason == NOT_STARTED:
+            return
+        if reason == COMPILING:
+            self.compiling += 1
+            wait = min(1 << (self.compiling - 1), self.COMPILING_WAIT_LIMIT)
+            self.wait.set(self.context, wait)
+            self.waiting, self.waiting_for = wait, reason
             return
         self.declines += 1
         if reason in LASTING:
@@ -265,6 +280,7 @@ class ArrivalPlanner:
         self.transfer_estimate = runner.transfer_estimate
         self.record_replay = runner.record_replay
         self.startup_seconds = getattr(runner, "startup_seconds", None)
+        self.prefetch = getattr(runner, "prefetch", None)  # a kernel's compile, begun early
         self.banked = 0.0  # the gain of the arrivals that would have paid, before the device started
         # Per region: the gates of its loops in every instance bound (see ArrivalGate.reopen).
         self.region_gates: dict[int, list[ArrivalGate]] = {}
@@ -351,6 +367,8 @@ class ArrivalPlanner:
             go, why, model, cpu = lp.estimate.decide(self.device, ready.ops, nbytes, pinned, ready.cells)
             if go and not self._started(cpu - model):
                 go, why = False, NOT_STARTED
+                if self.prefetch is not None:  # ready when the device is (in this run or the next)
+                    self.prefetch(lp)
             if not go:
                 stats.decline(why)
                 return [0, *args[n_live:]]
