@@ -135,3 +135,45 @@ def test_simd_builds_of_blur_and_stencil_launch_on_the_gpu_path(name: str, args:
     main = [lp for lp in offload.loops if lp.stats.func == "main" and lp.region is not None]
     assert main and sum(lp.stats.offloaded for lp in main) == int(args[-1])  # one launch a pass or step
     assert not any(lp.stats.declined for lp in main), [lp.stats.declined for lp in main]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,args", [("blur", ["67", "21", "2"]), ("stencil", ["45", "3"])])
+def test_simd_builds_of_blur_and_stencil_launch_on_the_gpu(
+    name: str, args: list[str], tmp_path, capfd
+) -> None:
+    from tensorwasm.runtime import run as run_module
+
+    path = ROOT / f"examples/wasi/build/{name}.O2.simd.wasm"
+    expected = plain_wasmtime(path, args, tmp_path)
+    capfd.readouterr()
+    got, offload, _ = run_module.run(path.read_bytes(), [str(path), *args], offload="always", device="gpu")
+    assert (got, capfd.readouterr().out) == expected
+    main = [lp for lp in offload.loops if lp.stats.func == "main" and lp.region is not None]
+    assert main and sum(lp.stats.offloaded for lp in main) == int(args[-1])
+    assert not any(lp.stats.declined for lp in main), [lp.stats.declined for lp in main]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,args", [("blur", ["2048", "2048", "4"]), ("stencil", ["1024", "50"])])
+def test_simd_builds_launch_warm_in_auto_mode_on_the_gpu(name: str, args: list[str], tmp_path, capfd,
+                                                         monkeypatch) -> None:  # fmt: skip
+    """The benchmark's sizes (benchmarks.offload, large), cold then warm in one process with
+    a cache of the test's own: the warm run launches the sweep from the cache, with
+    wasmtime's output, and no arrival of it waits for a compile or the device's start."""
+    from tensorwasm.runtime import run as run_module
+    from tensorwasm.runtime.cache import default_cache
+    from tensorwasm.runtime.planning import COMPILING, NOT_STARTED
+
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
+    path = ROOT / f"examples/wasi/build/{name}.O2.simd.wasm"
+    expected = plain_wasmtime(path, args, tmp_path)
+    for phase in ("cold", "warm"):
+        default_cache().memory.clear()
+        capfd.readouterr()
+        got, offload, _ = run_module.run(path.read_bytes(), [str(path), *args], offload="auto", device="gpu")
+        assert (got, capfd.readouterr().out) == expected, phase
+        offload.kernels.wait()
+    (sweep,) = [lp for lp in offload.loops if lp.stats.func == "main" and lp.region is not None]
+    assert sweep.stats.offloaded >= 1, sweep.stats.declined
+    assert COMPILING not in sweep.stats.declined and NOT_STARTED not in sweep.stats.declined
