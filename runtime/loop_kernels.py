@@ -18,7 +18,9 @@ Where offload weighs what a launch pays (``tensorwasm run``'s auto mode; see
 that would launch starts it on a worker thread (:func:`compile_pool`, a few threads for
 the whole process, so the kernels of several loops compile at once) and declines, and
 wasmtime runs that arrival and the next ones (:data:`~runtime.planning.COMPILING`, counted
-in the report) until the kernel is ready; the first arrival after that launches it.
+in the report) until the kernel is ready; one of the first few arrivals after that launches
+it (the loop's gate keeps a few arrivals in Wasm after each such decline: while a compile
+runs, a host call waits for Python's interpreter lock).
 LLVM's work releases the GIL (llvmlite calls it through ctypes), so the guest runs on
 meanwhile. A compile that fails there declines the loop's next arrivals with the reason,
 as a synchronous one does.
@@ -26,6 +28,7 @@ as a synchronous one does.
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -38,6 +41,7 @@ from tensorwasm.support.errors import TensorWasmError
 from tensorwasm.support.records import record
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from concurrent.futures import Future, ThreadPoolExecutor
 
     from tensorwasm.runtime.offload import OffloadModule
@@ -197,7 +201,10 @@ class LoopKernels(dict):
         index = lp.kernel_index
         future = self.pending.get(index)
         if future is None:
-            self.pending[index] = compile_pool().submit(self._compile_job, lp, self._target_changes)
+            changes = self._target_changes
+            self.pending[index] = in_flight(
+                (str(default_cache().directory), self.key(index)), lambda: self._compile_job(lp, changes)
+            )
             return COMPILING
         if not future.done():
             return COMPILING
@@ -255,7 +262,7 @@ class LoopKernels(dict):
 
 
 _POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
+_POOL_LOCK = threading.RLock()  # (in_flight takes it, then compile_pool)
 
 
 def compile_pool() -> ThreadPoolExecutor:
@@ -269,7 +276,48 @@ def compile_pool() -> ThreadPoolExecutor:
             from concurrent.futures import ThreadPoolExecutor
 
             _POOL = ThreadPoolExecutor(config.compile_threads(), thread_name_prefix="tensorwasm-compile")
+            atexit.unregister(finish_compiles)  # (once, whichever pool a test made before)
+            atexit.register(finish_compiles)
         return _POOL
+
+
+def finish_compiles() -> None:
+    """Wait for the compiles under way (at the process's exit: their code lands in the cache
+    for the next run). Python joins the worker threads at a normal exit; this also covers an
+    exit that skips that, after running the ``atexit`` functions (``tensorwasm run`` where it
+    made a CUDA context)."""
+    with _POOL_LOCK:
+        futures = list(_IN_FLIGHT.values())
+    for future in futures:
+        future.exception()
+
+
+# The compiles under way on worker threads, by cache directory and kernel key, whichever
+# module started them.
+_IN_FLIGHT: dict[tuple[str, str], Future] = {}
+
+
+def in_flight(key: tuple[str, str], job: Callable[[], None]) -> Future:
+    """The compile of the kernel cached under ``key`` (the cache's directory, the kernel's
+    key): one already under way for another module of the same code (the same program run
+    again in this process, its last run's compile unfinished), else ``job`` on a worker
+    thread. Joining it rather than compiling
+    again matters: a module prepared from the cache would first run the whole module's
+    analysis again, on a thread holding Python's interpreter lock most of the time. Once it
+    is done the kernel's code is in the cache, where the joining module reads it."""
+    with _POOL_LOCK:
+        future = _IN_FLIGHT.get(key)
+        if future is not None and not future.done():
+            return future
+        future = _IN_FLIGHT[key] = compile_pool().submit(job)
+    future.add_done_callback(lambda done: _finished(key, done))
+    return future
+
+
+def _finished(key: tuple[str, str], future: Future) -> None:
+    with _POOL_LOCK:
+        if _IN_FLIGHT.get(key) is future:
+            del _IN_FLIGHT[key]
 
 
 def _no_startup() -> float:
@@ -293,6 +341,17 @@ class CompileFirst:
     # wasmtime while it compiles: a few cold compiles' worth (one that arrives once and
     # runs for seconds is launched, not left to the CPU).
     WAIT_SECONDS = 0.1
+
+    def prefetch(self, lp: OffloadedLoop) -> None:
+        """An arrival would have launched but for the device's start: have its kernel compiled
+        on a worker thread meanwhile (where kernels compile in the background), so that it is
+        ready when the device is, and in the cache for the program's next run. (A run too
+        short to start the device would otherwise leave its kernels to the next run to
+        compile, and a run whose module came from the cache must analyse the whole module
+        again before it compiles one, on a thread holding Python's interpreter lock.)"""
+        if (lp.kernel_index not in self.kernels.units and self.kernels.background()
+                and getattr(self.runner, "gpu_lost", None) is None):  # fmt: skip
+            self.kernels.compile(lp)
 
     def run(
         self, lp: OffloadedLoop, ready: PreparedLaunch, arrival: LaunchArguments, base: int, size: int

@@ -139,7 +139,7 @@ NOT_STARTED = "the work so far does not yet pay for starting the device"
 # than the launch gains (wasmtime runs the loop meanwhile; see ArrivalPlanner._started).
 STARTING = "the device was still starting (wasmtime ran the loop)"
 # Why an arrival that would launch declines while its kernel compiles in the background
-# (runtime.loop_kernels): it passes, so its gate does not back off for it.
+# (runtime.loop_kernels): it passes, so its gate keeps only a few arrivals out for it.
 COMPILING = "its kernel was compiling (wasmtime ran the loop)"
 # Why a loop declines that no later arrival changes: its gate closes for good.
 LASTING = frozenset({"the module has no (unshared) linear memory"})
@@ -173,6 +173,13 @@ class ArrivalGate:
     # ~7 us, 0.18 s in all of a 1.2 s program.
     ASK_SHARE = 0.01
     WAIT_CAP = 1 << 20
+    # The longest wait after arrivals that declined while their kernel compiled: a compile on
+    # a worker thread holds Python's interpreter lock in its Python half (the lowering, and
+    # the whole module's analysis where the module was prepared from the cache), and each
+    # host call waits for that lock (up to the switch interval, 5 ms), so an arrival that
+    # asks costs milliseconds, not microseconds. The wait doubles from 1 to this, and the
+    # kernel launches at most this many arrivals after it is ready.
+    COMPILING_WAIT_LIMIT = 3
 
     def __init__(self, lp: OffloadedLoop, n: int, store, exports, threshold: int | None, mode: str) -> None:
         self.loop = lp
@@ -183,6 +190,7 @@ class ArrivalGate:
         self.mode_reason = "offload is off" if mode == "off" else "too little work to pay for a launch"
         self.seen = 0  # skipped arrivals already counted in
         self.declines = 0  # in a row
+        self.compiling = 0  # declines in a row while the kernel compiled
         self.waiting = 0  # the wait last set
         self.waiting_for = ""  # the decline that set it
         self.waited = 0  # arrivals of past waits not yet counted in
@@ -198,7 +206,7 @@ class ArrivalGate:
             self.waiting = 0
 
     def launched(self) -> None:
-        self.declines = 0
+        self.declines = self.compiling = 0
 
     def reopen(self) -> None:
         """A launch in the loop's region: the next arrival asks the host (the part of a wait
@@ -214,12 +222,21 @@ class ArrivalGate:
 
     def declined(self, reason: str | None, asked: float = 0.0, arrival: float = 0.0) -> None:
         """An arrival declined: close the gate where the reason lasts or declines repeat. An
-        arrival that would have paid but for the device's start, or whose kernel is still
-        compiling, is not kept out: its gain counts towards the start (see
-        :meth:`ArrivalPlanner._started`), or it launches once the kernel is ready. ``asked``:
-        the seconds the host took to answer; ``arrival``: the CPU time the cost model gave
-        the arrival (0 where it did not get that far)."""
-        if self.wait is None or reason in (NOT_STARTED, STARTING, COMPILING):
+        arrival that would have paid but for the device's start (or that would have waited
+        for a context still being made) is not kept out: its gain counts towards the start
+        (see :meth:`ArrivalPlanner._started`). One whose kernel is still compiling, or whose
+        device's context is still being made, keeps the next ones out only briefly
+        (:attr:`COMPILING_WAIT_LIMIT`: that work holds Python's lock too), so that they
+        launch soon after it is done. ``asked``: the seconds the host took to answer;
+        ``arrival``: the CPU time the cost model gave the arrival (0 where it did not get
+        that far)."""
+        if self.wait is None or reason == NOT_STARTED:
+            return
+        if reason in (COMPILING, STARTING):
+            self.compiling += 1
+            wait = min(1 << (self.compiling - 1), self.COMPILING_WAIT_LIMIT)
+            self.wait.set(self.context, wait)
+            self.waiting, self.waiting_for = wait, reason
             return
         self.declines += 1
         if reason in LASTING:
@@ -288,6 +305,7 @@ class ArrivalPlanner:
         self.startup_seconds = getattr(runner, "startup_seconds", None)
         self.startup_wait = getattr(runner, "startup_wait", None)
         self.arrival_seconds = 0.0  # the last arrival's CPU time, by the cost model (see arrive)
+        self.prefetch = getattr(runner, "prefetch", None)  # a kernel's compile, begun early
         self.banked = 0.0  # the gain of the arrivals that would have paid, before the device started
         # Per region: the gates of its loops in every instance bound (see ArrivalGate.reopen).
         self.region_gates: dict[int, list[ArrivalGate]] = {}
@@ -379,6 +397,8 @@ class ArrivalPlanner:
                 not_yet = self._started(cpu - model)
                 if not_yet is not None:
                     go, why = False, not_yet
+                    if self.prefetch is not None:  # ready when the device is (in this run or the next)
+                        self.prefetch(lp)
             if not go:
                 stats.decline(why)
                 return [0, *args[n_live:]]

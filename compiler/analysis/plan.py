@@ -127,10 +127,12 @@ class TripCount:
 
 def proven_alignment(width: int) -> int:
     """The alignment a kernel's proven access of ``width`` bytes needs on a target of strict
-    alignment (a GPU): its width, but 4 for a v128 access, which a kernel does as 32-bit
-    pieces, so that the neighbour loads of a vectorised stencil (``a[i-1]``, 4 bytes off a
-    16-byte line) launch; the guards check the same number."""
-    return 4 if width == 16 else width
+    alignment (a GPU): its width, but none for a v128 access, which a kernel does as aligned
+    32-bit pieces whatever its address (``compiler.lower.simd.proven_load``, ``proven_store``),
+    so that a vectorised loop over bytes (a blur's ``in[x - 1]``, ``in[x + 1]``) and the
+    neighbour loads of a vectorised stencil (``a[i-1]``, 4 bytes off a 16-byte line) launch;
+    the guards check the same number."""
+    return 1 if width == 16 else width
 
 
 @record

@@ -193,7 +193,12 @@ def lower_load(fl: FunctionLowering, op: Op, args) -> ir.Value:
         value = speculative_load(fl, args[0], op.attrs["offset"], ty, bits // 8)
     elif op.attrs.get("proven"):
         ptr = proven_address(fl, op, args[0])
-        value = fl.b.load(ptr, typ=ty, align=_proven_alignment(fl, bits))
+        if bits == 128 and fl.target.strict_alignment:  # any address (see simd.proven_load)
+            from tensorwasm.compiler.lower.simd import proven_load
+
+            value = proven_load(fl, ptr, ty)
+        else:
+            value = fl.b.load(ptr, typ=ty, align=_proven_alignment(fl, bits))
     else:
         ptr = checked_address(fl, args[0], op.attrs["offset"], bits // 8)
         value = by_alignment(
@@ -219,6 +224,11 @@ def lower_store(fl: FunctionLowering, op: Op, args) -> None:
         value = fl.b.trunc(value, INT_OF_WIDTH[bits])
     elif not isinstance(value.type, ir.IntType):
         value = fl.target.float_bits(fl.b, value, INT_OF_WIDTH[bits])
+    if proven and bits == 128 and fl.target.strict_alignment:  # any address (see simd.proven_store)
+        from tensorwasm.compiler.lower.simd import proven_store
+
+        proven_store(fl, ptr, value)
+        return
     if proven:
         fl.b.store(value, ptr, align=_proven_alignment(fl, bits))
         return

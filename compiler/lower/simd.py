@@ -30,7 +30,7 @@ from llvmlite import ir
 
 from tensorwasm.compiler.errors import CompileError
 from tensorwasm.compiler.lower import convert, numeric
-from tensorwasm.compiler.lower.types import F32_T, F64_T, I32_T, I128_T, V128_T
+from tensorwasm.compiler.lower.types import F32_T, F64_T, I8_T, I32_T, I64_T, I128_T, V128_T
 from tensorwasm.dialect.ir import Op
 from tensorwasm.dialect.types import F32, F64, I32
 
@@ -564,6 +564,55 @@ LANE_OPS = {
     "simd.extract_lane": lower_extract_lane,
     "simd.replace_lane": lower_replace_lane,
 }
+# -- a loop kernel's proven v128 accesses on a strict-alignment target ------------------------
+
+
+def proven_load(fl: FunctionLowering, ptr: ir.Value, ty: ir.Type) -> ir.Value:
+    """A loop kernel's v128 load that the guards proved inside linear memory, on a target
+    where a misaligned access faults (the GPU). Wasm allows any address, and a vectorised
+    loop over bytes loads at every offset (a blur's ``in[x - 1]``, ``in[x + 1]``), so the
+    guards do not ask for alignment: the load reads the five aligned 32-bit words around its
+    16 bytes and funnel-shifts each lane's bytes out of two neighbours, with no branch. The
+    fifth word is read only where the address is misaligned (else the fourth again): its
+    first byte is then one the access reads, and memory ends on a page, so the word lies
+    inside it too."""
+    b = fl.b
+    offset = b.and_(b.ptrtoint(ptr, I64_T), ir.Constant(I64_T, 3))
+    line = b.gep(ptr, [b.neg(offset)], source_etype=I8_T)
+    words = [_word(fl, line, ir.Constant(I64_T, 4 * i)) for i in range(4)]
+    aligned = b.icmp_unsigned("==", offset, ir.Constant(I64_T, 0))
+    words.append(_word(fl, line, b.select(aligned, ir.Constant(I64_T, 12), ir.Constant(I64_T, 16))))
+    shift = b.trunc(b.shl(offset, ir.Constant(I64_T, 3)), I32_T)
+    fshr = fl.module.globals.get("llvm.fshr.i32")
+    if fshr is None:
+        fshr = ir.Function(fl.module, ir.FunctionType(I32_T, [I32_T] * 3), name="llvm.fshr.i32")
+    out = ir.Constant(ir.VectorType(I32_T, 4), None)
+    for i in range(4):  # lane i: bytes offset..offset+3 of words i (low) and i+1 (high)
+        out = b.insert_element(out, b.call(fshr, [words[i + 1], words[i], shift]), _i32(i))
+    return b.bitcast(out, ty)
+
+
+def _word(fl: FunctionLowering, line: ir.Value, at: ir.Value) -> ir.Value:
+    return fl.b.load(fl.b.gep(line, [at], source_etype=I8_T), typ=I32_T, align=4)
+
+
+def proven_store(fl: FunctionLowering, ptr: ir.Value, value: ir.Value) -> None:
+    """A loop kernel's v128 store that the guards proved inside linear memory, on a target
+    where a misaligned access faults (the GPU): four aligned 32-bit stores where the address
+    is a multiple of 4 (a vectorised loop over 32-bit lanes), else a byte at a time, out of
+    line. (A store cannot merge its bytes into the words around it: another thread may
+    write their other bytes.)"""
+    from tensorwasm.compiler.lower.memory import store_bytes
+
+    b = fl.b
+    low = b.and_(b.ptrtoint(ptr, I64_T), ir.Constant(I64_T, 3))
+    with b.if_else(b.icmp_unsigned("==", low, ir.Constant(I64_T, 0)), likely=True) as (then, otherwise):
+        with then:
+            b.store(value, ptr, align=4)
+        with otherwise:
+            store_bytes(fl, ptr, b.bitcast(value, I128_T))
+
+
 # The dialect op -> its table of Wasm operations (None: one lowering for all).
 FAMILIES: dict[str, dict[str, Callable] | None] = {
     "simd.unary": UNARY, "simd.binary": BINARY, "simd.shift": SHIFT, "simd.test": TEST,

@@ -192,9 +192,9 @@ def neighbour_module() -> bytes:
 
 @pytest.mark.parametrize("device", ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_vector_loads_off_their_16_byte_lines_launch_on_a_strictly_aligned_device(device: str) -> None:
-    """A v128 access needs 4-byte alignment on a GPU (it is done as 32-bit pieces): the
-    neighbour loads of a vectorised stencil launch, with wasmtime's bytes, where a load
-    only 2-byte aligned declines by name."""
+    """A v128 access needs no alignment on a GPU (it is done as aligned 32-bit pieces,
+    funnel-shifted): the neighbour loads of a vectorised stencil launch with wasmtime's
+    bytes, 4-byte aligned or only 2-byte aligned (see test_simd_alignment)."""
     from tensorwasm.oracle.simulated import SimulatedDevice
     from tensorwasm.runtime.offload import OffloadModule
 
@@ -219,7 +219,4 @@ def test_vector_loads_off_their_16_byte_lines_launch_on_a_strictly_aligned_devic
         )
     (loop,) = offload.loops
     offload.close()
-    assert loop.stats.offloaded == (2 if device == "cpu" else 1), loop.stats.declined
-    if device != "cpu":
-        ((reason, count),) = loop.stats.declined.items()
-        assert count == 1 and reason.endswith("is not aligned to 4 bytes on every iteration"), reason
+    assert loop.stats.offloaded == 2 and not loop.stats.declined, loop.stats.declined
