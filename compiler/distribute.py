@@ -3,8 +3,8 @@
 :mod:`compiler.analysis.schedule` splits a loop's body into phases (its child loops) and
 names each phase's grid loop. The kernel ``loop_<func>_<offset>(k, phase, t, live-ins...)
 -> (more)`` runs, in iteration ``k`` of the loop, phase ``phase`` for iteration ``t`` of
-that phase's grid loop, and returns 0 when ``t`` is past the grid loop's count (the
-thread has no more work in this phase), else 1. It is a copy of the loop's body, one per
+that phase's grid loop, and returns 0 when ``t`` is past the grid loop's count (past its
+rest, where it has one: the thread has no more work in this phase), else 1. It is a copy of the loop's body, one per
 phase, in which
 
 - the other phases' child loops are skipped (the edge into one goes to its exit; nothing
@@ -12,6 +12,11 @@ phase, in which
 - the phase's grid loop is entered at iteration ``t`` (its induction variables moved by
   ``step * t``), and the end of that iteration leaves it, so a sequential loop around it
   (the interchanged ``k``) runs all its iterations in order, each with iteration ``t``;
+- in a phase with a rest (stores around the grid loop: clang's remainder of an unrolled
+  one), ``t`` equal to the grid's count runs the body with the grid loop skipped, and the
+  other values of ``t`` run it without those stores;
+- the merges the analysis pinned (an unrolled loop's end) are computed at the kernel's
+  entry from their polynomials, and edges into them pass a zero nothing reads;
 - the loop's back edge and exit end the call.
 
 The launch entry (:func:`compiler.lower.function.lower_loop_entry`) calls it for every

@@ -13,6 +13,24 @@ update, proven so by isl) with one parallel loop inside, that loop *interchanged
 each thread runs the child's iterations in order and enters the inner loop at its own
 iteration only. Each ``C[i][j]`` then sees ``beta`` first, then ``k`` ascending, as in Wasm.
 
+clang -O2 unrolls the j loops of a triangular nest (syrk: ``j <= i``) and leaves remainders:
+``C *= beta`` becomes a loop by four up to ``(i + 1) & -4`` and a remainder loop from there,
+two phases; the update's j loop inside k becomes a loop by two and, behind a test, one
+element more. So:
+
+- a merge after an inner loop that a later part of the body reads (the unrolled loop's end,
+  where its remainder starts) is *pinned*: the kernel computes it from its polynomial in the
+  launched loop's counter (``LoopPlan.pinned``), so a phase that skips the loop, or leaves
+  the grid loop after its own iteration, still has it; a value of an inner loop read after
+  it in any other way keeps the loop at one thread per iteration;
+- stores of the child outside its grid loop (the remainder element) are the work of its
+  *rest* (``Phase.rest``): one more thread, past the grid's iterations, runs the child's
+  iterations with those stores and without the grid loop, while the grid's threads leave
+  them out. Legal when such a store meets no access of another thread: of the grid loop, of
+  the body outside every phase, or of the child before its grid loop (what every thread
+  loads there), in any iterations; and the child carries only counted values, so every
+  thread sees the same ones.
+
 Legal, with isl on the launched loop's iteration domain and within one of its iterations,
 when a store of a phase's grid loop
 
