@@ -3,8 +3,8 @@
 :mod:`compiler.analysis.schedule` splits a loop's body into phases (its child loops) and
 names each phase's grid loop. The kernel ``loop_<func>_<offset>(k, phase, t, live-ins...)
 -> (more)`` runs, in iteration ``k`` of the loop, phase ``phase`` for iteration ``t`` of
-that phase's grid loop, and returns 0 when ``t`` is past the grid loop's count (the
-thread has no more work in this phase), else 1. It is a copy of the loop's body, one per
+that phase's grid loop, and returns 0 when ``t`` is past the grid loop's count (past its
+rest, where it has one: the thread has no more work in this phase), else 1. It is a copy of the loop's body, one per
 phase, in which
 
 - the other phases' child loops are skipped (the edge into one goes to its exit; nothing
@@ -12,6 +12,11 @@ phase, in which
 - the phase's grid loop is entered at iteration ``t`` (its induction variables moved by
   ``step * t``), and the end of that iteration leaves it, so a sequential loop around it
   (the interchanged ``k``) runs all its iterations in order, each with iteration ``t``;
+- in a phase with a rest (stores around the grid loop: clang's remainder of an unrolled
+  one), ``t`` equal to the grid's count runs the body with the grid loop skipped, and the
+  other values of ``t`` run it without those stores;
+- the merges the analysis pinned (an unrolled loop's end) are computed at the kernel's
+  entry from their polynomials, and edges into them pass a zero nothing reads;
 - the loop's back edge and exit end the call.
 
 The launch entry (:func:`compiler.lower.function.lower_loop_entry`) calls it for every
@@ -109,6 +114,8 @@ def outline_phases(module: Module, plan: LoopPlan, name: str) -> Function:
             scope.shared[arg] = scope.value(plan.invariant_args[arg], {})
         else:  # never read inside the loop
             scope.shared[arg] = b.constant(arg.type if not arg.type.is_ref else I64, 0)
+    for arg, poly in plan.pinned:  # merges after inner loops, whichever path reached them
+        scope.shared[arg] = scope.poly(poly, arg.type, b)
     more, over = kernel.add_block([]), kernel.add_block([])
     Builder(kernel, more).ret([Builder(kernel, more).constant(I32, 1)])
     Builder(kernel, over).ret([Builder(kernel, over).constant(I32, 0)])
@@ -119,7 +126,12 @@ def outline_phases(module: Module, plan: LoopPlan, name: str) -> Function:
         counted, test = kernel.add_block([]), kernel.add_block([])
         b.cond_br(b.value(arith.cmpi, phase, b.constant(I32, index), pred="eq"), counted, [], test, [])
         b = Builder(kernel, counted)
-        b.cond_br(_within(b, ph.trip, scope, t), _copy_body(kernel, plan, ph, scope, t, more), [], over, [])
+        past = over
+        if ph.rest:  # iteration t == the grid's count: the rest's thread
+            past = kernel.add_block([])
+            rest = Builder(kernel, past)
+            rest.cond_br(_within(rest, ph.trip, scope, t, extra=1), _copy_body(kernel, plan, ph, scope, t, more, rest=True), [], over, [])  # fmt: skip
+        b.cond_br(_within(b, ph.trip, scope, t), _copy_body(kernel, plan, ph, scope, t, more), [], past, [])
     Builder(kernel, test).br(over)
     _constants_first(entry)
     live = set(reverse_postorder(kernel))
@@ -128,9 +140,14 @@ def outline_phases(module: Module, plan: LoopPlan, name: str) -> Function:
     return kernel
 
 
-def _copy_body(kernel: Function, plan: LoopPlan, ph: Phase, scope: _Scope, t: Value, more: Block) -> Block:
-    """The loop body as phase ``ph`` runs it for grid iteration ``t``; returns its first block."""
+def _copy_body(
+    kernel: Function, plan: LoopPlan, ph: Phase, scope: _Scope, t: Value, more: Block, rest: bool = False
+) -> Block:
+    """The loop body as phase ``ph`` runs it for grid iteration ``t``, or with ``rest`` as its
+    rest's thread runs it (the grid loop skipped, the stores around it kept: a grid
+    iteration's copy leaves them out); returns its first block."""
     header = plan.loop.header
+    pinned = {arg for arg, _ in plan.pinned}
     mapping: dict[Value, Value] = {}
     body = [blk for blk in plan.func.blocks if blk in plan.blocks]
     clones: dict[Block, Block] = {}
@@ -138,22 +155,31 @@ def _copy_body(kernel: Function, plan: LoopPlan, ph: Phase, scope: _Scope, t: Va
         clone = kernel.add_block([] if blk is header else [a.type for a in blk.args])
         clones[blk] = clone
         if blk is not header:
-            mapping.update(zip(blk.args, clone.args, strict=True))
+            mapping.update((a, c) for a, c in zip(blk.args, clone.args, strict=True) if a not in pinned)
     grid = ph.grid.header
-    start = _grid_start(kernel, plan, ph, scope, t, clones[grid])
+    start = None if rest else _grid_start(kernel, plan, ph, scope, t, clones[grid])
     children = {p.loop.header: p for p in plan.phases}
     bodies = {p.loop.header: p.blocks for p in plan.phases}
     grid_body = ph.grid_blocks
+    around = set() if rest else ph.blocks - grid_body  # the rest's stores, its thread's alone
     for blk, clone in clones.items():
         for op in blk.ops:
+            if op.name == "mem.store" and blk in around:
+                continue
             succs = []
             for succ in op.successors:
-                target, args = succ.block, [scope.value(v, mapping) for v in succ.args]
+                target = succ.block
+                args = [
+                    _zero(kernel, a.type) if a in pinned else scope.value(v, mapping)
+                    for a, v in zip(target.args, succ.args, strict=True)
+                ]
                 other = children.get(target)
                 if target is header or target not in plan.blocks:
                     succs.append(Successor(more, []))  # this iteration's phase is over
                 elif other is not None and other is not ph and blk not in bodies[target]:
                     succs.append(Successor(clones[other.exit], _zeros(kernel, other.exit)))  # skipped
+                elif target is grid and blk not in grid_body and rest:
+                    succs.append(Successor(clones[ph.grid_exit], _zeros(kernel, ph.grid_exit)))  # skipped
                 elif target is grid and blk not in grid_body:
                     succs.append(Successor(start, args))  # entered at iteration t
                 elif target is grid:  # iteration t is done: leave the grid loop
@@ -187,18 +213,21 @@ def _grid_start(kernel: Function, plan: LoopPlan, ph: Phase, scope: _Scope, t: V
 
 
 def _zeros(kernel: Function, block: Block) -> list[Value]:
-    """Arguments for ``block`` that nothing reads (the analysis made sure)."""
-    entry = kernel.blocks[0]
-    values = [Builder(kernel, entry).constant(a.type, 0) for a in block.args]
-    return values
+    """Arguments for ``block`` that nothing reads (the analysis made sure, or pinned them)."""
+    return [_zero(kernel, a.type) for a in block.args]
 
 
-def _within(b: Builder, trip: TripCount, scope: _Scope, t: Value) -> Value:
-    """Whether the grid loop runs iteration ``t`` in this iteration, as ``runtime.guards.trip_count``
-    counts it (the guards made sure its bounds do not wrap), without a division: with ``d``
-    the distance to the bound (clamped at 0) and ``s`` the step's size, ``t < ceil(d / s)``
-    exactly when ``s * t < d`` (tested at the top), and ``t < ceil(d / s) + 1`` exactly when
-    ``s * t < d + s`` (tested after the body). A "!=" test's distance is a multiple of ``s``."""
+def _zero(kernel: Function, ty: Type) -> Value:
+    return Builder(kernel, kernel.blocks[0]).constant(ty, 0)
+
+
+def _within(b: Builder, trip: TripCount, scope: _Scope, t: Value, extra: int = 0) -> Value:
+    """Whether ``t`` is below the grid loop's count in this iteration (plus ``extra``), as
+    ``runtime.guards.trip_count`` counts it (the guards made sure its bounds do not wrap),
+    without a division: with ``d`` the distance to the bound (clamped at 0) and ``s`` the
+    step's size, ``t < ceil(d / s)`` exactly when ``s * t < d`` (tested at the top), and
+    ``t < ceil(d / s) + 1`` exactly when ``s * t < d + s`` (tested after the body). A "!="
+    test's distance is a multiple of ``s``."""
     ty = I32 if trip.bits == 32 else I64
     start, bound = scope.poly(trip.start, ty, b), scope.poly(trip.bound, ty, b)
     step = abs(trip.step)
@@ -215,8 +244,8 @@ def _within(b: Builder, trip: TripCount, scope: _Scope, t: Value) -> Value:
             diff = b.value(arith.add, diff, b.constant(I64, 1))
         zero = b.constant(I64, 0)
         diff = b.value(arith.select, b.value(arith.cmpi, diff, zero, pred="sgt"), diff, zero)
-    if not trip.top:
-        diff = b.value(arith.add, diff, b.constant(I64, step))
+    if not trip.top or extra:
+        diff = b.value(arith.add, diff, b.constant(I64, step * ((not trip.top) + extra)))
     scaled = b.value(arith.mul, b.value(arith.sext, t, to=I64), b.constant(I64, step))
     return b.value(arith.cmpi, scaled, diff, pred="slt")
 

@@ -207,6 +207,9 @@ class Phase:
     grid_blocks: set[Block] = field(default_factory=set)  # ``grid``'s body
     exit: Block | None = None  # where control goes after ``loop`` (a phase that skips it jumps there)
     grid_exit: Block | None = None  # where control goes after ``grid``
+    # ``loop`` stores outside ``grid`` (clang's remainder of an unrolled ``grid``): one more
+    # thread, past the grid's iterations, runs ``loop`` with those stores and without ``grid``.
+    rest: bool = False
 
 
 @record
@@ -239,6 +242,10 @@ class LoopPlan:
     # Store/access index pairs the schedule could not settle statically: within one iteration
     # of the launched loop their byte ranges must be apart (a guard).
     row_guarded: list[tuple[int, int]] = field(default_factory=list)
+    # Merges after an inner loop of a distributed body (the unrolled loop's end, where its
+    # remainder starts), as polynomials of the launched loop's counter and the live-ins: a
+    # phase that skips the loop, or leaves it after one iteration, computes them so.
+    pinned: tuple[tuple[Value, Poly], ...] = ()
     # v128 induction variables of the launched loop: header argument -> (start, step, the
     # lane-wise add, "i32x4.add"); the kernel computes start + k * step per lane.
     vector_ivs: dict[Value, tuple[Value, Value, str]] = field(default_factory=dict)

@@ -13,6 +13,24 @@ update, proven so by isl) with one parallel loop inside, that loop *interchanged
 each thread runs the child's iterations in order and enters the inner loop at its own
 iteration only. Each ``C[i][j]`` then sees ``beta`` first, then ``k`` ascending, as in Wasm.
 
+clang -O2 unrolls the j loops of a triangular nest (syrk: ``j <= i``) and leaves remainders:
+``C *= beta`` becomes a loop by four up to ``(i + 1) & -4`` and a remainder loop from there,
+two phases; the update's j loop inside k becomes a loop by two and, behind a test, one
+element more. So:
+
+- a merge after an inner loop that a later part of the body reads (the unrolled loop's end,
+  where its remainder starts) is *pinned*: the kernel computes it from its polynomial in the
+  launched loop's counter (``LoopPlan.pinned``), so a phase that skips the loop, or leaves
+  the grid loop after its own iteration, still has it; a value of an inner loop read after
+  it in any other way keeps the loop at one thread per iteration;
+- stores of the child outside its grid loop (the remainder element) are the work of its
+  *rest* (``Phase.rest``): one more thread, past the grid's iterations, runs the child's
+  iterations with those stores and without the grid loop, while the grid's threads leave
+  them out. Legal when such a store meets no access of another thread: of the grid loop, of
+  the body outside every phase, or of the child before its grid loop (what every thread
+  loads there), in any iterations; and the child carries only counted values, so every
+  thread sees the same ones.
+
 Legal, with isl on the launched loop's iteration domain and within one of its iterations,
 when a store of a phase's grid loop
 
@@ -37,10 +55,12 @@ from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject
 from tensorwasm.compiler.analysis.induction import kernel_computes
 from tensorwasm.compiler.analysis.isl import NestModel, _context, isl
 from tensorwasm.compiler.analysis.plan import LoopPlan, LoopReport, Phase
+from tensorwasm.dialect.types import I32, I64
 
 if TYPE_CHECKING:
     from tensorwasm.compiler.analysis.induction import LoopValues
-    from tensorwasm.dialect.ir import Block, LoopInfo
+    from tensorwasm.compiler.analysis.poly import Poly
+    from tensorwasm.dialect.ir import Block, LoopInfo, Value
 
 # Exit tests the kernel can count in advance: the bounds may move with the launched loop's
 # counter ("!=" only by steps of one where they do: a larger step's count needs the guards'
@@ -61,12 +81,14 @@ def schedule_phases(
         if plan.vector_ivs:  # (the phase kernel computes no v128 induction variable)
             continue
         try:
-            phases, guarded = _phases(facts, plan, by_loop, kept[plan.loop])
+            phases, guarded, pinned = _phases(facts, plan, by_loop, kept[plan.loop])
         except Reject:
             continue  # one thread per iteration, as before
-        plan.phases, plan.row_guarded = phases, guarded
+        plan.phases, plan.row_guarded, plan.pinned = phases, guarded, pinned
         names = [
-            f"+0x{p.grid.offset:x}" + (f" inside +0x{p.loop.offset:x}" if p.grid is not p.loop else "")
+            f"+0x{p.grid.offset:x}"
+            + (f" inside +0x{p.loop.offset:x}" if p.grid is not p.loop else "")
+            + (" and its rest" if p.rest else "")
             for p in phases
         ]
         report.reason += f"; distributed: {len(phases)} phase(s) of a 2-D grid over " + ", ".join(names)
@@ -74,7 +96,7 @@ def schedule_phases(
 
 def _phases(
     facts: FunctionLoops, plan: LoopPlan, by_loop: dict[LoopInfo, LoopReport], values: LoopValues
-) -> tuple[tuple[Phase, ...], list[tuple[int, int]]]:
+) -> tuple[tuple[Phase, ...], list[tuple[int, int]], tuple[tuple[Value, Poly], ...]]:
     loops = facts.func.loops
     children = [m for m in loops if m.parent is plan.loop]
     if not children:
@@ -91,6 +113,7 @@ def _phases(
             raise Reject("more than one way out")
     trips = dict(plan.inner_trips)
     phases = []
+    pins: dict[Value, Poly] = {}
     for child in children:
         grid = _grid_loop(facts, child, by_loop, loops)
         counter = values.counter(grid)
@@ -98,7 +121,7 @@ def _phases(
         if trip is None or trip.pred not in COUNTED or not _toward(trip):
             raise Reject("a grid loop the kernel cannot count")
         moving = {s for s in trip.start.leaves() | trip.bound.leaves() if s.kind == "counter"}
-        if moving - {plan.counter} or (moving and trip.pred == "ne" and abs(trip.step) != 1):
+        if moving - {plan.counter} or (moving and trip.pred == "ne" and not _meets_bound(trip)):
             raise Reject("a grid loop whose count moves with the loops inside the launched one")
         if not (kernel_computes(trip.start) and kernel_computes(trip.bound)):
             raise Reject("a grid loop whose bounds hold a floor division the kernel cannot recompute")
@@ -110,16 +133,96 @@ def _phases(
             ):
                 raise Reject("a grid loop carries a value")
         exits = (_exit(facts, child), _exit(facts, grid))
-        if any(b is None or b not in plan.blocks or any(facts.users.get(a) for a in b.args) for b in exits):
-            raise Reject("a value of an inner loop is read after it")
+        if any(b is None or b not in plan.blocks for b in exits):
+            raise Reject("an inner loop with more than one way out")
         if sum(p not in facts.bodies[child] for p in facts.preds[child.header]) != 1:
             raise Reject("an inner loop entered from two places")
+        for block in exits:  # what the loop passes on leaving it: pinned where read
+            for arg in block.args:
+                if facts.users.get(arg):
+                    pins[arg] = _pinned(plan, values, arg)
         for loop in {child, grid}:  # its values are not read after it (nor, for the grid, after iteration t)
-            body = facts.bodies[loop]
-            if any(b not in body for blk in body for v in _defined(blk) for _, b in facts.users.get(v, [])):
-                raise Reject(f"a value of the loop at +0x{loop.offset:x} is read after it")
-        phases.append(Phase(child, grid, counter, trip, facts.bodies[child], facts.bodies[grid], *exits))
-    return tuple(phases), _legal(facts, plan, values, phases)
+            pins.update(_escaping(facts, plan, values, loop))
+        rest = _rest(facts, plan, child, grid)
+        phases.append(
+            Phase(child, grid, counter, trip, facts.bodies[child], facts.bodies[grid], *exits, rest)
+        )
+    pinned = tuple(sorted(pins.items(), key=lambda item: _position(facts, item[0])))
+    return tuple(phases), _legal(facts, plan, values, phases), pinned
+
+
+def _position(facts: FunctionLoops, arg: Value) -> tuple[int, int]:
+    """Where a block argument stands in its function (an order that does not depend on sets)."""
+    return facts.func.blocks.index(arg.owner), arg.index
+
+
+def _escaping(facts: FunctionLoops, plan: LoopPlan, values: LoopValues, loop: LoopInfo) -> dict[Value, Poly]:
+    """The merges a value of ``loop`` reaches on leaving it, pinned; :class:`Reject` where such
+    a value is read otherwise (a thread that skips the loop, or leaves it early, has none)."""
+    body = facts.bodies[loop]
+    pins = {}
+    for block in body:
+        for value in _defined(block):
+            for op, where in facts.users.get(value, []):
+                if where in body:
+                    continue
+                if where not in plan.blocks or not op.opdef.terminator or value in op.operands:
+                    raise Reject(f"a value of the loop at +0x{loop.offset:x} is read after it")
+                for succ in op.successors:
+                    for arg, passed in zip(succ.block.args, succ.args, strict=True):
+                        if passed is value:
+                            pins[arg] = _pinned(plan, values, arg)
+    return pins
+
+
+def _pinned(plan: LoopPlan, values: LoopValues, arg: Value) -> Poly:
+    """The merge ``arg`` as the polynomial the kernel computes in its place (proven equal to
+    what every edge passes: :func:`.trips.exit_merge`, :mod:`.merges`), or :class:`Reject`."""
+    poly = values.expr(arg) if arg.type in (I32, I64) and arg.owner.attrs.get("loop") is None else None
+    known = {plan.counter} | {sym for _, sym, _, _ in plan.live_ins}
+    if poly is None or not kernel_computes(poly) or not poly.leaves() <= known:
+        raise Reject("a value of an inner loop is read after it")
+    return poly
+
+
+def _rest(facts: FunctionLoops, plan: LoopPlan, child: LoopInfo, grid: LoopInfo) -> bool:
+    """Whether ``child`` stores outside its grid loop (the remainder of an unrolled grid loop):
+    that work is one more thread's. Every thread runs ``child``'s iterations with the same
+    values only where what its header carries is counted (or fixed), not computed."""
+    between = facts.bodies[child] - facts.bodies[grid]
+    if grid is child or not any(op.name == "mem.store" for b in between for op in b.ops):
+        return False
+    for arg in child.header.args:
+        if arg not in plan.ivs and arg not in plan.invariant_args and _read(facts, arg, facts.bodies[child]):
+            raise Reject(f"the loop at +0x{child.offset:x} carries a value around the stores of its rest")
+    return True
+
+
+def _after(facts: FunctionLoops, phase: Phase) -> set[Block]:
+    """The blocks of ``phase``'s loop past its grid loop in an iteration: what they load
+    reaches no grid iteration (what the loop carries is counted, :func:`_rest`)."""
+    before, work = {phase.grid.header}, [phase.grid.header]
+    while work:
+        block = work.pop()
+        if block is phase.loop.header:
+            continue
+        for pred in facts.preds[block]:
+            if pred in phase.blocks and pred not in before:
+                before.add(pred)
+                work.append(pred)
+    return phase.blocks - phase.grid_blocks - before
+
+
+def _meets_bound(trip) -> bool:
+    """A "!=" test's counter meets its bound wherever it does at one corner of the box the
+    guards test: every term of the distance that moves with a counter (floor symbols
+    included: clang's ``i & -4`` bound of a loop unrolled by four) is a multiple of the step."""
+    step = abs(trip.step)
+    return all(
+        coeff % step == 0
+        for monomial, coeff in (trip.bound - trip.start).terms.items()
+        if any(leaf.kind == "counter" for sym in monomial for leaf in sym.leaves())
+    )
 
 
 def _toward(trip) -> bool:
@@ -136,11 +239,7 @@ def _grid_loop(facts: FunctionLoops, child: LoopInfo, by_loop: dict, loops: list
     inner = [m for m in loops if m.parent is child]
     if len(inner) != 1 or not _parallel(by_loop.get(inner[0])):
         raise Reject(f"the loop at +0x{child.offset:x} has no parallel loop to spread")
-    grid = inner[0]
-    around = facts.bodies[child] - facts.bodies[grid]
-    if any(op.name == "mem.store" for b in around for op in b.ops):
-        raise Reject("stores between the interchanged loops")
-    return grid
+    return inner[0]
 
 
 def _parallel(report: LoopReport | None) -> bool:
@@ -176,17 +275,21 @@ def _legal(
     model = NestModel(values, plan.trip, plan.inner_trips)
     same_row = f"{model.var(plan.loop, 'x')} = {model.var(plan.loop, 'y')}"
     guarded = []
+    after = {p.loop: _after(facts, p) for p in phases if p.rest}
     for i, store in enumerate(plan.accesses):
         if not store.store:
             continue
-        phase = next(p for p in phases if store.op.block in facts.bodies[p.grid])
+        phase = next(p for p in phases if store.op.block in p.blocks)
+        in_grid = store.op.block in phase.grid_blocks
         for j, other in enumerate(plan.accesses):
             block = other.op.block
-            home = next((p for p in phases if block in facts.bodies[p.loop]), None)
+            home = next((p for p in phases if block in p.blocks), None)
             if home is not None and home is not phase:
                 continue  # another phase: the barrier keeps the row's order
+            if not in_grid and block not in phase.grid_blocks and (other.store or block in after[phase.loop]):
+                continue  # the rest's own thread runs both, in order (the others skip its stores)
             relation = same_row
-            if block in facts.bodies[phase.grid]:
+            if in_grid and block in phase.grid_blocks:
                 relation += f" and {model.var(phase.grid, 'x')} != {model.var(phase.grid, 'y')}"
             _context().reset_operations()
             try:
