@@ -16,6 +16,7 @@ import struct
 from pathlib import Path
 
 import pytest
+import wasmtime
 
 from tensorwasm.compiler.analysis.loops import analyze_module
 from tensorwasm.compiler.frontend import load, translate_module
@@ -146,3 +147,30 @@ def test_phase_kernels_assemble_for_sm_90(ptxas: str, tmp_path: Path) -> None:
     assert len(entries) == len(DISTRIBUTED)
     by_phases = sorted(body.count("barrier.sync") for body in entries)
     assert by_phases == [0, 2, 2, 2]  # diag: one phase; the others: a barrier between each two
+
+
+def test_auto_keeps_a_distributed_nest_on_wasmtime_on_the_host_backend():
+    """Phases on the host run each thread's whole k loop in turn (rows read down columns):
+    ``auto`` declines them there for good, with the reason, and the results stay exact."""
+    from tensorwasm.runtime.offload import OffloadModule
+    from tensorwasm.runtime.planning import HOST_PHASES
+
+    reference = ReferenceInstance(DATA)
+    offload = OffloadModule(DATA, device="cpu", mode="auto")
+    store = wasmtime.Store()
+    linker = wasmtime.Linker(store.engine)
+    offload.define(linker, store)
+    instance = linker.instantiate(store, offload.compiled(store.engine))
+    offload.bind(store, instance.exports(store))
+    exports = instance.exports(store)
+    reference.call("init", [])
+    exports["init"](store)
+    for _ in range(6):  # declined once, then kept in Wasm by the closed gate
+        exports["syrk"](store, 1.5, 1.2)
+        reference.call("syrk", [f64(1.5), f64(1.2)])
+    offload.close()
+    (lp,) = [lp for lp in offload.loops if lp.plan.func.name == "syrk" and lp.plan.loop.depth == 1]
+    assert lp.plan.phases and lp.stats.offloaded == 0
+    assert lp.stats.declined == {HOST_PHASES: 6}
+    memory = exports["memory"]
+    assert bytes(memory.read(store, 0, memory.data_len(store))) == reference.memory("memory")
