@@ -20,8 +20,9 @@ import wasmtime
 from tensorwasm.compiler.target import HostTarget
 from tensorwasm.oracle.simulated import SimulatedDevice
 from tensorwasm.runtime.offload import OffloadModule
-from tests.conftest import ROOT, wat
+from tests.conftest import ROOT
 from tests.runtime.test_run import plain_wasmtime
+from tests.runtime.test_vector_loops import vector_stencil_module
 
 
 class StrictHostTarget(HostTarget):
@@ -41,17 +42,7 @@ def byte_stencil_module() -> bytes:
     """``run(p, q, n)``: for n vectors of 16 bytes, ``q[x] = avgr(p[x - 1], p[x + 1])`` lane
     by lane (i8x16.avgr_u), the loads one byte either side of the line clang's vectorised
     byte loop reads."""
-    return wat("""(module (memory (export "memory") 2)
-  (func (export "run") (param $p i32) (param $q i32) (param $n i32)
-    (block $done
-      (br_if $done (i32.eqz (local.get $n)))
-      (loop $top
-        (v128.store (local.get $q)
-          (i8x16.avgr_u (v128.load offset=15 (local.get $p)) (v128.load offset=17 (local.get $p))))
-        (local.set $p (i32.add (local.get $p) (i32.const 16)))
-        (local.set $q (i32.add (local.get $q) (i32.const 16)))
-        (local.set $n (i32.sub (local.get $n) (i32.const 1)))
-        (br_if $top (local.get $n))))))""")
+    return vector_stencil_module("i8x16.avgr_u", 15, 17)
 
 
 def run_both(wasm: bytes, device, calls: list[tuple[int, int, int]]) -> OffloadModule:

@@ -174,20 +174,26 @@ def test_a_vector_induction_variable_read_after_the_loop_keeps_it_on_the_cpu() -
     assert loop.verdict == "reject" and "used after the loop" in loop.reason, loop
 
 
-def neighbour_module() -> bytes:
-    """``run(p, q, n)``: for n vectors, q[i] = p[i-1] + p[i+1] lane-wise (f32x4), the loads
-    4 bytes either side of a 16-byte line: clang's vectorised 1-D stencil."""
-    return wat("""(module (memory (export "memory") 2)
+def vector_stencil_module(op: str, left: int, right: int) -> bytes:
+    """``run(p, q, n)``: for n vectors of 16 bytes, ``q = op(p[left], p[right])`` (byte
+    offsets from the vector's line) lane by lane, p and q stepping 16 bytes a vector."""
+    return wat(f"""(module (memory (export "memory") 2)
   (func (export "run") (param $p i32) (param $q i32) (param $n i32)
     (block $done
       (br_if $done (i32.eqz (local.get $n)))
       (loop $top
         (v128.store (local.get $q)
-          (f32x4.add (v128.load offset=12 (local.get $p)) (v128.load offset=20 (local.get $p))))
+          ({op} (v128.load offset={left} (local.get $p)) (v128.load offset={right} (local.get $p))))
         (local.set $p (i32.add (local.get $p) (i32.const 16)))
         (local.set $q (i32.add (local.get $q) (i32.const 16)))
         (local.set $n (i32.sub (local.get $n) (i32.const 1)))
         (br_if $top (local.get $n))))))""")
+
+
+def neighbour_module() -> bytes:
+    """``run(p, q, n)``: for n vectors, q[i] = p[i-1] + p[i+1] lane-wise (f32x4), the loads
+    4 bytes either side of a 16-byte line: clang's vectorised 1-D stencil."""
+    return vector_stencil_module("f32x4.add", 12, 20)
 
 
 @pytest.mark.parametrize("device", ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
