@@ -25,7 +25,8 @@ before the first store of the chunk.
 Only kernels that cannot trap take this form (a thread would otherwise stop between its
 iterations at the first trap), whose blocks run one after the other with no branch that
 chooses (no loop, no condition), with no gathered load, and no op with an effect other
-than a proven load or store. The launch entry (:func:`compiler.lower.function.lower_loop_entry`)
+than a proven load or store; nor bodies with a float square root or division (``LONG_OPS``:
+they gain nothing from more iterations in flight). The launch entry (:func:`compiler.lower.function.lower_loop_entry`)
 calls it for whole chunks and the kernel itself for the rest.
 """
 
@@ -41,6 +42,12 @@ from tensorwasm.support.records import record
 ITERATIONS_PER_THREAD = 4
 # Ops of a kernel copied per iteration: a streaming body is a few dozen; more is not one.
 MAX_KERNEL_OPS = 120
+# Ops after which a body is not streamed: correctly rounded square roots and divisions are
+# long sequences on the GPU, and four of them in flight per thread cost more than the loads
+# gain (the suite's condmap on an H100, kernel time against nvcc's at n = 2^24 / 2^26: 1.04x
+# / 0.96x one iteration a thread, 1.30x / 1.22x four; saxpy: 2.27x / 2.43x one, 1.17x /
+# 1.13x four).
+LONG_OPS = frozenset({"arith.fsqrt", "arith.fdiv"})
 
 
 @record(frozen=True)
@@ -61,6 +68,8 @@ def attach_streaming(module: Module, kernel: Function) -> None:
         return
     ops = _straight_line(kernel)
     if ops is None or len(ops) > MAX_KERNEL_OPS or kernel_may_trap(module, kernel.index):
+        return
+    if any(op.name in LONG_OPS for op in ops):
         return
     fn = _build(module, kernel, ops, ITERATIONS_PER_THREAD)
     kernel.attrs["streaming"] = StreamingKernel(fn.index, ITERATIONS_PER_THREAD)

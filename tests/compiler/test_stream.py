@@ -90,6 +90,36 @@ def test_kernels_that_may_trap_or_loop_inside_keep_one_iteration_per_thread() ->
     )
 
 
+# condmap's body: y[i] = x[i] > 0 ? sqrt(x[i]) * 2 : x[i] * x[i] - 0.25 (a select, as clang
+# leaves it), and the same with a division.
+LONG = """(module (memory (export "memory") 4)
+  (func (export "condmap") (param $n i32) (local $i i32) (local $o i32) (local $x f32)
+    (loop $l
+      (local.set $o (i32.shl (local.get $i) (i32.const 2)))
+      (local.set $x (f32.load (local.get $o)))
+      (f32.store offset=65536 (local.get $o)
+        (select (f32.mul (f32.sqrt (local.get $x)) (f32.const 2))
+                (f32.sub (f32.mul (local.get $x) (local.get $x)) (f32.const 0.25))
+                (f32.gt (local.get $x) (f32.const 0))))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (local.get $n)))))
+  (func (export "ratio") (param $n i32) (local $i i32) (local $o i32)
+    (loop $l
+      (local.set $o (i32.shl (local.get $i) (i32.const 2)))
+      (f32.store offset=65536 (local.get $o) (f32.div (f32.load (local.get $o)) (f32.const 3)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (local.get $n))))))"""
+
+
+def test_bodies_with_square_roots_or_divisions_keep_one_iteration_per_thread() -> None:
+    found = _streams(LONG)
+    assert sorted(found) == ["condmap", "ratio"] and all(
+        stream is None and lp.per_thread == 1 for lp, stream in found.values()
+    )
+    ((lp, stream),) = _streams(SAXPY).values()  # a streaming body still streams
+    assert stream is not None and lp.per_thread == ITERATIONS_PER_THREAD
+
+
 @pytest.mark.parametrize("arch", ARCHES)
 def test_a_chunks_loads_are_all_issued_before_its_first_store(arch: str, ptxas: str, tmp_path: Path) -> None:
     """saxpy's entry: the 2 loads of each of the chunk's iterations precede its first store
