@@ -129,9 +129,9 @@ def test_launches_keep_the_gate_open(device: str, monkeypatch) -> None:
     assert _memory(store, exports) == _plain_memory(30, 8, 8)
 
 
-def test_a_lasting_reason_closes_the_gate_for_good(monkeypatch) -> None:
+@pytest.mark.parametrize("reason", sorted(LASTING))
+def test_a_lasting_reason_closes_the_gate_for_good(reason: str, monkeypatch) -> None:
     offload, store, exports, outer, asked = _instance("always", monkeypatch)
-    (reason,) = LASTING
     outer.gate.declined(reason)
     n = offload.loops.index(outer)
     assert exports[f"tensorwasm:wait_{n}"].value(store) == FOREVER
