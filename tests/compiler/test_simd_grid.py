@@ -21,6 +21,7 @@ from tensorwasm.oracle.offload import OffloadInstance
 from tensorwasm.oracle.simulated import SimulatedDevice
 from tensorwasm.runtime.reference import ReferenceInstance
 from tests.compiler.test_loop_kernels import assemble, kernels, plans_ptx
+from tests.conftest import ROOT
 
 DATA = (Path(__file__).parent / "data" / "simdgrid.wasm").read_bytes()
 # The host backend, the GPU path's data movement on the host (simulated device), the GPU.
@@ -62,6 +63,23 @@ def test_vector_loop_and_its_remainder_are_two_phases_of_a_2d_grid(name):
     assert "distributed: 2 phase(s) of a 2-D grid" in report.reason
     # The row's accesses meet only through the sizes and base pointers: the row guard.
     assert plan.row_guarded
+
+
+# The row loops of the SIMD builds of the examples and of the suite (function, offset).
+BUILT_SWEEPS = [
+    ("examples/wasi/build/stencil.O2.simd.wasm", "main", 0x3D2),
+    ("examples/wasi/build/blur.O2.simd.wasm", "main", 0x419),
+    ("benchmarks/suite/build/stencil2d.simd.wasm", "kernel_stencil2d", 0x274),
+    ("benchmarks/suite/build/stencil3d.simd.wasm", "kernel_stencil3d", 0x305),
+]
+
+
+@pytest.mark.parametrize(("path", "func", "offset"), BUILT_SWEEPS)
+def test_the_built_sweeps_rows_are_distributed(path, func, offset):
+    reports = analyze_module(translate_module(load((ROOT / path).read_bytes())))
+    (report,) = [r for r in reports if r.func.name == func and r.loop.offset == offset]
+    vector, remainder = report.plan.phases
+    assert _has_v128(vector.grid_blocks) and not _has_v128(remainder.grid_blocks)
 
 
 def test_a_division_that_may_trap_keeps_a_thread_per_row():
