@@ -39,11 +39,15 @@ when a store of a phase's grid loop
 - meets no access of the phase outside the grid loop, nor a load of the launched loop's
   body outside every phase (those run in every thread), in any iteration.
 
-A pair that meets only for some values of the sizes and live-ins, or that isl cannot model
+The pair is modelled within one iteration of the launched loop: a row offset that is its
+counter times a size (``i * n``: the sweeps of a grid, where clang's vector loop and its
+scalar remainder are two phases over the row) is the same value for both accesses, one
+parameter (:class:`_RowModel`). A pair that meets only for some values of the sizes and live-ins, or that isl cannot model
 because two base pointers (live-ins) separate it, becomes a guard (``LoopPlan.row_guarded``:
 their byte ranges apart within one iteration); any other pair it cannot model, or one
 that meets whatever the values, keeps the loop at one thread per iteration. So do a body that stores
-outside its child loops, may trap (a barrier waits for every thread of the block), has a
+outside its child loops, may trap (a barrier waits for every thread of the block; a division
+by a constant that is neither 0 nor, for ``div_s``, -1 cannot), has a
 gathered load or a reduction, or a child whose values are read after it.
 """
 
@@ -55,11 +59,13 @@ from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject
 from tensorwasm.compiler.analysis.induction import kernel_computes
 from tensorwasm.compiler.analysis.isl import NestModel, _context, isl
 from tensorwasm.compiler.analysis.plan import LoopPlan, LoopReport, Phase
+from tensorwasm.compiler.analysis.poly import Poly
+from tensorwasm.dialect import arith
+from tensorwasm.dialect.ir import Op
 from tensorwasm.dialect.types import I32, I64
 
 if TYPE_CHECKING:
     from tensorwasm.compiler.analysis.induction import LoopValues
-    from tensorwasm.compiler.analysis.poly import Poly
     from tensorwasm.dialect.ir import Block, LoopInfo, Value
 
 # Exit tests the kernel can count in advance: the bounds may move with the launched loop's
@@ -250,7 +256,20 @@ def _harmless(op) -> bool:
     """An op that cannot trap in the kernel (affine accesses are proven by the guards)."""
     if op.opdef.terminator:
         return op.name != "cf.trap" and op.name != "cf.return"
-    return op.opdef.pure or op.name in ("mem.load", "mem.store")
+    return op.opdef.pure or op.name in ("mem.load", "mem.store") or _safe_division(op)
+
+
+def _safe_division(op) -> bool:
+    """An integer division or remainder by a constant that cannot trap (clang's ``s / 9``):
+    ``div_*``/``rem_*`` trap on a zero divisor, ``div_s`` also on MIN / -1 (``rem_s`` of
+    MIN by -1 is 0)."""
+    if op.name not in ("arith.div_u", "arith.div_s", "arith.rem_u", "arith.rem_s"):
+        return False
+    owner = op.operands[1].owner
+    if not (isinstance(owner, Op) and owner.opdef is arith.constant):
+        return False
+    bits, width = owner.attrs["value"], owner.attrs["type"].bits
+    return bits != 0 and not (op.name == "arith.div_s" and bits == (1 << width) - 1)
 
 
 def _exit(facts: FunctionLoops, loop: LoopInfo) -> Block | None:
@@ -272,7 +291,7 @@ def _legal(
     facts: FunctionLoops, plan: LoopPlan, values: LoopValues, phases: list[Phase]
 ) -> list[tuple[int, int]]:
     """The pairs left to the row guard; :class:`Reject` where one may meet or is not modelled."""
-    model = NestModel(values, plan.trip, plan.inner_trips)
+    model = _RowModel(values, plan.trip, plan.inner_trips)
     same_row = f"{model.var(plan.loop, 'x')} = {model.var(plan.loop, 'y')}"
     guarded = []
     after = {p.loop: _after(facts, p) for p in phases if p.rest}
@@ -311,3 +330,28 @@ def _legal(
                     raise Reject(f"store at {store.where} and {other.kind} at {other.where} are not modelled")
             guarded.append((i, j))  # they meet for some sizes only, or apart by base pointers
     return guarded
+
+
+class _RowModel(NestModel):
+    """The nest as :func:`_legal` relates it: both accesses of a pair in one iteration of
+    the launched loop. A row's offset that is a product of its counter and live-ins (the
+    row stride ``n * 4`` times the row: the sweeps of a 2-D grid) is then one value for
+    both, a parameter of its own; isl's model needs constant coefficients on counters."""
+
+    def affine(self, poly: Poly, prefix: str) -> str:
+        row = self.values.counter(self.info)
+        fixed = Poly({m: c for m, c in poly.terms.items() if _row_product(m, row, self.counters)})
+        parts = [super().affine(poly - fixed, prefix)]
+        for monomial, coeff in fixed.terms.items():
+            key = ("row", *(s.order for s in monomial))
+            parts.append(f"{coeff}*{self.params.setdefault(key, f'p{len(self.params)}')}")
+        return " + ".join(parts)
+
+
+def _row_product(monomial: tuple, row, counters: set) -> bool:
+    """A product of the launched loop's counter and live-ins only (no other counter)."""
+    return (
+        len(monomial) > 1
+        and row in monomial
+        and all(s is row or not (s.leaves() & counters) for s in monomial)
+    )
