@@ -63,18 +63,35 @@ def test_interchange_alone_and_a_rejected_one():
     assert plans["self_ref"] is not None and plans["self_ref"].phases == ()
 
 
-def run(device: str, calls: list) -> OffloadInstance:
-    reference = ReferenceInstance(DATA)
-    offload = OffloadInstance(DATA, device=SimulatedDevice() if device == "simulated" else device)
+def run(device: str, calls: list, data: bytes = DATA) -> OffloadInstance:
+    """``calls`` on module ``data`` offloaded to ``device`` and on wasmtime: every result and
+    the whole memory equal."""
+    reference = ReferenceInstance(data)
+    offload = OffloadInstance(data, device=SimulatedDevice() if device == "simulated" else device)
     for export, args in calls:
         assert offload.call(export, args) == reference.call(export, args), export
     assert offload.memory() == reference.memory("memory")
     return offload
 
 
+def outer_loop(loops, func: str):
+    """Function ``func``'s outermost offloaded loop among ``loops``."""
+    (lp,) = [lp for lp in loops if lp.plan.func.name == func and lp.plan.loop.depth == 1]
+    return lp
+
+
 def launches(instance: OffloadInstance, func: str) -> tuple[int, dict]:
-    (lp,) = [lp for lp in instance.offload.loops if lp.plan.func.name == func and lp.plan.loop.depth == 1]
+    lp = outer_loop(instance.offload.loops, func)
     return lp.stats.offloaded, lp.stats.declined
+
+
+def outer_reports(data: bytes) -> dict:
+    """Function name -> the analysis report of its outermost loop in module ``data``."""
+    out = {}
+    for r in analyze_module(translate_module(load(data))):
+        if r.loop.depth == 1:
+            out.setdefault(r.func.name, r)
+    return out
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -24,9 +24,10 @@ from tensorwasm.compiler.outline import outline
 from tensorwasm.compiler.prepare import kernel_may_trap
 from tensorwasm.dialect.types import F64, I32
 from tensorwasm.oracle.offload import OffloadInstance
-from tensorwasm.oracle.simulated import SimulatedDevice
 from tensorwasm.runtime.reference import ReferenceInstance
+from tests.compiler import test_schedule as schedule
 from tests.compiler.test_loop_kernels import assemble, kernels, plans_ptx
+from tests.compiler.test_schedule import launches
 
 DATA = (Path(__file__).parent / "data" / "syrk.wasm").read_bytes()
 # The host backend, the GPU path's data movement on the host (simulated device), the GPU.
@@ -41,11 +42,7 @@ def f64(x: float) -> tuple:
 
 def outer_reports() -> dict:
     """Function name -> the report of its outermost loop."""
-    out = {}
-    for r in analyze_module(translate_module(load(DATA))):
-        if r.loop.depth == 1:
-            out.setdefault(r.func.name, r)
-    return out
+    return schedule.outer_reports(DATA)
 
 
 @pytest.mark.parametrize("name", ["syrk", "syr2k", "syrk_ptr"])
@@ -78,17 +75,7 @@ def test_a_statement_after_the_row_is_the_rest_and_one_that_is_read_is_not_sprea
 
 
 def run(device: str, calls: list) -> OffloadInstance:
-    reference = ReferenceInstance(DATA)
-    offload = OffloadInstance(DATA, device=SimulatedDevice() if device == "simulated" else device)
-    for export, args in calls:
-        assert offload.call(export, args) == reference.call(export, args), export
-    assert offload.memory() == reference.memory("memory")
-    return offload
-
-
-def launches(instance: OffloadInstance, func: str) -> tuple[int, dict]:
-    (lp,) = [lp for lp in instance.offload.loops if lp.plan.func.name == func and lp.plan.loop.depth == 1]
-    return lp.stats.offloaded, lp.stats.declined
+    return schedule.run(device, calls, DATA)
 
 
 def address(instance: ReferenceInstance, which: int) -> int:
@@ -169,7 +156,7 @@ def test_auto_keeps_a_distributed_nest_on_wasmtime_on_the_host_backend():
         exports["syrk"](store, 1.5, 1.2)
         reference.call("syrk", [f64(1.5), f64(1.2)])
     offload.close()
-    (lp,) = [lp for lp in offload.loops if lp.plan.func.name == "syrk" and lp.plan.loop.depth == 1]
+    lp = schedule.outer_loop(offload.loops, "syrk")
     assert lp.plan.phases and lp.stats.offloaded == 0
     assert lp.stats.declined == {HOST_PHASES: 6}
     memory = exports["memory"]

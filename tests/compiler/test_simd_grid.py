@@ -18,8 +18,8 @@ from tensorwasm.compiler.analysis.loops import analyze_module
 from tensorwasm.compiler.frontend import load, translate_module
 from tensorwasm.dialect.types import I32, V128
 from tensorwasm.oracle.offload import OffloadInstance
-from tensorwasm.oracle.simulated import SimulatedDevice
 from tensorwasm.runtime.reference import ReferenceInstance
+from tests.compiler import test_schedule as schedule
 from tests.compiler.test_loop_kernels import assemble, kernels, plans_ptx
 from tests.conftest import ROOT
 
@@ -38,11 +38,7 @@ EDGES = [(9, 38), (6, 7), (30, 5)]
 
 def outer_reports() -> dict:
     """Function name -> the report of its outermost loop."""
-    out = {}
-    for r in analyze_module(translate_module(load(DATA))):
-        if r.loop.depth == 1:
-            out.setdefault(r.func.name, r)
-    return out
+    return schedule.outer_reports(DATA)
 
 
 def _has_v128(blocks) -> bool:
@@ -94,17 +90,12 @@ def address(instance: ReferenceInstance, which: int) -> int:
 
 def launches(instance: OffloadInstance, func: str) -> tuple[int, dict, int]:
     """The row loop's launches, its declines by reason, and the phases it launched with."""
-    (lp,) = [lp for lp in instance.offload.loops if lp.plan.func.name == func and lp.plan.loop.depth == 1]
+    lp = schedule.outer_loop(instance.offload.loops, func)
     return lp.stats.offloaded, lp.stats.declined, len(lp.plan.phases)
 
 
 def run(device: str, calls: list) -> OffloadInstance:
-    reference = ReferenceInstance(DATA)
-    offload = OffloadInstance(DATA, device=SimulatedDevice() if device == "simulated" else device)
-    for export, args in calls:
-        assert offload.call(export, args) == reference.call(export, args), export
-    assert offload.memory() == reference.memory("memory")
-    return offload
+    return schedule.run(device, calls, DATA)
 
 
 @pytest.mark.parametrize("device", DEVICES)
