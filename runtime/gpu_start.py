@@ -12,25 +12,90 @@ only where it alone gains more than that wait (:meth:`ContextStart.seconds_to_wa
 otherwise wasmtime runs the loop while the thread works, and a later arrival finds the
 context made. The thread touches nothing of a module's: a failure
 is met again by the launch that needs the context, which declines with its reason.
+
+The driver's own start (``cuInit`` and the device's primary context: ~0.19 s of the ~0.3 s
+on an H100) does not wait for the CUDA bindings to be imported: a second thread asks the
+driver's C library for it directly (:class:`DriverOpen`; ctypes lets go of Python's
+interpreter lock for each call) while the first imports the bindings, which hold that lock
+and share it with a main thread busy starting the program. The bindings then find the
+driver started and the primary context made, and retain it themselves.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from tensorwasm.runtime.device_info import context_made
 
+# The driver's C library, where the CUDA bindings find it (by its name, on the system's
+# search path), so that both reach the one copy loaded in the process.
+DRIVER_LIBRARY = {"linux": "libcuda.so.1", "win32": "nvcuda.dll"}.get(sys.platform)
+
+
+class DriverOpen:
+    """``cuInit`` and device 0's primary context, asked of the driver's C library (``load``ed
+    by its name: ``ctypes.CDLL`` by default) on a thread of its own, begun here, which holds
+    a reference to the context until :meth:`release`. Any failure is left as it is: the
+    bindings meet it again and say why."""
+
+    def __init__(
+        self, library: str | None = DRIVER_LIBRARY, load: Callable[[str], Any] | None = None
+    ) -> None:
+        self._driver: Any = None  # the library, once it holds a reference to the primary context
+        self._device = 0
+        self.thread = threading.Thread(
+            target=self._open, args=(library, load), name="tensorwasm-cuda-driver", daemon=True
+        )
+        self.thread.start()
+
+    def _open(self, library: str | None, load: Callable[[str], Any] | None) -> None:
+        import ctypes
+
+        if library is None:
+            return
+        try:
+            driver = (load or ctypes.CDLL)(library)
+        except OSError:
+            return
+        device, context = ctypes.c_int(), ctypes.c_void_p()
+        if (
+            driver.cuInit(0) != 0
+            or driver.cuDeviceGet(ctypes.byref(device), 0) != 0
+            or driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), device) != 0
+        ):
+            return
+        self._device = device.value
+        self._driver = driver
+
+    def release(self) -> None:
+        """Wait for the thread, and give back its reference to the primary context (the
+        bindings', taken meanwhile, keeps the context alive)."""
+        self.thread.join()
+        driver, self._driver = self._driver, None
+        if driver is not None:
+            release = (
+                getattr(driver, "cuDevicePrimaryCtxRelease_v2", None) or driver.cuDevicePrimaryCtxRelease
+            )
+            release(self._device)
+
 
 def make_context() -> None:
-    """The process's CUDA context, made (a failure is left to the launch that needs it)."""
+    """The process's CUDA context, made (a failure is left to the launch that needs it): the
+    driver started through its C library while the bindings are imported."""
+    opening = DriverOpen()
     try:
         from tensorwasm.runtime.driver import Context
 
+        opening.thread.join()
         Context.get()
     except Exception:
         pass
+    finally:
+        opening.release()
 
 
 class ContextStart:

@@ -5,13 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import wasmtime
-
 from tensorwasm.compiler.errors import DecodeError, ValidationError
 from tensorwasm.support.errors import TensorWasmError
+from tensorwasm.support.lazy import LazyModule
 
 if TYPE_CHECKING:
+    import wasmtime
+
     from tensorwasm.compiler.frontend.module import WasmModule
+else:
+    # (``tensorwasm run`` reads its module, and begins the GPU's start, before wasmtime loads)
+    wasmtime = LazyModule("wasmtime", globals(), "wasmtime")
 
 # The decoder and the translation load at first use: a warm start, whose analysis comes
 # from the cache, imports only the module classes its plans refer to.

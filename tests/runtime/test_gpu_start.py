@@ -13,7 +13,7 @@ import pytest
 from tensorwasm.oracle.simulated import HostContext, SimulatedDevice
 from tensorwasm.runtime import profit
 from tensorwasm.runtime.cuda_device import CudaDevice
-from tensorwasm.runtime.gpu_start import ContextStart
+from tensorwasm.runtime.gpu_start import ContextStart, DriverOpen
 from tensorwasm.runtime.offload import OffloadModule
 from tensorwasm.runtime.planning import NOT_STARTED, STARTING
 from tests.offload_cases import module_bytes, run_case
@@ -228,3 +228,119 @@ def test_on_the_gpu_the_first_paying_arrival_starts_the_context_in_the_backgroun
     rest = profit.STARTUP_SECONDS["gpu"] - profit.CONTEXT_SECONDS["gpu"]
     assert int(offloaded) == 1 and rest <= float(banked) < profit.STARTUP_SECONDS["gpu"]
     assert int(arrivals) < profit.STARTUP_SECONDS["gpu"] / 0.01  # fewer than the whole start would take
+
+
+class FakeDriver:
+    """The driver's C library as :class:`DriverOpen` calls it: each call recorded, answering
+    ``failing`` (a CUresult) for the call named so, and device 3 for ordinal 0."""
+
+    def __init__(self, failing: str | None = None) -> None:
+        self.calls: list[tuple[str, object]] = []
+        self.failing = failing
+
+    def _answer(self, name: str, value: object) -> int:
+        self.calls.append((name, value))
+        return 100 if name == self.failing else 0  # (100: CUDA_ERROR_NO_DEVICE)
+
+    def cuInit(self, flags: int) -> int:
+        return self._answer("cuInit", flags)
+
+    def cuDeviceGet(self, device, ordinal: int) -> int:
+        device._obj.value = 3  # (the argument is a byref: its _obj is the c_int)
+        return self._answer("cuDeviceGet", ordinal)
+
+    def cuDevicePrimaryCtxRetain(self, context, device) -> int:
+        return self._answer("cuDevicePrimaryCtxRetain", device.value)
+
+    def cuDevicePrimaryCtxRelease_v2(self, device: int) -> int:
+        return self._answer("cuDevicePrimaryCtxRelease_v2", device)
+
+
+def test_the_driver_is_opened_through_its_library_and_its_reference_given_back() -> None:
+    driver = FakeDriver()
+    opening = DriverOpen("libcuda.so.1", load=lambda name: driver)
+    opening.thread.join()
+    assert [name for name, _ in driver.calls] == ["cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain"]
+    assert driver.calls[2] == ("cuDevicePrimaryCtxRetain", 3)  # the device cuDeviceGet gave
+    opening.release()
+    opening.release()  # (once only)
+    assert driver.calls[3:] == [("cuDevicePrimaryCtxRelease_v2", 3)]
+
+
+@pytest.mark.parametrize("failing", ["cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain"])
+def test_a_driver_that_fails_to_open_holds_nothing_and_stops(failing: str) -> None:
+    driver = FakeDriver(failing)
+    opening = DriverOpen("libcuda.so.1", load=lambda name: driver)
+    opening.release()
+    names = [name for name, _ in driver.calls]
+    assert names[-1] == failing and "cuDevicePrimaryCtxRelease_v2" not in names
+
+
+def test_without_the_driver_library_nothing_is_opened() -> None:
+    def missing(name: str):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    DriverOpen("libcuda.so.1", load=missing).release()  # no exception: the bindings say why
+    DriverOpen(None).release()  # (a system without a known library name)
+
+
+def test_the_context_is_made_after_the_driver_is_opened_and_the_reference_given_back_after(
+    monkeypatch,
+) -> None:
+    from tensorwasm.runtime import driver as bindings
+    from tensorwasm.runtime import gpu_start
+
+    events: list[str] = []
+    fake = FakeDriver()
+
+    class Opening(DriverOpen):
+        def __init__(self) -> None:
+            super().__init__("libcuda.so.1", load=lambda name: fake)
+
+        def release(self) -> None:
+            events.append("released")
+            super().release()
+
+    monkeypatch.setattr(gpu_start, "DriverOpen", Opening)
+    monkeypatch.setattr(
+        bindings.Context, "get", classmethod(lambda cls, ordinal=0: events.append(f"get {len(fake.calls)}"))
+    )
+    gpu_start.make_context()
+    assert events == ["get 3", "released"]  # the bindings came after the driver's three calls
+    assert fake.calls[-1] == ("cuDevicePrimaryCtxRelease_v2", 3)
+
+
+_OPENED_FIRST = r"""
+import ctypes
+from tensorwasm.runtime import gpu_start
+from tensorwasm.runtime.driver import Context
+
+gpu_start.make_context()  # the driver opened through its library, then the bindings' context
+context = Context.made()
+assert context is not None
+driver = ctypes.CDLL(gpu_start.DRIVER_LIBRARY)
+flags, active = ctypes.c_uint(), ctypes.c_int()
+assert driver.cuDevicePrimaryCtxGetState(context._device, ctypes.byref(flags), ctypes.byref(active)) == 0
+context.synchronize()  # the context lives on after the early reference was given back
+context.mem_alloc(1 << 20).free()
+print(active.value, flush=True)
+"""
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_driver_opened_through_its_library_leaves_a_working_context() -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run(
+        [sys.executable, "-c", _OPENED_FIRST],
+        cwd=ROOT,
+        timeout=300,
+        capture_output=True,
+        text=True,
+        check=False,
+    )  # fmt: skip  (a process of its own)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1"]  # the primary context is active
