@@ -97,3 +97,31 @@ def test_without_a_usable_ptxas_a_cached_kernel_is_read_at_once(background) -> N
     background.setenv("TENSORWASM_PTXAS", "off")
     warm, lp = _module()
     assert warm.kernels.compile(lp) is None and not warm.kernels.pending
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_ptxas_runs_on_the_compile_worker_not_at_the_first_launch(background) -> None:
+    """A kernel compiled in the background launches, with wasmtime's results, from the cubin
+    its worker made: ptxas ran once, there."""
+    import threading
+
+    from tensorwasm.runtime import assembler
+    from tests.runtime.test_loop_kernels import _saxpy
+
+    calls = []
+    real = assembler.assemble
+
+    def counted(*args, **kwargs):
+        calls.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    background.setattr(assembler, "assemble", counted)
+    wasm = module_bytes("blas1", "O2")
+    default_cache().memory.clear()
+    offload = OffloadModule(wasm, device="gpu")
+    loop = _saxpy(offload, wasm)  # compiling on a worker: wasmtime ran it
+    offload.kernels.wait()
+    _saxpy(offload, wasm)
+    assert loop.stats.offloaded == 1 and loop.stats.declined == {COMPILING: 1}
+    assert len(calls) == 1 and calls[0].startswith("tensorwasm-compile"), calls
+    offload.close()
