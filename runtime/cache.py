@@ -638,11 +638,54 @@ def cubin_key(ptx: bytes, arch: str, driver_version: int, assembler: str = "driv
 def kernels_cubin_key(context, ptx: bytes) -> str:
     """The key :func:`load_kernels` files the cubin of ``ptx`` under on ``context``: made
     by the ptxas found (:mod:`runtime.assembler`), or by the driver's JIT."""
+    return device_cubin_key(context.info, ptx)
+
+
+def device_cubin_key(info, ptx: bytes) -> str:
+    """:func:`kernels_cubin_key` from the device's description (a
+    :class:`~runtime.device_info.DeviceInfo`) alone: no context needed."""
     from tensorwasm.runtime import assembler
 
     found = assembler.ptxas()
     made_by = f"ptxas {found[1][0]}.{found[1][1]} {found[0]}" if found else "driver"
-    return cubin_key(ptx, context.info.arch, context.info.driver_version, made_by)
+    return cubin_key(ptx, info.arch, info.driver_version, made_by)
+
+
+def _assembles_ahead(info, cache: Cache) -> bool:
+    """Whether ptxas can make the device's cubins before a launch: the cache keeps them, and
+    a ptxas no newer than the driver is found (else the driver's JIT makes each at its load)."""
+    from tensorwasm.runtime import assembler
+
+    found = assembler.ptxas()
+    return cache.enabled and found is not None and found[1] <= divmod(info.driver_version // 10, 100)
+
+
+def cubin_ready(info, ptx: bytes, cache: Cache | None = None) -> bool:
+    """Whether the first load of ``ptx`` on the device ``info`` describes finds its cubin
+    in the cache, or has nothing to gain from one made ahead (see :func:`assemble_ahead`)."""
+    cache = cache or default_cache()
+    return not _assembles_ahead(info, cache) or cache.has("cubin", device_cubin_key(info, ptx))
+
+
+def assemble_ahead(info, ptx: bytes, cache: Cache | None = None) -> None:
+    """Make the cubin of ``ptx`` for the device ``info`` describes with ptxas and file it
+    where :func:`load_kernels` looks, so that the kernel's first launch only loads it: ptxas
+    takes 20 to 50 ms a kernel, which a launch waiting for it pays (a warm run whose kernels
+    were compiled in the background of the last one, but never launched there, paid it at
+    every first launch). No CUDA call: a compile worker runs it. A module ptxas refuses or
+    crashes on is left to the launch, which reports it."""
+    from tensorwasm.runtime import assembler
+
+    cache = cache or default_cache()
+    if cubin_ready(info, ptx, cache):
+        return
+    try:
+        cubin = assembler.assemble(ptx, info.arch, info.driver_version)
+    except assembler.AssemblerCrash as exc:
+        log.info("ptxas crashed on a kernel made ahead; its launch reports it: %s", exc.detail)
+        return
+    if cubin is not None:
+        cache.put("cubin", device_cubin_key(info, ptx), cubin)
 
 
 def load_kernels(context, ptx: bytes, cache: Cache | None = None):

@@ -18,7 +18,7 @@ from typing import Any
 
 from tensorwasm.compiler.target import nvptx_for_device
 from tensorwasm.runtime import gpu_start
-from tensorwasm.runtime.cache import load_kernels
+from tensorwasm.runtime.cache import assemble_ahead, cubin_ready, load_kernels
 from tensorwasm.support import logs
 from tensorwasm.support.lazy import LazyModule
 
@@ -116,6 +116,23 @@ class CudaDevice:
         for lp in unit.loops:
             self.cu_modules[lp.entry] = module
         return {lp.entry: module.function(lp.entry) for lp in unit.loops}
+
+    def code_ready(self, ptx: bytes) -> bool:
+        """Whether a kernel's first load here finds its cubin made (see :meth:`assemble_ahead`)."""
+        info = self._info()
+        return info is None or cubin_ready(info, ptx)
+
+    def assemble_ahead(self, ptx: bytes) -> None:
+        """Have ptxas make a kernel's cubin now, on the compile worker that made its PTX (no
+        CUDA call), so that its first launch only loads it."""
+        info = self._info()
+        if info is not None:
+            assemble_ahead(info, ptx)
+
+    def _info(self):
+        """The device's description: its context's, else the remembered one the target came
+        from (None where neither is known yet)."""
+        return self._context.info if self._context is not None else self.assumed
 
     def allocate(self, limit: int | None):
         from tensorwasm.runtime.mirror import DeviceMirror

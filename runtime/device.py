@@ -81,3 +81,10 @@ class MemoryDevice(Device, Protocol):
 
     def watch(self, listener: Any) -> None:
         """Tell ``listener.context_reset(context)`` when its context is reset, by anyone."""
+
+    def code_ready(self, ptx: bytes) -> bool:
+        """Where its code is PTX: whether a kernel's first load finds its machine code made."""
+
+    def assemble_ahead(self, ptx: bytes) -> None:
+        """Where its code is PTX: make a kernel's machine code now, without a driver call
+        (a compile worker asks), so that its first launch only loads it."""

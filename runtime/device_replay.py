@@ -83,7 +83,9 @@ class DeviceReplays:
         decision = None
         if again.mode == "auto":
             pinned = self.prepared.pin and not self.launches.mirror.pin_failed
-            go, why, model, cpu = lp.estimate.decide("gpu", ready.ops, ready.moved, pinned, ready.cells)
+            go, why, model, cpu = lp.estimate.decide(
+                "gpu", ready.ops, ready.moved, pinned, ready.cells, touched=ready.moved
+            )
             if not go:
                 stats.decline(why)
                 return [0, *args[again.n_live :]]

@@ -185,9 +185,16 @@ class LoopKernels(dict):
 
     def _in_cache(self, index: int) -> bool:
         """Whether kernel ``index``'s code is in the code cache (its entry's file exists:
-        reading and checking it is left to :meth:`_make`, which falls back to compiling)."""
-        kind = "ptx" if self.module.code_kind == "gpu" else "obj"
-        return default_cache().has(kind, self.key(index))
+        reading and checking it is left to :meth:`_make`, which falls back to compiling); on
+        a GPU, with the machine code its first load needs (else a worker makes that, as it
+        does after a compile there: see :meth:`_compile_job`)."""
+        cache = default_cache()
+        if self.module.code_kind != "gpu":
+            return cache.has("obj", self.key(index))
+        if not cache.has("ptx", self.key(index)):
+            return False
+        ptx = cache.get("ptx", self.key(index))
+        return ptx is None or self.module.backend.code_ready(ptx)
 
     def background(self) -> bool:
         """Whether kernels compile on worker threads (``TENSORWASM_COMPILE``; its default:
@@ -224,6 +231,11 @@ class LoopKernels(dict):
                 if changes == self._target_changes:
                     self._failed(lp, index, exc)
             return
+        if unit.ptx is not None:  # ptxas here, not at the first launch (where it took 20-50 ms)
+            try:
+                self.module.backend.assemble_ahead(unit.ptx)
+            except Exception as exc:  # the first load makes it, and says what fails
+                log.info("kernel %d: its machine code was not made ahead: %s", index, exc)
         with self._lock:
             if changes == self._target_changes:
                 self.units.setdefault(index, unit)

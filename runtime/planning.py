@@ -400,7 +400,9 @@ class ArrivalPlanner:
         estimate = None
         if self.mode == "auto" and launch.trip:
             nbytes, pinned = self.transfer_estimate(lp, ready)
-            go, why, model, cpu = lp.estimate.decide(self.device, ready.ops, nbytes, pinned, ready.cells)
+            go, why, model, cpu = lp.estimate.decide(
+                self.device, ready.ops, nbytes, pinned, ready.cells, touched=ready.moved
+            )
             self.arrival_seconds = cpu
             if go:
                 not_yet = self._started(cpu - model)

@@ -50,6 +50,15 @@ STARTUP_SECONDS = {"gpu": 0.33, "cpu": 0.04}
 # arrival does not wait for it unless its own gain is larger than the wait (see
 # runtime.planning's STARTING).
 CONTEXT_SECONDS = {"gpu": 0.3}
+# wasmtime's pace through more data than the processor's caches hold: a loop streaming
+# over it waits for memory, whatever its op count. clang's SIMD build of the suite's saxpy
+# (13 ops per 4 elements) streams 805 MB a pass at n=67M in 60 ms on the H100's host
+# (13 GB/s) where its ops estimate 18 ms, below the 18 ms of copies, so its arrivals all
+# declined while the scalar build's (10 ops an element) launched. Above CPU_CACHE_BYTES of
+# loads and stores an arrival's CPU time is at least its bytes at this pace (a little
+# above what was measured, as the copy rates are a little below).
+CPU_STREAM_BYTES_PER_SECOND = 16e9
+CPU_CACHE_BYTES = 64 << 20
 SLOWER_LIMIT = 2  # launches slower than the CPU estimate, in a row, before going back
 RETRY_EVERY = 64  # arrivals on the CPU between retries on the device
 
@@ -156,14 +165,17 @@ class Estimate:
     launches: int = 0
 
     def decide(
-        self, device: str, ops: int, nbytes: int, pinned: bool = True, iterations: int = 1 << 62
-    ) -> tuple[bool, str, float, float]:
+        self, device: str, ops: int, nbytes: int, pinned: bool = True, iterations: int = 1 << 62,
+        touched: int = 0,
+    ) -> tuple[bool, str, float, float]:  # fmt: skip
         """(offload?, reason if not, modelled device seconds, estimated CPU seconds) for an
         arrival running ``ops`` dialect ops (:func:`work`) over ``iterations`` parallel
-        iterations (grid cells) and copying ``nbytes`` (from page-locked linear memory when
-        ``pinned``)."""
+        iterations (grid cells), copying ``nbytes`` (from page-locked linear memory when
+        ``pinned``), its loads and stores covering ``touched`` bytes."""
         per_op = cpu_seconds_per_op()
         cpu = ops * per_op
+        if touched > CPU_CACHE_BYTES:  # streaming from memory on the CPU too
+            cpu = max(cpu, touched / CPU_STREAM_BYTES_PER_SECOND)
         copies = nbytes / COPY_BYTES_PER_SECOND["pinned" if pinned else "pageable"] if nbytes else 0.0
         spread = ops * per_op * OP_SHARE[device]
         serial = ops / max(1, iterations) * per_op * THREAD_SLOWDOWN[device]
