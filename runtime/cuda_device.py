@@ -74,19 +74,23 @@ class CudaDevice:
             self._context = context
         return self._context
 
+    def begin_start(self) -> None:
+        """Begin making the context on a thread of its own (:mod:`runtime.gpu_start`), once:
+        asked where the arrivals that would have paid for a launch gain enough (see
+        ``ArrivalPlanner._started``), so the launch that pays finds the context made, or
+        waits only for the rest."""
+        if self._context is None and not self.start_begun:
+            self.start_begun = True
+            self.starter.begin(self.make_context)
+
     def startup_seconds(self) -> float:
         """What a first launch pays before it runs, where it has no context yet: the device's
         start, less what a thread making the context (:mod:`runtime.gpu_start`) has done of
-        it. Only an arrival whose launch would pay asks (see ``ArrivalPlanner._started``): the
-        first to ask begins that thread, so the launch that pays finds the context made, or
-        waits only for the rest."""
+        it."""
         from tensorwasm.runtime.profit import CONTEXT_SECONDS, STARTUP_SECONDS
 
         if self._context is not None:
             return 0.0
-        if not self.start_begun:
-            self.start_begun = True
-            self.starter.begin(self.make_context)
         context = CONTEXT_SECONDS["gpu"]
         return STARTUP_SECONDS["gpu"] - context + self.starter.seconds_left(context)
 

@@ -78,6 +78,14 @@ class DeviceLaunches:
         startup = getattr(self.device, "startup_seconds", None)
         return startup() if startup is not None else 0.0
 
+    def begin_start(self) -> None:
+        """Begin the device's start where it makes one on a thread of its own (the CUDA
+        context: :mod:`runtime.gpu_start`)."""
+        if self.mirror is None:
+            begin = getattr(self.device, "begin_start", None)
+            if begin is not None:
+                begin()
+
     def startup_wait(self) -> float:
         """How long the next launch would wait for the device's start still under way on a
         thread of its own (0 once the device has memory, or where nothing is under way)."""
