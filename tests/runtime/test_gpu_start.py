@@ -95,17 +95,26 @@ class SlowStartDevice(SimulatedDevice):
         return self._context
 
 
-def test_a_start_made_in_the_background_is_charged_only_for_what_is_left(monkeypatch) -> None:
-    monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: 5e-7)  # ~10 ms gained an arrival
+def _saxpy_on_a_slow_start(monkeypatch, seconds_per_op: float, context: float, startup: float):
+    """saxpy offloaded in ``auto`` to a :class:`SlowStartDevice` whose context takes
+    ``context`` seconds by the model (``startup`` with device memory and page-locking), with
+    ``seconds_per_op`` of CPU time per op; nothing of the start begun."""
+    monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: seconds_per_op)
     monkeypatch.setenv("TENSORWASM_COMPILE", "sync")  # no arrival declined while compiling
-    # A context that takes a long while (the test ends it), and 50 ms of start after it.
-    monkeypatch.setitem(profit.CONTEXT_SECONDS, "gpu", 100.0)
-    monkeypatch.setitem(profit.STARTUP_SECONDS, "gpu", 100.05)
+    monkeypatch.setitem(profit.CONTEXT_SECONDS, "gpu", context)
+    monkeypatch.setitem(profit.STARTUP_SECONDS, "gpu", startup)
     device = SlowStartDevice()
     offload = OffloadModule(module_bytes("blas1", "O2"), device=device, mode="auto")
+    loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
+    return device, offload, loop
+
+
+def test_a_start_made_in_the_background_is_charged_only_for_what_is_left(monkeypatch) -> None:
+    # ~10 ms gained an arrival; a context that takes a long while (the test ends it), and
+    # 50 ms of start after it.
+    device, offload, loop = _saxpy_on_a_slow_start(monkeypatch, 5e-7, 100.0, 100.05)
     spec, case = _saxpy_case()
     expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
-    loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
     device.starter.begin(device.make_context)  # as the command line begins it, at its start
     for _ in range(3):  # the context is being made: the whole start is still ahead
         assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
@@ -125,12 +134,7 @@ def test_a_start_made_in_the_background_is_charged_only_for_what_is_left(monkeyp
 def test_the_start_begins_once_the_gains_reach_a_share_of_it(monkeypatch) -> None:
     from tensorwasm.runtime.planning import ArrivalPlanner
 
-    monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: 2.5e-7)  # a few ms gained an arrival
-    monkeypatch.setenv("TENSORWASM_COMPILE", "sync")
-    monkeypatch.setitem(profit.CONTEXT_SECONDS, "gpu", 0.5)
-    monkeypatch.setitem(profit.STARTUP_SECONDS, "gpu", 0.501)
-    device = SlowStartDevice()
-    offload = OffloadModule(module_bytes("blas1", "O2"), device=device, mode="auto")
+    device, offload, _ = _saxpy_on_a_slow_start(monkeypatch, 2.5e-7, 0.5, 0.501)  # a few ms an arrival
     spec, case = _saxpy_case()
     expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
     share = ArrivalPlanner.START_SHARE * profit.STARTUP_SECONDS["gpu"]
@@ -150,13 +154,7 @@ def _slow_start_saxpy(monkeypatch, seconds_per_op: float):
     """saxpy offloaded in ``auto`` to a :class:`SlowStartDevice` whose context is being made
     (0.5 s estimated, begun half a second ago, ~1 ms of start after it), with
     ``seconds_per_op`` of CPU time per op."""
-    monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: seconds_per_op)
-    monkeypatch.setenv("TENSORWASM_COMPILE", "sync")  # no arrival declined while compiling
-    monkeypatch.setitem(profit.CONTEXT_SECONDS, "gpu", 0.5)
-    monkeypatch.setitem(profit.STARTUP_SECONDS, "gpu", 0.501)
-    device = SlowStartDevice()
-    offload = OffloadModule(module_bytes("blas1", "O2"), device=device, mode="auto")
-    loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
+    device, offload, loop = _saxpy_on_a_slow_start(monkeypatch, seconds_per_op, 0.5, 0.501)
     device.starter.begin(device.make_context)  # as the command line begins it, at its start
     time.sleep(0.5)  # past its estimate: a tenth of it (0.05 s) is taken as left
     return device, offload, loop
