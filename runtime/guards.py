@@ -5,6 +5,10 @@ Given the live-in values of one arrival at a loop, :func:`check` computes the tr
 access touches over the whole iteration space (refusing any outside linear memory), and
 tests every store against every other access: same stride -> the exact cross-iteration
 overlap test on per-iteration footprints; otherwise the whole ranges must be disjoint.
+A footprint is first taken as the bytes between its least and its greatest address; where
+that meets another iteration's, it is taken element by element (a lattice: one element per
+value of the inner counters), which settles a column of a row-major matrix per iteration
+(PolyBench's gramschmidt): the columns interleave, but no two iterations share an element.
 Anything refused runs as the original loop on the CPU.
 """
 
@@ -34,6 +38,12 @@ class Range:
     width: int  # bytes touched per iteration of the launched loop (per grid cell of a nest)
     nest_strides: tuple[int, ...] = ()  # per iteration of each collapsed inner loop
     aligned: bool = True  # every address a multiple of the width, on every iteration
+    # The footprint of one iteration element by element: the address at every counter 0,
+    # the access's width, and (stride, count) per inner loop that moves it. No element
+    # width (a quasi-affine address): the footprint is only the bytes from base to width.
+    origin: int = 0
+    element: int = 0
+    lattice: tuple[tuple[int, int], ...] = ()
 
 
 @record
@@ -274,6 +284,7 @@ def _range(
     stride = 0
     levels = {level.counter: i for i, level in enumerate(plan.collapse)}
     nest_strides = [0] * len(levels)
+    lattice = []
     for counter, poly in coeff_polys:
         coeff = poly.evaluate(env) if poly.terms else 0
         last = max(counts[counter] - 1, 0) + (counter in beyond)
@@ -288,7 +299,12 @@ def _range(
         else:
             inner_lo += min(0, span)
             inner_hi += max(0, span)
-    return Range(lo, hi + width, inner_lo, stride, inner_hi + width - inner_lo, tuple(nest_strides), aligned)
+            if span:
+                lattice.append((coeff, last + 1))
+    return Range(
+        lo, hi + width, inner_lo, stride, inner_hi + width - inner_lo, tuple(nest_strides), aligned,
+        base, width, tuple(lattice),
+    )  # fmt: skip
 
 
 # Differences between grid cells tried before a collapsed nest's overlap test gives up and
@@ -303,16 +319,79 @@ def _conflict_grid(s: Range, a: Range, counts: tuple[int, ...]) -> bool:
     ``-ws < d + sum(stride_i * (c_i - c'_i)) < wa``. Differences are tried along the
     dimensions of larger stride first, each only as far as what the smaller ones can add
     still reaches, and the last is solved exactly, in integers. Otherwise the whole ranges
-    must be apart.
+    must be apart. Where footprints meet so, they are compared element by element.
     """
     if s.lo >= a.hi or a.lo >= s.hi:
         return False  # never near each other
     strides = (s.stride, *s.nest_strides)
+    outer = list(zip(strides, (a.stride, *a.nest_strides), counts, strict=True))
     if strides != (a.stride, *a.nest_strides):
-        return True
+        return _elements_meet(s, a, outer)
     dims = sorted(zip(strides, counts, strict=True), key=lambda dim: -abs(dim[0]))
     budget = [SEARCH_BUDGET]
-    return _meets(s.base - a.base, dims, s.width, a.width, False, budget)
+    return _meets(s.base - a.base, dims, s.width, a.width, False, budget) and _elements_meet(s, a, outer)
+
+
+def _elements_meet(s: Range, a: Range, outer: list[tuple[int, int, int]]) -> bool:
+    """May an element the store writes in one iteration (grid cell) be one the access
+    touches in another? Both footprints element by element: the address at every counter 0
+    plus ``stride * counter`` for each loop, the launched ones (``outer``: the store's
+    stride, the access's, the count) and the inner ones, each inner counter from 0 to its
+    last value. Along a launched loop, the store's counter ``c`` and the access's ``c - d``
+    (``d`` not zero along some launched loop) move the difference by ``(ss - sa)*c + sa*d``;
+    ``c - d`` is not kept in range, and the inner counters of one stride are taken together,
+    their ranges added: each widens what is searched, never narrows it, so the test stays
+    sound. Without elements (a quasi-affine footprint) the caller's answer stands; with
+    equal strides and no inner loop it was already exact."""
+    if not (s.element and a.element):
+        return True
+    if not (s.lattice or a.lattice) and all(ss == sa for ss, sa, _ in outer):
+        return True
+    dims: list[tuple[int, int, int, bool]] = []  # (stride > 0, lo, hi, outer)
+    free: dict[int, tuple[int, int]] = {}  # stride > 0 -> the range of its counters' sum
+
+    def add(stride: int, lo: int, hi: int) -> None:
+        if stride < 0:
+            stride, lo, hi = -stride, -hi, -lo
+        if stride:
+            have = free.get(stride, (0, 0))
+            free[stride] = (have[0] + lo, have[1] + hi)
+
+    for ss, sa, n in outer:
+        dims.append((abs(sa), -(n - 1), n - 1, True))  # d
+        add(ss - sa, 0, n - 1)  # c
+    for stride, n in s.lattice:
+        add(stride, 0, n - 1)
+    for stride, n in a.lattice:
+        add(-stride, 0, n - 1)
+    dims += [(stride, lo, hi, False) for stride, (lo, hi) in free.items()]
+    dims.sort(key=lambda dim: -dim[0])
+    return _in_window(s.origin - a.origin, dims, s.element, a.element, False, [SEARCH_BUDGET])
+
+
+def _in_window(
+    x: int, dims: list[tuple[int, int, int, bool]], ws: int, wa: int, moved: bool, budget: list[int]
+) -> bool:
+    """Is there ``t_i`` in ``[lo_i, hi_i]`` for each dimension ``(stride_i, lo_i, hi_i,
+    outer_i)`` (strides not negative, largest first), not zero along every outer one
+    unless ``moved``, with ``-ws < x + sum(stride_i * t_i) < wa``? True as well once
+    ``budget`` runs out."""
+    if not dims:
+        return moved and -ws < x < wa
+    (stride, lo, hi, outer), rest = dims[0], dims[1:]
+    if stride == 0:  # only whether an outer difference is zero matters
+        tries: list[int] | range = [0, 1] if outer and hi > 0 else [0]
+    else:  # only as far as what the rest adds can still bring the sum into the window
+        least = sum(st * tl for st, tl, _, _ in rest)
+        most = sum(st * th for st, _, th, _ in rest)
+        first = max((-ws - most - x) // stride + 1, lo)
+        last = min(-((x + least - wa) // stride) - 1, hi)
+        tries = range(first, last + 1)
+    for t in tries:
+        budget[0] -= 1
+        if budget[0] < 0 or _in_window(x + stride * t, rest, ws, wa, moved or (outer and t != 0), budget):
+            return True
+    return False
 
 
 def _meets(x: int, dims: list[tuple[int, int]], ws: int, wa: int, moved: bool, budget: list[int]) -> bool:
@@ -357,9 +436,13 @@ def _meets_in_row(s: Range, a: Range) -> bool:
 
 def _conflict(s: Range, a: Range, trip: int) -> bool:
     """May the store's footprint in one iteration meet the access's in another?"""
-    if s.stride == a.stride:
-        return _solvable(s.base - a.base, s.stride, trip, s.width, a.width, zero_ok=False)
-    return s.lo < a.hi and a.lo < s.hi
+    if s.stride == a.stride and not _solvable(
+        s.base - a.base, s.stride, trip, s.width, a.width, zero_ok=False
+    ):
+        return False
+    if s.stride != a.stride and not (s.lo < a.hi and a.lo < s.hi):
+        return False
+    return _elements_meet(s, a, [(s.stride, a.stride, trip)])
 
 
 def inputs(plan: LoopPlan) -> frozenset[Symbol]:
