@@ -349,7 +349,7 @@ context = Context.made()
 assert context is not None
 driver = ctypes.CDLL(gpu_start.DRIVER_LIBRARY)
 flags, active = ctypes.c_uint(), ctypes.c_int()
-assert driver.cuDevicePrimaryCtxGetState(context._device, ctypes.byref(flags), ctypes.byref(active)) == 0
+assert driver.cuDevicePrimaryCtxGetState(int(context._device), ctypes.byref(flags), ctypes.byref(active)) == 0
 context.synchronize()  # the context lives on after the early reference was given back
 context.mem_alloc(1 << 20).free()
 print(active.value, flush=True)
