@@ -638,11 +638,39 @@ def cubin_key(ptx: bytes, arch: str, driver_version: int, assembler: str = "driv
 def kernels_cubin_key(context, ptx: bytes) -> str:
     """The key :func:`load_kernels` files the cubin of ``ptx`` under on ``context``: made
     by the ptxas found (:mod:`runtime.assembler`), or by the driver's JIT."""
+    return device_cubin_key(context.info, ptx)
+
+
+def device_cubin_key(info, ptx: bytes) -> str:
+    """:func:`kernels_cubin_key` for the device ``info`` describes (a
+    :class:`~runtime.device_info.DeviceInfo`), with or without its context."""
     from tensorwasm.runtime import assembler
 
     found = assembler.ptxas()
     made_by = f"ptxas {found[1][0]}.{found[1][1]} {found[0]}" if found else "driver"
-    return cubin_key(ptx, context.info.arch, context.info.driver_version, made_by)
+    return cubin_key(ptx, info.arch, info.driver_version, made_by)
+
+
+def assemble_ahead(info, ptx: bytes, cache: Cache | None = None) -> bool:
+    """ptxas's cubin of ``ptx`` for the device ``info`` describes, made now (where a kernel
+    compiles: a worker thread, before the device's context exists) and filed where
+    :func:`load_kernels` looks first, so that the kernel's first load runs no ptxas and no
+    driver JIT. False where there is none to file (the cache off, no ptxas, one newer than
+    the driver, or a module ptxas refuses: the load then goes the usual way); a ptxas crash
+    raises :class:`runtime.assembler.AssemblerCrash`."""
+    from tensorwasm.runtime import assembler
+
+    cache = cache or default_cache()
+    if not cache.enabled:
+        return False
+    key = device_cubin_key(info, ptx)
+    if cache.has("cubin", key):
+        return True
+    cubin = assembler.assemble(ptx, info.arch, info.driver_version)
+    if cubin is None:
+        return False
+    cache.put("cubin", key, cubin)
+    return True
 
 
 def load_kernels(context, ptx: bytes, cache: Cache | None = None):

@@ -18,7 +18,7 @@ from typing import Any
 
 from tensorwasm.compiler.target import nvptx_for_device
 from tensorwasm.runtime import gpu_start
-from tensorwasm.runtime.cache import load_kernels
+from tensorwasm.runtime.cache import assemble_ahead, load_kernels
 from tensorwasm.support import logs
 from tensorwasm.support.lazy import LazyModule
 
@@ -108,6 +108,24 @@ class CudaDevice:
 
         self._owner = weakref.ref(prepared)
         return DeviceLaunches(prepared, self)
+
+    def assemble(self, ptx: bytes) -> bool:
+        """Have ptxas assemble a kernel's PTX where it was compiled (a worker thread, maybe
+        before the context exists), its cubin filed in the code cache where the kernel's first
+        load finds it (:func:`runtime.cache.assemble_ahead`): that load, on the launch's path,
+        is then the driver's load of a cubin alone. The device is the context's, else the one
+        the target was made for; False where no cubin was filed (the load assembles). A crash
+        of ptxas is the :class:`~runtime.driver.ModuleLoadError` the load would raise."""
+        from tensorwasm.runtime.assembler import AssemblerCrash
+
+        info = self._context.info if self._context is not None else self.assumed
+        if info is None:
+            return False
+        try:
+            return assemble_ahead(info, ptx)
+        except AssemblerCrash as exc:
+            invalid = int(driver.cu.CUresult.CUDA_ERROR_INVALID_PTX)
+            raise driver.ModuleLoadError("ptxas", invalid, exc.detail, info.arch, str(exc.kept)) from None
 
     def load_kernels(self, unit: Any) -> dict[str, Any]:
         """One kernel's PTX (a :class:`~runtime.loop_kernels.KernelUnit`) loaded as a module of
