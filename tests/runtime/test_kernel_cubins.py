@@ -136,5 +136,5 @@ def test_on_the_gpu_a_launched_kernel_was_assembled_once_where_it_compiled(tmp_p
     default_cache().memory.clear()
     offload = OffloadModule(wasm, device="gpu")
     loop = _saxpy(offload, wasm)  # results equal wasmtime's
-    assert loop.stats.offloaded == 1 and len(assembled) == 1
+    assert loop.stats.offloaded == 1 and len(assembled) == len(offload.kernels.units) >= 1  # once a kernel
     offload.close()
