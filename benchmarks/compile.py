@@ -6,11 +6,17 @@ Every defined function of the example corpus with at most ``--max-instructions``
 instructions (and no host-import calls) is compiled on its own, in its own LLVM module,
 several times; the report gives the median per function and over the corpus.
 
-``--kernels``: every loop kernel of the example corpus, through the runtime's own path
-(:mod:`runtime.loop_kernels`, the host backend, a code cache of its own): cold, its compile
-unit lowered, compiled and loaded at its first launch (the module's preparation is not
-counted: it is paid once per module, and cached); warm, read from the code cache by a new
-process's module and loaded. Also the same units compiled to PTX for ``--target``, cold.
+``--kernels``: every loop kernel of the example corpus (``--corpus suite``: of the benchmark
+suite's programs), through the runtime's own path (:mod:`runtime.loop_kernels`, the host
+backend, a code cache of its own): cold, its compile unit lowered, compiled and loaded at its
+first launch (the module's preparation is not counted: it is paid once per module, and
+cached); warm, read from the code cache by a new process's module and loaded. Also the same
+units for ``--target`` as the GPU device compiles them, without a GPU: cold, to PTX and, where
+ptxas is found, assembled to the cubin the first load then reads (the device's load itself,
+``cuModuleLoadData``, not counted); warm, the PTX and the cubin read from the code cache.
+
+``--threads N``: each module's kernels compiled for ``--target`` all at once on N threads
+(as ``tensorwasm run``'s compile workers do), against one thread: the wall time per kernel.
 """
 
 from __future__ import annotations
@@ -30,6 +36,12 @@ from tensorwasm.compiler.frontend import translate_function
 from tensorwasm.compiler.target import HostTarget, parse_target
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+CORPORA = {
+    "examples": lambda: sorted((ROOT / "examples").glob("**/build/*.wasm")),
+    "suite": lambda: sorted((ROOT / "benchmarks/suite/build").glob("*.wasm")),
+}
 
 
 def corpus_functions(max_instructions: int):
@@ -89,16 +101,50 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 def _stand_in(offload, target) -> SimpleNamespace:
     """What :class:`runtime.loop_kernels.LoopKernels` reads of a module, for ``target``'s
-    code (PTX where this machine has no GPU to make an OffloadModule for)."""
+    code (PTX where this machine has no GPU to make an OffloadModule for): with a GPU, the
+    CUDA device of :func:`bench_device`, which assembles each kernel's cubin as it compiles."""
     gpu = target.is_gpu
     loops = [SimpleNamespace(kernel_index=lp.kernel_index, entry=lp.entry) for lp in offload.loops]
+    backend = bench_device(target) if gpu else offload.backend
     return SimpleNamespace(code_kind="gpu" if gpu else "cpu", key=offload.key, target=target, loops=loops,
-                           preparation=offload.preparation, mode="always")  # fmt: skip
+                           preparation=offload.preparation, mode="always", backend=backend)  # fmt: skip
+
+
+def bench_device(target):
+    """The CUDA device (:class:`runtime.cuda_device.CudaDevice`) as it is before its context
+    exists, assuming a device of ``target``'s architecture and a driver as new as the ptxas
+    found (so that ptxas assembles each kernel, as on the GPU machine). No CUDA call is made."""
+    from tensorwasm.runtime import assembler
+    from tensorwasm.runtime.cuda_device import CudaDevice
+    from tensorwasm.runtime.device_info import DeviceInfo
+
+    device = CudaDevice()
+    found = assembler.ptxas()
+    release = found[1] if found else (13, 0)
+    capability = (int(target.arch[3]), int(target.arch[4]))
+    device.assumed = DeviceInfo(0, "benchmark", capability, 1000 * release[0] + 10 * release[1], 0, 0)
+    return device
+
+
+def cached_cubin(device, ptx: bytes) -> bytes | None:
+    """The cubin of ``ptx`` as a GPU's first load reads it from the code cache
+    (:func:`runtime.cache.load_kernels`, before ``cuModuleLoadData``)."""
+    from tensorwasm.runtime.cache import default_cache, device_cubin_key
+
+    return default_cache().get("cubin", device_cubin_key(device.assumed, ptx))
+
+
+def cpu_time() -> float:
+    """This thread's CPU time and that of the child processes it waited for (ptxas)."""
+    import resource
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.thread_time() + children.ru_utime + children.ru_stime
 
 
 # The clock --kernels reads: "wall" (perf_counter, what a launch waits) or "cpu" (this
-# thread's CPU time: the same work, steady on a machine that others load).
-CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+# thread's CPU time and ptxas's: the same work, steady on a machine that others load).
+CLOCKS = {"wall": time.perf_counter, "cpu": cpu_time}
 clock = time.perf_counter
 
 
@@ -156,10 +202,12 @@ def ptxas_seconds(ptx: str, arch: str) -> float:
         return time.perf_counter() - start
 
 
-def measure_kernels(target_name: str, repeat: int, limit: int | None = None) -> dict:
+def measure_kernels(
+    target_name: str, repeat: int, limit: int | None = None, corpus: str = "examples"
+) -> dict:
     """Per loop kernel of the corpus, through the runtime's own path (LoopKernels, a code
-    cache of its own): cold and warm, on the host backend and to PTX for ``target_name``;
-    and each stage's share of a cold compile (``limit``: the first kernels only)."""
+    cache of its own): cold and warm, on the host backend and for ``target_name`` (PTX and
+    its cubin); and each stage's share of a cold compile (``limit``: the first kernels only)."""
     from tensorwasm.runtime.cache import default_cache
     from tensorwasm.runtime.loop_kernels import LoopKernels
     from tensorwasm.runtime.offload import OffloadModule
@@ -171,7 +219,7 @@ def measure_kernels(target_name: str, repeat: int, limit: int | None = None) -> 
         with tempfile.TemporaryDirectory(prefix="tw-compile-") as tmp:
             os.environ["TENSORWASM_CACHE_DIR"] = tmp  # every kernel cold, then warm from here
             os.environ["TENSORWASM_COMPILE"] = "sync"  # timed where it runs
-            for path in sorted((ROOT / "examples").glob("**/build/*.wasm")):
+            for path in CORPORA[corpus]():
                 module_name = str(path.relative_to(ROOT))
                 if limit is not None and not _wanted(per_kernel, module_name, round_, limit):
                     continue
@@ -189,14 +237,17 @@ def measure_kernels(target_name: str, repeat: int, limit: int | None = None) -> 
                     marks = [clock()]
                     cold.kernels[lp.entry]
                     marks.append(clock())
-                    cold_ptx.unit(lp.kernel_index)
+                    cold_ptx.unit(lp.kernel_index)  # (its cubin assembled too, where ptxas is)
                     marks.append(clock())
                     default_cache().memory.clear()
                     marks.append(clock())
                     warm.kernels[again.entry]
                     marks.append(clock())
-                    warm_ptx.unit(lp.kernel_index)
+                    ptx = warm_ptx.unit(lp.kernel_index).ptx
+                    cubin_read = cached_cubin(warm_ptx.module.backend, ptx)
                     marks.append(clock())
+                    if cubin_read is None and ptxas_path() is not None:
+                        raise AssertionError(f"{module_name} kernel {lp.kernel_index}: no cubin cached")
                     for key, (a, b) in (("host_cold", (0, 1)), ("ptx_cold", (1, 2)), ("host_warm", (3, 4)),
                                         ("ptx_warm", (4, 5))):  # fmt: skip
                         times.setdefault(key, []).append((marks[b] - marks[a]) * 1e3)
@@ -210,7 +261,8 @@ def measure_kernels(target_name: str, repeat: int, limit: int | None = None) -> 
         {"module": module, "kernel": index, **{f"{k}_ms": statistics.median(v) for k, v in times.items()}}
         for (module, index), times in per_kernel.items()
     ]
-    result: dict = {"kernels": len(kernels), "ptx_target": target_name, "clock": clock.__name__}
+    result: dict = {"kernels": len(kernels), "ptx_target": target_name, "clock": clock.__name__, "corpus": corpus,
+                    "cubin": ptxas_path() is not None}  # fmt: skip
     for key in ("host_cold", "ptx_cold", "host_warm", "ptx_warm"):
         for name, value in _percentiles([k[f"{key}_ms"] for k in kernels]).items():
             result[f"{key}_{name}_ms"] = value
@@ -221,6 +273,40 @@ def measure_kernels(target_name: str, repeat: int, limit: int | None = None) -> 
             result["ptxas_per_kernel_ms"] = seconds["ptxas"] / len(kernels) * 1e3
     result["per_kernel"] = kernels
     return result
+
+
+def measure_parallel(target_name: str, threads: int, corpus: str = "examples") -> dict:
+    """Each module's kernels for ``target_name`` (PTX, and its cubin where ptxas is found)
+    compiled all at once on ``threads`` threads, and one by one on one thread, each from an
+    empty cache: the wall time per kernel of each, over the corpus."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tensorwasm.runtime.cache import default_cache
+    from tensorwasm.runtime.loop_kernels import LoopKernels
+    from tensorwasm.runtime.offload import OffloadModule
+
+    target = parse_target(target_name)
+    seconds = {1: 0.0, threads: 0.0}
+    count = 0
+    for path in CORPORA[corpus]():
+        with tempfile.TemporaryDirectory(prefix="tw-compile-") as tmp:
+            os.environ["TENSORWASM_CACHE_DIR"] = tmp
+            offload = OffloadModule(path.read_bytes(), device="cpu")
+            offload.preparation()  # (paid once per module: not timed)
+        indices = sorted({lp.kernel_index for lp in offload.loops})
+        count += len(indices)
+        for workers in seconds:
+            with tempfile.TemporaryDirectory(prefix="tw-compile-") as tmp:
+                os.environ["TENSORWASM_CACHE_DIR"] = tmp
+                default_cache().memory.clear()
+                kernels = LoopKernels(_stand_in(offload, target))
+                start = time.perf_counter()
+                with ThreadPoolExecutor(workers) as pool:
+                    list(pool.map(kernels.unit, indices))
+                seconds[workers] += time.perf_counter() - start
+    return {"corpus": corpus, "ptx_target": target_name, "kernels": count, "threads": threads,
+            "one_thread_ms_per_kernel": seconds[1] / count * 1e3,
+            "threads_ms_per_kernel": seconds[threads] / count * 1e3}  # fmt: skip
 
 
 def _wanted(per_kernel: dict, module_name: str, round_: int, limit: int) -> bool:
@@ -240,17 +326,19 @@ def kernels_summary(result: dict) -> str:
             f"p90 {result[f'{name}_warm_p90_ms']:.2f} ms; cold by stage: {shares}"
         )
 
+    cubin = " and its cubin (ptxas)" if result.get("cubin") else ""
     out = [
-        f"loop kernels ({result['kernels']} of the example corpus), per kernel, through runtime.loop_kernels, "
-        f"by {result['clock']} (targets: cold median <= 20 ms, warm <= 1 ms):",
+        f"loop kernels ({result['kernels']} of the {result.get('corpus', 'examples')} corpus), per kernel, "
+        f"through runtime.loop_kernels, by {result['clock']} (targets: cold median <= 20 ms, warm <= 1 ms):",
         line(
             "ptx",
-            f"PTX {result['ptx_target']} (warm: read from the code cache; the driver's load not counted)",
+            f"PTX {result['ptx_target']}{cubin} (warm: both read from the code cache; the driver's "
+            f"load not counted)",
         ),
         line("host", "host backend (warm: read from the code cache and loaded)"),
     ]
     if "ptxas_per_kernel_ms" in result:
-        out.append(f"  ptxas, at a kernel's first load on the GPU (a child process, not in cold): "
+        out.append(f"  ptxas alone (a child process, in the PTX cold time above): "
                    f"{result['ptxas_per_kernel_ms']:.1f} ms a kernel on average")  # fmt: skip
     return "\n".join(out)
 
@@ -263,17 +351,28 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--kernels", action="store_true", help="each loop kernel, as the runtime compiles it")
     parser.add_argument("--limit", type=int, default=None, help="--kernels: the first N kernels only")
+    parser.add_argument("--corpus", choices=sorted(CORPORA), default="examples",
+                        help="--kernels, --threads: the example programs, or the benchmark suite's")  # fmt: skip
+    parser.add_argument("--threads", type=int, default=None,
+                        help="each module's kernels compiled at once on N threads, against one")  # fmt: skip
     parser.add_argument(
         "--clock",
         choices=sorted(CLOCKS),
         default="wall",
-        help="--kernels: wall time, or this thread's CPU time (steady on a loaded machine)",
+        help="--kernels: wall time, or this thread's CPU time and ptxas's (steady on a loaded machine)",
     )
     args = parser.parse_args()
+    if args.threads is not None:
+        result = measure_parallel(args.target, args.threads, args.corpus)
+        print(json.dumps(result, indent=2) if args.json else
+              f"{result['kernels']} kernels of the {args.corpus} corpus for {args.target}, each module's "
+              f"compiled at once: {result['one_thread_ms_per_kernel']:.1f} ms a kernel on one thread, "
+              f"{result['threads_ms_per_kernel']:.1f} ms on {args.threads}")  # fmt: skip
+        return 0
     if args.kernels:
         global clock
         clock = CLOCKS[args.clock]
-        result = measure_kernels(args.target, args.repeat, args.limit)
+        result = measure_kernels(args.target, args.repeat, args.limit, args.corpus)
         if args.json:
             json.dump(result, sys.stdout, indent=2)
             print()

@@ -667,25 +667,27 @@ def cubin_ready(info, ptx: bytes, cache: Cache | None = None) -> bool:
     return not _assembles_ahead(info, cache) or cache.has("cubin", device_cubin_key(info, ptx))
 
 
-def assemble_ahead(info, ptx: bytes, cache: Cache | None = None) -> None:
-    """Make the cubin of ``ptx`` for the device ``info`` describes with ptxas and file it
-    where :func:`load_kernels` looks, so that the kernel's first launch only loads it: ptxas
-    takes 20 to 50 ms a kernel, which a launch waiting for it pays (a warm run whose kernels
-    were compiled in the background of the last one, but never launched there, paid it at
-    every first launch). No CUDA call: a compile worker runs it. A module ptxas refuses or
-    crashes on is left to the launch, which reports it."""
+def assemble_ahead(info, ptx: bytes, cache: Cache | None = None) -> bool:
+    """ptxas's cubin of ``ptx`` for the device ``info`` describes, made now (where a kernel
+    compiles, or on a worker before a warm run's first launch: before the device's context
+    exists, with no CUDA call) and filed where :func:`load_kernels` looks first, so that the
+    kernel's first load runs no ptxas and no driver JIT (ptxas takes 20 to 50 ms a kernel,
+    which a launch waiting for it paid). False where there is none to file (the cache off,
+    no ptxas, one newer than the driver, or a module ptxas refuses: the load then goes the
+    usual way); a ptxas crash raises :class:`runtime.assembler.AssemblerCrash`."""
     from tensorwasm.runtime import assembler
 
     cache = cache or default_cache()
-    if cubin_ready(info, ptx, cache):
-        return
-    try:
-        cubin = assembler.assemble(ptx, info.arch, info.driver_version)
-    except assembler.AssemblerCrash as exc:
-        log.info("ptxas crashed on a kernel made ahead; its launch reports it: %s", exc.detail)
-        return
-    if cubin is not None:
-        cache.put("cubin", device_cubin_key(info, ptx), cubin)
+    if not _assembles_ahead(info, cache):
+        return False
+    key = device_cubin_key(info, ptx)
+    if cache.has("cubin", key):
+        return True
+    cubin = assembler.assemble(ptx, info.arch, info.driver_version)
+    if cubin is None:
+        return False
+    cache.put("cubin", key, cubin)
+    return True
 
 
 def load_kernels(context, ptx: bytes, cache: Cache | None = None):

@@ -113,6 +113,24 @@ class CudaDevice:
         self._owner = weakref.ref(prepared)
         return DeviceLaunches(prepared, self)
 
+    def assemble(self, ptx: bytes) -> bool:
+        """Have ptxas assemble a kernel's PTX where it was compiled (a worker thread, maybe
+        before the context exists), its cubin filed in the code cache where the kernel's first
+        load finds it (:func:`runtime.cache.assemble_ahead`): that load, on the launch's path,
+        is then the driver's load of a cubin alone. The device is the context's, else the one
+        the target was made for; False where no cubin was filed (the load assembles). A crash
+        of ptxas is the :class:`~runtime.driver.ModuleLoadError` the load would raise."""
+        from tensorwasm.runtime.assembler import AssemblerCrash
+
+        info = self._info()
+        if info is None:
+            return False
+        try:
+            return assemble_ahead(info, ptx)
+        except AssemblerCrash as exc:
+            invalid = int(driver.cu.CUresult.CUDA_ERROR_INVALID_PTX)
+            raise driver.ModuleLoadError("ptxas", invalid, exc.detail, info.arch, str(exc.kept)) from None
+
     def load_kernels(self, unit: Any) -> dict[str, Any]:
         """One kernel's PTX (a :class:`~runtime.loop_kernels.KernelUnit`) loaded as a module of
         its own, through the cubin cache; its loops' entries in it."""
@@ -122,16 +140,9 @@ class CudaDevice:
         return {lp.entry: module.function(lp.entry) for lp in unit.loops}
 
     def code_ready(self, ptx: bytes) -> bool:
-        """Whether a kernel's first load here finds its cubin made (see :meth:`assemble_ahead`)."""
+        """Whether a kernel's first load here finds its cubin made (see :meth:`assemble`)."""
         info = self._info()
         return info is None or cubin_ready(info, ptx)
-
-    def assemble_ahead(self, ptx: bytes) -> None:
-        """Have ptxas make a kernel's cubin now, on the compile worker that made its PTX (no
-        CUDA call), so that its first launch only loads it."""
-        info = self._info()
-        if info is not None:
-            assemble_ahead(info, ptx)
 
     def _info(self):
         """The device's description: its context's, else the remembered one the target came

@@ -85,6 +85,6 @@ class MemoryDevice(Device, Protocol):
     def code_ready(self, ptx: bytes) -> bool:
         """Where its code is PTX: whether a kernel's first load finds its machine code made."""
 
-    def assemble_ahead(self, ptx: bytes) -> None:
+    def assemble(self, ptx: bytes) -> bool:
         """Where its code is PTX: make a kernel's machine code now, without a driver call
-        (a compile worker asks), so that its first launch only loads it."""
+        (a compile worker asks), so that its first launch only loads it; whether it did."""

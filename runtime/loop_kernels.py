@@ -136,16 +136,20 @@ class LoopKernels(dict):
                 preparation = module.preparation()
             start = time.perf_counter()
             code = compile_loop_kernels(preparation, module.target, [index])
-            seconds = time.perf_counter() - start
+            compiled = time.perf_counter()
+            if gpu:
+                blob = code.text.encode("ascii")
+                self._assemble(blob)
+            else:
+                loaded, blob = code.code, code.obj
+            end = time.perf_counter()
+            seconds = end - start  # (ptxas's cubin included)
             with self._lock:
                 self.counts.compiled += 1
                 self.counts.background += background
                 self.counts.seconds += seconds
-            log.info("compiled kernel %d for %s in %.1f ms", index, describe(module.target), seconds * 1e3)
-            if gpu:
-                blob = code.text.encode("ascii")
-            else:
-                loaded, blob = code.code, code.obj
+            log.info("compiled kernel %d for %s in %.1f ms, then %.1f ms assembling it", index,
+                     describe(module.target), (compiled - start) * 1e3, (end - compiled) * 1e3)  # fmt: skip
             cache.put(kind, key, blob)
         else:
             if not gpu:  # loaded here, in the module's one engine (the device finds it loaded)
@@ -156,6 +160,15 @@ class LoopKernels(dict):
         if gpu:
             return KernelUnit(loops, ptx=blob)
         return KernelUnit(loops, host_object=blob, code=loaded)
+
+    def _assemble(self, ptx: bytes) -> None:
+        """A GPU kernel's cubin made where its PTX was (on a worker thread in the background:
+        beside wasmtime's run and the context's start), by the device that will load it, so
+        that its first load runs no assembler (:meth:`runtime.cuda_device.CudaDevice.assemble`).
+        A ptxas crash fails the compile, with ptxas's report, before the PTX is cached."""
+        assemble = getattr(self.module.backend, "assemble", None)  # (a device with an assembler)
+        if assemble is not None:
+            assemble(ptx)
 
     def _host_engine(self) -> HostEngine:
         """The engine that loads the host object code read from the cache: one for the
@@ -231,9 +244,9 @@ class LoopKernels(dict):
                 if changes == self._target_changes:
                     self._failed(lp, index, exc)
             return
-        if unit.ptx is not None:  # ptxas here, not at the first launch (where it took 20-50 ms)
+        if unit.ptx is not None:  # read from the cache without its cubin: ptxas here, not at the launch
             try:
-                self.module.backend.assemble_ahead(unit.ptx)
+                self._assemble(unit.ptx)
             except Exception as exc:  # the first load makes it, and says what fails
                 log.info("kernel %d: its machine code was not made ahead: %s", index, exc)
         with self._lock:
