@@ -293,9 +293,11 @@ def _context() -> object:
 def exact_dependences(
     values: LoopValues, trip: TripCount, inner: list[tuple[Symbol, TripCount]], accesses: list[Access],
     settled: set[tuple[int, int]],
-) -> list[tuple[int, int]]:  # fmt: skip
+) -> tuple[list[tuple[int, int]], list[Temporary]]:  # fmt: skip
     """The store/access index pairs (not in ``settled``) proven never to meet across
-    iterations; :class:`Reject` where one meets in every launch of two iterations or more."""
+    iterations, and the privatisable temporaries (:mod:`.privatise`) that every pair
+    meeting in every launch lies within; :class:`Reject` where a pair meets in every
+    launch of two iterations or more outside a temporary."""
     model = NestModel(values, trip, inner)
     loose = NestModel(values, trip, inner, fixed=False) if model.count != "T" else model
     free: list[tuple[int, int]] = []
@@ -326,16 +328,7 @@ def exact_dependences(
                     f"sequential: store at {store.where} writes what another iteration {what} "
                     f"({other.kind} at {other.where}) on every launch (isl)"
                 )
-    found = list(dict.fromkeys(t for t in temporaries.values() if t is not None))
-    if found:
-        stores = ", ".join(accesses[n].where for t in found for n in t.stores)
-        loads = ", ".join(accesses[n].where for t in found for n in t.loads)
-        raise Reject(
-            f"privatisable temporary: every iteration writes it (store(s) at {stores}) before it reads "
-            f"it (load(s) at {loads}) (isl); running the iterations in parallel needs a copy of it per "
-            "iteration, which is not built yet"
-        )
-    return free
+    return free, list(dict.fromkeys(t for t in temporaries.values() if t is not None))
 
 
 def _within_temporary(

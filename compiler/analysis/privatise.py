@@ -14,31 +14,49 @@ base: same live-ins and constants), none of which moves with the candidate's cou
 ``k``, all affine in the nest. It is privatisable when, on the nest's polyhedral model
 (:class:`.isl.NestModel`):
 
-- every load of it, at every iteration of the loops around it, reads exactly the bytes
+- it is read (an array only written is the loop's output, not a temporary), and every
+  load of it, at every iteration of the loops around it, reads exactly the bytes
   that a store of it wrote earlier in the same iteration of ``k`` (same address and
   width; *earlier*: lexicographically smaller counters of the loops around both, or the
   same and the store first in the code, which in structured Wasm is the order they run
   in);
-- each such store runs in every iteration of the loops around it (its block dominates
+- every store of it runs in every iteration of the loops around it (its block dominates
   their latches; each inner loop's domain is exact: tested at its top, or a count that is
-  a number of at least one), so the model's iterations are the ones that run;
+  a number of at least one), so the model's iterations are the ones that run, and the
+  loop's last iteration writes every byte any iteration writes;
 - no inner loop's bounds around it move with ``k``, so every iteration writes the same
   bytes and the last one's copy is what the array holds afterwards.
 
 Accesses of other arrays apart from the temporary by live-ins (base pointers) are the
 runtime guards' business, as any such pair is.
+
+The kernel then gives each thread a copy of its own (:class:`.plan.Privatised`,
+:func:`private_copy`): every access of the temporary reads and writes one element type at
+its full width, the counters around them run counts that are numbers (the copy's size is
+one), and the copy is at most :data:`PRIVATE_BYTES`. The thread of the candidate's last
+iteration (its count is a number too) works on memory itself, so memory ends as the
+sequential loop leaves it.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tensorwasm.compiler.analysis.forest import Reject
 from tensorwasm.compiler.analysis.isl import NestModel, _context, _NotAffine, constant_count, isl
+from tensorwasm.compiler.analysis.plan import Privatised
+from tensorwasm.compiler.analysis.poly import Poly
+from tensorwasm.dialect.types import F32, F64, I32, I64
 from tensorwasm.support.records import record
 
 if TYPE_CHECKING:
-    from tensorwasm.compiler.analysis.plan import Access
+    from tensorwasm.compiler.analysis.induction import LoopValues
+    from tensorwasm.compiler.analysis.plan import Access, TripCount
     from tensorwasm.dialect.ir import LoopInfo
+
+
+# The largest copy a thread keeps (local memory on the GPU, the stack on the host).
+PRIVATE_BYTES = 16 * 1024
 
 
 @record(frozen=True)
@@ -75,7 +93,17 @@ def temporary_of(model: NestModel, accesses: list[Access], store: int) -> Tempor
             return None
     stores = tuple(n for n in members if accesses[n].store)
     loads = tuple(n for n in members if not accesses[n].store)
-    writers = [accesses[n] for n in stores if _always_runs(model, accesses[n])]
+    if not loads:
+        # Written only: an output, not a temporary; if the same array is read through
+        # another live-in (clang's B + 8 beside B), only the guards could see it, and a loop
+        # whose every iteration writes the same addresses is better proven sequential
+        # (a time loop: a device-resident region).
+        return None
+    writers = [accesses[n] for n in stores]
+    if not all(_always_runs(model, store) for store in writers):
+        # (a store that runs in some iterations only leaves memory as the last iteration
+        # that ran it wrote: not necessarily the loop's last iteration)
+        return None
     try:
         for n in loads:
             if not _covered(model, accesses[n], writers):
@@ -184,3 +212,69 @@ def _counts(model: NestModel, loops: list[LoopInfo], writers: list[Access]) -> s
         ):
             out.add(f"N{model.names[model.values.counter(loop)]}")
     return out
+
+
+def private_copy(
+    model: NestModel, accesses: list[Access], temporary: Temporary, trip: TripCount
+) -> Privatised:
+    """The copy each thread keeps of ``temporary``; :class:`Reject` naming what the kernel
+    cannot do with it."""
+    if constant_count(trip) is None:
+        raise Reject(
+            "privatisable temporary in a loop whose count is not a number (its last iteration is not known)"
+        )
+    members = [accesses[n] for n in temporary.accesses]
+    widths = {_value_type(a).bits // 8 for a in members} | {a.width for a in members}
+    if len(widths) != 1 or any(_value_type(a) not in (I32, I64, F32, F64) for a in members):
+        raise Reject("privatisable temporary read or written in pieces of more than one size")
+    (width,) = widths
+    first = members[0].address
+    # The base every access shares (live-ins, no counter), the constant apart.
+    origin = Poly({m: c for m, c in first.terms.items() if m and not _moves(m, model)})
+    lo = hi = None
+    for access in members:
+        rel = access.address - origin  # counters and a constant (the same base)
+        low = high = rel.constant
+        for monomial, coeff in rel.terms.items():
+            if not monomial:
+                continue
+            (counter,) = monomial if len(monomial) == 1 else (None,)
+            count = constant_count(model.trips[counter]) if counter in model.trips else None
+            if count is None or count < 1 or coeff % width:
+                raise Reject(
+                    "privatisable temporary at an address that moves with a loop whose count is not "
+                    "a number, or not by whole elements"
+                )
+            low, high = low + min(0, coeff * (count - 1)), high + max(0, coeff * (count - 1))
+        lo = low if lo is None else min(lo, low)
+        hi = high if hi is None else max(hi, high)
+    if any((a.address - origin).constant % width != lo % width for a in members):
+        raise Reject("privatisable temporary not read and written by whole elements")
+    size = hi + width - lo
+    if size > PRIVATE_BYTES:
+        raise Reject(
+            f"privatisable temporary of {size} bytes: a thread's copy may be at most {PRIVATE_BYTES}"
+        )
+    # Its elements are integers of the accesses' width: a float access reinterprets the bits.
+    return Privatised(temporary.accesses, origin + Poly.const(lo), I64 if width == 8 else I32, size // width)
+
+
+def _moves(monomial: tuple, model: NestModel) -> bool:
+    """Whether a monomial holds a counter of the nest."""
+    return any(s.leaves() & model.counters for s in monomial)
+
+
+def _value_type(access: Access) -> object:
+    """The type an access reads or writes."""
+    op = access.op
+    return op.operands[1].type if access.store else op.results[0].type
+
+
+def private_copies(
+    values: LoopValues, trip: TripCount, inner: list, accesses: list[Access], temporaries: list[Temporary]
+) -> list[Privatised]:
+    """The copies of ``temporaries`` (:func:`private_copy`), for the plan."""
+    if not temporaries:
+        return []
+    model = NestModel(values, trip, inner, fixed=False)
+    return [private_copy(model, accesses, t, trip) for t in temporaries]
