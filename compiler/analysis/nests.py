@@ -69,11 +69,11 @@ def collapse_nests(facts: FunctionLoops, reports: list[LoopReport]) -> None:
 def _same_copies(plan: LoopPlan, inner: LoopPlan) -> bool:
     """A loop with privatised temporaries collapses only with a child that privatises the same
     accesses: a thread then runs one iteration of the child, which must write all it reads."""
-    ops = [
-        sorted(id(p.accesses[n].op) for c in q.private for n in c.accesses)
-        for p, q in ((plan, plan), (inner, inner))
-    ]
-    return ops[0] == ops[1]
+
+    def ops(p: LoopPlan) -> list[int]:
+        return sorted(id(p.accesses[n].op) for copy in p.private for n in copy.accesses)
+
+    return ops(plan) == ops(inner)
 
 
 def _cannot_trap(op: Op) -> bool:

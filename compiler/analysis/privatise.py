@@ -55,8 +55,10 @@ if TYPE_CHECKING:
     from tensorwasm.dialect.ir import LoopInfo
 
 
-# The largest copy a thread keeps (local memory on the GPU, the stack on the host).
-PRIVATE_BYTES = 16 * 1024
+# The largest copy a thread keeps (local memory on the GPU, the stack on the host). The
+# driver reserves a thread's local memory for every thread the GPU can hold at once (an
+# H100: 132 SMs of 2048 threads), so 4 KiB a thread is about 1.1 GB of device memory.
+PRIVATE_BYTES = 4 * 1024
 
 
 @record(frozen=True)
@@ -81,9 +83,7 @@ def temporary_of(model: NestModel, accesses: list[Access], store: int) -> Tempor
     members = []
     for n, access in enumerate(accesses):
         if access.address is None:
-            if not access.store:
-                continue  # a gather: the guards keep it apart from every store
-            return None  # a scattered store may write the temporary
+            return None  # a gather or a scatter may read or write the temporary anywhere
         if (access.address - base.address).leaves() - model.counters:
             continue  # another base: the guards keep them apart
         members.append(n)
