@@ -17,13 +17,14 @@ the launch entry points around it live in :mod:`compiler.lower.function`.
 
 from __future__ import annotations
 
+from tensorwasm.compiler.analysis.isl import constant_count
 from tensorwasm.compiler.analysis.liveness import widened_in
 from tensorwasm.compiler.analysis.plan import Access, LoopPlan, Reduction, ReductionKind
 from tensorwasm.compiler.analysis.poly import Poly, Symbol
 from tensorwasm.compiler.analysis.reductions import lane_identity
 from tensorwasm.compiler.distribute import outline_phases
 from tensorwasm.compiler.tile import tile_kernel
-from tensorwasm.dialect import arith, mem, simd
+from tensorwasm.dialect import arith, gpu, mem, simd
 from tensorwasm.dialect.builder import Builder
 from tensorwasm.dialect.ir import Block, Function, Module, Op, Successor, Value
 from tensorwasm.dialect.types import I32, I64, V128, Type
@@ -180,6 +181,7 @@ def outline(module: Module, plan: LoopPlan) -> Function:
             proven.setdefault(id(access.op), access)
     held = {plan.counter: k, **by_symbol}
     held.update((level.counter, arg) for level, arg in zip(nest, entry.args[1:], strict=False))
+    copies = _PrivateCopies(kernel, b, plan, entry.args, emit_poly) if plan.private else None
     for blk, clone in clones.items():
         for op in blk.ops:
             if op.name == "global.get" and op.results[0] in mapping:
@@ -214,17 +216,80 @@ def outline(module: Module, plan: LoopPlan) -> Function:
                     operands[0] = wide
                     attrs["wide_address"] = True
             new = Op(op.opdef, operands, tuple(r.type for r in op.results), attrs, succs, op.offset)
-            new.block = clone
-            clone.ops.append(new)
-            for old, result in zip(op.results, new.results, strict=True):
+            results = new.results
+            if copies is not None and id(op) in copies.ops:  # a privatised temporary's access
+                clone, results = copies.redirect(clone, new, op, value_of(op.operands[0]))
+            else:
+                new.block = clone
+                clone.ops.append(new)
+            for old, result in zip(op.results, results, strict=True):
                 mapping[old] = result
     _place_constants_first(entry)
     if nest:  # the code after the inner loop is skipped: drop what nothing reaches now
         live = set(reverse_postorder(kernel))
         kernel.blocks = [blk for blk in kernel.blocks if blk in live]
     verify_function(kernel)
-    tile_kernel(module, kernel, plan, clones)  # gemm-shaped 2-D nests: tiled variants too
+    if plan.private:  # (a tiled or streaming kernel would share a thread's copy)
+        kernel.attrs["tiling"] = "its temporaries are privatised: a copy per thread"
+    else:
+        tile_kernel(module, kernel, plan, clones)  # gemm-shaped 2-D nests: tiled variants too
     return kernel
+
+
+class _PrivateCopies:
+    """The accesses of a loop's privatised temporaries (``LoopPlan.private``), redirected: each
+    thread reads and writes a copy of its own (a ``private`` array of the kernel: local memory
+    on the GPU, the stack on the host), element ``(address - base) / width``, except the
+    thread of the last iteration (the last of every grid dimension), which uses memory, so
+    that memory ends as the sequential loop leaves it. The analysis proved that every element
+    an iteration reads it wrote before (:mod:`compiler.analysis.privatise`)."""
+
+    def __init__(self, kernel: Function, b: Builder, plan: LoopPlan, counters: list[Value], emit_poly):
+        self.kernel = kernel
+        self.ops: dict[int, tuple[str, Value, Type]] = {}
+        kernel.attrs["private"] = {}
+        for n, copy in enumerate(plan.private):
+            name = f"t{n}"
+            kernel.attrs["private"][name] = (copy.type, copy.count)
+            base = emit_poly(copy.base, I32)
+            for index in copy.accesses:
+                self.ops[id(plan.accesses[index].op)] = (name, base, copy.type)
+        last = None
+        for counter, trip in zip(counters, [plan.trip, *(c.trip for c in plan.collapse)], strict=False):
+            count = constant_count(trip)  # (the analysis made sure it is a number)
+            at_end = b.value(arith.cmpi, counter, b.constant(I32, count - 1), pred="eq")
+            last = at_end if last is None else b.value(arith.select, last, at_end, last)
+        self.last = last
+
+    def redirect(self, block: Block, new: Op, op: Op, address: Value) -> tuple[Block, list[Value]]:
+        """Append ``new`` (the kernel's copy of ``op``, a load or store at the i32 ``address``
+        plus its offset) to ``block`` for the last iteration, its private counterpart for
+        the others; the block that follows both, and ``op``'s results there."""
+        name, base, element = self.ops[id(op)]
+        kernel = self.kernel
+        real, own = kernel.add_block([]), kernel.add_block([])
+        after = kernel.add_block([r.type for r in new.results])
+        Builder(kernel, block).cond_br(self.last, real, [], own, [])
+        new.block = real
+        real.ops.append(new)
+        Builder(kernel, real).br(after, list(new.results))
+        b = Builder(kernel, own)
+        offset = op.attrs.get("offset", 0)
+        at = b.value(arith.add, address, b.constant(I32, offset)) if offset else address
+        shift = b.constant(I32, (element.bits // 8).bit_length() - 1)
+        index = b.value(arith.shr_u, b.value(arith.sub, at, base), shift)
+        if op.name == "mem.load":
+            value = b.value(gpu.shared_load, index, array=name, type=element)
+            if value.type is not op.results[0].type:
+                value = b.value(arith.bitcast, value, to=op.results[0].type)
+            b.br(after, [value])
+        else:
+            value = new.operands[1]
+            if value.type is not element:
+                value = b.value(arith.bitcast, value, to=element)
+            b.op(gpu.shared_store, [index, value], {"array": name})
+            b.br(after, [])
+        return after, list(after.args)
 
 
 def exact_address(b: Builder, access: Access, held: dict[Symbol, Value]) -> Value | None:

@@ -146,6 +146,8 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
         # Pairs the analysis settled are independent across outer iterations only: a
         # collapsed nest tests every pair across grid cells.
         free = set(plan.static_dependence_free) if not nest else set()
+        # A privatised temporary's accesses meet only in each thread's own copy.
+        free |= {(i, j) for copy in plan.private for i in copy.accesses for j in copy.accesses}
         for i, (s, rs) in enumerate(ranges):
             if not s.store:
                 continue

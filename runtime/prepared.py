@@ -106,6 +106,7 @@ RECORDS = Schema(
             "LiveOut",
             "Collapse",
             "Phase",
+            "Privatised",
             "AnalysisOptions",
         ),
         "tensorwasm.compiler.analysis.poly": ("Poly", "Symbol"),

@@ -41,6 +41,7 @@ from tensorwasm.support.lazy import LazyModule
 if TYPE_CHECKING:
     from tensorwasm.compiler.analysis.induction import LoopValues
     from tensorwasm.compiler.analysis.plan import Access, TripCount
+    from tensorwasm.compiler.analysis.privatise import Temporary
     from tensorwasm.dialect.ir import LoopInfo
 
 isl = LazyModule("islpy", globals(), "isl")  # loaded by the first nest modelled
@@ -292,12 +293,15 @@ def _context() -> object:
 def exact_dependences(
     values: LoopValues, trip: TripCount, inner: list[tuple[Symbol, TripCount]], accesses: list[Access],
     settled: set[tuple[int, int]],
-) -> list[tuple[int, int]]:  # fmt: skip
+) -> tuple[list[tuple[int, int]], list[Temporary]]:  # fmt: skip
     """The store/access index pairs (not in ``settled``) proven never to meet across
-    iterations; :class:`Reject` where one meets in every launch of two iterations or more."""
+    iterations, and the privatisable temporaries (:mod:`.privatise`) that every pair
+    meeting in every launch lies within; :class:`Reject` where a pair meets in every
+    launch of two iterations or more outside a temporary."""
     model = NestModel(values, trip, inner)
     loose = NestModel(values, trip, inner, fixed=False) if model.count != "T" else model
-    free = []
+    free: list[tuple[int, int]] = []
+    temporaries: dict[int, Temporary | None] = {}  # store -> the temporary it writes
     for i, store in enumerate(accesses):
         if not store.store:
             continue
@@ -318,13 +322,29 @@ def exact_dependences(
                 continue
             if independent:
                 free.append((i, j))
-            elif always:
+            elif always and not _within_temporary(loose, accesses, i, j, temporaries):
                 what = "writes" if other.store else "reads"
                 raise Reject(
                     f"sequential: store at {store.where} writes what another iteration {what} "
                     f"({other.kind} at {other.where}) on every launch (isl)"
                 )
-    return free
+    return free, list(dict.fromkeys(t for t in temporaries.values() if t is not None))
+
+
+def _within_temporary(
+    model: NestModel, accesses: list[Access], i: int, j: int, temporaries: dict[int, Temporary | None]
+) -> bool:
+    """Whether store ``i`` and access ``j`` both belong to a privatisable temporary
+    (:mod:`.privatise`): their dependence across iterations goes with a copy per iteration.
+    ``temporaries`` keeps each store's answer."""
+    from tensorwasm.compiler.analysis.privatise import temporary_of  # (it builds on this module)
+
+    if i not in temporaries:
+        temporaries[i] = next((t for t in temporaries.values() if t is not None and i in t.stores), None)
+        if temporaries[i] is None:
+            temporaries[i] = temporary_of(model, accesses, i)
+    temporary = temporaries[i]
+    return temporary is not None and j in temporary.accesses
 
 
 class _Wrapped:

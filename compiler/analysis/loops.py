@@ -41,6 +41,7 @@ from tensorwasm.compiler.analysis.liveness import live_ins, live_outs
 from tensorwasm.compiler.analysis.nests import collapse_nests
 from tensorwasm.compiler.analysis.plan import AnalysisOptions, LoopPlan, LoopReport, TripCount
 from tensorwasm.compiler.analysis.poly import Symbol
+from tensorwasm.compiler.analysis.privatise import private_copies
 from tensorwasm.compiler.analysis.reductions import lane_reductions
 from tensorwasm.compiler.analysis.schedule import schedule_phases
 from tensorwasm.compiler.analysis.trips import check_affine_bounds, guarded_as_top, trip_count
@@ -113,7 +114,13 @@ def plan_loop(
         inner.append((values.counter(loop), inner_trip))
     accesses = collect_accesses(values)
     static_free = static_dependences(values, accesses)
-    static_free += exact_dependences(values, trip, inner, accesses, set(static_free))
+    exact_free, temporaries = exact_dependences(values, trip, inner, accesses, set(static_free))
+    static_free += exact_free
+    private = private_copies(values, trip, inner, accesses, temporaries)
+    if private and values.rotations:
+        raise Reject("privatisable temporary in a loop that carries a load to the next iteration")
+    for copy in private:  # each thread's own: no pair among its accesses meets another's
+        static_free += [(i, j) for i in copy.accesses for j in copy.accesses if accesses[i].store]
     reductions = _vector_lanes(values)
     inputs = live_ins(values)
     outputs = live_outs(values)
@@ -131,6 +138,7 @@ def plan_loop(
         values.ivs, values.invariant_args, static_free, work=[(ops, around) for around, ops in work.items()],
         vector_ivs=values.vector_ivs,
         rotations=rotations,
+        private=tuple(private),
     )  # fmt: skip
 
 
@@ -237,6 +245,9 @@ def _guard_summary(plan: LoopPlan) -> list[str]:
         parts.append(f"{stores} store(s) disjoint from other accesses")
     if plan.gathers and stores:
         parts.append(f"{len(plan.gathers)} gathered load(s) checked in the kernel")
+    if plan.private:
+        sizes = ", ".join(f"{c.count * c.type.bits // 8} bytes" for c in plan.private)
+        parts.append(f"privatised: a copy per thread of {len(plan.private)} temporary array(s) ({sizes})")
     if plan.reductions:
         names = [r.lanes if r.lanes else r.op for r in plan.reductions if not r.lane]
         parts.append("reductions: " + ", ".join(names))

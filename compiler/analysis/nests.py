@@ -7,13 +7,16 @@ row runs it), and the code after the child must not be able to trap (a collapsed
 skips it). A child whose bounds move with the outer counter (a triangular nest) keeps
 running inside the thread: a grid dimension has one count for every row. When the child collapses its own child the same way, the
 nest becomes a 3-D grid, provided the grandchild's loop-carried values are still induction
-variables or invariants of the outer loop. Children are settled before their parents, so
+variables or invariants of the outer loop. A loop with privatised temporaries (doitgen's
+``sum``) collapses only with a child that privatises the same accesses, at counts that are
+numbers (each thread of the grid works on its own copy). Children are settled before their parents, so
 a parent sees its child's collapse.
 """
 
 from __future__ import annotations
 
 from tensorwasm.compiler.analysis.forest import FunctionLoops
+from tensorwasm.compiler.analysis.isl import constant_count
 from tensorwasm.compiler.analysis.plan import Collapse, LoopPlan, LoopReport
 from tensorwasm.dialect.ir import Block, LoopInfo, Op, Value
 
@@ -33,6 +36,8 @@ def collapse_nests(facts: FunctionLoops, reports: list[LoopReport]) -> None:
         inner = by_loop[child]
         if inner.plan is None or inner.plan.reductions:
             continue
+        if not _same_copies(plan, inner.plan):
+            continue
         outside = [b for b in plan.blocks if b not in facts.bodies[child]]
         if any(op.name == "mem.store" for b in outside for op in b.ops):
             continue
@@ -50,6 +55,8 @@ def collapse_nests(facts: FunctionLoops, reports: list[LoopReport]) -> None:
             trip = next(t for c, t in plan.inner_trips if c is counter)
             if any(s.kind == "counter" for s in trip.start.leaves() | trip.bound.leaves()):
                 break  # a triangular level: a grid dimension has one count for every row
+            if plan.private and constant_count(trip) is None:
+                break  # the thread of the last iteration works on memory: a count that is a number
             levels.append(Collapse(loop, counter, trip, body))
         if levels:
             plan.collapse = tuple(levels)
@@ -57,6 +64,16 @@ def collapse_nests(facts: FunctionLoops, reports: list[LoopReport]) -> None:
             report.reason += (
                 f"; {len(levels) + 1}-D grid with the loop{'s' if len(levels) > 1 else ''} at {where}"
             )
+
+
+def _same_copies(plan: LoopPlan, inner: LoopPlan) -> bool:
+    """A loop with privatised temporaries collapses only with a child that privatises the same
+    accesses: a thread then runs one iteration of the child, which must write all it reads."""
+
+    def ops(p: LoopPlan) -> list[int]:
+        return sorted(id(p.accesses[n].op) for copy in p.private for n in copy.accesses)
+
+    return ops(plan) == ops(inner)
 
 
 def _cannot_trap(op: Op) -> bool:

@@ -21,6 +21,7 @@ from tensorwasm.support.records import field, record
 
 if TYPE_CHECKING:
     from tensorwasm.dialect.ir import Block, Function, LoopInfo, Op, Value
+    from tensorwasm.dialect.types import Type
 
 
 @record(frozen=True)
@@ -213,6 +214,19 @@ class Phase:
 
 
 @record
+class Privatised:
+    """A temporary every iteration writes before it reads it (:mod:`.privatise`): in the
+    kernel each thread works on a copy of its own, ``count`` elements of ``type`` from the
+    address ``base``, except the thread of the last iteration, which works on memory
+    itself, so that memory ends as the loop leaves it."""
+
+    accesses: tuple[int, ...]  # indices in the plan's accesses: the temporary's loads and stores
+    base: Poly  # the address of the copy's element 0 (live-ins and a constant)
+    type: Type  # i32 or i64: every access reads or writes one element whole (a float as its bits)
+    count: int  # elements
+
+
+@record
 class LoopPlan:
     """What the outliner and the runtime need to run a loop as a kernel."""
 
@@ -253,6 +267,9 @@ class LoopPlan:
     # index, index in ``accesses`` of the reload at the previous iteration's address): the
     # kernel reloads them (:func:`compiler.analysis.accesses.rotated_load`).
     rotations: tuple[tuple[int, int], ...] = ()
+    # Privatised temporaries (doitgen's ``sum``): their accesses go to a copy per thread,
+    # and the pairs among them are left out of the guards' comparisons.
+    private: tuple[Privatised, ...] = ()
 
     @property
     def gathers(self) -> list[Access]:

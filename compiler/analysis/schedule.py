@@ -84,6 +84,8 @@ def schedule_phases(
         plan = report.plan
         if plan is None or plan.reductions or plan.collapse or plan.gathers or plan.loop not in kept:
             continue
+        if plan.private:  # (a copy per thread: the threads of a row would share one iteration's)
+            continue
         if plan.vector_ivs:  # (the phase kernel computes no v128 induction variable)
             continue
         try:

@@ -4,8 +4,11 @@ A function declares its shared arrays in its ``shared`` attribute (name -> (elem
 count)). On the GPU each array is a module global in address space 3 (PTX ``.shared``),
 one per thread block, left undefined (PTX has no initialisers for shared memory); on the
 host, where a tiled kernel runs one thread per block, the array is a stack array of the
-function, so host threads running different tiles at once never share one. Elements are
-read and written at their full width, which keeps every bit (a float's NaN payload too).
+function, so host threads running different tiles at once never share one. An array a
+function declares in its ``private`` attribute instead (the same form) is the function's
+own on the GPU too: a copy per thread, in local memory (a privatised temporary,
+``compiler.outline``). Elements are read and written at their full width, which keeps
+every bit (a float's NaN payload too).
 """
 
 from __future__ import annotations
@@ -30,11 +33,12 @@ def shared_array(fl: FunctionLowering, name: str) -> tuple[ir.Value, ir.Type]:
     found = fl.shared.get(name)
     if found is not None:
         return found
-    declared = fl.func.attrs.get("shared", {}).get(name)
+    private = fl.func.attrs.get("private", {}).get(name)
+    declared = private or fl.func.attrs.get("shared", {}).get(name)
     if declared is None:
         raise CompileError(f"shared array {name!r} is not declared by function {fl.func.name}")
     elem_type, count = llvm_type(declared[0]), declared[1]
-    if fl.target.is_gpu:
+    if fl.target.is_gpu and private is None:
         array_type = ir.ArrayType(elem_type, count)
         symbol = f"tw_shared_{fl.func.index}_{name}"
         array = ir.GlobalVariable(fl.module, array_type, symbol, addrspace=SHARED_ADDRESS_SPACE)
