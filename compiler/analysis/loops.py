@@ -43,7 +43,7 @@ from tensorwasm.compiler.analysis.plan import AnalysisOptions, LoopPlan, LoopRep
 from tensorwasm.compiler.analysis.poly import Symbol
 from tensorwasm.compiler.analysis.reductions import lane_reductions
 from tensorwasm.compiler.analysis.schedule import schedule_phases
-from tensorwasm.compiler.analysis.trips import check_affine_bounds, guarded_as_top, trip_count
+from tensorwasm.compiler.analysis.trips import check_affine_bounds, exits_mid_body, guarded_as_top, trip_count
 from tensorwasm.compiler.callgraph import reachable
 from tensorwasm.compiler.errors import NotCompilable
 from tensorwasm.dialect.ir import LoopInfo, Module, Op
@@ -114,6 +114,10 @@ def plan_loop(
     accesses = collect_accesses(values)
     static_free = static_dependences(values, accesses)
     static_free += exact_dependences(values, trip, inner, accesses, set(static_free))
+    if values.reductions and exits_mid_body(facts, info):
+        # Its last iteration leaves from the middle: a thread's part of a reduction would
+        # be the half the back edge carries, not the half before the test.
+        raise Reject("a reduction in a loop whose exit test is in the middle of its body")
     reductions = _vector_lanes(values)
     inputs = live_ins(values)
     outputs = live_outs(values)
