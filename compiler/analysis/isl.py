@@ -9,7 +9,9 @@ nest) keeps its test as a constraint, ``start + step*j < bound`` and the like, o
 mathematical integers: the runtime guards check, at the corners of the enclosing counters'
 box, that those bounds lie in the range of the compare (so nothing wraps anywhere in the
 box, bounds being affine). A loop tested at its bottom runs ``j = 0`` unconditionally, which
-over-approximates one skipped by a test in front of it. The live-in values (base pointers,
+over-approximates one skipped by a test in front of it. The blocks after a loop's exit
+test in the middle of its body (clang's unrolled-by-two loop for an odd count) have a
+domain of their own: iteration ``j`` runs them exactly where iteration ``j + 1`` runs. The live-in values (base pointers,
 sizes) are parameters, one per monomial of them.
 
 For a store ``S`` and another access ``A`` of the body, each over the domain of the loops
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
     from tensorwasm.compiler.analysis.induction import LoopValues
     from tensorwasm.compiler.analysis.plan import Access, TripCount
     from tensorwasm.compiler.analysis.privatise import Temporary
-    from tensorwasm.dialect.ir import LoopInfo
+    from tensorwasm.dialect.ir import Block, LoopInfo
 
 isl = LazyModule("islpy", globals(), "isl")  # loaded by the first nest modelled
 
@@ -105,28 +107,34 @@ class NestModel:
         bodies = self.values.facts.bodies
         return [m for m in self.values.nested if block in bodies[m] and self.values.counter(m) in self.trips]
 
-    def constraints(self, loops: list[LoopInfo], prefix: str) -> list[str]:
-        """The domain of the loops ``loops`` (outermost first) in variables named ``prefix``."""
+    def constraints(self, loops: list[LoopInfo], prefix: str, block: Block | None = None) -> list[str]:
+        """The domain of the loops ``loops`` (outermost first) in variables named ``prefix``,
+        of ``block`` where given: after a loop's exit test in the middle of its body, the
+        iterations ``k`` where ``k + 1`` is in the loop's domain (:func:`.trips.in_tail`)."""
+        from tensorwasm.compiler.analysis.trips import in_tail
+
         out = []
         for loop in loops:
             sym = self.values.counter(loop)
             var = prefix + self.names[sym]
             trip = self.trips[sym]
+            after = block is not None and in_tail(self.values.facts, loop, block)
+            nxt = f"({var} + 1)" if after else var
             if loop is self.info:
-                out.append(f"0 <= {var} < {self.count}")
+                out.append(f"0 <= {var} and {nxt} < {self.count}")
                 continue
             moving = (trip.start.leaves() | trip.bound.leaves()) & self.counters
             if not moving:
-                out.append(f"0 <= {var} < N{self.names[sym]}")
+                out.append(f"0 <= {var} and {nxt} < N{self.names[sym]}")
                 continue
             keep = _KEEPS.get(trip.pred) or ("<" if trip.step > 0 else ">")
             bound = self.affine(trip.bound, prefix)
             start = self.affine(trip.start, prefix)
-            at = f"{start} + {trip.step}*{var}"
+            at = f"{start} + {trip.step}*{nxt}"
             if trip.top:
                 out.append(f"{var} >= 0 and {at} {keep} {bound}")
             else:  # iteration j runs when the test after iteration j - 1 held
-                out.append(f"{var} >= 0 and ({var} = 0 or {at} + {-trip.step} {keep} {bound})")
+                out.append(f"{var} >= 0 and ({nxt} = 0 or {at} + {-trip.step} {keep} {bound})")
         return out
 
     def pair(self, store: Access, other: Access) -> tuple[object, object] | None:
@@ -151,7 +159,9 @@ class NestModel:
             outer_s, outer_a = self.loops_around(store), self.loops_around(other)
             if not outer_s or outer_s[0] is not self.info or not outer_a or outer_a[0] is not self.info:
                 return None
-            cons = self.constraints(outer_s, "x") + self.constraints(outer_a, "y")
+            cons = self.constraints(outer_s, "x", store.op.block) + self.constraints(
+                outer_a, "y", other.op.block
+            )
             diff = f"({self.affine(store.address, 'x')}) - ({self.affine(other.address, 'y')})"
         except _NotAffine:
             return None

@@ -44,7 +44,7 @@ from tensorwasm.compiler.analysis.poly import Symbol
 from tensorwasm.compiler.analysis.privatise import private_copies
 from tensorwasm.compiler.analysis.reductions import lane_reductions
 from tensorwasm.compiler.analysis.schedule import schedule_phases
-from tensorwasm.compiler.analysis.trips import check_affine_bounds, guarded_as_top, trip_count
+from tensorwasm.compiler.analysis.trips import check_affine_bounds, exits_mid_body, guarded_as_top, trip_count
 from tensorwasm.compiler.callgraph import reachable
 from tensorwasm.compiler.errors import NotCompilable
 from tensorwasm.dialect.ir import LoopInfo, Module, Op
@@ -116,9 +116,16 @@ def plan_loop(
     static_free = static_dependences(values, accesses)
     exact_free, temporaries = exact_dependences(values, trip, inner, accesses, set(static_free))
     static_free += exact_free
+    if values.reductions and exits_mid_body(facts, info):
+        # Its last iteration leaves from the middle: a thread's part of a reduction would
+        # be the half the back edge carries, not the half before the test.
+        raise Reject("a reduction in a loop whose exit test is in the middle of its body")
     private = private_copies(values, trip, inner, accesses, temporaries)
     if private and values.rotations:
         raise Reject("privatisable temporary in a loop that carries a load to the next iteration")
+    if private and exits_mid_body(facts, info):
+        # (its last iteration skips the stores after the test: not every store runs in every iteration)
+        raise Reject("privatisable temporary in a loop whose exit test is in the middle of its body")
     for copy in private:  # each thread's own: no pair among its accesses meets another's
         static_free += [(i, j) for i in copy.accesses for j in copy.accesses if accesses[i].store]
     reductions = _vector_lanes(values)

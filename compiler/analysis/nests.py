@@ -18,6 +18,7 @@ from __future__ import annotations
 from tensorwasm.compiler.analysis.forest import FunctionLoops
 from tensorwasm.compiler.analysis.isl import constant_count
 from tensorwasm.compiler.analysis.plan import Collapse, LoopPlan, LoopReport
+from tensorwasm.compiler.analysis.trips import exits_mid_body
 from tensorwasm.dialect.ir import Block, LoopInfo, Op, Value
 
 
@@ -27,8 +28,8 @@ def collapse_nests(facts: FunctionLoops, reports: list[LoopReport]) -> None:
     by_loop = {r.loop: r for r in reports}
     for report in sorted(reports, key=lambda r: -r.loop.depth):  # children first
         plan = report.plan
-        if plan is None or plan.reductions:
-            continue
+        if plan is None or plan.reductions or exits_mid_body(facts, plan.loop):
+            continue  # (a thread entering its child would run the child on the last row too)
         children = facts.children.get(plan.loop, [])
         if len(children) != 1:
             continue
@@ -58,6 +59,8 @@ def collapse_nests(facts: FunctionLoops, reports: list[LoopReport]) -> None:
             if plan.private and constant_count(trip) is None:
                 break  # the thread of the last iteration works on memory: a count that is a number
             levels.append(Collapse(loop, counter, trip, body))
+            if exits_mid_body(facts, loop):
+                break  # its child runs one iteration fewer than it: no level of its own
         if levels:
             plan.collapse = tuple(levels)
             where = " and ".join(f"+0x{c.loop.offset:x}" for c in levels)

@@ -60,6 +60,7 @@ from tensorwasm.compiler.analysis.induction import kernel_computes
 from tensorwasm.compiler.analysis.isl import NestModel, _context, isl
 from tensorwasm.compiler.analysis.plan import LoopPlan, LoopReport, Phase
 from tensorwasm.compiler.analysis.poly import Poly
+from tensorwasm.compiler.analysis.trips import exits_mid_body
 from tensorwasm.dialect import arith
 from tensorwasm.dialect.ir import Op
 from tensorwasm.dialect.types import I32, I64
@@ -109,6 +110,8 @@ def _phases(
     children = [m for m in loops if m.parent is plan.loop]
     if not children:
         raise Reject("no inner loop")
+    if any(exits_mid_body(facts, m) for m in values.nested):
+        raise Reject("a loop whose exit test is in the middle of its body")
     inside = set().union(*(facts.bodies[c] for c in children))
     way_out = _exit(facts, plan.loop)
     for block in plan.blocks:

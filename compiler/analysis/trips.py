@@ -3,7 +3,10 @@
 A countable loop has one way out (branches to blocks that only trap do not count), a
 conditional branch on an integer compare, taken either at the top of the header (the loop
 tests before each iteration, and nothing with an effect runs before the test) or at a
-latch (a rotated loop, which runs at least once). The compare is followed through the
+latch (a rotated loop, which runs at least once), or at the end of a header that works
+before it (clang's loop unrolled by two for an odd count, the test between the halves:
+counted as a rotated loop, since its header runs as one's body does, and the blocks after
+the test run one iteration fewer, :func:`in_tail`). The compare is followed through the
 ``x == 0`` / ``x != 0`` tests clang -O2 wraps around a kept loop condition. One side must
 be ``start + step * k`` in the loop's counter ``k`` with a constant, non-zero step, the
 other free of ``k`` and of every inner loop's counter; the result is a :class:`TripCount`
@@ -80,6 +83,28 @@ def exit_test(facts: FunctionLoops, loop: LoopInfo) -> tuple[Op, bool, bool]:
     holds, and whether it is tested at the loop's top; :class:`Reject` where the loop has
     no such test. What this reads is the loop's alone, whichever candidate holds it: made
     once per loop and function (every enclosing candidate asks again)."""
+    return _known_exit_test(facts, loop)[:3]
+
+
+def exits_mid_body(facts: FunctionLoops, loop: LoopInfo) -> bool:
+    """Whether ``loop``'s exit test ends its header after work of the iteration (clang's
+    loop unrolled by two for an odd count: ``loop { body(j); if (j == n) break; body(j+1);
+    j += 2 }``): its header runs as a loop tested at its bottom counts, and every other
+    block of its body (:func:`in_tail`) one time less. False where it has no counted test."""
+    try:
+        return _known_exit_test(facts, loop)[3]
+    except Reject:
+        return False
+
+
+def in_tail(facts: FunctionLoops, loop: LoopInfo, block: Block) -> bool:
+    """``block`` of ``loop``'s body runs after an exit test in the middle of the body: on
+    the iterations after which the loop goes on, so iteration ``k`` runs it exactly where
+    iteration ``k + 1`` runs."""
+    return block is not loop.header and block in facts.bodies[loop] and exits_mid_body(facts, loop)
+
+
+def _known_exit_test(facts: FunctionLoops, loop: LoopInfo) -> tuple[Op, bool, bool, bool]:
     known = facts.exit_tests.get(loop)
     if known is None:
         try:
@@ -91,7 +116,7 @@ def exit_test(facts: FunctionLoops, loop: LoopInfo) -> tuple[Op, bool, bool]:
     return known
 
 
-def _exit_test(facts: FunctionLoops, loop: LoopInfo) -> tuple[Op, bool, bool]:
+def _exit_test(facts: FunctionLoops, loop: LoopInfo) -> tuple[Op, bool, bool, bool]:
     body = facts.bodies[loop]
     exits = facts.exits(loop)
     if len(exits) != 1:
@@ -111,17 +136,17 @@ def _exit_test(facts: FunctionLoops, loop: LoopInfo) -> tuple[Op, bool, bool]:
     top = not bottom and block is loop.header
     if not top and not bottom:
         raise Reject(f"loop at +0x{loop.offset:x} exits from the middle of its body")
-    if top:
-        for op in block.ops[:-1]:
-            if not op.opdef.pure:
-                if op.name == "mem.load" and _depends_on(cmp, op, block):
-                    hint = " (its counter lives in memory, as in unoptimised code)"
-                else:  # clang's loop unrolled by two for an odd count: the test halfway through
-                    hint = " (the exit test is in the middle of the body)"
-                raise Reject(
-                    f"loop at +0x{loop.offset:x} runs {op.name} at {at(op)} before its exit test{hint}"
-                )
-    return cmp, stays, top
+    effects = [op for op in block.ops[:-1] if not op.opdef.pure] if top else []
+    for op in effects:
+        if _depends_on(cmp, op, block):
+            hint = " (its counter lives in memory, as in unoptimised code)" if op.name == "mem.load" else ""
+            raise Reject(f"loop at +0x{loop.offset:x} runs {op.name} at {at(op)} before its exit test{hint}")
+    if effects:
+        # clang's loop unrolled by two for an odd count: the test halfway through. The
+        # header runs once more than the rest, as the header of a loop tested at its
+        # bottom does: counted so, with the rest of the body one iteration short.
+        return cmp, stays, False, True
+    return cmp, stays, top, False
 
 
 def _depends_on(value_op: Op, op: Op, block) -> bool:
