@@ -430,8 +430,9 @@ def _solvable(x: int, solve: int, n: int, ws: int, wa: int, zero_ok: bool) -> bo
 
 
 def _meets_in_row(s: Range, a: Range) -> bool:
-    """May the store's footprint in one iteration meet the access's in the same iteration?"""
-    if s.stride == a.stride:
+    """May the store's footprint in one iteration (one cell of a nest) meet the access's in
+    the same iteration?"""
+    if s.stride == a.stride and s.nest_strides == a.nest_strides:
         return s.base < a.base + a.width and a.base < s.base + s.width
     return s.lo < a.hi and a.lo < s.hi
 
