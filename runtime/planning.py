@@ -613,8 +613,11 @@ def launch_grid(
     and z over the outermost of a 3-D nest. A tiled kernel (``tile``: rows, columns,
     threads across, threads down) gets a block per tile; a 1-D kernel whose threads run
     ``per_thread`` iterations each (compiler.stream) that many times fewer blocks."""
-    if launch.rows:  # a distributed body: a block per iteration (per cell of a 3-D grid's outer two)
-        return (max(1, min(launch.trip * math.prod(launch.nest), 65535)), 1, 1), (BLOCK_THREADS, 1, 1)
+    if launch.rows:  # a distributed body: a block per iteration (per cell of a 3-D grid's outer two),
+        # no more whole warps than its longest phase has grid iterations (a short z row's 16
+        # vector steps leave the rest of a full block idle, and fewer blocks resident)
+        threads = min(BLOCK_THREADS, 32 * -(-launch.lanes // 32)) if launch.lanes else BLOCK_THREADS
+        return (max(1, min(launch.trip * math.prod(launch.nest), 65535)), 1, 1), (max(threads, 32), 1, 1)
     if tile is not None and len(launch.nest) == 1:
         rows, cols, threads_x, threads_y = tile
         tiles_x, tiles_y = -(-launch.nest[0] // cols), -(-launch.trip // rows)

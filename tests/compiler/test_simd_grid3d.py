@@ -102,6 +102,12 @@ def test_a_block_per_cell_of_the_outer_two_counters():
 
     grid, block = launch_grid(Launch(10, {}, [], [], nest=(7,), rows=True))
     assert grid == (70, 1, 1) and block[1:] == (1, 1)
+    # As many whole warps as the longest phase has grid iterations, up to a full block.
+    assert launch_grid(Launch(10, {}, [], [], nest=(7,), rows=True, lanes=40))[1] == (64, 1, 1)
+    assert (
+        launch_grid(Launch(10, {}, [], [], rows=True, lanes=1000))[1][0]
+        == launch_grid(Launch(10, {}, [], []))[1][0]
+    )
 
 
 def test_3d_phase_kernels_assemble_for_sm_90(ptxas: str, tmp_path: Path) -> None:
