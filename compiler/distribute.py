@@ -32,7 +32,7 @@ from __future__ import annotations
 from tensorwasm.compiler.analysis.liveness import widened_in
 from tensorwasm.compiler.analysis.plan import LoopPlan, Phase, TripCount
 from tensorwasm.compiler.analysis.poly import Poly
-from tensorwasm.dialect import arith
+from tensorwasm.dialect import arith, simd
 from tensorwasm.dialect.builder import Builder
 from tensorwasm.dialect.ir import Block, Function, Module, Op, Successor, Value
 from tensorwasm.dialect.types import I32, I64, Type
@@ -53,9 +53,16 @@ class _Scope:
         }
         self.shared: dict[Value, Value] = {}
         self.by_symbol = {}
-        for (value, sym, _, _), param in zip(plan.live_ins, entry.args[3 + levels :], strict=True):
+        halves: dict[Value, list[Value]] = {}
+        for (value, sym, kind, _), param in zip(plan.live_ins, entry.args[3 + levels :], strict=True):
             self.shared[value] = param
             self.by_symbol[sym] = param
+            if kind.startswith("v128 "):  # a vector made before the loop comes in as two i64 lanes
+                halves.setdefault(value.owner.operands[0], []).append(param)
+        b = Builder(kernel, entry)
+        for vector, (low, high) in halves.items():
+            splat = b.value(simd.splat, low, op="i64x2.splat")
+            self.shared[vector] = b.value(simd.replace_lane, splat, high, op="i64x2.replace_lane", lane=1)
 
     def poly(self, poly: Poly, ty: Type, b: Builder) -> Value:
         """``poly`` (in the loop's counter and the live-ins) computed as ``ty``."""

@@ -113,8 +113,10 @@ def _lifted(facts: FunctionLoops, plan: LoopPlan, level: Collapse, inner: LoopPl
     """``inner``'s phases, row guards and pinned merges in the terms of ``plan`` (its counter,
     ``level``'s and its live-ins), or None where one of them is not computable there."""
     outside = [b for b in plan.blocks if b not in level.blocks]
-    if not all(_cannot_trap(op) or op.name == "mem.load" for b in outside for op in b.ops):
-        return None  # (every thread of a block runs them: a barrier waits for all)
+    if not all(_cannot_trap(op) for b in outside for op in b.ops):
+        # Every thread of a block runs them, at each of its calls: a trap would leave a
+        # barrier short, and a load could see what the cell's earlier phase stored.
+        return None
     known = {plan.counter, level.counter} | {sym for _, sym, _, _ in plan.live_ins}
     trips = dict(plan.inner_trips)
     phases = []

@@ -51,6 +51,14 @@ def test_the_vector_loop_and_its_remainder_are_phases_of_a_3d_grid(name):
     assert plan.row_guarded  # in and out apart within a cell: the row guard
 
 
+def test_a_load_before_the_inner_loop_keeps_the_2d_grid():
+    """scaled's ``factor[x]``, loaded in the x body: each thread of a cell's block would
+    reload it at every call, after the cell's vector phase may have stored there."""
+    report = schedule.outer_reports(DATA)["scaled"]
+    assert len(report.plan.collapse) == 1 and report.plan.phases == ()
+    assert "3-D grid" not in report.reason
+
+
 def test_the_suites_stencil3d_is_a_3d_grid_of_phases():
     module = translate_module(load((ROOT / "benchmarks/suite/build/stencil3d.simd.wasm").read_bytes()))
     (report,) = [
@@ -74,6 +82,9 @@ def _calls(shapes) -> list:
         calls.append(("sweep", [*size, (I32, b), (I32, a)]))
         calls.append(("sweep", [*size, (I32, a), (I32, b)]))  # back: reads what the last wrote
         calls.append(("diff", [*size, (I32, q), (I32, p)]))
+        calls.append(
+            ("scaled", [*size, (I32, b), (I32, a), (I32, b + 4 * shape[1] * shape[2])])
+        )  # factor in out
     return calls
 
 
@@ -163,3 +174,13 @@ def test_auto_launches_3d_phases_on_the_host():
     assert lp.plan.phases and lp.plan.collapse
     assert HOST_PHASES not in lp.stats.declined and lp.stats.arrivals == 4
     assert bytes(exports["memory"].read(store, 0, 65536 * 2)) == reference.memory("memory")[: 65536 * 2]
+
+
+def test_a_phase_kernel_takes_a_vector_made_before_its_loop(ptxas: str, tmp_path: Path) -> None:
+    """scaled's row loop (2-D phases) reads ``splat(factor[x])``, made before it: the vector
+    comes in as two i64 lanes, which the phase kernel puts back together."""
+    module = translate_module(load(DATA))
+    (plan,) = [r.plan for r in analyze_module(module) if r.func.name == "scaled" and r.loop.depth == 2]
+    assert plan.phases and any(kind.startswith("v128 ") for _, _, kind, _ in plan.live_ins)
+    ptx = plans_ptx(module, [plan], "sm_90")
+    assemble(ptxas, ptx, "sm_90", tmp_path)

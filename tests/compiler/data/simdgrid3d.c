@@ -46,3 +46,16 @@ __attribute__((export_name("diff"))) void diff(int n, int m, int l, unsigned cha
         out[c] = (unsigned char)(in[c] - in[c - 1]) ^ 0x5a;
       }
 }
+
+/* A load in the x body before the (y, z) loops (the plane's factor): every thread of a
+   3-D grid's block would rerun it at each call, after the cell's earlier phase, so the
+   nest keeps its 2-D grid (each thread a whole z row). */
+__attribute__((export_name("scaled"))) void scaled(int n, int m, int l, float *restrict out,
+                                                   const float *restrict in,
+                                                   const float *restrict factor) {
+  for (int x = 0; x < n; x++) {
+    float f = factor[x];
+    for (int y = 0; y < m; y++)
+      for (int z = 0; z < l; z++) out[(x * m + y) * l + z] = in[(x * m + y) * l + z] * f;
+  }
+}
