@@ -17,7 +17,10 @@ phase, in which
   other values of ``t`` run it without those stores;
 - the merges the analysis pinned (an unrolled loop's end) are computed at the kernel's
   entry from their polynomials, and edges into them pass a zero nothing reads;
-- the loop's back edge and exit end the call.
+- the loop's back edge and exit end the call;
+- in a 3-D grid (a collapsed nest whose inner loop has the phases,
+  :func:`compiler.analysis.nests.phase_nests`) the collapsed loop is entered at iteration
+  ``k2`` (a parameter after ``t``) and its back edge ends the call too.
 
 The launch entry (:func:`compiler.lower.function.lower_loop_entry`) calls it for every
 phase in turn, each thread of the iteration's block taking ``t = lane, lane + lanes, ...``
@@ -29,7 +32,7 @@ from __future__ import annotations
 from tensorwasm.compiler.analysis.liveness import widened_in
 from tensorwasm.compiler.analysis.plan import LoopPlan, Phase, TripCount
 from tensorwasm.compiler.analysis.poly import Poly
-from tensorwasm.dialect import arith
+from tensorwasm.dialect import arith, simd
 from tensorwasm.dialect.builder import Builder
 from tensorwasm.dialect.ir import Block, Function, Module, Op, Successor, Value
 from tensorwasm.dialect.types import I32, I64, Type
@@ -43,11 +46,23 @@ class _Scope:
     def __init__(self, kernel: Function, entry: Block, plan: LoopPlan):
         self.kernel, self.entry, self.plan = kernel, entry, plan
         self.k = entry.args[0]
+        levels = len(plan.collapse)  # a 3-D grid's second counter comes after ``t``
+        self.counters = {
+            plan.counter: self.k,
+            **{c.counter: a for c, a in zip(plan.collapse, entry.args[3:], strict=False)},
+        }
         self.shared: dict[Value, Value] = {}
         self.by_symbol = {}
-        for (value, sym, _, _), param in zip(plan.live_ins, entry.args[3:], strict=True):
+        halves: dict[Value, list[Value]] = {}
+        for (value, sym, kind, _), param in zip(plan.live_ins, entry.args[3 + levels :], strict=True):
             self.shared[value] = param
             self.by_symbol[sym] = param
+            if kind.startswith("v128 "):  # a vector made before the loop comes in as two i64 lanes
+                halves.setdefault(value.owner.operands[0], []).append(param)
+        b = Builder(kernel, entry)
+        for vector, (low, high) in halves.items():
+            splat = b.value(simd.splat, low, op="i64x2.splat")
+            self.shared[vector] = b.value(simd.replace_lane, splat, high, op="i64x2.replace_lane", lane=1)
 
     def poly(self, poly: Poly, ty: Type, b: Builder) -> Value:
         """``poly`` (in the loop's counter and the live-ins) computed as ``ty``."""
@@ -61,7 +76,7 @@ class _Scope:
                 continue
             term = b.constant(ty, coeff)
             for sym in monomial:
-                factor = self.k if sym is self.plan.counter else self.by_symbol[sym]
+                factor = self.counters[sym] if sym in self.counters else self.by_symbol[sym]
                 if factor.type is not ty:
                     factor = b.value(arith.sext, factor, to=ty)
                 term = b.value(arith.mul, term, factor)
@@ -99,7 +114,7 @@ class _Scope:
 
 def outline_phases(module: Module, plan: LoopPlan, name: str) -> Function:
     """Build the phase kernel of ``plan`` (which has phases) and append it to ``module``."""
-    params = (I32, I32, I32, *(v.type for v, *_ in plan.live_ins))
+    params = (I32, I32, I32, *(I32 for _ in plan.collapse), *(v.type for v, *_ in plan.live_ins))
     kernel = Function(name, len(module.functions), params, (I32,))
     kernel.attrs["loop_plan"] = plan
     module.functions.append(kernel)
@@ -157,7 +172,10 @@ def _copy_body(
         if blk is not header:
             mapping.update((a, c) for a, c in zip(blk.args, clone.args, strict=True) if a not in pinned)
     grid = ph.grid.header
-    start = None if rest else _grid_start(kernel, plan, ph, scope, t, clones[grid])
+    start = None if rest else _enter_at(kernel, plan, grid, scope, t, clones[grid])
+    # A 3-D grid's second level: entered at the block's iteration, which ends the call.
+    levels = {c.loop.header: (c, _enter_at(kernel, plan, c.loop.header, scope, a, clones[c.loop.header]))
+              for c, a in zip(plan.collapse, scope.entry.args[3:], strict=False)}  # fmt: skip
     children = {p.loop.header: p for p in plan.phases}
     bodies = {p.loop.header: p.blocks for p in plan.phases}
     grid_body = ph.grid_blocks
@@ -174,8 +192,11 @@ def _copy_body(
                     for a, v in zip(target.args, succ.args, strict=True)
                 ]
                 other = children.get(target)
-                if target is header or target not in plan.blocks:
+                level = levels.get(target)
+                if target is header or target not in plan.blocks or (level and blk in level[0].blocks):
                     succs.append(Successor(more, []))  # this iteration's phase is over
+                elif level:
+                    succs.append(Successor(level[1], args))
                 elif other is not None and other is not ph and blk not in bodies[target]:
                     succs.append(Successor(clones[other.exit], _zeros(kernel, other.exit)))  # skipped
                 elif target is grid and blk not in grid_body and rest:
@@ -196,9 +217,11 @@ def _copy_body(
     return clones[header]
 
 
-def _grid_start(kernel: Function, plan: LoopPlan, ph: Phase, scope: _Scope, t: Value, target: Block) -> Block:
-    """The entry into the grid loop: its induction variables jump to iteration ``t``."""
-    header = ph.grid.header
+def _enter_at(
+    kernel: Function, plan: LoopPlan, header: Block, scope: _Scope, t: Value, target: Block
+) -> Block:
+    """The entry into the loop at ``header`` (a grid loop, a 3-D grid's second level): its
+    induction variables jump to iteration ``t``."""
     start = kernel.add_block([a.type for a in header.args])
     b = Builder(kernel, start)
     values = []

@@ -56,6 +56,7 @@ class Launch:
     nest: tuple[int, ...] = ()  # the collapsed inner loops' trip counts (the grid's further dimensions)
     inner: dict[Symbol, int] | None = None  # every inner loop's trip count
     rows: bool = False  # a distributed body: one block per iteration (compiler.distribute)
+    lanes: int = 0  # then the most grid iterations of a phase in one (0: not known)
 
 
 def _signed(value: int, bits: int) -> int:
@@ -160,7 +161,10 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
         (s, rs), (a, ra) = ranges[i], ranges[j]
         if _meets_in_row(rs, ra):
             raise GuardFailed(f"store at {s.where} may meet {a.kind} at {a.where} within one iteration")
-    return Launch(trip, env, reads, writes, bool(plan.gathers), nest, inner, rows=bool(plan.phases))
+    lanes = max((inner.get(p.counter, 1 << 30) + p.rest for p in plan.phases), default=0)
+    return Launch(
+        trip, env, reads, writes, bool(plan.gathers), nest, inner, rows=bool(plan.phases), lanes=lanes
+    )
 
 
 def _most_trips(trip: TripCount, env: dict[Symbol, int], counts: dict[Symbol, int]) -> int:
@@ -430,8 +434,9 @@ def _solvable(x: int, solve: int, n: int, ws: int, wa: int, zero_ok: bool) -> bo
 
 
 def _meets_in_row(s: Range, a: Range) -> bool:
-    """May the store's footprint in one iteration meet the access's in the same iteration?"""
-    if s.stride == a.stride:
+    """May the store's footprint in one iteration (one cell of a nest) meet the access's in
+    the same iteration?"""
+    if s.stride == a.stride and s.nest_strides == a.nest_strides:
         return s.base < a.base + a.width and a.base < s.base + s.width
     return s.lo < a.hi and a.lo < s.hi
 

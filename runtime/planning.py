@@ -146,7 +146,9 @@ COMPILING = "its kernel was compiling (wasmtime ran the loop)"
 # wasmtime on the host backend: its phases run their threads one after another, each
 # thread all of its inner loop, where the source order streams through rows (PolyBench
 # LARGE gemm 2.5 s and syrk 1.2-1.5 s against wasmtime's 0.8 and 0.5 s on the 2-core CPU
-# machine). ``--offload always`` still launches it (its results are exact either way).
+# machine). ``--offload always`` still launches it (its results are exact either way). A 3-D
+# grid of phases (compiler.analysis.nests.phase_nests) runs on the host as its 2-D nest
+# would, each cell's vector loop and remainder in order, and launches.
 HOST_PHASES = "its distributed schedule runs slower than wasmtime on the host backend"
 LASTING = frozenset({"the module has no (unshared) linear memory", HOST_PHASES})
 # The gate's wait when closed for good (about 2^63 arrivals).
@@ -389,7 +391,7 @@ class ArrivalPlanner:
         if self.mode == "off":
             stats.decline("offload is off")
             return [0, *args[n_live:]]
-        if self.mode == "auto" and self.device == "cpu" and lp.plan.phases:
+        if self.mode == "auto" and self.device == "cpu" and lp.plan.phases and not lp.plan.collapse:
             stats.decline(HOST_PHASES)
             return [0, *args[n_live:]]
         memory = hostfunc.memory(caller, context=context)
@@ -611,8 +613,11 @@ def launch_grid(
     and z over the outermost of a 3-D nest. A tiled kernel (``tile``: rows, columns,
     threads across, threads down) gets a block per tile; a 1-D kernel whose threads run
     ``per_thread`` iterations each (compiler.stream) that many times fewer blocks."""
-    if launch.rows:  # a distributed body: a block per iteration, its threads share each phase
-        return (max(1, min(launch.trip, 65535)), 1, 1), (BLOCK_THREADS, 1, 1)
+    if launch.rows:  # a distributed body: a block per iteration (per cell of a 3-D grid's outer two),
+        # no more whole warps than its longest phase has grid iterations (a short z row's 16
+        # vector steps leave the rest of a full block idle, and fewer blocks resident)
+        threads = min(BLOCK_THREADS, 32 * -(-launch.lanes // 32)) if launch.lanes else BLOCK_THREADS
+        return (max(1, min(launch.trip * math.prod(launch.nest), 65535)), 1, 1), (max(threads, 32), 1, 1)
     if tile is not None and len(launch.nest) == 1:
         rows, cols, threads_x, threads_y = tile
         tiles_x, tiles_y = -(-launch.nest[0] // cols), -(-launch.trip // rows)

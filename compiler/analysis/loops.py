@@ -38,7 +38,7 @@ from tensorwasm.compiler.analysis.forest import MAX_LOOP_DEPTH, FunctionLoops, R
 from tensorwasm.compiler.analysis.induction import LoopValues
 from tensorwasm.compiler.analysis.isl import exact_dependences
 from tensorwasm.compiler.analysis.liveness import live_ins, live_outs
-from tensorwasm.compiler.analysis.nests import collapse_nests
+from tensorwasm.compiler.analysis.nests import collapse_nests, phase_nests
 from tensorwasm.compiler.analysis.plan import AnalysisOptions, LoopPlan, LoopReport, TripCount
 from tensorwasm.compiler.analysis.poly import Symbol
 from tensorwasm.compiler.analysis.privatise import private_copies
@@ -66,6 +66,7 @@ def analyze_module(module: Module, options: AnalysisOptions | None = None) -> li
         mine = [analyze_loop(facts, info, options or AnalysisOptions(), kept) for info in func.loops]
         collapse_nests(facts, mine)
         schedule_phases(facts, mine, kept)
+        phase_nests(facts, mine, kept)
         reports.extend(mine)
     return reports
 

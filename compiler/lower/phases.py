@@ -7,7 +7,10 @@ says there are no more, and the block waits at a barrier between phases. Iterati
 (no barrier between them). Every thread of a block runs the same iterations and meets every barrier, a thread that trapped included (it
 stops calling the kernel; the trap code goes to the context at the end). Host:
 ``tw_loop_<index>(ctx, params, begin, end, out)``: iterations ``[begin, end)``, each phase's
-grid iterations in order, one thread.
+grid iterations in order, one thread. A 3-D grid (the phases of a collapsed nest's inner
+loop) takes the inner loop's count after ``trip`` / ``end``: on the GPU a block runs the
+cells ``c = b, b + blocks, ...`` of both counters (``k = c / trip2``, ``k2 = c % trip2``), on
+the host each iteration runs every ``k2`` in order; the kernel gets ``k2`` after ``t``.
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ def lower_phases_entry(lowering, index: int) -> str:
     from tensorwasm.compiler.lower.function import _live_in_args, _report_trap, _slot, entry_frame
 
     kernel = lowering.dialect.functions[index]
-    phases = len(kernel.attrs["loop_plan"].phases)
+    plan = kernel.attrs["loop_plan"]
+    phases, levels = len(plan.phases), len(plan.collapse)
     gpu = lowering.target.is_gpu
-    frame = entry_frame(lowering, index, 1)
+    frame = entry_frame(lowering, index, 1 + levels)
     fn, b, ctx, slots, begin, own = frame.fn, frame.b, frame.ctx, frame.slots, frame.begin, frame.own
-    (trip,) = frame.bounds
-    args = _live_in_args(b, kernel, slots, 3)
+    trip, *nest = frame.bounds
+    args = _live_in_args(b, kernel, slots, 3 + levels)
     if gpu:
         first, step = (b.zext(read_sreg(lowering.llvm, b, r), I64_T) for r in ("ctaid.x", "nctaid.x"))
         lane, lanes = (b.zext(read_sreg(lowering.llvm, b, r), I64_T) for r in ("tid.x", "ntid.x"))
@@ -59,7 +63,7 @@ def lower_phases_entry(lowering, index: int) -> str:
         b.branch(head)
         b.position_at_end(after)
 
-    def row(k, _row_done) -> None:
+    def row(k, _row_done, inner=()) -> None:
         for phase in range(phases):
 
             def grid_iteration(t, stop, phase=phase) -> None:
@@ -67,8 +71,10 @@ def lower_phases_entry(lowering, index: int) -> str:
                 b.cbranch(trapped(), stop, go)  # a trapped thread only meets the barriers
                 b.position_at_end(go)
                 more = b.call(
-                    call, [own, b.trunc(k, I32_T), ir.Constant(I32_T, phase), b.trunc(t, I32_T), *args]
-                )
+                    call,
+                    [own, b.trunc(k, I32_T), ir.Constant(I32_T, phase), b.trunc(t, I32_T),
+                     *(b.trunc(j, I32_T) for j in inner), *args],
+                )  # fmt: skip
                 cont = fn.append_basic_block("more")
                 b.cbranch(b.icmp_unsigned("==", more, ir.Constant(I32_T, 0)), stop, cont)
                 b.position_at_end(cont)
@@ -77,7 +83,23 @@ def lower_phases_entry(lowering, index: int) -> str:
             if gpu and phase + 1 < phases:  # the next phase reads what this one wrote
                 b.call(_barrier(lowering), [ir.Constant(I32_T, 0)])
 
-    counted(first, step, trip, row)
+    if not nest:
+        counted(first, step, trip, row)
+    elif gpu:  # a block per cell of the two outer counters, numbered row-major
+        (trip2,) = nest
+
+        def cell(c, done) -> None:
+            row(b.udiv(c, trip2), done, (b.urem(c, trip2),))
+
+        counted(first, step, b.mul(trip, trip2), cell)
+    else:
+        (trip2,) = nest
+        counted(
+            first,
+            step,
+            trip,
+            lambda k, done: counted(i64_const(0), step, trip2, lambda j, d: row(k, d, (j,))),
+        )
     _report_trap(b, own, ctx)
     b.ret_void()
     return fn.name
