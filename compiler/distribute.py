@@ -8,13 +8,16 @@ rest, where it has one: the thread has no more work in this phase), else 1. It i
 phase, in which
 
 - the other phases' child loops are skipped (the edge into one goes to its exit; nothing
-  computed inside a child is read after it, and the body stores nothing outside them);
+  computed inside a child is read after it);
 - the phase's grid loop is entered at iteration ``t`` (its induction variables moved by
   ``step * t``), and the end of that iteration leaves it, so a sequential loop around it
   (the interchanged ``k``) runs all its iterations in order, each with iteration ``t``;
 - in a phase with a rest (stores around the grid loop: clang's remainder of an unrolled
   one), ``t`` equal to the grid's count runs the body with the grid loop skipped, and the
   other values of ``t`` run it without those stores;
+- the stores outside every child loop (correlation's ``corr[i][i] = 1``) are the work of
+  the first phase, where they are (``Phase.statements``): it runs the body for ``t == 0``
+  only, every child loop skipped; the other phases leave those stores out;
 - the merges the analysis pinned (an unrolled loop's end) are computed at the kernel's
   entry from their polynomials, and edges into them pass a zero nothing reads;
 - the loop's back edge and exit end the call;
@@ -142,6 +145,10 @@ def outline_phases(module: Module, plan: LoopPlan, name: str) -> Function:
         b.cond_br(b.value(arith.cmpi, phase, b.constant(I32, index), pred="eq"), counted, [], test, [])
         b = Builder(kernel, counted)
         past = over
+        if ph.statements:  # the statements outside the child loops: one thread, t == 0
+            first = b.value(arith.cmpi, t, b.constant(I32, 0), pred="eq")
+            b.cond_br(first, _copy_body(kernel, plan, ph, scope, t, more), [], over, [])
+            continue
         if ph.rest:  # iteration t == the grid's count: the rest's thread
             past = kernel.add_block([])
             rest = Builder(kernel, past)
@@ -172,14 +179,18 @@ def _copy_body(
         if blk is not header:
             mapping.update((a, c) for a, c in zip(blk.args, clone.args, strict=True) if a not in pinned)
     grid = ph.grid.header
-    start = None if rest else _enter_at(kernel, plan, grid, scope, t, clones[grid])
+    start = None if rest or ph.statements else _enter_at(kernel, plan, grid, scope, t, clones[grid])
     # A 3-D grid's second level: entered at the block's iteration, which ends the call.
     levels = {c.loop.header: (c, _enter_at(kernel, plan, c.loop.header, scope, a, clones[c.loop.header]))
               for c, a in zip(plan.collapse, scope.entry.args[3:], strict=False)}  # fmt: skip
-    children = {p.loop.header: p for p in plan.phases}
-    bodies = {p.loop.header: p.blocks for p in plan.phases}
+    loops = [p for p in plan.phases if not p.statements]
+    children = {p.loop.header: p for p in loops}
+    bodies = {p.loop.header: p.blocks for p in loops}
     grid_body = ph.grid_blocks
-    around = set() if rest else ph.blocks - grid_body  # the rest's stores, its thread's alone
+    if ph.statements:  # every child loop skipped, the stores outside them kept
+        around = set()
+    else:  # the rest's stores (its thread's alone), and the statements' (their phase's)
+        around = (set() if rest else ph.blocks - grid_body) | (plan.blocks - set().union(*bodies.values()))
     for blk, clone in clones.items():
         for op in blk.ops:
             if op.name == "mem.store" and blk in around:

@@ -98,8 +98,8 @@ def phase_nests(facts: FunctionLoops, reports: list[LoopReport], kept: dict[Loop
             continue
         (level,) = plan.collapse
         inner = by_loop[level.loop].plan
-        if inner is None or not inner.phases:
-            continue
+        if inner is None or not inner.phases or any(p.statements for p in inner.phases):
+            continue  # (a phase of statements outside the loops stays a 2-D grid's)
         found = _lifted(facts, plan, level, inner, kept[plan.loop])
         if found is None:
             continue

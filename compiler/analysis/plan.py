@@ -211,6 +211,10 @@ class Phase:
     # ``loop`` stores outside ``grid`` (clang's remainder of an unrolled ``grid``): one more
     # thread, past the grid's iterations, runs ``loop`` with those stores and without ``grid``.
     rest: bool = False
+    # The launched loop's statements outside its child loops (correlation's ``corr[i][i] = 1``
+    # before its ``j`` loop): one thread runs the body with every child loop skipped.
+    # ``loop`` and ``grid`` are then the launched loop, ``blocks`` the blocks of those statements.
+    statements: bool = False
 
 
 @record

@@ -31,6 +31,13 @@ element more. So:
   loads there), in any iterations; and the child carries only counted values, so every
   thread sees the same ones.
 
+A body that stores outside its child loops (correlation: ``i { corr[i][i] = 1; j > i { ...
+} }``) gets a phase of its own, first (``Phase.statements``): one thread of the row runs
+the body with every child loop skipped, and the child loops' phases leave those stores
+out. Legal when such a store meets no access of a child loop nor a load outside them (those
+run in every thread, in every phase) in the same iteration, in any iterations of the inner
+loops: moved ahead of the loops it follows, it is then still unseen by them.
+
 Legal, with isl on the launched loop's iteration domain and within one of its iterations,
 when a store of a phase's grid loop
 
@@ -45,8 +52,8 @@ scalar remainder are two phases over the row) is the same value for both accesse
 parameter (:class:`_RowModel`). A pair that meets only for some values of the sizes and live-ins, or that isl cannot model
 because two base pointers (live-ins) separate it, becomes a guard (``LoopPlan.row_guarded``:
 their byte ranges apart within one iteration); any other pair it cannot model, or one
-that meets whatever the values, keeps the loop at one thread per iteration. So do a body that stores
-outside its child loops, may trap (a barrier waits for every thread of the block; a division
+that meets whatever the values, keeps the loop at one thread per iteration. So does a body that
+may trap (a barrier waits for every thread of the block; a division
 by a constant that is neither 0 nor, for ``div_s``, -1 cannot), has a
 gathered load or a reduction, or a child whose values are read after it.
 """
@@ -95,7 +102,9 @@ def schedule_phases(
             continue  # one thread per iteration, as before
         plan.phases, plan.row_guarded, plan.pinned = phases, guarded, pinned
         names = [
-            f"+0x{p.grid.offset:x}"
+            "the statements outside them"
+            if p.statements
+            else f"+0x{p.grid.offset:x}"
             + (f" inside +0x{p.loop.offset:x}" if p.grid is not p.loop else "")
             + (" and its rest" if p.rest else "")
             for p in phases
@@ -114,10 +123,10 @@ def _phases(
         raise Reject("a loop whose exit test is in the middle of its body")
     inside = set().union(*(facts.bodies[c] for c in children))
     way_out = _exit(facts, plan.loop)
+    statements = False  # the body stores outside its child loops: a phase of one thread
     for block in plan.blocks:
         for op in block.ops:
-            if op.name == "mem.store" and block not in inside:
-                raise Reject("stores outside its inner loops")
+            statements |= op.name == "mem.store" and block not in inside
             if not _harmless(op):
                 raise Reject(f"{op.name} may trap")
         if any(s not in plan.blocks and s is not way_out for s in block.successors):
@@ -159,7 +168,11 @@ def _phases(
             Phase(child, grid, counter, trip, facts.bodies[child], facts.bodies[grid], *exits, rest)
         )
     pinned = tuple(sorted(pins.items(), key=lambda item: _position(facts, item[0])))
-    return tuple(phases), _legal(facts, plan, values, phases), pinned
+    guarded = _legal(facts, plan, values, phases)
+    if statements:  # first: they meet no access of the child loops in the row (_legal)
+        outside = plan.blocks - inside
+        phases.insert(0, Phase(plan.loop, plan.loop, plan.counter, plan.trip, outside, statements=True))
+    return tuple(phases), guarded, pinned
 
 
 def _position(facts: FunctionLoops, arg: Value) -> tuple[int, int]:
@@ -303,14 +316,22 @@ def _legal(
     for i, store in enumerate(plan.accesses):
         if not store.store:
             continue
-        phase = next(p for p in phases if store.op.block in p.blocks)
-        in_grid = store.op.block in phase.grid_blocks
+        phase = next((p for p in phases if store.op.block in p.blocks), None)
+        in_grid = phase is not None and store.op.block in phase.grid_blocks
         for j, other in enumerate(plan.accesses):
             block = other.op.block
             home = next((p for p in phases if block in p.blocks), None)
-            if home is not None and home is not phase:
+            if phase is None:  # a statement outside the child loops: its phase runs first
+                if home is None and other.store:
+                    continue  # the statements' own thread runs both, in order
+            elif home is not None and home is not phase:
                 continue  # another phase: the barrier keeps the row's order
-            if not in_grid and block not in phase.grid_blocks and (other.store or block in after[phase.loop]):
+            elif (
+                not in_grid
+                and home is phase
+                and block not in phase.grid_blocks
+                and (other.store or block in after[phase.loop])
+            ):
                 continue  # the rest's own thread runs both, in order (the others skip its stores)
             relation = same_row
             if in_grid and block in phase.grid_blocks:
