@@ -23,7 +23,12 @@ failure shrinks to a module of the one program that fails. Four families, by nam
     ``j``, or ``j`` and ``k``, in ``[0, m)``) over affine accesses ``a[s*i + o]`` of buffers of mixed element types, with an
     optional conditional in the body and an optional reduction into a local; or one of
     PolyBench's shapes (:data:`SHAPES`): triangular and trapezoidal nests, imperfect nests
-    (gemm's), time loops over 1-D and 2-D stencils, loops unrolled by four as clang does.
+    (gemm's), time loops over 1-D and 2-D stencils, loops unrolled by four as clang does,
+    doitgen's temporary written before it is read in every iteration (privatised; or, so
+    that it must stay sequential, read where the iteration did not write it), loops exiting
+    in the middle of their body as clang unrolls by two, and gramschmidt's updates of a
+    matrix column by column through pointers (a second pointer's column sometimes one that
+    another iteration writes).
     Buffers are laid out one after another or against the end of memory, and trip counts
     are chosen to fit exactly, to overrun by one, or at random. The case's ``meta`` holds
     the buffers' base addresses and sizes and the trip counts, for a later offload mode.
