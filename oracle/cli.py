@@ -121,6 +121,11 @@ def run_fuzz(args: argparse.Namespace) -> int:
     print(f"seed: {seed}")
     for name, stats in report.by_generator.items():
         print(f"{name}: {_rates(stats)}")
+        if stats.shapes:
+            print(
+                f"{name} shapes: "
+                + ", ".join(f"{shape} {count}" for shape, count in sorted(stats.shapes.items()))
+            )
     print(f"all: {_rates(report)}")  # in wall-clock time, the start of --jobs processes included
     for failure in report.failures:
         print(f"FAILED {failure.summary()}")

@@ -70,6 +70,7 @@ class Stats:
     calls: int = 0  # calls compared that agreed
     calls_skipped: int = 0
     seconds: float = 0.0
+    shapes: dict[str, int] = field(default_factory=dict)  # loop kernels run, by PolyBench shape
 
     @property
     def generated(self) -> int:
@@ -220,6 +221,9 @@ def _run_chunk(
         if best is None:
             report.add(outcome)
             stats.add(outcome)
+            for kernel in case.meta.get("kernels", ()):
+                if "shape" in kernel:
+                    stats.shapes[kernel["shape"]] = stats.shapes.get(kernel["shape"], 0) + 1
             if progress is not None:
                 progress(report, name)
 
@@ -456,4 +460,6 @@ def _merge(reports: list[Report]) -> Report:
                 into.calls += stats.calls
                 into.calls_skipped += stats.calls_skipped
             total.seconds = max(total.seconds, stats.seconds)
+            for shape, count in stats.shapes.items():
+                total.shapes[shape] = total.shapes.get(shape, 0) + count
     return merged

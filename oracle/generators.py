@@ -23,7 +23,12 @@ failure shrinks to a module of the one program that fails. Four families, by nam
     ``j``, or ``j`` and ``k``, in ``[0, m)``) over affine accesses ``a[s*i + o]`` of buffers of mixed element types, with an
     optional conditional in the body and an optional reduction into a local; or one of
     PolyBench's shapes (:data:`SHAPES`): triangular and trapezoidal nests, imperfect nests
-    (gemm's), time loops over 1-D and 2-D stencils, loops unrolled by four as clang does.
+    (gemm's), time loops over 1-D and 2-D stencils, loops unrolled by four as clang does,
+    doitgen's temporary written before it is read in every iteration (privatised; or, so
+    that it must stay sequential, read where the iteration did not write it), loops exiting
+    in the middle of their body as clang unrolls by two, and gramschmidt's updates of a
+    matrix column by column through pointers (a second pointer's column sometimes one that
+    another iteration writes).
     Buffers are laid out one after another or against the end of memory, and trip counts
     are chosen to fit exactly, to overrun by one, or at random. The case's ``meta`` holds
     the buffers' base addresses and sizes and the trip counts, for a later offload mode.
@@ -829,12 +834,12 @@ def _loop_module(kernels: list[Kernel], data: list[str] | None = None) -> Case:
 
 @st.composite
 def _any_kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
-    """Mostly a kernel over buffers (:func:`_kernel`); one in eight a long reduction; three
-    in eight one of PolyBench's shapes (:func:`shaped_kernel`)."""
+    """A kernel over buffers (:func:`_kernel`) three in eight; one in eight a long
+    reduction; half one of PolyBench's seven shapes (:func:`shaped_kernel`)."""
     pick = draw(st.integers(0, 7))
     if pick == 0:
         return draw(_long_reduction(name, index))
-    if pick >= 5:
+    if pick >= 4:
         return draw(shaped_kernel(name, index))
     return draw(_kernel(name, index))
 
@@ -1076,7 +1081,7 @@ def _range(var: str, start: str, bound: str, body: str, indent: str, test: str =
 # kernel takes ``(n, m, s)``: the outer trip count, the inner one, and (stencils) the time
 # steps. Accesses are :class:`Access` over the counters ``i``, ``j``, ``k``.
 
-SHAPES = ("triangular", "imperfect", "stencil", "unrolled")
+SHAPES = ("triangular", "imperfect", "stencil", "unrolled", "privatised", "midexit", "columns")
 # Inner bounds of a triangular or trapezoidal nest, as (start, end) in i, n, m and c.
 TRIANGLES = (("0", "i"), ("i", "n"), ("i+1", "n"), ("0", "i+c"), ("i", "i+c"), ("i", "m"))
 _ROW = st.sampled_from([4, 8, 16, 5])  # the row stride of a 2-D array, in elements
@@ -1110,9 +1115,13 @@ class _Shape:
     body: str = ""
     params: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    # Buffers addressed through a parameter (index -> the Wasm of its base), and the values
+    # a call may pass to the parameters after ``params``' own (one tuple drawn per call).
+    pointers: dict[int, str] = field(default_factory=dict)
+    arguments: list[tuple[int, ...]] = field(default_factory=list)
 
     def base(self, b: int) -> str:
-        return f"(i32.const {self.bases[b]})"
+        return self.pointers.get(b, f"(i32.const {self.bases[b]})")
 
     def address(self, a: Access, at: dict[str, str]) -> str:
         """The address of ``a`` with the counters' values ``at`` (Wasm expressions)."""
@@ -1360,6 +1369,209 @@ def _unrolled(draw: st.DrawFn) -> _Shape:
     return shape
 
 
+def _rotated(var: str, count: int, body: str, indent: str) -> str:
+    """``for var in [0, count)`` as clang leaves a loop of a number ``count >= 1`` of
+    iterations: tested at its bottom (``var != count``), so its body runs whenever the
+    loop is reached (its blocks dominate the latches of the loops around it)."""
+    return (
+        f"(local.set {var} (i32.const 0))\n{indent}(loop $loop{var}\n"
+        f"{indent}  {body}\n"
+        f"{indent}  (local.set {var} (i32.add (local.get {var}) (i32.const 1)))\n"
+        f"{indent}  (br_if $loop{var} (i32.ne (local.get {var}) (i32.const {count}))))"
+    )
+
+
+# A temporary is read and written whole, one element type at its full width (privatise.py).
+PRIVATE_KINDS = ("i32", "i64", "f32", "f64")
+
+
+@st.composite
+def _privatised(draw: st.DrawFn) -> _Shape:
+    """doitgen's shape: ``for i in [0, R) { for j in [0, P) { t[j] = 0; for k in [0, S):
+    t[j] += a[i][k] * c[k][j] } for j in [0, P): a[i][j] = t[j] }``, ``P`` and ``S``
+    numbers (the loops tested at their bottom, as clang leaves them), ``R`` a number of
+    rows or (one in four) ``n``, the arrays passed as pointers: every iteration writes the
+    temporary ``t`` before it reads it, so each thread may work on a copy of its own
+    (``analysis/privatise``; with ``n`` rows the loop's last iteration, whose copy memory
+    keeps, is not known, which is refused by name). One in three is a variant that
+    must stay sequential: the first loop stops one short of the copy's (``exposed``: the
+    copy reads ``t[P - 1]``, which the iteration did not write), or runs only where the
+    row's first byte is odd (``guarded``: the writes do not run in every iteration)."""
+    p_count, s_count = draw(st.integers(2, 8)), draw(st.integers(1, 6))
+    offset = draw(st.sampled_from([0, 0, 1]))
+    row = max(p_count, s_count + offset) + draw(st.integers(0, 2))
+    kinds = [
+        draw(st.sampled_from(sorted(ELEMENTS))),
+        draw(st.sampled_from(PRIVATE_KINDS)),
+        draw(st.sampled_from(sorted(ELEMENTS))),
+    ]  # c, t, then a (read and written)
+    lengths = [max(1, s_count * p_count + draw(st.integers(-1, 3))), p_count + draw(st.integers(0, 2)),
+               draw(st.integers(1, 160))]  # fmt: skip
+    layout, bases = draw(_layout(kinds, lengths))
+    variant = draw(st.sampled_from(["doitgen", "doitgen", "doitgen", "doitgen", "exposed", "guarded"]))
+    read_a, c, t = Access(2, row, 0, offset, 1), Access(0, 0, 1, 0, p_count), Access(1, 0, 1, 0)
+    write_a, first = Access(2, row, 1, 0), Access(2, row, 0, 0)
+    accesses = [c, t, read_a, first, write_a]
+    rows: list[int] = []  # the outer loop's count, where it is a number
+
+    def points(n: int, m: int) -> list[tuple[int, int, int]]:
+        return [(i, j, k) for i in range(rows[0] if rows else n) for j in _ends(0, p_count)
+                for k in _ends(0, s_count)]  # fmt: skip
+
+    shape = _Shape("privatised", kinds, lengths, bases, layout, accesses, points)
+    if draw(st.integers(0, 3)) < 3:
+        # Three in four count a number of rows, as doitgen does (where the count is ``n``,
+        # the last iteration, whose copy memory keeps, is not known): the most that fit,
+        # one more, one, or any.
+        fit = max([r for r in range(1, 41) if shape.fits(r, 0)] or [1])
+        rows.append(draw(st.sampled_from([fit, fit, fit + 1, 1]) | st.integers(1, 12)))
+    # As PolyBench's kernels take them, the arrays come in as pointers (constant addresses
+    # would make them one array apart by constants, which no temporary is).
+    shape.pointers = {0: "(local.get $pc)", 1: "(local.get $pt)", 2: "(local.get $pa)"}
+    shape.params = " (param $pc i32) (param $pt i32) (param $pa i32)"
+    shape.arguments = [tuple(bases)]
+    ty = ELEMENTS[kinds[1]][0]
+    product = f"({ty}.{draw(st.sampled_from(BINARY[ty]))} {shape.load(read_a, ty, COUNTERS)} {shape.load(c, ty, COUNTERS)})"
+    add = draw(st.sampled_from(["add", "add", "sub"]))
+    update = shape.store(t, f"({ty}.{add} {shape.load(t, ty, COUNTERS)} {product})", ty, COUNTERS)
+    computed = p_count - 1 if variant == "exposed" else p_count
+    sums = _rotated("$j", computed,
+                    f"{shape.store(t, f'({const_text(ty, 0)})', ty, COUNTERS)}\n            "
+                    f"{_rotated('$k', s_count, update, '            ')}",
+                    "          ")  # fmt: skip
+    if variant == "guarded":
+        sums = f"(if (i32.and (i32.load8_u {shape.address(first, COUNTERS)}) (i32.const 1)) (then\n          {sums}))"
+    copy = _rotated(
+        "$j", p_count, shape.store(write_a, shape.load(t, ty, COUNTERS), ty, COUNTERS), "          "
+    )
+    body = f"{sums}\n        {copy}"
+    shape.body = (
+        _rotated("$i", rows[0], body, "      ")
+        if rows
+        else _range("$i", "(i32.const 0)", "(local.get $n)", body, "      ")
+    )
+    shape.meta = {"variant": variant, "counts": [rows[0] if rows else "n", p_count, s_count], "row": row}
+    return shape
+
+
+def _last_first_half(x: int) -> int:
+    """The counter of the last first half a mid-exit loop over ``x`` runs (``x >= 1``): the
+    test ``j + 1 >= x`` leaves after ``j = x - 1`` for an odd ``x``, after ``j = x`` for an
+    even one (whose last first half runs one past the count, as in wasmtime)."""
+    return x if x % 2 == 0 else x - 1
+
+
+@st.composite
+def _midexit(draw: st.DrawFn) -> _Shape:
+    """A loop whose exit test is in the middle of its body, as clang unrolls a loop by two
+    (fdtd-2d's ``ex`` sweep; ``analysis/trips`` ``exits_mid_body``): ``loop { body(j); if
+    (j + 1 >= x) break; body(j + 1); j += 2 }`` behind clang's guard ``x > 0``, with ``x``
+    ``m``, ``n`` or ``i + c`` (both parities, 0 and 1 too), or clang's own for an odd
+    number ``x``: ``if (j == x - 1) break``, unguarded. Mostly the inner loop over the
+    columns ``j`` of rows ``i in [0, n)``; one in three the outer loop itself, over ``n``."""
+    n_inputs = draw(st.integers(1, 2))
+    kinds, lengths, layout, bases = draw(_buffers(n_inputs + 1))
+    outer = draw(st.integers(0, 2)) == 0
+    count = "n" if outer else draw(st.sampled_from(["m", "m", "n", "i+c", "odd"]))
+    c = draw(st.integers(1, 3))
+    odd = draw(st.sampled_from([1, 3, 5, 7, 9, 15]))
+    row = draw(_ROW)
+    if outer:
+        written, read = [(1, 0), (2, 0)], [(1, 0), (0, 0), (2, 0), (row, 0)]
+    else:
+        written, read = [(row, 1), (row, 2)], [(row, 1), (0, 1), (row, 0), (row, 2)]
+    accesses = [
+        Access(b, *draw(st.sampled_from(read if b < n_inputs else written)), draw(st.sampled_from([0, 0, 1, 3, -1])))
+        for b in range(n_inputs + 1)
+    ]  # fmt: skip
+
+    def counts(i: int, n: int, m: int) -> int:
+        return odd if count == "odd" else _bound_value(count, c, i, n, m)
+
+    def points(n: int, m: int) -> list[tuple[int, int, int]]:
+        if outer:
+            return [(i, 0, 0) for i in ([0, _last_first_half(n)] if n > 0 else [])]
+        return [
+            (i, j, 0) for i in range(n) if counts(i, n, m) > 0 for j in (0, _last_first_half(counts(i, n, m)))
+        ]
+
+    shape = _Shape("midexit", kinds, lengths, bases, layout, accesses, points)
+    ty = ELEMENTS[kinds[-1]][0]
+    ops = [draw(st.sampled_from(BINARY[ty])) for _ in accesses[1:-1]]
+
+    def body(at: dict[str, str]) -> str:
+        value = shape.load(accesses[0], ty, at)
+        for op, a in zip(ops, accesses[1:-1], strict=True):
+            value = f"({ty}.{op} {value} {shape.load(a, ty, at)})"
+        return shape.store(accesses[-1], value, ty, at)
+
+    var = "$i" if outer else "$j"
+    here, next_one = f"(local.get {var})", f"(i32.add (local.get {var}) (i32.const 1))"
+    x = f"(i32.const {odd})" if count == "odd" else _bound_text(count, c)
+    test = f"(i32.eq {here} (i32.const {odd - 1}))" if count == "odd" else f"(i32.ge_s {next_one} {x})"
+    halves = [{"i": here, "j": "(i32.const 0)"}, {"i": next_one, "j": "(i32.const 0)"}] if outer else [
+        {"i": "(local.get $i)", "j": here}, {"i": "(local.get $i)", "j": next_one}]  # fmt: skip
+    loop = (
+        f"(local.set {var} (i32.const 0))\n          (block $exit{var} (loop $loop{var}\n"
+        f"            {body(halves[0])}\n"
+        f"            (br_if $exit{var} {test})\n"
+        f"            {body(halves[1])}\n"
+        f"            (local.set {var} (i32.add (local.get {var}) (i32.const 2)))\n"
+        f"            (br $loop{var})))"
+    )
+    if count != "odd":
+        loop = f"(if (i32.gt_s {x} (i32.const 0)) (then\n          {loop}))"
+    shape.body = loop if outer else _range("$i", "(i32.const 0)", "(local.get $n)", loop, "      ")
+    shape.meta = {"outer": outer, "count": count, "c": c, "odd": odd}
+    return shape
+
+
+@st.composite
+def _columns(draw: st.DrawFn) -> _Shape:
+    """gramschmidt's ``j`` loop: ``for i in [lo, n)`` over the columns of a row-major
+    matrix ``a``, each iteration updating its column from column ``col`` of ``b``: ``for j
+    in [0, m): a[j][i] = f(a[j][i], b[j][col])``, or gramschmidt's two loops, ``r = sum_j
+    b[j][col] * a[j][i]; for j: a[j][i] -= b[j][col] * r``; ``lo`` is 0 or ``col + 1``.
+    Both matrices come in as pointers, so the run-time guard compares the columns'
+    footprints element by element (``runtime/guards``); where ``b`` is of ``a``'s element
+    type, a call may pass ``a`` one to three elements on as ``b``: its column ``col`` is
+    then a column of ``a`` that another iteration writes."""
+    kinds, lengths, layout, bases = draw(_buffers(2, same=draw(st.booleans())))  # b, then a
+    row = draw(st.sampled_from([8, 16, 12, 5]))
+    col = draw(st.integers(0, 3))
+    lo = draw(st.sampled_from([0, col + 1]))
+    dot = draw(st.booleans())
+    delta = draw(st.integers(1, 3))
+    meets = kinds[0] == kinds[1]
+    column, source = Access(1, 1, row, 0), Access(0, 0, row, col)
+    accesses = [source, *([Access(1, 0, row, col + delta)] if meets else []), column]
+    shape = _Shape("columns", kinds, lengths, bases, layout, accesses, lambda n, m: [
+        (i, j, 0) for i in range(lo, n) for j in _ends(0, m)
+    ])  # fmt: skip
+    shape.pointers = {0: "(local.get $pb)", 1: "(local.get $pa)"}
+    shape.params = " (param $pa i32) (param $pb i32)"
+    size = ELEMENTS[kinds[1]][3]
+    shape.arguments = [(bases[1], bases[0]), *([(bases[1], bases[1] + delta * size)] if meets else [])]
+    ty = ELEMENTS[kinds[1]][0]
+    here, other = shape.load(column, ty, COUNTERS), shape.load(source, ty, COUNTERS)
+    rows = "(local.get $m)"
+    if dot:
+        kept = f"(local.get $r{ty})"
+        total = _range("$j", "(i32.const 0)", rows,
+                       f"(local.set $r{ty} {_stored(f'({ty}.add {kept} ({ty}.mul {other} {here}))', ty)})",
+                       "          ")  # fmt: skip
+        update = _range("$j", "(i32.const 0)", rows,
+                        shape.store(column, f"({ty}.sub {here} ({ty}.mul {other} {kept}))", ty, COUNTERS),
+                        "          ")  # fmt: skip
+        inner = f"(local.set $r{ty} ({const_text(ty, 0)}))\n        {total}\n        {update}"
+    else:
+        value = f"({ty}.{draw(st.sampled_from(BINARY[ty]))} {here} {other})"
+        inner = _range("$j", "(i32.const 0)", rows, shape.store(column, value, ty, COUNTERS), "          ")
+    shape.body = _range("$i", f"(i32.const {lo})", "(local.get $n)", inner, "      ")
+    shape.meta = {"row": row, "column": col, "start": lo, "dot": dot, "meets": delta if meets else 0}
+    return shape
+
+
 # Locals of every type for values kept across iterations (``$r``, ``$u``, ``$v`` + type).
 SHAPE_LOCALS = "\n".join(
     f"    (local $r{ty} {ty}) (local $u{ty} {ty}) (local $v{ty} {ty})" for ty in NUMBER_TYPES
@@ -1369,6 +1581,9 @@ SHAPE_STRATEGIES = {
     "imperfect": _imperfect,
     "stencil": _stencil,
     "unrolled": _unrolled,
+    "privatised": _privatised,
+    "midexit": _midexit,
+    "columns": _columns,
 }
 
 
@@ -1381,12 +1596,14 @@ def shaped_kernel(draw: st.DrawFn, name: str, index: int, shape_name: str | None
     fit_m = max(m for m in range(2, 17) if shape.fits(3, m)) if shape.fits(3, 2) else 2
     fit = max([n for n in range(2, 64) if shape.fits(n, fit_m)] or [1])
     calls_n = draw(st.integers(1, 3))
-    trips = []
+    trips: list[tuple[int, int, int]] = []
+    arguments: list[tuple[int, ...]] = []  # what each call passes after (n, m[, s])
     for _ in range(calls_n):
         n = draw(st.sampled_from([fit, fit + 1, 0, 1, max(fit - 1, 0)]) | st.integers(0, 40))
         m = draw(st.sampled_from([fit_m, fit_m + 1, 1, 0]) | st.integers(0, 12))
         steps = draw(st.sampled_from([1, 2, 0, 3, 5])) if shape.name == "stencil" else 0
         trips.append((n, m, steps))
+        arguments.append(draw(st.sampled_from(shape.arguments)) if shape.arguments else ())
     # As in :func:`_kernel`, two kernels in five (no time loop) have their last call made
     # again, two or four times, each after bumping a byte that an iteration of it reads: the
     # runtime's replays of the last launch (in Python, then native) see memory changed.
@@ -1403,6 +1620,7 @@ def shaped_kernel(draw: st.DrawFn, name: str, index: int, shape_name: str | None
                 f"(i32.store8 (i32.const {at}) (i32.add (i32.load8_u (i32.const {at})) (i32.const 1)))\n    "
             )
     trips += [trips[-1]] * repeats
+    arguments += [arguments[-1]] * repeats
     func = (
         f'  (func (export "{name}") (param $n i32) (param $m i32){shape.params} (result i32)\n'
         f"    (local $i i32) (local $j i32) (local $k i32) (local $t i32) {SCRATCH_LOCALS}\n"
@@ -1411,9 +1629,10 @@ def shaped_kernel(draw: st.DrawFn, name: str, index: int, shape_name: str | None
     )
     data = _segments(draw, shape.kinds, shape.lengths, shape.bases)
     calls = [
-        Call(name, ((I32, n), (I32, m), *(((I32, s),) if shape.params else ())), True, index)
-        for n, m, s in trips
-    ]
+        Call(name, ((I32, n), (I32, m), *(((I32, s),) if shape.name == "stencil" else ()),
+                    *((I32, v) for v in extra)), True, index)
+        for (n, m, s), extra in zip(trips, arguments, strict=True)
+    ]  # fmt: skip
     meta: dict[str, Any] = {
         "function": name,
         "shape": shape.name,
@@ -1426,6 +1645,7 @@ def shaped_kernel(draw: st.DrawFn, name: str, index: int, shape_name: str | None
         "layout": shape.layout,
         "trip_counts": trips,
         "repeats": repeats,
+        "arguments": arguments,
         **shape.meta,
     }
     return func, data, calls, meta

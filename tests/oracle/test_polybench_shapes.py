@@ -1,0 +1,192 @@
+"""The loops family's shapes for privatised temporaries, mid-body exits and column updates
+(``oracle.generators``: ``privatised``, ``midexit``, ``columns``): each draws valid modules
+that wasmtime runs, of the shape the analysis accepts (doitgen's ``sum`` privatised, a loop
+exiting halfway counted, a column loop guarded element by element), its variants that must
+stay sequential are refused, and a miscompile planted in what the shape is there for is
+found by the fuzzer and shrunk to one kernel.
+
+(``tests/oracle/test_shapes.py`` runs every shape of ``SHAPES`` offloaded, these three too.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tensorwasm.compiler.analysis import privatise, trips
+from tensorwasm.compiler.analysis.forest import FunctionLoops
+from tensorwasm.compiler.analysis.loops import analyze_module
+from tensorwasm.compiler.analysis.trips import exits_mid_body
+from tensorwasm.compiler.frontend import load, translate_module
+from tensorwasm.oracle import generators
+from tensorwasm.oracle.case import Case
+from tensorwasm.oracle.compare import run_case
+from tensorwasm.oracle.fuzz import fuzz_generator
+from tensorwasm.oracle.generators import SHAPES, Kernel, _loop_module, shaped_kernel
+from tensorwasm.runtime import guards
+from tensorwasm.runtime.reference import ReferenceInstance
+from tests.oracle.test_oracle import SHRINK_SECONDS, mutant
+
+NEW_SHAPES = ("privatised", "midexit", "columns")
+DRAWS = 40
+
+
+def _draws(shape: str, count: int = DRAWS) -> list[Kernel]:
+    """A fixed draw (the same every run) of ``count`` kernels of ``shape``."""
+    kernels: list[Kernel] = []
+
+    @settings(max_examples=count, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(shaped_kernel("kernel0", 0, shape))
+    def draw(kernel: Kernel) -> None:
+        kernels.append(kernel)
+
+    draw()
+    return kernels
+
+
+def _outermost(case: Case):
+    """The analysis's report of the kernel's outermost loop."""
+    reports = analyze_module(translate_module(load(case.wasm)))
+    return next(r for r in reports if r.loop.depth == 1)
+
+
+def test_the_new_shapes_are_drawn_by_the_loops_family() -> None:
+    assert set(NEW_SHAPES) <= set(SHAPES)
+    assert set(NEW_SHAPES) <= set(generators.SHAPE_STRATEGIES)
+
+
+@pytest.mark.parametrize("shape", NEW_SHAPES)
+def test_each_shape_makes_valid_modules_that_wasmtime_runs(shape: str) -> None:
+    kernels = _draws(shape)
+    assert {k[3]["shape"] for k in kernels} == {shape}
+    calls = traps = 0
+    for kernel in kernels:
+        case = _loop_module([kernel])
+        instance = ReferenceInstance(case.wasm)  # a module wasmtime validates and instantiates
+        for call in case.calls:
+            result = instance.call(call.func, list(call.args))
+            assert result.error is None, (result.error, case.text())
+            calls += 1
+            traps += result.trap is not None
+    # Trip counts that fit, overrun by one, 0, 1 or random: most calls run to their end.
+    assert calls >= len(kernels) and traps < calls / 4, (traps, calls)
+
+
+def test_doitgen_s_temporary_is_privatised_and_its_sequential_variants_refused() -> None:
+    accepted = refused = 0
+    for kernel in _draws("privatised", 60):
+        meta = kernel[3]
+        rows = meta["counts"][0]
+        report = _outermost(_loop_module([kernel]))
+        if meta["variant"] == "doitgen" and rows != "n" and rows > 1:
+            assert report.verdict == "offload", report.reason
+            assert "privatised: a copy per thread of 1 temporary array(s)" in report.reason, report.reason
+            accepted += 1
+        elif meta["variant"] != "doitgen" and rows != "n" and rows > 1:
+            # exposed: the copy reads t[P - 1], never written; guarded: the writes do not run
+            # in every iteration. Either way an iteration reads what an earlier one left.
+            assert report.verdict == "reject", (meta["variant"], report.reason)
+            assert report.reason.startswith("sequential: "), report.reason
+            refused += 1
+        elif rows == "n":  # the last iteration, whose copy memory keeps, is not known
+            assert report.verdict == "reject" and "count is not a number" in report.reason, report.reason
+    assert accepted >= 15 and refused >= 3, (accepted, refused)
+
+
+def test_mid_exit_loops_are_counted_and_launched() -> None:
+    offloaded = 0
+    kernels = _draws("midexit")
+    for kernel in kernels:
+        case = _loop_module([kernel])
+        module = translate_module(load(case.wasm))
+        function = next(f for f in module.functions if f.name == "kernel0")
+        facts = FunctionLoops(module, function)
+        outer = kernel[3]["outer"]
+        (mid,) = [info for info in function.loops if exits_mid_body(facts, info)]
+        assert mid.depth == (1 if outer else 2)
+        reports = analyze_module(module)
+        offloaded += any(r.verdict == "offload" for r in reports)
+    assert offloaded >= 0.75 * len(kernels), (offloaded, len(kernels))
+
+
+def test_column_loops_launch_behind_guards_on_their_pointers() -> None:
+    kernels = _draws("columns")
+    meets = 0
+    for kernel in kernels:
+        meta = kernel[3]
+        report = _outermost(_loop_module([kernel]))
+        assert report.verdict == "offload", report.reason
+        assert "guards" in report.reason, report.reason  # the pointers' columns compared at run time
+        meets += bool(meta["meets"])
+    assert 0 < meets < len(kernels)
+
+
+# -- planted bugs ----------------------------------------------------------------------------
+
+
+def _only(shape: str):
+    @st.composite
+    def kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
+        return draw(shaped_kernel(name, index, shape))
+
+    return kernel
+
+
+def _planted_is_found(
+    mp: pytest.MonkeyPatch, shape: str, owner, name: str, old: str, new: str, backend: str, tmp_path: Path
+) -> None:
+    """With ``owner.name`` planted, the loops family drawing only ``shape`` on ``backend``
+    finds a failure, shrunk to one kernel, saved so that it fails with the plant and passes
+    without it."""
+    mp.setenv("TENSORWASM_CACHE", "off")
+    mp.setattr(generators, "_any_kernel", _only(shape))
+    with mp.context() as planted:
+        planted.setattr(owner, name, mutant(owner, name, old, new))
+        report = fuzz_generator(
+            "loops", backend, max_examples=300, seed=20240, shrink_seconds=SHRINK_SECONDS, save_dir=tmp_path
+        )
+        assert report.failures, f"the {shape} shape did not find the planted {owner.__name__}.{name}"
+        shrunk = report.failures[0].case
+        assert shrunk.programs == 1, shrunk.text()
+        assert {k["shape"] for k in shrunk.meta["kernels"]} == {shape}
+        replayed = Case.load(report.failures[0].saved)
+        assert run_case(replayed, backend).failed
+    assert not run_case(replayed, backend).failed
+
+
+@pytest.mark.parametrize("backend", ["offload-cpu", "offload-sim"])
+def test_a_temporary_privatised_where_its_writes_may_not_run_is_found(
+    backend: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Privatisation that forgets that a store under a condition may not run: the guarded
+    variant's threads copy their own (unwritten) temporary where wasmtime copies what an
+    earlier row left."""
+    _planted_is_found(monkeypatch, "privatised", privatise, "_always_runs", "return False", "return True",
+                      backend, tmp_path)  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["offload-cpu", "offload-sim"])
+def test_a_mid_exit_loop_counted_as_tested_at_its_top_is_found(
+    backend: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A loop whose test is halfway counted as if the test were at its top: one run of the
+    header short, so the last iteration's first half is missing."""
+    _planted_is_found(monkeypatch, "midexit", trips, "_exit_test", "return cmp, stays, False, True",
+                      "return cmp, stays, True, False", backend, tmp_path)  # fmt: skip
+
+
+@pytest.mark.gpu
+def test_a_column_guard_that_misses_a_shared_element_is_found_on_the_gpu(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The element-by-element comparison of footprints answering "apart" always: a column of
+    ``a`` passed again as ``b`` is read by every thread while one writes it. (The host backend
+    and the simulated device run a launch's iterations in order, which hides the race.)"""
+    _planted_is_found(
+        monkeypatch, "columns", guards, "_elements_meet",
+        "return _in_window(s.origin - a.origin, dims, s.element, a.element, False, [SEARCH_BUDGET])",
+        "return False", "offload-gpu", tmp_path,
+    )  # fmt: skip
