@@ -178,7 +178,33 @@ def test_element_comparison_never_misses_a_shared_byte(dims):
         s, a = _footprint(rng, list(counts)), _footprint(rng, list(counts))
         cells = list(itertools.product(*(range(n) for n in counts)))
         shared = any(_bytes(s, c) & _bytes(a, d) for c in cells for d in cells if c != d)
-        said = guards._conflict(s, a, counts[0]) if dims == 1 else guards._conflict_grid(s, a, counts)
+        said = bool(guards._conflict(s, a, counts[0]) if dims == 1 else guards._conflict_grid(s, a, counts))
         assert said or not shared, (s, a, counts)
         apart += not said
     assert apart > 100  # and it does prove footprints apart, interleaved ones included
+
+
+def test_a_pair_whose_elements_met_is_not_searched_again_and_again(monkeypatch):
+    """Where a pair's element search found its footprints meeting ELEMENT_SEARCHES times,
+    later arrivals take the byte ranges' answer without searching (a loop whose accesses
+    really meet would search at every arrival); byte ranges apart still pass."""
+    from tensorwasm.runtime import guards
+
+    searched = []
+    real = guards._elements_meet
+    monkeypatch.setattr(guards, "_elements_meet", lambda *args: searched.append(1) or real(*args))
+    plan, param = update_plan()
+    a, k = 1 << 16, 2
+    env = {param[0]: k, param[4]: a + 8 * k, param[5]: a + 8 + 8 * k}  # q's column is k + 1's
+    per_arrival = []
+    for _ in range(3 * guards.ELEMENT_SEARCHES):
+        before = len(searched)
+        with pytest.raises(GuardFailed, match="may overlap"):
+            check(plan, env, 1 << 20, strict_alignment=False)
+        per_arrival.append(len(searched) - before)
+    first, later = per_arrival[: guards.ELEMENT_SEARCHES], per_arrival[guards.ELEMENT_SEARCHES :]
+    # The pair that meets is searched ELEMENT_SEARCHES times, then no more (the pairs
+    # before it, whose elements are apart, still are).
+    assert len(set(first)) == 1 and len(set(later)) == 1 and later[0] == first[0] - 1
+    env[param[5]] = a + 4 * M * N * 8 + 8 * k  # far past a: never near
+    assert check(plan, env, 1 << 20, strict_alignment=False).trip == N - 1 - k
