@@ -23,18 +23,27 @@ class OffloadInstance:
     loops are offloaded: the differential oracle's "offload" backend. It answers the same
     calls as the executors (``call``, ``memory``, ``globals``)."""
 
-    def __init__(self, wasm: bytes, device: str | Device = "cpu", filters: bool = False, pin: bool = False):
+    def __init__(
+        self,
+        wasm: bytes,
+        device: str | Device = "cpu",
+        filters: bool = False,
+        pin: bool = False,
+        mode: str = "always",
+    ):
         """``filters``: give the Wasm-side filters thresholds drawn per module (a fixed draw,
         so a shrunk case keeps its own), as the fuzzer does: arrivals kept from the host
         must run as they would there. Otherwise every arrival asks the host. ``pin``: on the
         GPU, page-lock linear memory as ``tensorwasm run`` does (launches then replay from
         recorded graphs); :meth:`close` must then be called before the instance goes.
-        ``device``: a name, or a :class:`~runtime.device.Device` (the simulated device)."""
+        ``device``: a name, or a :class:`~runtime.device.Device` (the simulated device).
+        ``mode``: the offload mode (``always``, as the oracle runs it; ``auto`` for tests of
+        what the cost model and the gates decide)."""
         from tensorwasm.runtime.instance import initial_state
         from tensorwasm.runtime.reference import ReferenceInstance
 
         # Replays go native at once: the oracle compares them too.
-        self.offload = OffloadModule(wasm, device=device, mode="always", pin=pin, native_after=1)
+        self.offload = OffloadModule(wasm, device=device, mode=mode, pin=pin, native_after=1)
         self.wasm = self.offload.wasm
         self.state = initial_state(self.wasm)
 

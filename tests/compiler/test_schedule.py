@@ -21,7 +21,7 @@ from tensorwasm.oracle.offload import OffloadInstance
 from tensorwasm.oracle.simulated import SimulatedDevice
 from tensorwasm.runtime.guards import GuardFailed, check
 from tensorwasm.runtime.reference import ReferenceInstance
-from tests.compiler.test_loop_kernels import assemble
+from tests.compiler.test_loop_kernels import assemble, kernels, plans_ptx
 
 DATA = (Path(__file__).parent / "data" / "distribute.wasm").read_bytes()
 # The host backend, the GPU path's data movement on the host (simulated device), the GPU.
@@ -63,11 +63,11 @@ def test_interchange_alone_and_a_rejected_one():
     assert plans["self_ref"] is not None and plans["self_ref"].phases == ()
 
 
-def run(device: str, calls: list, data: bytes = DATA) -> OffloadInstance:
-    """``calls`` on module ``data`` offloaded to ``device`` and on wasmtime: every result and
-    the whole memory equal."""
+def run(device: str, calls: list, data: bytes = DATA, mode: str = "always") -> OffloadInstance:
+    """``calls`` on module ``data`` offloaded to ``device`` (in offload ``mode``) and on
+    wasmtime: every result and the whole memory equal."""
     reference = ReferenceInstance(data)
-    offload = OffloadInstance(data, device=SimulatedDevice() if device == "simulated" else device)
+    offload = OffloadInstance(data, device=SimulatedDevice() if device == "simulated" else device, mode=mode)
     for export, args in calls:
         assert offload.call(export, args) == reference.call(export, args), export
     assert offload.memory() == reference.memory("memory")
@@ -111,6 +111,19 @@ def test_phase_kernels_cannot_trap():
     ]
     assert len(kernels) == 4
     assert not any(kernel_may_trap(module, k.index) for k in kernels)
+
+
+def phase_plans(data: bytes) -> tuple:
+    """Module ``data`` translated, and the plans of its loops that run as phases."""
+    module = translate_module(load(data))
+    return module, [r.plan for r in analyze_module(module) if r.plan is not None and r.plan.phases]
+
+
+def phase_kernel_bodies(module, plans: list, ptxas: str, tmp_path: Path) -> list[str]:
+    """``plans``' kernels as PTX for sm_90, assembled by ptxas: each launch entry's body."""
+    ptx = plans_ptx(module, plans, "sm_90")
+    assemble(ptxas, ptx, "sm_90", tmp_path)
+    return [body for name, body in kernels(ptx).items() if name.startswith("tw_kernel_")]
 
 
 def address(instance: ReferenceInstance, which: int) -> int:

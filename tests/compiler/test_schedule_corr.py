@@ -15,13 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tensorwasm.compiler.analysis.loops import analyze_module
-from tensorwasm.compiler.frontend import load, translate_module
 from tensorwasm.compiler.outline import outline
 from tensorwasm.compiler.prepare import kernel_may_trap
 from tensorwasm.dialect.types import F64
 from tests.compiler import test_schedule as schedule
-from tests.compiler.test_loop_kernels import assemble, kernels, plans_ptx
 from tests.compiler.test_schedule import launches
 
 DATA = (Path(__file__).parent / "data" / "corr.wasm").read_bytes()
@@ -70,18 +67,14 @@ def test_distributed_correlation_matches_wasmtime(device):
 
 
 def test_phase_kernels_cannot_trap():
-    module = translate_module(load(DATA))
-    plans = [r.plan for r in analyze_module(module) if r.plan is not None and r.plan.phases]
+    module, plans = schedule.phase_plans(DATA)
     assert {p.func.name for p in plans} == set(DISTRIBUTED)
     for plan in plans:
         assert not kernel_may_trap(module, outline(module, plan).index), plan.func.name
 
 
 def test_phase_kernels_assemble_for_sm_90(ptxas: str, tmp_path: Path) -> None:
-    module = translate_module(load(DATA))
-    plans = [r.plan for r in analyze_module(module) if r.plan is not None and r.plan.phases]
-    ptx = plans_ptx(module, plans, "sm_90")
-    assemble(ptxas, ptx, "sm_90", tmp_path)
-    entries = [body for name, body in kernels(ptx).items() if name.startswith("tw_kernel_")]
+    module, plans = schedule.phase_plans(DATA)
+    entries = schedule.phase_kernel_bodies(module, plans, ptxas, tmp_path)
     assert len(entries) == len(DISTRIBUTED)
     assert [body.count("barrier.sync") for body in entries] == [1, 1]  # between the two phases

@@ -16,17 +16,13 @@ import struct
 from pathlib import Path
 
 import pytest
-import wasmtime
 
-from tensorwasm.compiler.analysis.loops import analyze_module
-from tensorwasm.compiler.frontend import load, translate_module
 from tensorwasm.compiler.outline import outline
 from tensorwasm.compiler.prepare import kernel_may_trap
 from tensorwasm.dialect.types import F64, I32
 from tensorwasm.oracle.offload import OffloadInstance
 from tensorwasm.runtime.reference import ReferenceInstance
 from tests.compiler import test_schedule as schedule
-from tests.compiler.test_loop_kernels import assemble, kernels, plans_ptx
 from tests.compiler.test_schedule import launches
 
 DATA = (Path(__file__).parent / "data" / "syrk.wasm").read_bytes()
@@ -118,19 +114,15 @@ def test_syrk_through_overlapping_pointers_declines(device):
 def test_phase_kernels_cannot_trap():
     """A barrier waits for every thread of the block: nothing in a phase kernel traps (the
     pinned merges and the rest's count are computed without a division)."""
-    module = translate_module(load(DATA))
-    plans = [r.plan for r in analyze_module(module) if r.plan is not None and r.plan.phases]
+    module, plans = schedule.phase_plans(DATA)
     assert {p.func.name for p in plans} == set(DISTRIBUTED)
     for plan in plans:
         assert not kernel_may_trap(module, outline(module, plan).index), plan.func.name
 
 
 def test_phase_kernels_assemble_for_sm_90(ptxas: str, tmp_path: Path) -> None:
-    module = translate_module(load(DATA))
-    plans = [r.plan for r in analyze_module(module) if r.plan is not None and r.plan.phases]
-    ptx = plans_ptx(module, plans, "sm_90")
-    assemble(ptxas, ptx, "sm_90", tmp_path)
-    entries = [body for name, body in kernels(ptx).items() if name.startswith("tw_kernel_")]
+    module, plans = schedule.phase_plans(DATA)
+    entries = schedule.phase_kernel_bodies(module, plans, ptxas, tmp_path)
     assert len(entries) == len(DISTRIBUTED)
     by_phases = sorted(body.count("barrier.sync") for body in entries)
     assert by_phases == [0, 2, 2, 2]  # diag: one phase; the others: a barrier between each two
@@ -139,25 +131,12 @@ def test_phase_kernels_assemble_for_sm_90(ptxas: str, tmp_path: Path) -> None:
 def test_auto_keeps_a_distributed_nest_on_wasmtime_on_the_host_backend():
     """Phases on the host run each thread's whole k loop in turn (rows read down columns):
     ``auto`` declines them there for good, with the reason, and the results stay exact."""
-    from tensorwasm.runtime.offload import OffloadModule
     from tensorwasm.runtime.planning import HOST_PHASES
 
-    reference = ReferenceInstance(DATA)
-    offload = OffloadModule(DATA, device="cpu", mode="auto")
-    store = wasmtime.Store()
-    linker = wasmtime.Linker(store.engine)
-    offload.define(linker, store)
-    instance = linker.instantiate(store, offload.compiled(store.engine))
-    offload.bind(store, instance.exports(store))
-    exports = instance.exports(store)
-    reference.call("init", [])
-    exports["init"](store)
-    for _ in range(6):  # declined once, then kept in Wasm by the closed gate
-        exports["syrk"](store, 1.5, 1.2)
-        reference.call("syrk", [f64(1.5), f64(1.2)])
-    offload.close()
-    lp = schedule.outer_loop(offload.loops, "syrk")
+    # declined once, then kept in Wasm by the closed gate; memory equal to wasmtime's
+    calls = [("init", []), *[("syrk", [f64(1.5), f64(1.2)])] * 6]
+    instance = schedule.run("cpu", calls, DATA, mode="auto")
+    instance.close()
+    lp = schedule.outer_loop(instance.offload.loops, "syrk")
     assert lp.plan.phases and lp.stats.offloaded == 0
     assert lp.stats.declined == {HOST_PHASES: 6}
-    memory = exports["memory"]
-    assert bytes(memory.read(store, 0, memory.data_len(store))) == reference.memory("memory")

@@ -20,7 +20,6 @@ from tensorwasm.dialect.types import I32, V128
 from tensorwasm.oracle.offload import OffloadInstance
 from tensorwasm.runtime.reference import ReferenceInstance
 from tests.compiler import test_schedule as schedule
-from tests.compiler.test_loop_kernels import assemble, kernels, plans_ptx
 from tests.conftest import ROOT
 
 DATA = (Path(__file__).parent / "data" / "simdgrid.wasm").read_bytes()
@@ -136,10 +135,7 @@ def test_a_zero_divisor_traps_as_in_wasmtime():
 
 
 def test_phase_kernels_assemble_for_sm_90(ptxas: str, tmp_path: Path) -> None:
-    module = translate_module(load(DATA))
-    plans = [r.plan for r in analyze_module(module) if r.plan is not None and r.plan.phases]
+    module, plans = schedule.phase_plans(DATA)
     assert sorted(p.func.name for p in plans) == sorted(DISTRIBUTED)
-    ptx = plans_ptx(module, plans, "sm_90")
-    assemble(ptxas, ptx, "sm_90", tmp_path)
-    entries = [body for name, body in kernels(ptx).items() if name.startswith("tw_kernel_")]
+    entries = schedule.phase_kernel_bodies(module, plans, ptxas, tmp_path)
     assert [body.count("barrier.sync") for body in entries] == [1, 1]  # between the two phases

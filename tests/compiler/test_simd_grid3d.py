@@ -17,7 +17,7 @@ from tensorwasm.dialect.types import I32, V128
 from tensorwasm.runtime.planning import launch_grid
 from tensorwasm.runtime.reference import ReferenceInstance
 from tests.compiler import test_schedule as schedule
-from tests.compiler.test_loop_kernels import assemble, kernels, plans_ptx
+from tests.compiler.test_loop_kernels import assemble, plans_ptx
 from tests.conftest import ROOT
 
 DATA = (Path(__file__).parent / "data" / "simdgrid3d.wasm").read_bytes()
@@ -122,14 +122,10 @@ def test_a_block_per_cell_of_the_outer_two_counters():
 
 
 def test_3d_phase_kernels_assemble_for_sm_90(ptxas: str, tmp_path: Path) -> None:
-    module = translate_module(load(DATA))
-    plans = [
-        r.plan for r in analyze_module(module) if r.plan is not None and r.plan.phases and r.plan.collapse
-    ]
+    module, phased = schedule.phase_plans(DATA)
+    plans = [plan for plan in phased if plan.collapse]
     assert sorted(p.func.name for p in plans) == sorted(NESTS)
-    ptx = plans_ptx(module, plans, "sm_90")
-    assemble(ptxas, ptx, "sm_90", tmp_path)
-    entries = [body for name, body in kernels(ptx).items() if name.startswith("tw_kernel_")]
+    entries = schedule.phase_kernel_bodies(module, plans, ptxas, tmp_path)
     assert [body.count("barrier.sync") for body in entries] == [1, 1]  # between the two phases
     assert all("rem.u64" in body or "div.u64" in body for body in entries)  # the cell's (k, k2)
 
@@ -150,30 +146,16 @@ def test_auto_launches_3d_phases_on_the_host():
     """Unlike a 2-D grid of phases (each thread a whole inner loop), a 3-D one runs on the
     host as its 2-D nest would: ``auto`` does not keep it on wasmtime for its schedule (a
     sweep this small declines for its size alone, arrival by arrival), results exact."""
-    import wasmtime
-
-    from tensorwasm.runtime.offload import OffloadModule
     from tensorwasm.runtime.planning import HOST_PHASES
 
     reference = ReferenceInstance(DATA)
-    offload = OffloadModule(DATA, device="cpu", mode="auto")
-    store = wasmtime.Store()
-    linker = wasmtime.Linker(store.engine)
-    offload.define(linker, store)
-    instance = linker.instantiate(store, offload.compiled(store.engine))
-    offload.bind(store, instance.exports(store))
-    exports = instance.exports(store)
     a, b = address(reference, 0), address(reference, 1)
-    reference.call("init", [])
-    exports["init"](store)
-    for _ in range(4):
-        exports["sweep"](store, 9, 6, 19, b, a)
-        reference.call("sweep", [(I32, 9), (I32, 6), (I32, 19), (I32, b), (I32, a)])
-    offload.close()
-    lp = schedule.outer_loop(offload.loops, "sweep")
+    sweep = ("sweep", [(I32, 9), (I32, 6), (I32, 19), (I32, b), (I32, a)])
+    instance = schedule.run("cpu", [("init", []), *[sweep] * 4], DATA, mode="auto")  # memory equal too
+    instance.close()
+    lp = schedule.outer_loop(instance.offload.loops, "sweep")
     assert lp.plan.phases and lp.plan.collapse
     assert HOST_PHASES not in lp.stats.declined and lp.stats.arrivals == 4
-    assert bytes(exports["memory"].read(store, 0, 65536 * 2)) == reference.memory("memory")[: 65536 * 2]
 
 
 def test_a_phase_kernel_takes_a_vector_made_before_its_loop(ptxas: str, tmp_path: Path) -> None:
