@@ -18,12 +18,14 @@ library path and the device selection. ``--device auto`` then takes the host bac
 without loading the CUDA libraries (~35 ms) to be told so again; ``--device gpu`` always
 asks the driver.
 
-Whether a module's last run launched anything is kept too: ``tensorwasm run`` makes the
-context on a thread while it starts, which a run whose loops all stay on the CPU pays for
-(importing the CUDA bindings on that thread holds Python's interpreter lock: ~0.2 s of a
-0.5 s run on the H100 machine). Where the GPU is remembered and the module's last run here
-launched nothing, no thread is started; should this run launch after all, its first launch
-makes the context.
+Whether a module's last run launched anything, or would have with the device started
+with it, is kept too: ``tensorwasm run`` makes the context on a thread while it starts,
+which a run whose loops all stay on the CPU pays for (importing the CUDA bindings on that
+thread holds Python's interpreter lock: ~0.2 s of a 0.5 s run on the H100 machine). Where
+the GPU is remembered and the module's last run here neither launched nor had arrivals
+whose gains would have paid for the whole start (a program whose loops all came before a
+context begun late could be made, PolyBench's deriche), no thread is started; should this
+run launch after all, its first launch makes the context.
 """
 
 from __future__ import annotations
@@ -166,15 +168,17 @@ def remember(info: DeviceInfo) -> None:
 
 
 def launched_last_time(wasm: bytes) -> bool | None:
-    """Whether the last run of ``wasm`` on this machine launched on its GPU (None: no run of
-    it is remembered, or the system does not describe its GPUs)."""
+    """Whether the last run of ``wasm`` on this machine launched on its GPU, or would have
+    with the device started with it (None: no run of it is remembered, or the system does
+    not describe its GPUs)."""
     key = _module_key(wasm)
     blob = None if key is None else default_cache().get("launched", key)
     return None if blob is None else blob == b"1"
 
 
 def remember_launches(wasm: bytes, launched: bool) -> None:
-    """Keep whether this run of ``wasm`` launched on the GPU, for the next one."""
+    """Keep whether this run of ``wasm`` launched on the GPU (or would have, with the device
+    started with it: :meth:`runtime.planning.ArrivalPlanner.start_would_pay`), for the next."""
     key = _module_key(wasm)
     if key is not None and launched_last_time(wasm) is not launched:
         default_cache().put("launched", key, b"1" if launched else b"0")

@@ -445,21 +445,33 @@ class ArrivalPlanner:
     def _started(self, gain: float) -> str | None:
         """Why a launch that would gain ``gain`` seconds waits for the device's start, or
         None where the device is started or may be now: the gains of the arrivals that
-        would have paid for a launch (this one's included) reach what starting it costs
-        (``auto`` only; a rent-or-buy rule: a program loses at most the start-up's worth),
-        and, where a thread is still making the CUDA context, this launch alone gains more
-        than waiting for it costs (otherwise wasmtime runs the loop while the thread works).
-        Once those gains reach :attr:`START_SHARE` of the start, the start begins."""
+        would have paid for a launch (this one's included) reach what starting it still
+        costs (``auto`` only; a rent-or-buy rule: a program loses at most the start-up's
+        worth), and, where a thread is still making the CUDA context, this launch alone
+        gains more than waiting for it costs (otherwise wasmtime runs the loop while the
+        thread works). Once those gains reach :attr:`START_SHARE` of the start, the start
+        begins. A context a thread is already making (begun at the command line's start,
+        where the module launched last time, or by this rule) is no longer a cost to weigh:
+        only the rest of the start is (device memory, page-locking), and the wait."""
         startup = self.startup_seconds() if self.startup_seconds is not None else 0.0
         if not startup:
             return None
         self.banked += gain
         if self.begin_start is not None and self.banked >= self.START_SHARE * startup:
             self.begin_start()
-        if self.banked < startup:
-            return NOT_STARTED
         wait = self.startup_wait() if self.startup_wait is not None else 0.0
+        if self.banked < startup - wait:
+            return NOT_STARTED
         return STARTING if gain < wait else None
+
+    def start_would_pay(self) -> bool:
+        """Whether the gains of this run's arrivals that would have paid for a launch reached
+        the device's whole start (:data:`runtime.profit.STARTUP_SECONDS`): a run of the same
+        module that began the start with the program would launch (see
+        :func:`runtime.known_gpu.remember_launches`)."""
+        from tensorwasm.runtime.profit import STARTUP_SECONDS
+
+        return self.banked >= STARTUP_SECONDS.get(self.device, 0.0) > 0.0
 
     def guards(self, lp: OffloadedLoop, live: tuple[int, ...], size: int) -> PreparedLaunch | str:
         """The launch the guards allow for these live-ins, made ready, or why they refuse it."""

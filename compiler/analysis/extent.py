@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from tensorwasm.compiler.analysis.poly import Poly, Symbol
@@ -117,6 +116,8 @@ def box_range(poly: Poly, env: Mapping[Symbol, int], counts: Mapping[Symbol, int
     if all(len(d - {0}) <= 1 for d in directions.values()):
         values = [poly.evaluate(at) for at in corners]
         return min(values), max(values)
+    from fractions import Fraction  # (here: a launch's guards rarely need it, and its import is ~3 ms)
+
     rest, slack_lo, slack_hi = poly, Fraction(0), Fraction(0)
     parts = []
     for f in floors:

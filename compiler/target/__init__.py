@@ -29,6 +29,14 @@ llvm = LazyModule("llvmlite.binding", globals(), "llvm")
 log = logs.get_logger(__name__)
 
 NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
+#: The PTX code generator ``TENSORWASM_PTX_BACKEND=auto`` (the default) uses, per target: the
+#: one measured faster while the oracle finds no difference (docs/benchmarks.md, "Code
+#: generators"). sm_90: on the H200 both leave every output identical to wasmtime's, and
+#: neither wins everywhere: libNVVM was 3 to 11% faster on gemm and stencil2d before
+#: tiling, but slower on stencil3d at the large sizes (11 to 13%; 9% under Nsight Compute
+#: at c29f651) and on saxpy (3%), and equal on the tiled gemm: LLVM. sm_75 and sm_80: no
+#: GPU of theirs has measured libNVVM, so LLVM, the code generator every test runs.
+AUTO_BACKEND = {"sm_75": "llvm", "sm_80": "llvm", "sm_90": "llvm"}
 NVPTX_DATA_LAYOUT = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
 ARCHES = ("sm_75", "sm_80", "sm_90")
 CODEGENS = ("llvm", "nvvm")  # who writes the PTX: LLVM's NVPTX backend, or libNVVM
@@ -192,7 +200,7 @@ class NVPTXTarget(Target):
     arch: str = "sm_90"
     ptx_version: tuple[int, int] = (7, 8)
     # The code generator that writes the PTX: "llvm" (NVPTX) or "nvvm" (libNVVM, see
-    # nvvm.py); None: TENSORWASM_PTX_BACKEND's choice ("auto": nvvm.AUTO_BACKEND's, per arch).
+    # nvvm.py); None: TENSORWASM_PTX_BACKEND's choice ("auto": AUTO_BACKEND's, per arch).
     codegen: str | None = None
 
     triple = NVPTX_TRIPLE
@@ -221,8 +229,6 @@ class NVPTXTarget(Target):
 
         chosen = config.ptx_backend()
         if chosen == "auto":
-            from tensorwasm.compiler.target.nvvm import AUTO_BACKEND
-
             return AUTO_BACKEND[self.arch]
         return chosen
 

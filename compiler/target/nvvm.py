@@ -25,7 +25,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from tensorwasm.compiler.errors import CompileError
-from tensorwasm.compiler.target import NVPTX_TRIPLE
+from tensorwasm.compiler.target import AUTO_BACKEND, NVPTX_TRIPLE  # noqa: F401 (AUTO_BACKEND: its table, kept there)
 from tensorwasm.support import config, logs
 
 if TYPE_CHECKING:
@@ -38,14 +38,6 @@ LIBRARY = "libNVVM"
 #: division and square root, no flush of subnormals to zero.
 EXACT_MATH = ("-fma=0", "-prec-div=1", "-prec-sqrt=1", "-ftz=0")
 OPTIMISE = "-opt=3"
-#: The code generator ``TENSORWASM_PTX_BACKEND=auto`` (the default) uses, per target: the
-#: one measured faster while the oracle finds no difference (docs/benchmarks.md, "Code
-#: generators"). sm_90: on the H200 both leave every output identical to wasmtime's, and
-#: neither wins everywhere: libNVVM was 3 to 11% faster on gemm and stencil2d before
-#: tiling, but slower on stencil3d at the large sizes (11 to 13%; 9% under Nsight Compute
-#: at c29f651) and on saxpy (3%), and equal on the tiled gemm: LLVM. sm_75 and sm_80: no
-#: GPU of theirs has measured libNVVM, so LLVM, the code generator every test runs.
-AUTO_BACKEND = {"sm_75": "llvm", "sm_80": "llvm", "sm_90": "llvm"}
 #: The NVVM IR version these modules declare (NVVM IR 2.0: LLVM 7.0.1's dialect).
 NVVM_IR_VERSION = (2, 0)
 NVVM_DATA_LAYOUT = (

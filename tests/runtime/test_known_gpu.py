@@ -444,3 +444,37 @@ def test_a_run_makes_no_cuda_thread_where_the_modules_last_run_here_launched_not
     assert known_gpu.launched_last_time(path.read_bytes()) is False
     assert known_gpu.launched_last_time(path.read_bytes() + b"\0") is None  # another module
     capfd.readouterr()
+
+
+def test_a_run_whose_arrivals_would_have_paid_for_the_start_is_remembered_as_launching(
+    system, contexts, monkeypatch, capfd
+) -> None:
+    # Every loop stayed on the CPU, but the gains of arrivals that would have paid for a
+    # launch reached the device's whole start: the next run begins the start with the program.
+    import tensorwasm.tensorwasm.runtime.cli as cli
+    from tensorwasm.runtime.planning import ArrivalPlanner
+
+    monkeypatch.setattr(cli, "_start_cuda", lambda: None)
+    monkeypatch.setattr(cli, "_cuda_start", None)
+    path = ROOT / "examples/wasi/build/histogram.O2.wasm"
+    known_gpu.remember(H100)
+    for would_pay in (False, True, False):
+        monkeypatch.setattr(ArrivalPlanner, "start_would_pay", lambda self, pay=would_pay: pay)
+        contexts[0].clear()
+        assert cli.main(["run", str(path), "3000", "--device", "auto"]) == 0
+        assert known_gpu.launched_last_time(path.read_bytes()) is would_pay
+    capfd.readouterr()
+
+
+def test_the_start_would_pay_once_the_banked_gains_reach_the_whole_start() -> None:
+    from tensorwasm.runtime import profit
+    from tensorwasm.runtime.planning import ArrivalPlanner
+
+    class Runner:
+        run = transfer_estimate = record_replay = None
+
+    planner = ArrivalPlanner("auto", "gpu", Runner())
+    planner.banked = profit.STARTUP_SECONDS["gpu"] * 0.99
+    assert not planner.start_would_pay()
+    planner.banked = profit.STARTUP_SECONDS["gpu"]
+    assert planner.start_would_pay()
