@@ -457,11 +457,12 @@ class ArrivalPlanner:
         if not startup:
             return None
         self.banked += gain
+        begun = self.startup_wait() if self.startup_wait is not None else 0.0  # (before this arrival)
         if self.begin_start is not None and self.banked >= self.START_SHARE * startup:
             self.begin_start()
-        wait = self.startup_wait() if self.startup_wait is not None else 0.0
-        if self.banked < startup - wait:
+        if self.banked < startup - begun:
             return NOT_STARTED
+        wait = self.startup_wait() if self.startup_wait is not None else 0.0
         return STARTING if gain < wait else None
 
     def start_would_pay(self) -> bool:
