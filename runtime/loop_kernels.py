@@ -197,13 +197,15 @@ class LoopKernels(dict):
         return why
 
     def prefetch(self, lp: OffloadedLoop) -> None:
-        """Have ``lp``'s kernel made ready on a worker thread: read from the code cache (with
-        its machine code, made there where the cache lacks it) or compiled. Nothing of it
-        runs on the calling thread, which is wasmtime's, at an arrival that stays on the CPU
-        (looking in the cache names the target, which loads the assembler's and the code
-        generator's modules: ~10 ms of a warm run's first arrival)."""
+        """Have ``lp``'s kernel compiled on a worker thread, unless the code cache has it (its
+        launch reads it: a warm run's arrival that stays on the CPU does no more than look,
+        on wasmtime's thread; reading the kernel and checking its machine code there cost
+        ~10 ms of a warm run's first arrival, in the assembler's and code generator's
+        modules, and a worker's pool kept the process from its quick exit)."""
         index = lp.kernel_index
-        if index not in self.units and index not in self.failed:
+        if index in self.units or index in self.failed or index in self.pending:
+            return
+        if not default_cache().has("ptx" if self.module.code_kind == "gpu" else "obj", self.key(index)):
             self._compile_in_background(lp)
 
     def _in_cache(self, index: int) -> bool:
@@ -297,6 +299,7 @@ class LoopKernels(dict):
 
 
 _POOL: ThreadPoolExecutor | None = None
+COMPILE_THREADS = "tensorwasm-compile"  # the names of its threads begin so
 _POOL_LOCK = threading.RLock()  # (in_flight takes it, then compile_pool)
 
 
@@ -310,7 +313,7 @@ def compile_pool() -> ThreadPoolExecutor:
             # (imported here: a start that compiles nothing never needs it)
             from concurrent.futures import ThreadPoolExecutor
 
-            _POOL = ThreadPoolExecutor(config.compile_threads(), thread_name_prefix="tensorwasm-compile")
+            _POOL = ThreadPoolExecutor(config.compile_threads(), thread_name_prefix=COMPILE_THREADS)
             atexit.unregister(finish_compiles)  # (once, whichever pool a test made before)
             atexit.register(finish_compiles)
         return _POOL

@@ -381,14 +381,24 @@ def test_on_the_gpu_the_driver_opened_through_its_library_leaves_a_working_conte
     assert done.stdout.split() == ["1"]  # the primary context is active
 
 
-def test_an_arrival_left_to_the_cpu_for_the_start_has_its_kernel_made_on_a_worker(monkeypatch) -> None:
-    # The arrival declines for the device's start; its kernel is made ready for the launch
-    # that follows it, on a compile worker, nothing of it on wasmtime's thread.
+@pytest.mark.parametrize("cached", [False, True])
+def test_an_arrival_left_to_the_cpu_for_the_start_has_its_kernel_made_on_a_worker(
+    monkeypatch, cached
+) -> None:
+    # The arrival declines for the device's start; its kernel is compiled for the launch that
+    # follows it on a compile worker, nothing of it on wasmtime's thread; one the code cache
+    # holds is left for its launch to read.
+    from tensorwasm.runtime.cache import default_cache
+
     _device, offload, loop = _saxpy_on_a_slow_start(monkeypatch, 2.5e-7, 100.0, 100.05)
     monkeypatch.setenv("TENSORWASM_COMPILE", "background")
     kernels = offload._kernels
-    kernels.unit(loop.kernel_index)  # in the code cache, as in a warm run
-    kernels.units.clear()
+    key, kind = kernels.key(loop.kernel_index), ("ptx" if offload.code_kind == "gpu" else "obj")
+    if cached:
+        kernels.unit(loop.kernel_index)  # in the code cache, as in a warm run
+        kernels.units.clear()
+    else:
+        default_cache().drop(kind, key)
     made_on: list[str] = []
     make = type(kernels)._make
 
@@ -402,6 +412,9 @@ def test_an_arrival_left_to_the_cpu_for_the_start_has_its_kernel_made_on_a_worke
     assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
     assert loop.stats.declined == {NOT_STARTED: 1} and loop.stats.offloaded == 0
     kernels.wait()
-    assert loop.kernel_index in kernels.units
-    assert made_on and threading.main_thread().name not in made_on
+    if cached:
+        assert made_on == [] and not kernels.pending
+    else:
+        assert loop.kernel_index in kernels.units and default_cache().has(kind, key)
+        assert made_on and threading.main_thread().name not in made_on
     offload.close()

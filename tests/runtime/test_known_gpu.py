@@ -478,3 +478,31 @@ def test_the_start_would_pay_once_the_banked_gains_reach_the_whole_start() -> No
     assert not planner.start_would_pay()
     planner.banked = profit.STARTUP_SECONDS["gpu"]
     assert planner.start_would_pay()
+
+
+def test_the_start_would_pay_where_the_gains_after_a_context_begun_with_the_program_reach_a_share(
+    monkeypatch,
+) -> None:
+    # Arrivals whose launches would pay: the first ones before a context begun with the
+    # program could be made, then as many after it; together less than the whole start.
+    from tensorwasm.runtime import planning, profit
+    from tensorwasm.runtime.planning import NOT_STARTED, ArrivalPlanner
+
+    class Runner:
+        run = transfer_estimate = record_replay = None
+
+        def startup_seconds(self) -> float:
+            return profit.STARTUP_SECONDS["gpu"]
+
+    planner = ArrivalPlanner("auto", "gpu", Runner())
+    gain = ArrivalPlanner.LATE_SHARE * profit.STARTUP_SECONDS["gpu"] / 4
+    now = planning.LOADED
+    monkeypatch.setattr(planning.time, "perf_counter", lambda: now)
+    for _ in range(3):
+        assert planner._started(gain) == NOT_STARTED
+    assert planner.banked_late == 0.0 and not planner.start_would_pay()
+    now = planning.LOADED + profit.CONTEXT_SECONDS["gpu"]
+    for _ in range(4):
+        assert not planner.start_would_pay()
+        assert planner._started(gain) == NOT_STARTED
+    assert planner.banked < profit.STARTUP_SECONDS["gpu"] and planner.start_would_pay()
