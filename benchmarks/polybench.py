@@ -167,7 +167,7 @@ def loop_summary(report: dict | None) -> dict:
     least once, arrivals, launches, the decline reasons and the analysis's reasons for the
     loops it rejects (counted)."""
     if report is None:
-        return {"candidates": 0, "launched": 0, "arrivals": 0, "launches": 0, "declined": {}, "rejected": {},
+        return {"candidates": 0, "launched": 0, "arrivals": 0, "launches": 0, "on_host": 0, "declined": {}, "rejected": {},
                 "kernel_seconds": 0.0, "transfer_seconds": 0.0}  # fmt: skip
     loops = report["loops"]
     candidates = [row for row in loops if row["verdict"] == "offload"]
@@ -184,6 +184,9 @@ def loop_summary(report: dict | None) -> dict:
         "launched": sum(1 for row in candidates if row["offloaded"]),
         "arrivals": sum(row["arrivals"] for row in candidates),
         "launches": sum(row["offloaded"] for row in candidates),
+        "on_host": sum(
+            row.get("on_host", 0) for row in candidates
+        ),  # of them: on the host while the GPU started
         "declined": declined,
         "rejected": rejected,
         "kernel_seconds": sum(row["kernel_seconds"] for row in candidates),
@@ -298,7 +301,9 @@ def markdown(doc: dict, plot: str | None) -> str:
             f"| {r['program']} | {'yes' if r['identical_output'] else '**no**'} | {_ms(r['wasmtime']['kernel'])} "
             f"| {_ms(r['tensorwasm']['kernel'])} | {_x(r['kernel_speedup'])} | {_ms(r['wasmtime']['process'])} "
             f"| {_ms(r['tensorwasm']['process'])} | {_x(r['process_speedup'])} "
-            f"| {loops['launched']} / {loops['candidates']} | {loops['arrivals']} / {loops['launches']} | {declined} |"
+            f"| {loops['launched']} / {loops['candidates']} | {loops['arrivals']} / {loops['launches']}"
+            + (f" ({loops['on_host']} on the host)" if loops.get("on_host") else "")
+            + f" | {declined} |"
         )
     lines.append("")
     if plot is not None:

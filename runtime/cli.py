@@ -536,14 +536,18 @@ def entry() -> None:
 
 
 def _waited_at_exit(thread) -> bool:
-    """Whether ``thread`` is the main one or a kernel compile worker: the compiles under way
-    are waited for by the exit work :func:`_exit_now` runs
-    (:func:`runtime.loop_kernels.finish_compiles`), so that their code is cached."""
+    """Whether ``thread`` is the main one, a kernel compile worker (the compiles under way
+    are waited for by the exit work :func:`_exit_now` runs,
+    :func:`runtime.loop_kernels.finish_compiles`, so that their code is cached), or one of
+    the host backend's launch threads (idle: every launch waits for its threads)."""
     import threading
 
+    if thread is threading.main_thread():
+        return True
     kernels = sys.modules.get("tensorwasm.runtime.loop_kernels")  # (no worker where it is not loaded)
-    return thread is threading.main_thread() or (
-        kernels is not None and thread.name.startswith(kernels.COMPILE_THREADS)
+    host = sys.modules.get("tensorwasm.runtime.host_device")  # (where it is, its launches' threads)
+    return (kernels is not None and thread.name.startswith(kernels.COMPILE_THREADS)) or (
+        host is not None and thread.name.startswith(host.LAUNCH_THREADS)
     )
 
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 U64 = ctypes.c_uint64
 CPUS = os.cpu_count() or 1
+LAUNCH_THREADS = "tensorwasm-host"  # the names of the launches' threads begin so
 
 
 class HostDevice:
@@ -177,7 +178,7 @@ class HostLaunches:
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
 
-            self._pool = ThreadPoolExecutor(max_workers=CPUS)
+            self._pool = ThreadPoolExecutor(max_workers=CPUS, thread_name_prefix=LAUNCH_THREADS)
         futures = [
             self._pool.submit(
                 entry,

@@ -208,6 +208,20 @@ class LoopKernels(dict):
         if not default_cache().has("ptx" if self.module.code_kind == "gpu" else "obj", self.key(index)):
             self._compile_in_background(lp)
 
+    def ready_in_background(self, lp: OffloadedLoop) -> bool:
+        """Whether ``lp``'s kernel is ready; where it is not, its compile (or its read from
+        the code cache, and its load) is under way on a worker thread, begun here if need be
+        (where kernels compile in the background: else it is made now). One that failed is
+        never ready (nor tried again)."""
+        index = lp.kernel_index
+        if index in self.units:
+            return True
+        if index in self.failed:
+            return False
+        if not self.background():
+            return self.compile(lp, wait=True) is None
+        return self._compile_in_background(lp) is None and index in self.units
+
     def _in_cache(self, index: int) -> bool:
         """Whether kernel ``index``'s code is in the code cache (its entry's file exists:
         reading and checking it is left to :meth:`_make`, which falls back to compiling); on

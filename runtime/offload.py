@@ -113,7 +113,11 @@ class OffloadModule:
         self.options = options or AnalysisOptions()
         self._unbound_hooks: list[Hook] = []  # made by host_functions, given their table by bind
         self.launches = self.backend.runner(self)
-        self.planner = ArrivalPlanner(mode, self.device, CompileFirst(self.launches, self._kernels))
+        first = CompileFirst(self.launches, self._kernels)
+        self._while_starting = None  # runtime.while_starting.HostWhileStarting, made at its first need
+        if self.device == "gpu" and mode == "auto" and config.host_while_starting():
+            first.while_starting = self._launch_while_starting
+        self.planner = ArrivalPlanner(mode, self.device, first)
         self._load_or_prepare(wasm)
         for lp in self.loops:
             lp.stats.device = self.backend.label
@@ -190,6 +194,15 @@ class OffloadModule:
              index.get(id(r.plan)) if r.plan is not None else None)
             for r in self.reports
         ]  # fmt: skip
+
+    def _launch_while_starting(self, lp, ready, arrival, base: int, size: int) -> list[int] | None:
+        """A launch the device's start keeps from the GPU, on the host's threads where that
+        pays (:class:`runtime.while_starting.HostWhileStarting`); None: wasmtime runs it."""
+        if self._while_starting is None:
+            from tensorwasm.runtime.while_starting import HostWhileStarting
+
+            self._while_starting = HostWhileStarting(self)
+        return self._while_starting.run(lp, ready, arrival, base, size)
 
     @property
     def cached(self) -> bool:

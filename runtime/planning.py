@@ -63,6 +63,7 @@ class LoopStats:
     kernel_seconds: float = 0.0
     transfer_seconds: float = 0.0
     threads: int = 1  # the most host threads one launch used
+    on_host: int = 0  # of the offloaded: on the host's threads while the GPU started (runtime.while_starting)
     pinned: bool = False  # GPU copies from page-locked linear memory
     warned: set[str] = field(default_factory=set)  # fallback reasons already logged
     region: int | None = None  # the device-resident region the loop is in
@@ -331,6 +332,8 @@ class ArrivalPlanner:
         self.begin_start = getattr(runner, "begin_start", None)
         self.arrival_seconds = 0.0  # the last arrival's CPU time, by the cost model (see arrive)
         self.prefetch = getattr(runner, "prefetch", None)  # a kernel's compile, begun early
+        # Where the device's start keeps a launch from it: a launch on the host's threads, or None.
+        self.while_starting = getattr(runner, "while_starting", None)
         self.banked = 0.0  # the gain of the arrivals that would have paid, before the device started
         self.banked_late = 0.0  # of it, the arrivals' once a context begun with the program would be made
         # Per region: the gates of its loops in every instance bound (see ArrivalGate.reopen).
@@ -430,6 +433,13 @@ class ArrivalPlanner:
                     go, why = False, not_yet
                     if self.prefetch is not None:  # ready when the device is (in this run or the next)
                         self.prefetch(lp)
+                    partials = (
+                        self.while_starting(lp, ready, arrival, base, size) if self.while_starting else None
+                    )
+                    if partials is not None:  # ran on the host's threads meanwhile (no replay of it)
+                        stats.offloaded += 1
+                        stats.iterations += launch.trip
+                        return [1, *arrival.live_outs(partials)]
             if not go:
                 stats.decline(why)
                 return [0, *args[n_live:]]

@@ -244,7 +244,9 @@ def report(prepared: OffloadModule, timings: dict, fmt: str) -> str:
             continue
         declined = ", ".join(f"{n}x {why}" for why, n in row["declined"].items()) or "none"
         lines.append(
-            f"  {where}: ran {row['offloaded']}/{row['arrivals']} times on {row['device']}, "
+            f"  {where}: ran {row['offloaded']}/{row['arrivals']} times on {row['device']}"
+            + (f" ({row['on_host']} of them on the host's threads while it started)" if row.get("on_host") else "")
+            + ", "
             f"{row['iterations']} iterations, {row['bytes_in'] + row['bytes_out']} bytes moved, "
             f"kernel {row['kernel_seconds'] * 1e3:.2f} ms, transfers {row['transfer_seconds'] * 1e3:.2f} ms; "
             f"declined: {declined}"

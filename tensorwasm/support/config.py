@@ -28,6 +28,9 @@ value. An unset variable and an empty one mean the same: the default.
   made);
 - ``TENSORWASM_COMPILE_THREADS`` (:func:`compile_threads`): the worker threads that
   compile kernels in the background (default: 2, at most the processors there are).
+- ``TENSORWASM_HOST_WHILE_STARTING`` (:func:`host_while_starting`): ``on`` (the default) or
+  ``off``: in ``auto`` mode, a GPU module's launches that its device's start keeps from the
+  GPU run on the host's threads where that pays (``runtime.while_starting``).
 
 CUDA's own variables that decide which GPUs a process sees and which driver library it
 loads (``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``, ``LD_LIBRARY_PATH``) are read here
@@ -52,6 +55,7 @@ PTX_BACKEND = "TENSORWASM_PTX_BACKEND"
 TILING = "TENSORWASM_TILING"
 COMPILE = "TENSORWASM_COMPILE"
 COMPILE_THREADS = "TENSORWASM_COMPILE_THREADS"
+HOST_WHILE_STARTING = "TENSORWASM_HOST_WHILE_STARTING"
 #: When kernels compile (see :func:`compile_mode`).
 COMPILE_MODES = ("auto", "background", "sync")
 #: The code generators that write PTX (``auto`` chooses one of the others).
@@ -95,6 +99,12 @@ def cache_enabled() -> bool:
 def tiling_enabled() -> bool:
     """Whether gemm-shaped nests are tiled: ``TENSORWASM_TILING`` is ``on`` (the default) or ``off``."""
     return _on_off(TILING, default=True)
+
+
+def host_while_starting() -> bool:
+    """Whether a GPU module's launches run on the host's threads while its device starts:
+    ``TENSORWASM_HOST_WHILE_STARTING`` is ``on`` (the default) or ``off``."""
+    return _on_off(HOST_WHILE_STARTING, default=True)
 
 
 def _on_off(name: str, default: bool) -> bool:

@@ -95,12 +95,17 @@ class SlowStartDevice(SimulatedDevice):
         return self._context
 
 
-def _saxpy_on_a_slow_start(monkeypatch, seconds_per_op: float, context: float, startup: float):
+def _saxpy_on_a_slow_start(
+    monkeypatch, seconds_per_op: float, context: float, startup: float, host_while_starting: bool = False
+):
     """saxpy offloaded in ``auto`` to a :class:`SlowStartDevice` whose context takes
     ``context`` seconds by the model (``startup`` with device memory and page-locking), with
-    ``seconds_per_op`` of CPU time per op; nothing of the start begun."""
+    ``seconds_per_op`` of CPU time per op; nothing of the start begun. The arrivals the start
+    keeps from the device stay on wasmtime unless ``host_while_starting``
+    (:mod:`runtime.while_starting`)."""
     monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: seconds_per_op)
     monkeypatch.setenv("TENSORWASM_COMPILE", "sync")  # no arrival declined while compiling
+    monkeypatch.setenv("TENSORWASM_HOST_WHILE_STARTING", "on" if host_while_starting else "off")
     monkeypatch.setitem(profit.CONTEXT_SECONDS, "gpu", context)
     monkeypatch.setitem(profit.STARTUP_SECONDS, "gpu", startup)
     device = SlowStartDevice()

@@ -1,0 +1,117 @@
+"""A GPU module's loops on the host's threads while its CUDA context is still being made.
+
+A GPU's start takes ~0.3 s (:mod:`runtime.gpu_start`), which a program reaches its loops
+well inside: PolyBench's time-step stencils run their first 50 to 170 steps on wasmtime
+while the context is made, each arrival declining as "the device was still starting" or
+"the work so far does not yet pay for starting the device". Those arrivals launch on the
+host backend instead (:class:`runtime.host_device.HostLaunches`: the same loop's kernel
+compiled for this CPU, run in wasmtime's linear memory on the host's threads), where its
+cost model finds the launch faster than wasmtime, and once its kernel is ready: the host
+code is compiled (or read from the code cache) and loaded on a compile worker, never on
+wasmtime's thread, once the arrivals it would have sped up gain what that start costs
+(``profit.STARTUP_SECONDS["cpu"]``: a program whose loops gain less loads nothing). Once
+the context is made every launch goes to the GPU.
+
+Nothing of the GPU's side changes: a launch in linear memory leaves it as wasmtime would
+have, so a device-resident region whose first launches ran here copies in, at its first
+GPU launch, what the device does not hold yet (all of it); a host launch that traps leaves
+memory as it was (the host backend's undo), and wasmtime runs the loop. Kernels of
+distributed schedules (phases) stay on wasmtime here, as the host backend keeps them in
+``auto`` mode (their phases ran slower than wasmtime on the host).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tensorwasm.compiler.lower import abi
+from tensorwasm.compiler.target import HostTarget
+from tensorwasm.runtime.host_device import HostDevice, HostLaunches
+from tensorwasm.runtime.loop_kernels import LoopKernels
+from tensorwasm.runtime.planning import OffloadedLoop
+from tensorwasm.runtime.profit import STARTUP_SECONDS, Estimate
+
+if TYPE_CHECKING:
+    from tensorwasm.runtime.offload import OffloadModule
+    from tensorwasm.runtime.planning import LaunchArguments, PreparedLaunch
+
+
+class HostWhileStarting:
+    """The host backend standing in for a GPU module (``module``) while its device starts:
+    the module's loops with their host entries, their host kernels, and the host launches."""
+
+    code_kind = "cpu"
+
+    def __init__(self, module: OffloadModule) -> None:
+        self.module = module
+        self.mode = module.mode
+        self.backend = HostDevice()
+        self.target = HostTarget()
+        self.loops = [
+            OffloadedLoop(lp.plan, lp.kernel_index, abi.loop_entry_name(lp.kernel_index, False), lp.insertion,
+                          lp.stats, may_trap=lp.may_trap, tile=lp.tile, per_thread=lp.per_thread)
+            for lp in module.loops
+        ]  # fmt: skip
+        self._kernels = LoopKernels(self)
+        self._host_entry = {lp.entry: host.entry for lp, host in zip(module.loops, self.loops, strict=True)}
+        self._loop_of = {lp.kernel_index: lp for lp in self.loops}
+        self.kernels = _ByGpuEntry(self._kernels, self._host_entry)
+        self.launches = HostLaunches(self)
+        self.estimates: dict[int, Estimate] = {}  # per kernel: the host's own measured correction
+        self.banked = 0.0  # what the host launches would have gained before its kernels were ready
+
+    @property
+    def key(self) -> str:
+        return self.module.key
+
+    def preparation(self):
+        return self.module.preparation()
+
+    def run(
+        self, lp: OffloadedLoop, ready: PreparedLaunch, arrival: LaunchArguments, base: int, size: int
+    ) -> list[int] | None:
+        """The reductions' partial results of ``lp``'s launch on the host's threads, or None
+        where it does not run here (wasmtime runs it): a distributed schedule, a kernel not
+        ready yet (its compile is begun), a launch the host's cost model finds slower than
+        wasmtime, or a kernel that trapped."""
+        if lp.plan.phases and not lp.plan.collapse:
+            return None
+        index = lp.kernel_index
+        estimate = self.estimates.setdefault(index, Estimate())
+        go, _, model, cpu = estimate.decide("cpu", ready.ops, 0, False, ready.cells, touched=ready.moved)
+        if not go:
+            return None
+        if index not in self._kernels.units:
+            # The host's own start (LLVM's JIT loaded, the kernel read or compiled), paid only
+            # once the arrivals it would have sped up gain as much: a program whose loops gain
+            # less loads nothing (the exit waits for a compile under way).
+            self.banked += cpu - model
+            if self.banked < STARTUP_SECONDS["cpu"] or not self._kernels.ready_in_background(
+                self._loop_of[index]
+            ):
+                return None
+        started = time.perf_counter()
+        partials = self.launches.run(lp, ready, arrival, base, size)
+        if partials is not None:
+            estimate.record(time.perf_counter() - started, model, cpu)
+            lp.stats.on_host += 1
+        return partials
+
+
+class _ByGpuEntry(Mapping):
+    """The host kernels by the GPU launch entries of the same loops (what the host launches
+    look up, given the GPU module's loops)."""
+
+    def __init__(self, kernels: LoopKernels, host_entry: dict[str, str]) -> None:
+        self._kernels, self._host_entry = kernels, host_entry
+
+    def __getitem__(self, entry: str) -> Any:
+        return self._kernels[self._host_entry[entry]]
+
+    def __iter__(self):
+        return iter(self._host_entry)
+
+    def __len__(self) -> int:
+        return len(self._host_entry)

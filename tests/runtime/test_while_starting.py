@@ -1,0 +1,171 @@
+"""A GPU module's launches on the host's threads while its device starts
+(runtime/while_starting.py), on the simulated device whose context the test makes."""
+
+from __future__ import annotations
+
+import pytest
+
+from tensorwasm.dialect.types import I32
+from tensorwasm.oracle.offload import OffloadInstance
+from tensorwasm.runtime import profit
+from tensorwasm.runtime.planning import NOT_STARTED, STARTING
+from tensorwasm.runtime.reference import ReferenceInstance
+from tensorwasm.runtime.while_starting import HostWhileStarting
+from tests.offload_cases import module_bytes, run_case
+from tests.runtime.test_gpu_start import SlowStartDevice, _saxpy_case, _saxpy_on_a_slow_start
+from tests.runtime.test_regions import time_loop
+
+
+def _host_side(offload) -> HostWhileStarting:
+    assert offload._while_starting is not None  # made at the first launch kept from the GPU
+    return offload._while_starting
+
+
+def test_launches_the_start_keeps_from_the_gpu_run_on_the_host_then_on_the_device(monkeypatch) -> None:
+    # ~100 ms of CPU time an arrival: a host launch pays; the context takes "100 s".
+    device, offload, loop = _saxpy_on_a_slow_start(monkeypatch, 5e-6, 100.0, 100.05, host_while_starting=True)
+    monkeypatch.setenv("TENSORWASM_COMPILE", "background")
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    # The host kernel was not ready: wasmtime ran the loop, and its compile began on a worker.
+    assert loop.stats.offloaded == 0 and loop.stats.declined == {NOT_STARTED: 1}
+    host = _host_side(offload)
+    host._kernels.wait()
+    for _ in range(3):
+        assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    assert loop.stats.on_host == loop.stats.offloaded == 3 and device.made is None
+    device.starter.begin(device.make_context)  # the context made at last
+    device.release.set()
+    device.starter.thread.join()
+    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    assert loop.stats.offloaded == 4 and loop.stats.on_host == 3  # on the device now
+    offload.close()
+
+
+def test_the_host_kernel_is_made_only_once_the_arrivals_would_gain_the_hosts_start(monkeypatch) -> None:
+    # A few ms gained an arrival: the host's start (LLVM's JIT, the kernel) is begun once their
+    # gains reach what it costs, not at the first.
+    _device, offload, _ = _saxpy_on_a_slow_start(monkeypatch, 2.5e-7, 100.0, 100.05, host_while_starting=True)
+    monkeypatch.setenv("TENSORWASM_COMPILE", "background")
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    host = _host_side(offload)
+    assert 0 < host.banked < profit.STARTUP_SECONDS["cpu"] / 2
+    assert not host._kernels.pending and not host._kernels.units
+    for _ in range(100):
+        if host.banked >= profit.STARTUP_SECONDS["cpu"]:
+            break
+        assert not host._kernels.pending and not host._kernels.units
+        assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    assert host._kernels.pending or host._kernels.units  # begun by the arrival that paid for it
+    host._kernels.wait()
+    offload.close()
+
+
+def test_no_launch_runs_on_the_host_where_that_is_turned_off(monkeypatch) -> None:
+    _device, offload, loop = _saxpy_on_a_slow_start(monkeypatch, 5e-6, 100.0, 100.05)  # (turned off)
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    for _ in range(3):
+        assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    assert offload._while_starting is None and loop.stats.offloaded == 0
+    assert loop.stats.declined == {NOT_STARTED: 3}
+    offload.close()
+
+
+def test_a_launch_the_host_would_run_slower_than_wasmtime_stays_on_wasmtime(monkeypatch) -> None:
+    # The GPU's model pays, the host's does not: its launch cost is above what the loop takes.
+    device, offload, loop = _saxpy_on_a_slow_start(monkeypatch, 5e-6, 100.0, 100.05, host_while_starting=True)
+    monkeypatch.setitem(profit.FIXED_SECONDS, "cpu", 10.0)
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    for _ in range(3):
+        assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    _host_side(offload)._kernels.wait()
+    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    assert loop.stats.offloaded == 0 and loop.stats.declined == {NOT_STARTED: 4}
+    assert device.made is None
+    offload.close()
+
+
+def test_a_region_whose_first_steps_ran_on_the_host_leaves_memory_as_wasmtime_does(monkeypatch) -> None:
+    # A time loop (a device-resident region on the GPU): its first steps launch on the host
+    # while the context is made, the rest on the device, which copies in what the host wrote.
+    monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: 5e-4)
+    monkeypatch.setitem(profit.CONTEXT_SECONDS, "gpu", 100.0)
+    monkeypatch.setitem(profit.STARTUP_SECONDS, "gpu", 100.05)
+    monkeypatch.setenv("TENSORWASM_COMPILE", "sync")
+    wasm = time_loop()
+    device = SlowStartDevice()
+    device.starter.begin(device.make_context)  # as the command line begins it
+    actual = OffloadInstance(wasm, device=device, mode="auto")
+    (loop,) = actual.offload.loops
+    host_run = HostWhileStarting.run
+
+    def run_then_make_the_context(self, lp, ready, arrival, base, size):
+        partials = host_run(self, lp, ready, arrival, base, size)
+        if lp.stats.on_host == 3 and device.made is None:  # the context is made after 3 steps
+            device.release.set()
+            device.starter.thread.join()
+        return partials
+
+    monkeypatch.setattr(HostWhileStarting, "run", run_then_make_the_context)
+    expected_instance = ReferenceInstance(wasm)
+    args = [(I32, 1000), (I32, 12), (I32, 0)]
+    expected = expected_instance.call("run", args)
+    assert actual.call("run", args) == expected
+    assert actual.memory() == expected_instance.memory("memory"), "linear memory differs from wasmtime's"
+    assert loop.stats.on_host == 3 and loop.stats.offloaded == 12, loop.stats
+    assert set(loop.stats.declined) <= {STARTING, NOT_STARTED}
+    (region,) = actual.offload.region_stats
+    assert region.exits >= 1 and loop.stats.bytes_in > 0  # the device copied in the host's results
+    actual.close()
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_first_steps_of_a_region_run_on_the_host_while_the_context_is_made() -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {**os.environ, "TENSORWASM_COMPILE": "sync"}  # (the host kernel ready at the first step)
+    done = subprocess.run(
+        [sys.executable, "-c", _ON_THE_GPU], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    first, second = (line.split() for line in done.stdout.splitlines())
+    assert first[2] == second[2] == "True"  # memory as wasmtime leaves it, both times
+    on_host, offloaded = int(first[0]), int(first[1])
+    assert 1 <= on_host <= offloaded == 40  # the first steps at least on the host
+    assert int(second[0]) == on_host and int(second[1]) == 80  # then all on the GPU
+
+
+# A fresh process (no context yet): the CUDA start begun as the command line begins it, a
+# time loop of 40 steps its first call runs (on the host's threads while the context is
+# made), then, the context made, once more (on the GPU).
+_ON_THE_GPU = """
+from tensorwasm.dialect.types import I32
+from tensorwasm.oracle.offload import OffloadInstance
+from tensorwasm.runtime import gpu_start, profit
+from tensorwasm.runtime.reference import ReferenceInstance
+from tests.runtime.test_regions import time_loop
+
+profit.cpu_seconds_per_op = lambda: 2e-7
+wasm = time_loop()
+gpu_start.STARTER.begin()
+actual = OffloadInstance(wasm, device="gpu", mode="auto", pin=True)
+expected_instance = ReferenceInstance(wasm)
+(loop,) = actual.offload.loops
+args = [(I32, 8000), (I32, 40), (I32, 0)]
+for _ in range(2):
+    assert actual.call("run", args) == expected_instance.call("run", args)
+    same = actual.memory() == expected_instance.memory("memory")
+    print(loop.stats.on_host, loop.stats.offloaded, same, flush=True)
+    gpu_start.STARTER.thread.join()
+actual.close()
+"""
