@@ -149,6 +149,7 @@ class LoopRecord:
     pinned: bool = False  # GPU: copies from page-locked linear memory
     region: int | None = None  # the device-resident region it is in
     inside: int | None = None  # the offset of the offloaded loop around it, if any
+    on_host: int = 0  # of the offloaded: on the host's threads while the GPU started
 
 
 @records.record
@@ -193,7 +194,7 @@ def offload_report(prepared: OffloadModule) -> OffloadReport:
             func, offset, depth, verdict, reason, stats.device, stats.arrivals,
             stats.offloaded, dict(stats.declined), stats.iterations, stats.bytes_in, stats.bytes_out,
             stats.kernel_seconds, stats.transfer_seconds, stats.threads, stats.pinned, stats.region,
-            around.get(id(chosen)),
+            around.get(id(chosen)), stats.on_host,
         )  # fmt: skip
         loops.append(row)
     regions = [records.asdict(r) for r in prepared.region_stats]

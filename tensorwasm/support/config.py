@@ -28,9 +28,11 @@ value. An unset variable and an empty one mean the same: the default.
   made);
 - ``TENSORWASM_COMPILE_THREADS`` (:func:`compile_threads`): the worker threads that
   compile kernels in the background (default: 2, at most the processors there are).
-- ``TENSORWASM_HOST_WHILE_STARTING`` (:func:`host_while_starting`): ``on`` (the default) or
-  ``off``: in ``auto`` mode, a GPU module's launches that its device's start keeps from the
-  GPU run on the host's threads where that pays (``runtime.while_starting``).
+- ``TENSORWASM_HOST_WHILE_STARTING`` (:func:`host_while_starting`): ``on`` or ``off`` (the
+  default): in ``auto`` mode, a GPU module's launches that its device's start keeps from the
+  GPU run on the host's threads where the host's cost model finds that faster than
+  wasmtime (``runtime.while_starting``). Off by default: on the H100's 16-core host it gained
+  nothing measurable on PolyBench's time-step stencils and lost on fdtd-2d (docs/offload.md).
 
 CUDA's own variables that decide which GPUs a process sees and which driver library it
 loads (``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``, ``LD_LIBRARY_PATH``) are read here
@@ -103,8 +105,8 @@ def tiling_enabled() -> bool:
 
 def host_while_starting() -> bool:
     """Whether a GPU module's launches run on the host's threads while its device starts:
-    ``TENSORWASM_HOST_WHILE_STARTING`` is ``on`` (the default) or ``off``."""
-    return _on_off(HOST_WHILE_STARTING, default=True)
+    ``TENSORWASM_HOST_WHILE_STARTING`` is ``on`` or ``off`` (the default)."""
+    return _on_off(HOST_WHILE_STARTING, default=False)
 
 
 def _on_off(name: str, default: bool) -> bool:
