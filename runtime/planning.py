@@ -634,6 +634,8 @@ def words(values: list[int]) -> bytes:
 # kernels stride over whatever the grid does not cover).
 BLOCK_THREADS = 256
 MAX_GRID_Y = 65535
+# Rows of threads in a block of a 2-D or 3-D nest's grid (y: the next counter out).
+NEST_ROWS = 8
 # Blocks of a 1-D kernel with reductions: one wave of resident blocks on an H100/H200 (132
 # multiprocessors, 8 blocks of 256 threads each), every thread striding over the rest.
 # Each block ends in a shuffle tree and one atomic per result; a block per 256 iterations
@@ -647,8 +649,9 @@ def launch_grid(
 ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """Grid and block: 1-D over the iterations (a block per iteration for a distributed
     body; at most :data:`REDUCTION_BLOCKS` blocks where the kernel folds ``reductions``),
-    or x over a nest's innermost counter (rounded to whole warps), y over the next one out
-    and z over the outermost of a 3-D nest. A tiled kernel (``tile``: rows, columns,
+    or x over a nest's innermost counter (rounded to whole warps) and y over the next one
+    out, in blocks of up to :data:`NEST_ROWS` rows of a warp, and z over the outermost of a
+    3-D nest. A tiled kernel (``tile``: rows, columns,
     threads across, threads down) gets a block per tile; a 1-D kernel whose threads run
     ``per_thread`` iterations each (compiler.stream) that many times fewer blocks."""
     if launch.rows:  # a distributed body: a block per iteration (per cell of a 3-D grid's outer two),
@@ -665,10 +668,14 @@ def launch_grid(
         blocks = -(-launch.trip // (BLOCK_THREADS * per_thread))
         return (max(1, min(blocks, most)), 1, 1), (BLOCK_THREADS, 1, 1)
     *outer, innermost = (launch.trip, *launch.nest)
-    width = min(BLOCK_THREADS, 32 * -(-innermost // 32))
-    y = min(outer[-1], MAX_GRID_Y)
+    # Up to NEST_ROWS rows of a warp each (32 x 8, nvcc's stencils' block): a row's
+    # neighbours above and below are then mostly in the block's own L1 lines, and a row of
+    # 382 cells leaves 2 threads of 384 idle, not 130 of 512 (two blocks of 256).
+    rows = 1 << (min(max(outer[-1], 1), NEST_ROWS) - 1).bit_length()
+    width = min(BLOCK_THREADS // rows, 32 * -(-innermost // 32))
+    y = min(-(-outer[-1] // rows), MAX_GRID_Y)
     z = min(outer[0], MAX_GRID_Y) if len(outer) == 2 else 1
-    return (min(-(-innermost // width), 65535), y, z), (width, 1, 1)
+    return (min(-(-innermost // width), 65535), y, z), (width, rows, 1)
 
 
 def identities(lp: OffloadedLoop) -> list[int]:

@@ -23,6 +23,7 @@ from tensorwasm.compiler.lower import abi, control, convert, memory, numeric, sh
 from tensorwasm.compiler.lower.env import Environment, i64_const
 from tensorwasm.compiler.lower.reduction import combine, fold_block, read_sreg
 from tensorwasm.compiler.lower.types import (
+    I32_T,
     I64_T,
     PTR_T,
     VOID_T,
@@ -607,15 +608,18 @@ def entry_frame(lowering: ModuleLowering, index: int, bounds: int) -> EntryFrame
 
 
 def counted_loop(b: ir.IRBuilder, fn: ir.Function, first, step, bound, exit_block, body) -> None:
-    """``for (k = first; k < bound; k += step) body(k)``, leaving to ``exit_block``."""
+    """``for (k = first; k < bound; k += step) body(k)``, leaving to ``exit_block`` (``k``
+    of ``first``'s type: i64, or i32 below 2**31 and compared unsigned)."""
     start = b.block
     head = fn.append_basic_block("head")
     loop = fn.append_basic_block("body")
     b.branch(head)
     b.position_at_end(head)
-    k = b.phi(I64_T)
+    k = b.phi(first.type)
     k.add_incoming(first, start)
-    b.cbranch(b.icmp_signed("<", k, bound), loop, exit_block)
+    # i64 counters compare signed; i32 ones (see _thread_range) unsigned.
+    below = b.icmp_signed("<", k, bound) if first.type == I64_T else b.icmp_unsigned("<", k, bound)
+    b.cbranch(below, loop, exit_block)
     b.position_at_end(loop)
     body(k)
     k.add_incoming(b.add(k, step), b.block)
@@ -675,11 +679,54 @@ def _live_in_args(b: ir.IRBuilder, kernel, slots, counters: int) -> list:
     ]
 
 
+def _thread_range(b: ir.IRBuilder, sreg, d: str) -> tuple[ir.Value, ir.Value]:
+    """This thread's first counter and the grid's stride in dimension ``d``, as i32s.
+
+    The guards launch no level of more than ``runtime.guards.MAX_TRIP`` (2**31 - 1)
+    iterations, so a counter below its trip count fits 31 bits, and ``k + stride`` 32
+    where the stride is at most 2**31. In y and z the grid holds at most 65535 blocks of
+    1024 (y) or 64 (z) threads: below 2**26, as i32s as they are. In x (2**31 - 1 blocks
+    of 1024) both are taken at most 2**31, which is past any trip count as the true value
+    is: a thread so far out runs nothing, and one inside takes one iteration.
+
+    Counted in 32 bits, a level's test is one compare and its step one add in the SASS
+    (two each in 64), and the kernel's zero-extension of its i32 counter
+    (``compiler.outline.exact_address``) needs no ``and`` with 0xffffffff."""
+    first = b.add(b.mul(sreg(f"ctaid.{d}"), sreg(f"ntid.{d}")), sreg(f"tid.{d}"))
+    stride = b.mul(sreg(f"nctaid.{d}"), sreg(f"ntid.{d}"))
+    if d != "x":
+        return b.trunc(first, I32_T), b.trunc(stride, I32_T)
+    top = i64_const(1 << 31)
+    return tuple(b.trunc(b.select(b.icmp_unsigned("<", v, top), v, top), I32_T) for v in (first, stride))
+
+
+def _cell_live_ins(b: ir.IRBuilder, kernel, slots, counters: int) -> list:
+    """The live-ins of a GPU nest's cell, read in the cell.
+
+    A thread of a nest mostly runs one cell (the grid covers the nest up to its limits):
+    where LLVM hoists the reads before the grid's loops, ptxas holds each in a register
+    across all three (the suite's stencil3d took 40 registers, 32 with the reads in the
+    cell, and 5 more SASS instructions a thread; stencil2d 32 registers and 29, 2 more
+    instructions). So ``slots`` goes
+    through a ``mov`` LLVM cannot see into, in the global space (``ld.global``: a generic
+    ``ld`` is slower), and the loads are not marked invariant (ptxas would hoist an
+    ``ld.global.nc`` again). A thread that runs more cells reads them again, from L1."""
+    global_ptr = ir.PointerType(addrspace=1)
+    asm = ir.InlineAsm(ir.FunctionType(global_ptr, [global_ptr]), "mov.b64 $0, $1;", "=l,l")
+    base = b.call(asm, [b.addrspacecast(slots, global_ptr)])
+    values = []
+    for i, t in enumerate(kernel.params[counters:]):
+        load = b.load(b.gep(base, [ir.Constant(I64_T, i)], source_etype=I64_T), typ=I64_T)
+        load.align = 8
+        values.append(from_slot(b, load, llvm_type(t)))
+    return values
+
+
 def _lower_nest_entry(lowering: ModuleLowering, index: int) -> str:
     """The launch entry of a collapsed nest (no reductions): ``(ctx, params, trip, trip2,
     [trip3,] out)`` on the GPU, ``(ctx, params, begin, end, trip2, [trip3,] out)`` on the
     host. On the GPU, x covers the innermost counter, y the next one out and z the
-    outermost of a 3-D nest, each striding over what the grid does not cover."""
+    outermost of a 3-D nest, each striding over what the grid's threads do not cover."""
     kernel = lowering.dialect.functions[index]
     dims = len(kernel.attrs["loop_plan"].collapse) + 1
     gpu = lowering.target.is_gpu
@@ -693,21 +740,22 @@ def _lower_nest_entry(lowering: ModuleLowering, index: int) -> str:
         frame.bounds,
         frame.own,
     )
-    args = _live_in_args(b, kernel, slots, dims)
+    args = _live_in_args(b, kernel, slots, dims) if not gpu else None
     if gpu:
         sreg = functools.partial(_read_sreg, lowering.llvm, b)
-        x = (
-            b.add(b.mul(sreg("ctaid.x"), sreg("ntid.x")), sreg("tid.x")),
-            b.mul(sreg("nctaid.x"), sreg("ntid.x")),
-        )
-        y, z = (sreg("ctaid.y"), sreg("nctaid.y")), (sreg("ctaid.z"), sreg("nctaid.z"))
+        # y and z count threads too: a block of several rows (32 x 8, as a hand-written
+        # stencil launches) shares its rows' neighbours in L1 (runtime.planning.launch_grid).
+        x, y, z = (_thread_range(b, sreg, d) for d in "xyz")
+        bounds = [b.trunc(bound, I32_T) for bound in bounds]  # at most MAX_TRIP each
         ranges = [z, y, x] if dims == 3 else [y, x]
     else:
         ranges = [(begin, i64_const(1)), *[(i64_const(0), i64_const(1))] * (dims - 1)]
     done = fn.append_basic_block("done")
 
     def cell(counters) -> None:
-        b.call(lowering.function_for(index), [own, *(b.trunc(k, ir.IntType(32)) for k in counters), *args])
+        counters = counters if gpu else [b.trunc(k, I32_T) for k in counters]
+        live_ins = _cell_live_ins(b, kernel, slots, dims) if gpu else args
+        b.call(lowering.function_for(index), [own, *counters, *live_ins])
         trapped = b.icmp_unsigned("!=", b.load(_slot(b, own, abi.CTX_TRAP), typ=I64_T), i64_const(0))
         cont = fn.append_basic_block("next")
         b.cbranch(trapped, done, cont)
