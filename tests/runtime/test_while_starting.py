@@ -142,11 +142,18 @@ def test_on_the_gpu_the_first_steps_of_a_region_run_on_the_host_while_the_contex
 
     from tests.conftest import ROOT
 
+    # The device as a process before described it: preparing the module makes no context.
+    describe = (
+        "import json; from tensorwasm.runtime import driver; from tensorwasm.support import records; "
+        "print(json.dumps(records.asdict(driver.Context.get().info)))"
+    )
+    info = subprocess.run([sys.executable, "-c", describe], cwd=ROOT, timeout=300, check=True,
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
     # (the host kernel made at the first step that pays for it)
     env = {**os.environ, "TENSORWASM_COMPILE": "sync", "TENSORWASM_HOST_WHILE_STARTING": "on"}
     done = subprocess.run(
-        [sys.executable, "-c", _ON_THE_GPU], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-        check=False,
+        [sys.executable, "-c", _ON_THE_GPU, info], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     first, second = (line.split() for line in done.stdout.splitlines())
@@ -160,12 +167,16 @@ def test_on_the_gpu_the_first_steps_of_a_region_run_on_the_host_while_the_contex
 # time loop of 40 steps its first call runs (on the host's threads while the context is
 # made), then, the context made, once more (on the GPU).
 _ON_THE_GPU = """
+import json, sys
 from tensorwasm.dialect.types import I32
 from tensorwasm.oracle.offload import OffloadInstance
-from tensorwasm.runtime import gpu_start, profit
+from tensorwasm.runtime import gpu_start, known_gpu, profit
+from tensorwasm.runtime.device_info import DeviceInfo
 from tensorwasm.runtime.reference import ReferenceInstance
 from tests.runtime.test_regions import time_loop
 
+fields = json.loads(sys.argv[1])
+known_gpu.remembered = lambda: DeviceInfo(**dict(fields, compute_capability=tuple(fields["compute_capability"])))
 profit.cpu_seconds_per_op = lambda: 2e-7
 wasm = time_loop()
 gpu_start.STARTER.begin()
