@@ -1,0 +1,105 @@
+"""Vectorised inner loops whose scalar remainder runs zero times (tests/compiler/data/
+remainder.c, clang-16 -O2 -msimd128): the remainder is entered through a join, past the
+vector loop where it left elements and around it where the row is too short for it. Read
+as tested at its top, it counts zero where the vector loop covered the row (not a rotated
+loop's wrapped 2^32, which the guards refused), and the rows loop launches as one grid
+with wasmtime's output at those sizes and at their neighbours."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tensorwasm.compiler.analysis.loops import analyze_module
+from tensorwasm.compiler.analysis.plan import LoopPlan
+from tensorwasm.compiler.frontend import load, translate_module
+from tensorwasm.dialect.types import I32
+from tensorwasm.runtime import guards
+from tests.compiler.test_poly_loops import DEVICES, offloaded_at_depth, run_both
+
+REMAINDER = (Path(__file__).parent / "data" / "remainder.wasm").read_bytes()
+ARRAY_IN, ARRAY_OUT = 0x10000, 0x40000
+ROWS = 7
+# Each function's fill and its elements per vector step.
+KINDS = {"rows8": ("fill8", 16), "rowsf": ("fillf", 4)}
+
+
+def plan_of(func: str) -> LoopPlan:
+    report = next(
+        r for r in analyze_module(translate_module(load(REMAINDER)))
+        if r.func.name == func and r.loop.depth == 1
+    )  # fmt: skip
+    assert report.verdict == "offload", report.reason
+    return report.plan
+
+
+@pytest.mark.parametrize("func", sorted(KINDS))
+def test_the_vector_loop_and_its_remainder_read_as_tested_at_their_top(func: str) -> None:
+    """Both inner loops are rotated (tested at their bottom) behind their entry tests; the
+    remainder's are two ways through a join, which the analysis reads as alternatives."""
+    plan = plan_of(func)
+    assert [trip.top for _, trip in plan.inner_trips] == [True, True]
+
+
+def _run(func: str, width: int, device: str, monkeypatch) -> tuple[object, list[dict]]:
+    """``func`` over ROWS rows of ``width`` on wasmtime and offloaded on ``device``: the
+    same memory; the inner loops' counts of each launch the guards passed."""
+    launches: list[dict] = []
+    check = guards.check
+
+    def recording(plan, env, size, **kw):
+        launch = check(plan, env, size, **kw)
+        if plan.func.name == func:
+            launches.append(dict(launch.inner or {}))
+        return launch
+
+    monkeypatch.setattr(guards, "check", recording)
+    fill, _ = KINDS[func]
+    calls = [(fill, [(I32, ROWS * width), (I32, ARRAY_IN), (I32, 13)]),
+             (func, [(I32, ROWS), (I32, width), (I32, ARRAY_IN), (I32, ARRAY_OUT)])]  # fmt: skip
+    offload = run_both(REMAINDER, calls, device)
+    return offload, launches
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    ("func", "width"),
+    [("rows8", 18), ("rows8", 34), ("rows8", 514), ("rowsf", 6), ("rowsf", 18), ("rowsf", 66)],
+)
+def test_rows_whose_remainder_runs_zero_times_launch(func: str, width: int, device: str, monkeypatch) -> None:
+    """width - 2 a multiple of the vector width: the vector loop covers each row and the
+    remainder is skipped. The rows loop launches, its remainder counted zero."""
+    offload, launches = _run(func, width, device, monkeypatch)
+    assert offloaded_at_depth(offload, func, 1) == 1
+    (inner,) = launches
+    plan = plan_of(func)
+    (vector, _), (remainder, _) = plan.inner_trips
+    by_loop = {c.ref.offset: n for c, n in inner.items()}
+    assert by_loop[remainder.ref.offset] == 0
+    assert by_loop[vector.ref.offset] == (width - 2) // KINDS[func][1]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    ("func", "width"), [("rows8", 19), ("rows8", 35), ("rows8", 515), ("rowsf", 7), ("rowsf", 19)]
+)
+def test_rows_whose_remainder_runs_launch(func: str, width: int, device: str, monkeypatch) -> None:
+    """The neighbouring sizes, where the remainder runs after the vector loop: counted as
+    the elements the vector loop left."""
+    offload, launches = _run(func, width, device, monkeypatch)
+    assert offloaded_at_depth(offload, func, 1) == 1
+    (inner,) = launches
+    (vector, _), (remainder, _) = plan_of(func).inner_trips
+    by_loop = {c.ref.offset: n for c, n in inner.items()}
+    assert by_loop[remainder.ref.offset] == (width - 2) % KINDS[func][1]
+    assert by_loop[vector.ref.offset] == (width - 2) // KINDS[func][1]
+
+
+@pytest.mark.parametrize(
+    ("func", "width"), [("rows8", 3), ("rows8", 10), ("rowsf", 3), ("rowsf", 4), ("rowsf", 5)]
+)
+def test_rows_too_short_for_the_vector_loop_stay_exact(func: str, width: int, monkeypatch) -> None:
+    """The vector loop skipped, the remainder alone from the first interior point: the
+    output is wasmtime's whether the rows launch or the guards decline."""
+    _run(func, width, "cpu", monkeypatch)
