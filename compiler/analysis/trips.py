@@ -333,6 +333,8 @@ def entry_clauses(values: LoopValues, loop: LoopInfo) -> list[list[list[Test]]]:
     facts = values.facts
     block = next(p for p in facts.preds[loop.header] if p not in facts.bodies[loop])
     out: list[list[list[Test]]] = []
+    if block.terminator.name != "cf.br":  # (Wasm enters a loop by falling into it)
+        return out
     while all(op.opdef.pure for op in block.ops[:-1]):
         dominator = facts.idom.get(block)
         if dominator is None or dominator not in values.body:
