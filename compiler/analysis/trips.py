@@ -348,11 +348,12 @@ def entry_clauses(values: LoopValues, loop: LoopInfo) -> list[list[list[Test]]]:
 
 
 def _ways(values: LoopValues, dominator: Block, join: Block) -> list[list[Test]] | None:
-    """The ways from ``dominator`` to ``join`` (its immediate dominator's two-way branch to
-    the join, not through the dominator again nor the header of a loop holding it), each as
-    the tests its branches take; an inner loop on the way is passed whole, from its header
-    to its one way out. None where a way takes a branch not modelled, leaves a loop by more
-    than one way, a test reads a counter of no loop around the join, or there are too many."""
+    """The ways from ``dominator`` to ``join``, its immediate dominator (inside the body,
+    passing neither the dominator again nor the header of a loop holding it: that would be
+    a next iteration), each as the tests its branches take; an inner loop on the way is
+    passed whole, from its header to its one way out (the tests inside it are its
+    iterations'). None where a way takes a branch not modelled, leaves a loop by more than
+    one way, a test reads a counter of no loop around the join, or there are too many."""
     facts = values.facts
     around = {m.header for m in values.nested if dominator in facts.bodies[m]}
     mine = {values.counters.get(m) for m in values.nested if join in facts.bodies[m]}

@@ -16,8 +16,9 @@ from tensorwasm.compiler.analysis.plan import LoopPlan
 from tensorwasm.compiler.frontend import load, translate_module
 from tensorwasm.dialect.types import I32
 from tensorwasm.runtime import guards
+from tests.compiler.test_loop_kernels import assemble, plans_ptx
 from tests.compiler.test_poly_loops import DEVICES, offloaded_at_depth, run_both
-from tests.conftest import wat
+from tests.conftest import ROOT, wat
 
 REMAINDER = (Path(__file__).parent / "data" / "remainder.wasm").read_bytes()
 ARRAY_IN, ARRAY_OUT = 0x10000, 0x40000
@@ -162,3 +163,21 @@ def test_a_loop_entered_through_a_join_stays_rotated_where_the_ways_do_not_prove
     rotated count (at least one), which the guards refuse there."""
     ((_, trip),) = _joined_plan(wat(JOINED.replace("SKIP", ""))).inner_trips
     assert not trip.top, trip
+
+
+def test_the_rows_kernels_assemble_for_sm_90(ptxas: str, tmp_path: Path) -> None:
+    """The rows loops with their vector loop and remainder as phases (each counted at its
+    top), and those of the blur example and of stencil3d, as PTX that ptxas takes."""
+    for data, wanted in (
+        (REMAINDER, {("rows8", 1), ("rowsf", 1)}),
+        ((ROOT / "examples/wasi/build/blur.O2.simd.wasm").read_bytes(), {("main", 2)}),
+        ((ROOT / "benchmarks/suite/build/stencil3d.simd.wasm").read_bytes(), {("kernel_stencil3d", 2)}),
+    ):
+        module = translate_module(load(data))
+        plans = [
+            r.plan for r in analyze_module(module)
+            if r.verdict == "offload" and (r.func.name, r.loop.depth) in wanted
+            and any(t.top for _, t in r.plan.inner_trips)
+        ]  # fmt: skip
+        assert len(plans) == len(wanted)
+        assemble(ptxas, plans_ptx(module, plans, "sm_90"), "sm_90", tmp_path)
