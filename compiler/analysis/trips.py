@@ -27,14 +27,19 @@ clang enters an unrolled loop and its remainder only past tests of their own (``
 it. :func:`guarded_as_top` reads such a rotated loop as tested at its top when its entry
 test holds exactly where its exit test would, one step before its start (syntactically,
 or proven with isl over the enclosing counters); :func:`exit_merge` reads the join as the
-loop's bound, the value its counter equals when a "!=" test lets it go.
+loop's bound, the value its counter equals when a "!=" test lets it go. clang's scalar
+remainder after a vectorised loop is entered through a join of two ways (around the
+vector loop for a short row; past it, where it left some elements): :func:`entered_as_tested`
+reads each join as its ways, alternatives of the tests their branches take, so that the
+remainder counts zero where the vector loop covered the whole range, rather than a
+rotated loop's wrapped 2^32.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject, at
+from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject, at, only_traps
 from tensorwasm.compiler.analysis.plan import TripCount
 from tensorwasm.compiler.analysis.poly import Poly
 from tensorwasm.dialect import arith
@@ -255,19 +260,22 @@ def _affine_in(values: LoopValues, loop: LoopInfo, sym) -> bool:
     return True
 
 
-def guarded_as_top(values: LoopValues, loop: LoopInfo, trip: TripCount) -> TripCount:
+def guarded_as_top(
+    values: LoopValues, loop: LoopInfo, trip: TripCount, through_joins: bool = True
+) -> TripCount:
     """An inner loop tested at its bottom, entered only past tests that together hold
     exactly where its own exit test would one step before its start (clang's rotated loop
     behind ``if (n > 0)``; an unrolled one behind ``if (n - 1 >= 3)`` and bounded by ``n &
     -4``), as the equivalent loop tested at its top: it runs no iteration exactly where those
     tests fail, which the count of a rotated loop (at least one) cannot say on the rows that
     skip it. The nearest test is compared syntactically, and the chain of tests in front of
-    the loop, nearest first, proven equivalent with isl."""
+    the loop, nearest first, proven equivalent with isl; with ``through_joins``, then the
+    ways through the joins in front of it (:func:`entered_as_tested`: clang's scalar
+    remainder, entered past a vectorised loop or around it, which runs no iteration where
+    the vector loop covered the whole range)."""
     if trip.top:
         return trip
     guards = entry_guards(values, loop)
-    if not guards:
-        return trip
     before = trip.start - Poly.const(trip.step)
     tests = []
     for _, cmp, enters_when in guards:
@@ -276,21 +284,241 @@ def guarded_as_top(values: LoopValues, loop: LoopInfo, trip: TripCount) -> TripC
         if x is None or y is None:
             break
         tests.append((pred, x, y, cmp.operands[0].type.bits))
-    if not tests:
-        return trip
-    pred, x, y, bits = tests[0]
-    same = bits == trip.bits and (
-        (pred, x, y) == (trip.pred, before, trip.bound)
-        or (SWAP[pred], y, x) == (trip.pred, before, trip.bound)
-    )
-    if not same:
-        from tensorwasm.compiler.analysis.isl import same_test
+    own = (trip.pred, before, trip.bound, trip.bits)
+    same = False
+    if tests:
+        pred, x, y, bits = tests[0]
+        same = bits == trip.bits and (
+            (pred, x, y) == (trip.pred, before, trip.bound)
+            or (SWAP[pred], y, x) == (trip.pred, before, trip.bound)
+        )
+        if not same:
+            from tensorwasm.compiler.analysis.isl import same_test
 
-        own = (trip.pred, before, trip.bound, trip.bits)
-        same = any(same_test(values, loop, tests[:n], own) for n in range(1, len(tests) + 1))
-    if not same:
+            same = any(same_test(values, loop, tests[:n], own) for n in range(1, len(tests) + 1))
+    if not same and not (through_joins and entered_as_tested(values, loop, own)):
         return trip
     return TripCount(True, trip.pred, before, trip.step, trip.bound, trip.bits)
+
+
+# How many ways from a test to the join in front of a loop are read, and how many blocks
+# each may pass on average: beyond them the loop is left as counted at its bottom.
+_MAX_PATHS = 16
+_MAX_PATH_BLOCKS = 64
+
+# A compare that holds: (predicate, lhs, rhs, bits).
+Test = tuple[str, Poly, Poly, int]
+
+
+def entered_as_tested(values: LoopValues, loop: LoopInfo, own: Test) -> bool:
+    """Whether ``loop`` is entered exactly where ``own`` holds (its exit test one step
+    before its start), read through the joins in front of it: clang's scalar remainder
+    after a vectorised loop is entered from two ways, past the test that skips the vector
+    loop (a row too short for it) and past the vector loop and the test that skips the
+    remainder where the vector loop left nothing (``n - 2 == (n - 2) & -16``). Each join
+    reads as the ways to it from its immediate dominator, each the conjunction of the
+    branches it takes (a loop on the way run whole), the ways as alternatives
+    (:func:`entry_clauses`); the nearest clauses are proven equivalent to ``own`` where
+    those further up hold, with isl (:func:`_same_clauses`), on the values as the code
+    before the candidate computes them, wrapping included."""
+    clauses = entry_clauses(values, loop)
+    return bool(clauses) and _same_clauses(values, loop, clauses, own)
+
+
+def entry_clauses(values: LoopValues, loop: LoopInfo) -> list[list[list[Test]]]:
+    """What holds where ``loop`` is entered, nearest first: a clause per step up the blocks
+    in front of it (each of them computing only pure values), from a block to its immediate
+    dominator inside the candidate, the alternatives of the clause the ways between the two
+    (:func:`_ways`), each the tests its branches take. It stops where a way is not read."""
+    facts = values.facts
+    block = next(p for p in facts.preds[loop.header] if p not in facts.bodies[loop])
+    out: list[list[list[Test]]] = []
+    if block.terminator.name != "cf.br":  # (Wasm enters a loop by falling into it)
+        return out
+    while all(op.opdef.pure for op in block.ops[:-1]):
+        dominator = facts.idom.get(block)
+        if dominator is None or dominator not in values.body:
+            break
+        ways = _ways(values, dominator, block)
+        if ways is None:
+            break
+        out.append(ways)
+        block = dominator
+    return out
+
+
+def _ways(values: LoopValues, dominator: Block, join: Block) -> list[list[Test]] | None:
+    """The ways from ``dominator`` to ``join``, its immediate dominator (inside the body,
+    passing neither the dominator again nor the header of a loop holding it: that would be
+    a next iteration), each as the tests its branches take; an inner loop on the way is
+    passed whole, from its header to its one way out (the tests inside it are its
+    iterations'). None where a way takes a branch not modelled, leaves a loop by more than
+    one way, a test reads a counter of no loop around the join, or there are too many."""
+    facts = values.facts
+    around = {m.header for m in values.nested if dominator in facts.bodies[m]}
+    mine = {values.counters.get(m) for m in values.nested if join in facts.bodies[m]}
+    ways: list[list[Test]] = []
+    stack: list[tuple[Block, list[Test]]] = [(dominator, [])]
+    steps = 0
+    while stack:
+        block, tests = stack.pop()
+        steps += 1
+        if steps > _MAX_PATHS * _MAX_PATH_BLOCKS:
+            return None
+        inner = block.attrs.get("loop")
+        if block is not dominator and inner is not None and inner in facts.bodies and inner.header is block:
+            leaving = [
+                succ.block for b, term in facts.exits(inner) for succ in term.successors
+                if succ.block not in facts.bodies[inner] and not only_traps(succ.block)
+            ]  # fmt: skip
+            if len(set(leaving)) != 1:
+                return None
+            edges: list[tuple[Block, Test | None]] = [(leaving[0], None)]
+        else:
+            edges = _edges(values, block)
+            if edges is None:
+                return None
+        for succ, test in edges:
+            if succ is dominator or succ in around or succ not in values.body or only_traps(succ):
+                continue
+            taken = tests if test is None else [*tests, test]
+            if test is not None and any(
+                s.kind == "counter" and s not in mine for side in test[1:3] for s in side.leaves()
+            ):
+                return None
+            if succ is join:
+                ways.append(taken)
+                if len(ways) > _MAX_PATHS:
+                    return None
+            else:
+                stack.append((succ, taken))
+    return ways
+
+
+def _edges(values: LoopValues, block: Block) -> list[tuple[Block, Test | None]] | None:
+    """The successors of ``block`` with the test each edge takes (None: no test), none
+    where it leaves the function, or None where it branches other than on an integer
+    compare of polynomials."""
+    term = block.terminator
+    if not term.successors:
+        return []
+    if term.name == "cf.br":
+        return [(term.successors[0].block, None)]
+    if term.name != "cf.cond_br":
+        return None
+    if term.successors[0].block is term.successors[1].block:
+        return [(term.successors[0].block, None)]
+    cmp = term.operands[0].owner
+    if not (isinstance(cmp, Op) and cmp.name == "arith.cmpi"):
+        return None
+    cmp, negated = _through_boolean_tests(cmp)
+    x, y = _aside(values, cmp.operands)
+    if x is None or y is None:
+        return None
+    pred, bits = cmp.attrs["pred"], cmp.operands[0].type.bits
+    held, failed = (NEGATE[pred], pred) if negated else (pred, NEGATE[pred])
+    return [(term.successors[0].block, (held, x, y, bits)), (term.successors[1].block, (failed, x, y, bits))]
+
+
+def _same_clauses(values: LoopValues, loop: LoopInfo, clauses: list[list[list[Test]]], own: Test) -> bool:
+    """Whether the nearest clauses (each true where one of its alternatives holds, each
+    alternative a conjunction of tests) hold exactly where ``own`` does, wherever the
+    clauses further up hold: the loop is entered only where all hold, so its count read at
+    its top is the rotated loop's wherever it runs, and zero where the nearest ones skip it
+    (further up, it is skipped with all the code around it). Proven for every value of the
+    live-ins as the code before the candidate computes them (:func:`.merges._opened`), the
+    counters of the loops around ``loop`` up to the largest the guards let run, and where
+    the candidate's own count is one the guards let run (:func:`_launched`), as Wasm
+    computes them (:class:`.isl._Wrapped`); False where something is not modelled."""
+    from tensorwasm.compiler.analysis.isl import (
+        _COUNTER_MAX,
+        _candidate_last,
+        _context,
+        _NotAffine,
+        _Wrapped,
+        isl,
+    )
+    from tensorwasm.compiler.analysis.merges import _opened
+
+    wide = values.unbounded
+
+    def opened(test: Test) -> Test:
+        pred, x, y, bits = test
+        return pred, _opened(wide, x), _opened(wide, y), bits
+
+    model = _Wrapped()
+    try:
+        parts = []  # (condition text, its existentials): texts first, so every name is made
+        for alternatives in clauses:
+            for tests in alternatives:
+                model.wraps = []
+                parts.append((model.holds([opened(t) for t in tests]), model.wraps))
+        model.wraps = []
+        parts.append((model.holds([opened(own)]), model.wraps))
+        model.wraps = []
+        launched = _launched(values, model, _opened)
+        parts.append((launched, model.wraps))
+    except _NotAffine:
+        return False
+    last = {}
+    outer = loop.parent
+    while outer is not None and outer in values.nested:
+        counter = values.counter(outer)
+        last[counter] = _candidate_last(values) if outer is values.info else _COUNTER_MAX
+        outer = outer.parent
+    bounds = " and ".join(
+        f"0 <= {model.names[model.key((c,))]} <= {n}" for c, n in last.items() if model.key((c,)) in model.names
+    ) or "true"  # fmt: skip
+    _context().reset_operations()
+    try:
+        sets = []
+        for condition, wraps in parts:
+            model.wraps = wraps
+            sets.append(model.set(condition, bounds))
+        *tested, kept, context = sets
+        held, n = [], 0  # each clause's set: the union of its alternatives'
+        for alternatives in clauses:
+            either = tested[n]
+            for more in tested[n + 1 : n + len(alternatives)]:
+                either = either.union(more)
+            n += len(alternatives)
+            held.append(either)
+        for n in range(1, len(held) + 1):
+            near, far = context, context
+            for either in held[:n]:
+                near = near.intersect(either)
+            for either in held[n:]:
+                far = far.intersect(either)
+            if near.intersect(far).is_equal(kept.intersect(far)):
+                return True
+        return False
+    except isl.Error:
+        return False
+
+
+def _launched(values: LoopValues, model, opened) -> str:
+    """The candidate's count as one the guards let run, in ``model``'s text: for a "!="
+    test, the distance its counter goes a multiple of its step, at most
+    :data:`.isl._COUNTER_MAX` steps past its first iteration; "true" for other tests, or
+    where its count is not known."""
+    from tensorwasm.compiler.analysis.isl import _COUNTER_MAX
+
+    try:
+        trip = trip_count(values, values.info)
+    except Reject:
+        return "true"
+    if trip.pred != "ne":
+        return "true"
+    wide = values.unbounded
+    step = abs(trip.step)
+    distance = opened(wide, trip.bound) - opened(wide, trip.start)
+    if trip.step < 0:
+        distance = distance.scale(-1)
+    n = len(model.wraps)
+    wrap, steps = f"q{n}", f"q{n + 1}"
+    model.wraps += [wrap, steps]
+    most = _COUNTER_MAX + 1 if trip.top else _COUNTER_MAX
+    return f"({model.text(distance)}) - {1 << trip.bits}*{wrap} = {step}*{steps} and 0 <= {steps} <= {most}"
 
 
 def _aside(values: LoopValues, operands: list[Value]) -> list[Poly | None]:
@@ -409,7 +637,9 @@ def exit_merge(values: LoopValues, value: Value) -> Poly | None:
         trip = trip_count(values, loop)
     except Reject:
         return None
-    guarded = guarded_as_top(values, loop, trip)
+    # (Read without the ways through joins: the skipping edges below must be the guards'
+    # own, where the exit test lets the loop go before its first iteration.)
+    guarded = guarded_as_top(values, loop, trip, through_joins=False)
     if trip.pred != "ne" or trip.top or not guarded.top:
         return None
     k = values.counter(loop)
