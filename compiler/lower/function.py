@@ -700,28 +700,6 @@ def _thread_range(b: ir.IRBuilder, sreg, d: str) -> tuple[ir.Value, ir.Value]:
     return tuple(b.trunc(b.select(b.icmp_unsigned("<", v, top), v, top), I32_T) for v in (first, stride))
 
 
-def _cell_live_ins(b: ir.IRBuilder, kernel, slots, counters: int) -> list:
-    """The live-ins of a GPU nest's cell, read in the cell.
-
-    A thread of a nest mostly runs one cell (the grid covers the nest up to its limits):
-    where LLVM hoists the reads before the grid's loops, ptxas holds each in a register
-    across all three (the suite's stencil3d took 40 registers, 32 with the reads in the
-    cell, and 5 more SASS instructions a thread; stencil2d 32 registers and 29, 2 more
-    instructions). So ``slots`` goes
-    through a ``mov`` LLVM cannot see into, in the global space (``ld.global``: a generic
-    ``ld`` is slower), and the loads are not marked invariant (ptxas would hoist an
-    ``ld.global.nc`` again). A thread that runs more cells reads them again, from L1."""
-    global_ptr = ir.PointerType(addrspace=1)
-    asm = ir.InlineAsm(ir.FunctionType(global_ptr, [global_ptr]), "mov.b64 $0, $1;", "=l,l")
-    base = b.call(asm, [b.addrspacecast(slots, global_ptr)])
-    values = []
-    for i, t in enumerate(kernel.params[counters:]):
-        load = b.load(b.gep(base, [ir.Constant(I64_T, i)], source_etype=I64_T), typ=I64_T)
-        load.align = 8
-        values.append(from_slot(b, load, llvm_type(t)))
-    return values
-
-
 def _lower_nest_entry(lowering: ModuleLowering, index: int) -> str:
     """The launch entry of a collapsed nest (no reductions): ``(ctx, params, trip, trip2,
     [trip3,] out)`` on the GPU, ``(ctx, params, begin, end, trip2, [trip3,] out)`` on the
@@ -740,7 +718,7 @@ def _lower_nest_entry(lowering: ModuleLowering, index: int) -> str:
         frame.bounds,
         frame.own,
     )
-    args = _live_in_args(b, kernel, slots, dims) if not gpu else None
+    args = _live_in_args(b, kernel, slots, dims)
     if gpu:
         sreg = functools.partial(_read_sreg, lowering.llvm, b)
         # y and z count threads too: a block of several rows (32 x 8, as a hand-written
@@ -754,8 +732,7 @@ def _lower_nest_entry(lowering: ModuleLowering, index: int) -> str:
 
     def cell(counters) -> None:
         counters = counters if gpu else [b.trunc(k, I32_T) for k in counters]
-        live_ins = _cell_live_ins(b, kernel, slots, dims) if gpu else args
-        b.call(lowering.function_for(index), [own, *counters, *live_ins])
+        b.call(lowering.function_for(index), [own, *counters, *args])
         trapped = b.icmp_unsigned("!=", b.load(_slot(b, own, abi.CTX_TRAP), typ=I64_T), i64_const(0))
         cont = fn.append_basic_block("next")
         b.cbranch(trapped, done, cont)
