@@ -237,6 +237,22 @@ print(arrivals, loop.stats.offloaded, round(offload.planner.banked, 3), flush=Tr
 """
 
 
+def described_gpu() -> str:
+    """The GPU's description (:class:`~runtime.device_info.DeviceInfo` as JSON) as a process
+    of its own finds it, making a context: what a later process may take as remembered."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    describe = (
+        "import json; from tensorwasm.runtime import driver; from tensorwasm.support import records; "
+        "print(json.dumps(records.asdict(driver.Context.get().info)))"
+    )
+    return subprocess.run([sys.executable, "-c", describe], cwd=ROOT, timeout=300, check=True,
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+
+
 @pytest.mark.gpu
 def test_on_the_gpu_the_first_paying_arrival_starts_the_context_in_the_background() -> None:
     import os
@@ -247,12 +263,7 @@ def test_on_the_gpu_the_first_paying_arrival_starts_the_context_in_the_backgroun
 
     # A warm start: the GPU is known from a process before (which made a context), so
     # preparing the module needs no context and the first paying arrival begins one.
-    describe = (
-        "import json; from tensorwasm.runtime import driver; from tensorwasm.support import records; "
-        "print(json.dumps(records.asdict(driver.Context.get().info)))"
-    )
-    info = subprocess.run([sys.executable, "-c", describe], cwd=ROOT, timeout=300, check=True,
-                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    info = described_gpu()
     env = {**os.environ, "TENSORWASM_COMPILE": "sync"}  # no arrival declined while compiling
     done = subprocess.run(
         [sys.executable, "-c", _FIRST_ARRIVALS, info],

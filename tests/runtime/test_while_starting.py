@@ -12,7 +12,7 @@ from tensorwasm.runtime.planning import NOT_STARTED, STARTING
 from tensorwasm.runtime.reference import ReferenceInstance
 from tensorwasm.runtime.while_starting import HostWhileStarting
 from tests.offload_cases import module_bytes, run_case
-from tests.runtime.test_gpu_start import SlowStartDevice, _saxpy_case, _saxpy_on_a_slow_start
+from tests.runtime.test_gpu_start import SlowStartDevice, _saxpy_case, _saxpy_on_a_slow_start, described_gpu
 from tests.runtime.test_regions import time_loop
 
 
@@ -142,13 +142,7 @@ def test_on_the_gpu_the_first_steps_of_a_region_run_on_the_host_while_the_contex
 
     from tests.conftest import ROOT
 
-    # The device as a process before described it: preparing the module makes no context.
-    describe = (
-        "import json; from tensorwasm.runtime import driver; from tensorwasm.support import records; "
-        "print(json.dumps(records.asdict(driver.Context.get().info)))"
-    )
-    info = subprocess.run([sys.executable, "-c", describe], cwd=ROOT, timeout=300, check=True,
-                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    info = described_gpu()  # as a process before found it: preparing the module makes no context
     # (the host kernel made at the first step that pays for it)
     env = {**os.environ, "TENSORWASM_COMPILE": "sync", "TENSORWASM_HOST_WHILE_STARTING": "on"}
     done = subprocess.run(
