@@ -125,7 +125,7 @@ class LoopKernels(dict):
     def _make(self, index: int, background: bool = False) -> KernelUnit:
         module = self.module
         gpu = module.code_kind == "gpu"
-        kind, key = ("ptx" if gpu else "obj"), self.key(index)
+        kind, key = self._cache_kind(), self.key(index)
         cache = default_cache()
         blob = cache.get(kind, key)
         loaded = None
@@ -205,8 +205,12 @@ class LoopKernels(dict):
         index = lp.kernel_index
         if index in self.units or index in self.failed or index in self.pending:
             return
-        if not default_cache().has("ptx" if self.module.code_kind == "gpu" else "obj", self.key(index)):
+        if not default_cache().has(self._cache_kind(), self.key(index)):
             self._compile_in_background(lp)
+
+    def _cache_kind(self) -> str:
+        """The code cache's kind of the kernels' code: PTX for a GPU, object code for the host."""
+        return "ptx" if self.module.code_kind == "gpu" else "obj"
 
     def ready_in_background(self, lp: OffloadedLoop) -> bool:
         """Whether ``lp``'s kernel is ready; where it is not, its compile (or its read from

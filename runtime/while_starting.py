@@ -30,12 +30,12 @@ from tensorwasm.compiler.lower import abi
 from tensorwasm.compiler.target import HostTarget
 from tensorwasm.runtime.host_device import HostDevice, HostLaunches
 from tensorwasm.runtime.loop_kernels import LoopKernels
-from tensorwasm.runtime.planning import OffloadedLoop
 from tensorwasm.runtime.profit import STARTUP_SECONDS, Estimate
+from tensorwasm.support.records import replace
 
 if TYPE_CHECKING:
     from tensorwasm.runtime.offload import OffloadModule
-    from tensorwasm.runtime.planning import LaunchArguments, PreparedLaunch
+    from tensorwasm.runtime.planning import LaunchArguments, OffloadedLoop, PreparedLaunch
 
 
 class HostWhileStarting:
@@ -49,11 +49,8 @@ class HostWhileStarting:
         self.mode = module.mode
         self.backend = HostDevice()
         self.target = HostTarget()
-        self.loops = [
-            OffloadedLoop(lp.plan, lp.kernel_index, abi.loop_entry_name(lp.kernel_index, False), lp.insertion,
-                          lp.stats, may_trap=lp.may_trap, tile=lp.tile, per_thread=lp.per_thread)
-            for lp in module.loops
-        ]  # fmt: skip
+        # The module's loops (their statistics shared) under their host entries.
+        self.loops = [replace(lp, entry=abi.loop_entry_name(lp.kernel_index, False)) for lp in module.loops]
         self._kernels = LoopKernels(self)
         self._host_entry = {lp.entry: host.entry for lp, host in zip(module.loops, self.loops, strict=True)}
         self._loop_of = {lp.kernel_index: lp for lp in self.loops}

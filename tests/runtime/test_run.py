@@ -22,23 +22,34 @@ PROGRAMS = {
 }
 
 
-def plain_wasmtime(path, args, tmp_path) -> tuple[int, str]:
+def wasi_store(path, args, out) -> tuple[wasmtime.Engine, wasmtime.Store, wasmtime.Linker]:
+    """An engine, a store and a linker with WASI for the program ``path`` run with ``args``,
+    its stdout written to the file ``out``."""
     engine = wasmtime.Engine()
     store = wasmtime.Store(engine)
     linker = wasmtime.Linker(engine)
     linker.define_wasi()
     wasi = wasmtime.WasiConfig()
     wasi.argv = [str(path), *args]
-    out = tmp_path / "stdout"
     wasi.stdout_file = str(out)
     store.set_wasi(wasi)
-    instance = linker.instantiate(store, wasmtime.Module.from_file(engine, str(path)))
-    status = 0
+    return engine, store, linker
+
+
+def run_start(instance, store) -> int:
+    """Call the instance's ``_start``: the exit status (0 where it returns)."""
     try:
         instance.exports(store)["_start"](store)
     except wasmtime.ExitTrap as exc:
-        status = exc.code
-    return status, out.read_text()
+        return exc.code
+    return 0
+
+
+def plain_wasmtime(path, args, tmp_path) -> tuple[int, str]:
+    out = tmp_path / "stdout"
+    engine, store, linker = wasi_store(path, args, out)
+    instance = linker.instantiate(store, wasmtime.Module.from_file(engine, str(path)))
+    return run_start(instance, store), out.read_text()
 
 
 def tensorwasm_run(path, args, device: str) -> subprocess.CompletedProcess:

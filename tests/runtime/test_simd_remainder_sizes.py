@@ -8,11 +8,10 @@ host backend, the simulated device and the GPU."""
 from __future__ import annotations
 
 import pytest
-import wasmtime
 
 from tensorwasm.runtime.offload import OffloadModule
 from tests.conftest import ROOT
-from tests.runtime.test_run import plain_wasmtime
+from tests.runtime.test_run import plain_wasmtime, run_start, wasi_store
 
 DEVICES = ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)]
 BLUR = ROOT / "examples/wasi/build/blur.O2.simd.wasm"
@@ -30,23 +29,13 @@ def offloaded_run(path, args: list[str], device: str, tmp_path) -> tuple[int, st
     offload = OffloadModule(
         path.read_bytes(), device=SimulatedDevice() if device == "simulated" else device, mode="always"
     )
-    engine = wasmtime.Engine()
-    store = wasmtime.Store(engine)
-    linker = wasmtime.Linker(engine)
-    linker.define_wasi()
-    wasi = wasmtime.WasiConfig()
-    wasi.argv = [str(path), *args]
     out = tmp_path / "offloaded"
-    wasi.stdout_file = str(out)
-    store.set_wasi(wasi)
+    engine, store, linker = wasi_store(path, args, out)
     offload.define(linker, store)
     instance = linker.instantiate(store, offload.compiled(engine))
     offload.bind(store, instance.exports(store))
-    status = 0
     try:
-        instance.exports(store)["_start"](store)
-    except wasmtime.ExitTrap as exc:
-        status = exc.code
+        status = run_start(instance, store)
     finally:
         offload.close()
     return status, out.read_text(), offload
