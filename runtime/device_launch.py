@@ -215,26 +215,37 @@ class DeviceLaunches:
             return None
         return back[ready.out_at : ready.out_at + ready.reductions] if ready.reductions else ()
 
-    def flush(self, caller: int, k: int) -> None:
+    def flush(self, caller: int, k: int, footprint: PreparedLaunch | None = None) -> bool:
         """Bring region ``k``'s results on the device back into linear memory, and forget
-        what the device holds: wasmtime may write memory from here on."""
+        what the device holds: wasmtime may write memory from here on. With ``footprint``
+        (the launch the guards prepared for the region's loop that wasmtime is about to run
+        instead), only what that loop reads or writes comes back and only what it writes is
+        forgotten (:meth:`runtime.mirror.DeviceMirror.flush_part`): the rest stays resident.
+        Whether the device still holds results that linear memory lacks."""
         mirror = self.mirror
         if mirror is None:
-            return
+            return False
         self.generation[0] += 1
         if not mirror.holds_results:  # (a region whose loops only read: nothing comes back)
-            mirror.forget()
-            return
+            if footprint is None:
+                mirror.forget()
+            else:
+                mirror.flush_part(0, footprint.needed, footprint.written)
+            return False
         base, _ = hostfunc.memory(caller)  # a launch found it, so it is there
         start = time.perf_counter()
         try:
-            moved = mirror.flush(base)
+            if footprint is None:
+                moved = mirror.flush(base)
+            else:
+                moved = mirror.flush_part(base, footprint.needed, footprint.written)
         except driver.CudaError as exc:
             mirror.forget()
             raise RegionLost(self._lost_message(k, exc)) from exc
         stats = self.prepared.region_stats[k]
         stats.bytes_out += moved
         stats.transfer_seconds += time.perf_counter() - start
+        return mirror.holds_results
 
     def _lost_message(self, k: int, exc: Exception) -> str:
         stats = self.prepared.region_stats[k]

@@ -88,8 +88,9 @@ class HostLaunches:
     def record_replay(self, ready, arrival, live, memory, results) -> None:
         raise AssertionError("a launch in linear memory is never recorded for replay")
 
-    def flush(self, caller: int, k: int) -> None:
+    def flush(self, caller: int, k: int, footprint: PreparedLaunch | None = None) -> bool:
         """A region's results are in linear memory already."""
+        return False
 
     def close(self) -> None:
         pass

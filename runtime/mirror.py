@@ -19,7 +19,9 @@ what the device holds: ``valid`` spans, where the device copy equals linear memo
 newer, and ``dirty`` spans, where it is newer. A launch there copies in only what is not
 valid and leaves its writes on the device; :meth:`DeviceMirror.flush` copies the dirty
 spans back and forgets both, at the region's end or before anything else may touch linear
-memory. Outside a region both are empty.
+memory; before wasmtime runs one of the region's loops whose footprint the guards know,
+:meth:`DeviceMirror.flush_part` brings back only the dirty bytes that loop touches, and
+forgets only what it writes. Outside a region both are empty.
 """
 
 from __future__ import annotations
@@ -270,6 +272,25 @@ class DeviceMirror:
         self.forget()
         self.context.bind()
         moved = self.copy_out(base, [Span(lo, hi) for lo, hi in dirty])
+        self.stream.synchronize()
+        return moved
+
+    def flush_part(self, base: int, touched, written) -> int:
+        """Before wasmtime runs a loop of the region that reads and writes only ``touched``
+        (spans) and writes only within ``written``: copy back the dirty parts of ``touched``,
+        and forget that the device holds ``written`` (wasmtime makes it newer). The rest stays
+        resident, dirty where it was; returns the bytes moved."""
+        touched = union([(s.lo, s.hi) for s in touched], [])
+        kept = subtract(self.dirty, touched)
+        back = subtract(self.dirty, kept)  # the dirty bytes the loop may read or overwrite
+        self.dirty = kept
+        self.valid = subtract(self.valid, union([(s.lo, s.hi) for s in written], []))
+        self._inside_valid.clear()
+        self._inside_dirty.clear()
+        if not back:
+            return 0
+        self.context.bind()
+        moved = self.copy_out(base, [Span(lo, hi) for lo, hi in back])
         self.stream.synchronize()
         return moved
 

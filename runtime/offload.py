@@ -358,7 +358,8 @@ class OffloadModule:
         (``hook``: where that store's function may be made native). Every call it makes is
         bound here, once: an arrival that replays costs microseconds."""
         n_live = len(lp.plan.live_ins)
-        arrive, flush = self.planner.arrive, self.launches.flush
+        planner = self.planner
+        arrive, flush = planner.arrive, self.launches.flush
         replays = self.launches.replays
         if replays is not None:
             collect, finish_native = replays.collect_native_counts, replays.finish_native
@@ -384,7 +385,11 @@ class OffloadModule:
                     flush(caller, lp.region)
                 raise
             if not results[0] and lp.region is not None:
-                flush(caller, lp.region)  # wasmtime runs this loop: memory must be current
+                # wasmtime runs this loop: what it touches must be current in memory (only
+                # that, where the guards said what it touches); while the device still holds
+                # results, its next arrival asks the host again.
+                if flush(caller, lp.region, planner.declined_launch) and lp.gate is not None:
+                    lp.gate.reopen()
             elif hook is not None and results[0] and lp.again:
                 again = lp.again.get(args[:n_live])
                 if again is not None:

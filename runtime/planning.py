@@ -331,6 +331,10 @@ class ArrivalPlanner:
         self.startup_wait = getattr(runner, "startup_wait", None)
         self.begin_start = getattr(runner, "begin_start", None)
         self.arrival_seconds = 0.0  # the last arrival's CPU time, by the cost model (see arrive)
+        # The last arrival's launch as the guards prepared it, where the arrival declined for
+        # what the launch would cost, gain or wait (not for the guards): what wasmtime's run
+        # of the loop reads and writes, for a partial flush of its region (runtime.offload).
+        self.declined_launch: PreparedLaunch | None = None
         self.prefetch = getattr(runner, "prefetch", None)  # a kernel's compile, begun early
         # Where the device's start keeps a launch from it: a launch on the host's threads, or None.
         self.while_starting = getattr(runner, "while_starting", None)
@@ -402,6 +406,7 @@ class ArrivalPlanner:
         stats = lp.stats
         stats.arrivals += 1
         n_live = len(lp.plan.live_ins)
+        self.declined_launch = None
         if self.mode == "off":
             stats.decline("offload is off")
             return [0, *args[n_live:]]
@@ -442,6 +447,7 @@ class ArrivalPlanner:
                         return [1, *arrival.live_outs(partials)]
             if not go:
                 stats.decline(why)
+                self.declined_launch = ready
                 return [0, *args[n_live:]]
             estimate = (time.perf_counter(), model, cpu)
         if launch.trip == 0:  # a loop tested first that runs no iteration

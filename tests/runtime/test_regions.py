@@ -207,6 +207,64 @@ def test_the_mirror_copies_in_only_what_the_device_lacks_and_flushes_what_it_wro
     assert mirror.missing((Span(0, 1024),)) == (Span(0, 1024),)
 
 
+def test_a_partial_flush_brings_back_only_what_the_loop_touches_and_forgets_what_it_writes() -> None:
+    mirror = DeviceMirror(HostContext(), allocator=HostAllocator())
+    host = ctypes.create_string_buffer(bytes(range(256)) * 16)
+    base = ctypes.addressof(host)
+    mirror.ensure(4096, 8)
+    mirror.now_valid((Span(0, 4096),), (Span(0, 4096),))  # (as if copied in)
+    ctypes.memmove(mirror.memory.ptr + 2048, b"\xaa" * 64, 64)  # launches wrote [2048, 2112) ...
+    ctypes.memmove(mirror.memory.ptr + 3000, b"\xbb" * 100, 100)  # ... and [3000, 3100)
+    mirror.keep([Span(2048, 2112), Span(3000, 3100)])
+    # wasmtime's loop reads [2100, 2200) and writes [2150, 2200): the 12 dirty bytes it
+    # reads come back, nothing else; what it writes is no longer the device's.
+    assert mirror.flush_part(base, [Span(2100, 2200)], [Span(2150, 2200)]) == 12
+    assert host.raw[2100:2112] == b"\xaa" * 12
+    assert host.raw[2048:2100] == (bytes(range(256)) * 16)[2048:2100]  # not brought back
+    assert host.raw[3000:3100] != b"\xbb" * 100  # still only on the device
+    assert mirror.holds_results and mirror.dirty == [(2048, 2100), (3000, 3100)]
+    assert mirror.valid == [(0, 2150), (2200, 4096)]
+    assert mirror.missing((Span(2048, 2300),)) == (Span(2150, 2200),)
+    assert mirror.flush(base) == 52 + 100  # the region's end: the rest comes back
+    assert host.raw[2048:2112] == b"\xaa" * 64 and host.raw[3000:3100] == b"\xbb" * 100
+
+
+# After the sweep, a loop of four iterations reads and writes b[0:4): in auto mode it stays on
+# wasmtime while the sweep launches, inside the same region.
+TOUCH_UP = """(local.set $i (i32.const 0))
+        (loop $fix
+          (i32.store (i32.add (local.get $b) (i32.shl (local.get $i) (i32.const 2)))
+            (i32.add (i32.load (i32.add (local.get $b) (i32.shl (local.get $i) (i32.const 2)))) (local.get $t)))
+          (local.set $i (i32.add (local.get $i) (i32.const 1)))
+          (br_if $fix (i32.lt_s (local.get $i) (i32.const 4))))"""
+
+
+def test_a_loop_wasmtime_runs_inside_a_region_brings_back_only_what_it_touches(monkeypatch) -> None:
+    """PolyBench's fdtd-2d sets a row of ``ey`` on wasmtime each step between three launches:
+    the region's results stay on the device but for what that loop reads and writes (each
+    step brought back every array, and the next launches copied them in again)."""
+    monkeypatch.setenv("TENSORWASM_COMPILE", "sync")
+    wasm = time_loop(body=TOUCH_UP)
+    actual = OffloadInstance(wasm, device=SimulatedDevice(), mode="auto")
+    sweep, touch_up = actual.offload.loops
+    assert sweep.region == touch_up.region == 0
+    monkeypatch.setattr(actual.offload.planner, "_started", lambda gain: None)
+    monkeypatch.setattr(sweep.estimate, "decide", lambda *a, **k: (True, "", 1e-6, 1e-3))
+    monkeypatch.setattr(touch_up.estimate, "decide", lambda *a, **k: (False, "too little work", 1e-3, 1e-6))
+    expected_instance = ReferenceInstance(wasm)
+    args = [(I32, 1000), (I32, 12), (I32, 0)]
+    assert actual.call("run", args) == expected_instance.call("run", args)
+    assert actual.memory() == expected_instance.memory("memory"), "linear memory differs from wasmtime's"
+    assert sweep.stats.offloaded == 12 and touch_up.stats.offloaded == 0
+    assert touch_up.stats.arrivals == 12  # (its gate stays open while the device holds results)
+    (region,) = actual.offload.region_stats
+    # Each step brings back the 16 bytes wasmtime's loop touches, the region's end the rest;
+    # each launch copies in the 16 bytes wasmtime wrote (the first: both arrays).
+    assert region.bytes_out <= 12 * 16 + 2 * 4000
+    assert sweep.stats.bytes_in <= 2 * 4000 + 11 * 16
+    actual.close()
+
+
 def test_span_arithmetic() -> None:
     assert union([(0, 4), (8, 10)], [(4, 6), (20, 30)]) == [(0, 6), (8, 10), (20, 30)]
     assert subtract([(0, 100)], [(10, 20), (30, 40), (90, 120)]) == [(0, 10), (20, 30), (40, 90)]
