@@ -476,8 +476,17 @@ def parse_run(argv: list[str]) -> SimpleNamespace | None:
     return args if args.module is not None else None
 
 
+# One hardware work queue per CUDA context, where the environment does not choose another
+# count: the driver then makes the primary context in about half the time (an H100, driver
+# 580: cuDevicePrimaryCtxRetain 51-59 ms against 100-119 ms with the default 8), which a run
+# whose loops need the GPU early waits for. A run's copies and launches go in order on one
+# stream anyway; streams of a guest's own (wasi-cuda) then share the queue.
+DEVICE_CONNECTIONS = ("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    os.environ.setdefault(*DEVICE_CONNECTIONS)  # (before any thread starts the driver)
     args = parse_run(argv)
     if args is None:
         args = _parse(argv)

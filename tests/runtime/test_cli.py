@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -295,3 +296,18 @@ def test_the_quick_reading_knows_every_option_of_run() -> None:
     run = next(a for a in parser._actions if a.dest == "command").choices["run"]
     options = {s for a in run._actions for s in a.option_strings if s.startswith("--")}
     assert options == {*cli._RUN_VALUES, "--relaxed-float", "--invoke", "--help"}
+
+
+@pytest.mark.parametrize("chosen", [None, "4"])
+def test_the_command_asks_for_one_hardware_queue_unless_the_environment_chose(
+    chosen: str | None, monkeypatch, tmp_path: Path, capsys
+) -> None:
+    """CUDA makes a context with one hardware work queue in about half the time of its
+    default eight (cli.DEVICE_CONNECTIONS); a count the user set is left as it is."""
+    name = cli.DEVICE_CONNECTIONS[0]
+    monkeypatch.setenv(name, chosen or "")  # (undone after the test, whatever main sets)
+    if chosen is None:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path))
+    assert main(["cache", "info"]) == 0
+    assert os.environ[name] == (chosen or "1")
