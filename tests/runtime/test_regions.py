@@ -239,13 +239,14 @@ TOUCH_UP = """(local.set $i (i32.const 0))
           (br_if $fix (i32.lt_s (local.get $i) (i32.const 4))))"""
 
 
-def test_a_loop_wasmtime_runs_inside_a_region_brings_back_only_what_it_touches(monkeypatch) -> None:
+@pytest.mark.parametrize("device", DEVICES[1:])
+def test_a_loop_wasmtime_runs_inside_a_region_brings_back_only_what_it_touches(device: str, monkeypatch) -> None:
     """PolyBench's fdtd-2d sets a row of ``ey`` on wasmtime each step between three launches:
     the region's results stay on the device but for what that loop reads and writes (each
     step brought back every array, and the next launches copied them in again)."""
     monkeypatch.setenv("TENSORWASM_COMPILE", "sync")
     wasm = time_loop(body=TOUCH_UP)
-    actual = OffloadInstance(wasm, device=SimulatedDevice(), mode="auto")
+    actual = OffloadInstance(wasm, device=SimulatedDevice() if device == "simulated" else device, mode="auto")
     sweep, touch_up = actual.offload.loops
     assert sweep.region == touch_up.region == 0
     monkeypatch.setattr(actual.offload.planner, "_started", lambda gain: None)
