@@ -127,11 +127,12 @@ def make_factory(backend: str) -> ExecutorFactory:
 
         device = backend.split("-")[1]
         # Linear memory page-locked on the GPU, as `tensorwasm run` has it: launches replay.
-        return lambda wasm: OffloadInstance(wasm, device, filters=True, pin=device == "gpu")
+        gpu = device == "gpu"
+        return lambda wasm: OffloadInstance(wasm, device, filters=True, pin=gpu, declines=gpu)
     if backend == "offload-sim":
         from tensorwasm.oracle.simulated import SimulatedOffloadInstance
 
-        return lambda wasm: SimulatedOffloadInstance(wasm, filters=True)
+        return lambda wasm: SimulatedOffloadInstance(wasm, filters=True, declines=True)
     raise ValueError(
         f"unknown backend {backend!r} (expected cpu, gpu, offload-cpu, offload-sim or offload-gpu)"
     )

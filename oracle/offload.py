@@ -16,6 +16,27 @@ if TYPE_CHECKING:
 # Thresholds the fuzzer's offload instances give their filters: mostly never skip, else
 # skip only a loop with nowhere to go, a little, some, nearly all.
 FILTER_DRAWS = (NEVER_SKIP, NEVER_SKIP, NEVER_SKIP, NEVER_SKIP, 0, 3, 16, 1 << 20)
+# Shares of the arrivals whose guards passed that the fuzzer's offload instances decline
+# (``declines``), drawn per module: mostly none, else some, most.
+DECLINE_DRAWS = (0.0, 0.0, 0.25, 0.75)
+DRAWN = "declined by the oracle's draw"
+
+
+class DrawnDecisions:
+    """A loop's cost model (:class:`runtime.profit.Estimate`) replaced by a draw: an arrival
+    whose guards passed launches or declines by it, as ``auto`` mode's model would decide, so
+    that wasmtime runs some loops of a device-resident region between its launches (what
+    :meth:`runtime.mirror.DeviceMirror.flush_part` keeps exact)."""
+
+    def __init__(self, draw: random.Random, share: float) -> None:
+        self.draw, self.share = draw, share
+
+    def decide(self, *_args, **_kwargs) -> tuple[bool, str, float, float]:
+        go = self.draw.random() >= self.share
+        return go, "" if go else DRAWN, 0.0, 0.0
+
+    def record(self, *_args) -> None:
+        pass
 
 
 class OffloadInstance:
@@ -30,6 +51,7 @@ class OffloadInstance:
         filters: bool = False,
         pin: bool = False,
         mode: str = "always",
+        declines: bool = False,
     ):
         """``filters``: give the Wasm-side filters thresholds drawn per module (a fixed draw,
         so a shrunk case keeps its own), as the fuzzer does: arrivals kept from the host
@@ -38,12 +60,18 @@ class OffloadInstance:
         recorded graphs); :meth:`close` must then be called before the instance goes.
         ``device``: a name, or a :class:`~runtime.device.Device` (the simulated device).
         ``mode``: the offload mode (``always``, as the oracle runs it; ``auto`` for tests of
-        what the cost model and the gates decide)."""
+        what the cost model and the gates decide). ``declines``: ``auto`` mode with the cost
+        model replaced by a draw per module (:class:`DrawnDecisions`; the device counted as
+        started, each kernel compiled at its first launch), as the fuzzer runs it."""
         from tensorwasm.runtime.instance import initial_state
         from tensorwasm.runtime.reference import ReferenceInstance
 
         # Replays go native at once: the oracle compares them too.
-        self.offload = OffloadModule(wasm, device=device, mode=mode, pin=pin, native_after=1)
+        self.offload = OffloadModule(
+            wasm, device=device, mode="auto" if declines else mode, pin=pin, native_after=1
+        )
+        if declines:
+            self._draw_declines()
         self.wasm = self.offload.wasm
         self.state = initial_state(self.wasm)
 
@@ -56,6 +84,17 @@ class OffloadInstance:
             draw = random.Random(sha256(self.offload.rewritten).digest())
             draws = [draw.choice(FILTER_DRAWS) for _ in self.offload.loops]
         self.offload.bind(self._instance._store, self._instance._exports, draws)
+
+    def _draw_declines(self) -> None:
+        offload = self.offload
+        draw = random.Random(sha256(offload.rewritten + b"declines").digest())
+        share = draw.choice(DECLINE_DRAWS)
+        for lp in offload.loops:
+            lp.estimate = DrawnDecisions(draw, share)
+        planner = offload.planner
+        planner._started = lambda gain: None  # (no start-up rule: the draw alone decides)
+        planner.while_starting = None
+        offload._kernels.background = lambda: False  # (no arrival declines while one compiles)
 
     def call(self, export: str, args):
         return self._instance.call(export, args)

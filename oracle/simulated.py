@@ -220,7 +220,7 @@ class SimulatedOffloadInstance:
     """The oracle's ``offload-sim`` backend: an :class:`~oracle.offload.OffloadInstance`
     whose launches take the GPU path on the simulated device."""
 
-    def __new__(cls, wasm: bytes, filters: bool = False):
+    def __new__(cls, wasm: bytes, filters: bool = False, declines: bool = False):
         from tensorwasm.oracle.offload import OffloadInstance
 
-        return OffloadInstance(wasm, device=SimulatedDevice(), filters=filters)
+        return OffloadInstance(wasm, device=SimulatedDevice(), filters=filters, declines=declines)

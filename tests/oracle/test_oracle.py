@@ -132,11 +132,18 @@ def _planted_replay_is_found(
 ) -> None:
     """With ``owner.name`` planted (:func:`mutant`), the loops family on the simulated device
     finds a failure, shrunk to one program whose last call is the one before made again, and
-    saved so that it fails with the plant and passes without it."""
+    saved so that it fails with the plant and passes without it. (Every arrival the guards
+    allow launches here: the backend's drawn declines, a draw per module, would change with
+    each program the shrinker drops.)"""
+    from tensorwasm.oracle.simulated import SimulatedOffloadInstance
+
+    def launching(wasm: bytes):
+        return SimulatedOffloadInstance(wasm, filters=True)
+
     with mp.context() as planted:
         planted.setattr(owner, name, mutant(owner, name, old, new))
         report = fuzz_generator(
-            "loops", "offload-sim", max_examples=2000, seed=20240, shrink_seconds=SHRINK_SECONDS,
+            "loops", launching, max_examples=2000, seed=20240, shrink_seconds=SHRINK_SECONDS,
             save_dir=tmp_path,
         )  # fmt: skip
         assert report.failures, f"the loops family did not find the planted {owner.__name__}.{name}"
@@ -144,8 +151,8 @@ def _planted_replay_is_found(
         assert shrunk.programs == 1, shrunk.text()
         assert shrunk.calls[-1] == shrunk.calls[-2]  # found by a call made again
         replayed = Case.load(report.failures[0].saved)
-        assert run_case(replayed, "offload-sim").failed
-    assert not run_case(replayed, "offload-sim").failed
+        assert run_case(replayed, launching).failed
+    assert not run_case(replayed, launching).failed
 
 
 def test_a_replay_that_skips_its_launch_is_found_on_the_simulated_device(
@@ -338,3 +345,32 @@ def test_fuzz_progress_is_whole_lines_in_a_log_and_one_line_on_a_terminal(monkey
     terminal.isatty = lambda: True
     fuzz._progress_line(terminal)(report, "loops")
     assert terminal.getvalue().startswith("\r[loops]") and "\n" not in terminal.getvalue()
+
+
+def test_drawn_declines_run_a_regions_loops_on_wasmtime_between_its_launches() -> None:
+    """The fuzzer's offload instances on the GPU path decline a share of the arrivals whose
+    guards passed (drawn per module), so that wasmtime runs loops of a device-resident region
+    while the device holds the region's results: memory must still end as wasmtime's, and
+    only what those loops touch may come back before the region's end."""
+    from tensorwasm.oracle.offload import DRAWN, OffloadInstance
+    from tensorwasm.oracle.simulated import SimulatedDevice
+    from tests.runtime.test_regions import TIME_LOOP, TOUCH_UP
+
+    wasm = TIME_LOOP.replace("BODY", TOUCH_UP).replace("EXIT", "")
+    run = Call("run", ((I32, 500), (I32, 16), (I32, 0)))
+    instances = []
+
+    def factory(binary: bytes) -> OffloadInstance:
+        instance = OffloadInstance(binary, device=SimulatedDevice(), declines=True)
+        for lp in instance.offload.loops:
+            lp.estimate.share = 0.5  # (whatever the module's draw: half of them)
+        instances.append(instance)
+        return instance
+
+    outcome = run_case(Case("loops", wasm, [run, run]), factory)
+    assert not outcome.failed, outcome.mismatch
+    (instance,) = instances
+    loops = instance.offload.loops
+    assert all(lp.region == 0 for lp in loops)
+    assert sum(lp.stats.declined.get(DRAWN, 0) for lp in loops) > 0
+    assert sum(lp.stats.offloaded for lp in loops) > 0
