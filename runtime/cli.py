@@ -19,7 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from tensorwasm.support import logs
+from tensorwasm.support import config, logs
 from tensorwasm.support.errors import TensorWasmError
 
 if TYPE_CHECKING:
@@ -481,12 +481,12 @@ def parse_run(argv: list[str]) -> SimpleNamespace | None:
 # 580: cuDevicePrimaryCtxRetain 51-59 ms against 100-119 ms with the default 8), which a run
 # whose loops need the GPU early waits for. A run's copies and launches go in order on one
 # stream anyway; streams of a guest's own (wasi-cuda) then share the queue.
-DEVICE_CONNECTIONS = ("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+DEVICE_CONNECTIONS = 1
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    os.environ.setdefault(*DEVICE_CONNECTIONS)  # (before any thread starts the driver)
+    config.default_device_connections(DEVICE_CONNECTIONS)  # (before any thread starts the driver)
     args = parse_run(argv)
     if args is None:
         args = _parse(argv)

@@ -36,7 +36,9 @@ value. An unset variable and an empty one mean the same: the default.
 
 CUDA's own variables that decide which GPUs a process sees and which driver library it
 loads (``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``, ``LD_LIBRARY_PATH``) are read here
-too, as they are (CUDA parses them): :func:`cuda_selection`, :func:`library_path`.
+too, as they are (CUDA parses them): :func:`cuda_selection`, :func:`library_path`. The
+command line sets one where the environment does not: ``CUDA_DEVICE_MAX_CONNECTIONS``
+(:func:`default_device_connections`).
 
 Importing this module costs nothing a start of ``tensorwasm run`` does not already pay.
 """
@@ -65,6 +67,7 @@ PTX_BACKENDS = ("llvm", "nvvm", "auto")
 #: CUDA's variables that select and order the devices a process sees.
 CUDA_SELECTION = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 LIBRARY_PATH = "LD_LIBRARY_PATH"
+DEVICE_CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -206,3 +209,9 @@ def cuda_selection() -> tuple[str | None, ...]:
 def library_path() -> str | None:
     """``LD_LIBRARY_PATH`` as it is (None: unset), where the CUDA driver library may be found."""
     return os.environ.get(LIBRARY_PATH)
+
+
+def default_device_connections(count: int) -> None:
+    """``CUDA_DEVICE_MAX_CONNECTIONS`` (the hardware work queues of each CUDA context the
+    driver makes from then on) set to ``count``, unless the environment sets it."""
+    os.environ.setdefault(DEVICE_CONNECTIONS, str(count))

@@ -304,7 +304,9 @@ def test_the_command_asks_for_one_hardware_queue_unless_the_environment_chose(
 ) -> None:
     """CUDA makes a context with one hardware work queue in about half the time of its
     default eight (cli.DEVICE_CONNECTIONS); a count the user set is left as it is."""
-    name = cli.DEVICE_CONNECTIONS[0]
+    from tensorwasm.support import config
+
+    name = config.DEVICE_CONNECTIONS
     monkeypatch.setenv(name, chosen or "")  # (undone after the test, whatever main sets)
     if chosen is None:
         monkeypatch.delenv(name)
