@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from tensorwasm.compiler.analysis.induction import LoopValues
     from tensorwasm.compiler.analysis.plan import Access, TripCount
     from tensorwasm.compiler.analysis.privatise import Temporary
+    from tensorwasm.compiler.analysis.trips import Test
     from tensorwasm.dialect.ir import Block, LoopInfo
 
 isl = LazyModule("islpy", globals(), "isl")  # loaded by the first nest modelled
@@ -262,6 +263,99 @@ def _candidate_last(values: LoopValues) -> int:
     except Reject:
         known = None
     return _COUNTER_MAX if known is None or known < 1 else min(known - 1, _COUNTER_MAX)
+
+
+def same_clauses(values: LoopValues, loop: LoopInfo, clauses: list[list[list[Test]]], own: Test) -> bool:
+    """Whether the nearest clauses (each true where one of its alternatives holds, each
+    alternative a conjunction of tests) hold exactly where ``own`` does, wherever the
+    clauses further up hold: the loop is entered only where all hold, so its count read at
+    its top is the rotated loop's wherever it runs, and zero where the nearest ones skip it
+    (further up, it is skipped with all the code around it). Proven for every value of the
+    live-ins as the code before the candidate computes them (:func:`.merges._opened`), the
+    counters of the loops around ``loop`` up to the largest the guards let run, and where
+    the candidate's own count is one the guards let run (:func:`_launched`), as Wasm
+    computes them (:class:`_Wrapped`); False where something is not modelled."""
+    from tensorwasm.compiler.analysis.merges import _opened
+
+    wide = values.unbounded
+
+    def opened(test: Test) -> Test:
+        pred, x, y, bits = test
+        return pred, _opened(wide, x), _opened(wide, y), bits
+
+    model = _Wrapped()
+    try:
+        parts = []  # (condition text, its existentials): texts first, so every name is made
+        for alternatives in clauses:
+            for tests in alternatives:
+                model.wraps = []
+                parts.append((model.holds([opened(t) for t in tests]), model.wraps))
+        model.wraps = []
+        parts.append((model.holds([opened(own)]), model.wraps))
+        model.wraps = []
+        launched = _launched(values, model, _opened)
+        parts.append((launched, model.wraps))
+    except _NotAffine:
+        return False
+    last = {}
+    outer = loop.parent
+    while outer is not None and outer in values.nested:
+        counter = values.counter(outer)
+        last[counter] = _candidate_last(values) if outer is values.info else _COUNTER_MAX
+        outer = outer.parent
+    bounds = " and ".join(
+        f"0 <= {model.names[model.key((c,))]} <= {n}" for c, n in last.items() if model.key((c,)) in model.names
+    ) or "true"  # fmt: skip
+    _context().reset_operations()
+    try:
+        sets = []
+        for condition, wraps in parts:
+            model.wraps = wraps
+            sets.append(model.set(condition, bounds))
+        *tested, kept, context = sets
+        held, n = [], 0  # each clause's set: the union of its alternatives'
+        for alternatives in clauses:
+            either = tested[n]
+            for more in tested[n + 1 : n + len(alternatives)]:
+                either = either.union(more)
+            n += len(alternatives)
+            held.append(either)
+        for n in range(1, len(held) + 1):
+            near, far = context, context
+            for either in held[:n]:
+                near = near.intersect(either)
+            for either in held[n:]:
+                far = far.intersect(either)
+            if near.intersect(far).is_equal(kept.intersect(far)):
+                return True
+        return False
+    except isl.Error:
+        return False
+
+
+def _launched(values: LoopValues, model, opened) -> str:
+    """The candidate's count as one the guards let run, in ``model``'s text: for a "!="
+    test, the distance its counter goes a multiple of its step, at most
+    :data:`_COUNTER_MAX` steps past its first iteration; "true" for other tests, or
+    where its count is not known."""
+    from tensorwasm.compiler.analysis.trips import trip_count
+
+    try:
+        trip = trip_count(values, values.info)
+    except Reject:
+        return "true"
+    if trip.pred != "ne":
+        return "true"
+    wide = values.unbounded
+    step = abs(trip.step)
+    distance = opened(wide, trip.bound) - opened(wide, trip.start)
+    if trip.step < 0:
+        distance = distance.scale(-1)
+    n = len(model.wraps)
+    wrap, steps = f"q{n}", f"q{n + 1}"
+    model.wraps += [wrap, steps]
+    most = _COUNTER_MAX + 1 if trip.top else _COUNTER_MAX
+    return f"({model.text(distance)}) - {1 << trip.bits}*{wrap} = {step}*{steps} and 0 <= {steps} <= {most}"
 
 
 def constant_count(trip: TripCount) -> int | None:

@@ -319,10 +319,12 @@ def entered_as_tested(values: LoopValues, loop: LoopInfo, own: Test) -> bool:
     reads as the ways to it from its immediate dominator, each the conjunction of the
     branches it takes (a loop on the way run whole), the ways as alternatives
     (:func:`entry_clauses`); the nearest clauses are proven equivalent to ``own`` where
-    those further up hold, with isl (:func:`_same_clauses`), on the values as the code
+    those further up hold, with isl (:func:`.isl.same_clauses`), on the values as the code
     before the candidate computes them, wrapping included."""
+    from tensorwasm.compiler.analysis.isl import same_clauses
+
     clauses = entry_clauses(values, loop)
-    return bool(clauses) and _same_clauses(values, loop, clauses, own)
+    return bool(clauses) and same_clauses(values, loop, clauses, own)
 
 
 def entry_clauses(values: LoopValues, loop: LoopInfo) -> list[list[list[Test]]]:
@@ -418,107 +420,6 @@ def _edges(values: LoopValues, block: Block) -> list[tuple[Block, Test | None]] 
     pred, bits = cmp.attrs["pred"], cmp.operands[0].type.bits
     held, failed = (NEGATE[pred], pred) if negated else (pred, NEGATE[pred])
     return [(term.successors[0].block, (held, x, y, bits)), (term.successors[1].block, (failed, x, y, bits))]
-
-
-def _same_clauses(values: LoopValues, loop: LoopInfo, clauses: list[list[list[Test]]], own: Test) -> bool:
-    """Whether the nearest clauses (each true where one of its alternatives holds, each
-    alternative a conjunction of tests) hold exactly where ``own`` does, wherever the
-    clauses further up hold: the loop is entered only where all hold, so its count read at
-    its top is the rotated loop's wherever it runs, and zero where the nearest ones skip it
-    (further up, it is skipped with all the code around it). Proven for every value of the
-    live-ins as the code before the candidate computes them (:func:`.merges._opened`), the
-    counters of the loops around ``loop`` up to the largest the guards let run, and where
-    the candidate's own count is one the guards let run (:func:`_launched`), as Wasm
-    computes them (:class:`.isl._Wrapped`); False where something is not modelled."""
-    from tensorwasm.compiler.analysis.isl import (
-        _COUNTER_MAX,
-        _candidate_last,
-        _context,
-        _NotAffine,
-        _Wrapped,
-        isl,
-    )
-    from tensorwasm.compiler.analysis.merges import _opened
-
-    wide = values.unbounded
-
-    def opened(test: Test) -> Test:
-        pred, x, y, bits = test
-        return pred, _opened(wide, x), _opened(wide, y), bits
-
-    model = _Wrapped()
-    try:
-        parts = []  # (condition text, its existentials): texts first, so every name is made
-        for alternatives in clauses:
-            for tests in alternatives:
-                model.wraps = []
-                parts.append((model.holds([opened(t) for t in tests]), model.wraps))
-        model.wraps = []
-        parts.append((model.holds([opened(own)]), model.wraps))
-        model.wraps = []
-        launched = _launched(values, model, _opened)
-        parts.append((launched, model.wraps))
-    except _NotAffine:
-        return False
-    last = {}
-    outer = loop.parent
-    while outer is not None and outer in values.nested:
-        counter = values.counter(outer)
-        last[counter] = _candidate_last(values) if outer is values.info else _COUNTER_MAX
-        outer = outer.parent
-    bounds = " and ".join(
-        f"0 <= {model.names[model.key((c,))]} <= {n}" for c, n in last.items() if model.key((c,)) in model.names
-    ) or "true"  # fmt: skip
-    _context().reset_operations()
-    try:
-        sets = []
-        for condition, wraps in parts:
-            model.wraps = wraps
-            sets.append(model.set(condition, bounds))
-        *tested, kept, context = sets
-        held, n = [], 0  # each clause's set: the union of its alternatives'
-        for alternatives in clauses:
-            either = tested[n]
-            for more in tested[n + 1 : n + len(alternatives)]:
-                either = either.union(more)
-            n += len(alternatives)
-            held.append(either)
-        for n in range(1, len(held) + 1):
-            near, far = context, context
-            for either in held[:n]:
-                near = near.intersect(either)
-            for either in held[n:]:
-                far = far.intersect(either)
-            if near.intersect(far).is_equal(kept.intersect(far)):
-                return True
-        return False
-    except isl.Error:
-        return False
-
-
-def _launched(values: LoopValues, model, opened) -> str:
-    """The candidate's count as one the guards let run, in ``model``'s text: for a "!="
-    test, the distance its counter goes a multiple of its step, at most
-    :data:`.isl._COUNTER_MAX` steps past its first iteration; "true" for other tests, or
-    where its count is not known."""
-    from tensorwasm.compiler.analysis.isl import _COUNTER_MAX
-
-    try:
-        trip = trip_count(values, values.info)
-    except Reject:
-        return "true"
-    if trip.pred != "ne":
-        return "true"
-    wide = values.unbounded
-    step = abs(trip.step)
-    distance = opened(wide, trip.bound) - opened(wide, trip.start)
-    if trip.step < 0:
-        distance = distance.scale(-1)
-    n = len(model.wraps)
-    wrap, steps = f"q{n}", f"q{n + 1}"
-    model.wraps += [wrap, steps]
-    most = _COUNTER_MAX + 1 if trip.top else _COUNTER_MAX
-    return f"({model.text(distance)}) - {1 << trip.bits}*{wrap} = {step}*{steps} and 0 <= {steps} <= {most}"
 
 
 def _aside(values: LoopValues, operands: list[Value]) -> list[Poly | None]:
