@@ -189,11 +189,11 @@ def _ensure_init() -> None:
 
 
 def _try_init() -> str:
-    from cuda.pathfinder import DynamicLibNotFoundError
-
     try:
         (err,) = cu.cuInit(0)
-    except (DynamicLibNotFoundError, OSError) as exc:
+    except Exception as exc:
+        if not _library_missing(exc):
+            raise
         return f"no usable GPU: the NVIDIA driver library (libcuda) is not installed ({exc})"
     reasons = _no_gpu_reasons()
     if int(err) in reasons:
@@ -203,6 +203,28 @@ def _try_init() -> str:
         return "no usable GPU: the driver reports zero devices"
     logger.debug("CUDA driver initialised")
     return ""
+
+
+def _library_missing(exc: Exception) -> bool:
+    """Whether ``exc`` says the driver's library could not be loaded. (cuda.pathfinder,
+    whose error that is, takes 50 to 120 ms to import on an H100's host: only a failure
+    pays for it, not every start.)"""
+    if isinstance(exc, OSError):
+        return True
+    from cuda.pathfinder import DynamicLibNotFoundError
+
+    return isinstance(exc, DynamicLibNotFoundError)
+
+
+def load_bindings() -> None:
+    """Import the CUDA bindings and have them find the driver's entry points (their first
+    call does; ``cuDriverGetVersion`` needs no ``cuInit``), so that a thread may do it while
+    the driver starts on another (:mod:`runtime.gpu_start`). A driver library that cannot be
+    loaded is left for the first call that needs it to report."""
+    try:
+        cu.cuDriverGetVersion()
+    except Exception:
+        pass
 
 
 def driver_available() -> bool:

@@ -85,11 +85,16 @@ class DriverOpen:
 
 def make_context() -> None:
     """The process's CUDA context, made (a failure is left to the launch that needs it): the
-    driver started through its C library while the bindings are imported."""
+    driver started through its C library while the bindings are imported and ptxas is
+    asked its release, so that the first launch finds all three done."""
     opening = DriverOpen()
     try:
-        from tensorwasm.runtime.driver import Context
+        from tensorwasm.runtime.driver import Context, load_bindings
 
+        load_bindings()  # (~40 ms of import and symbol lookup, while the driver starts)
+        from tensorwasm.runtime import assembler
+
+        assembler.ptxas()  # (its release names cached cubins: ~3 ms of `ptxas --version`)
         opening.thread.join()
         Context.get()
     except Exception:

@@ -132,6 +132,25 @@ def test_no_gpu_is_typed_and_names_the_cause(
 
 
 @pytest.mark.usefixtures("fresh_driver")
+def test_a_driver_that_starts_does_not_import_the_library_finder(monkeypatch: pytest.MonkeyPatch) -> None:
+    # cuda.pathfinder's import (50 to 120 ms on an H100's host) is for a missing library only:
+    # a start that succeeds must not wait for it on the way to the first launch.
+    monkeypatch.setitem(sys.modules, "cuda.pathfinder", None)  # (importing it now raises)
+    monkeypatch.setattr(cu, "cuInit", lambda flags: (R.CUDA_SUCCESS,))
+    monkeypatch.setattr(cu, "cuDeviceGetCount", lambda: (R.CUDA_SUCCESS, 1))
+    assert driver_available()
+
+
+@pytest.mark.usefixtures("fresh_driver")
+def test_load_bindings_leaves_a_missing_library_to_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cu, "cuDriverGetVersion", lambda: _raise_missing_lib(0))
+    driver.load_bindings()  # (the thread that calls it must not die of it)
+    monkeypatch.setattr(cu, "cuInit", _raise_missing_lib)
+    with pytest.raises(NoGPU, match="driver library"):
+        Context.get()
+
+
+@pytest.mark.usefixtures("fresh_driver")
 def test_other_init_failures_are_cuda_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cu, "cuInit", lambda flags: (R.CUDA_ERROR_UNKNOWN,))
     with pytest.raises(CudaError, match="cuInit failed: CUDA_ERROR_UNKNOWN"):

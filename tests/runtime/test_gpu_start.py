@@ -361,6 +361,42 @@ def test_the_context_is_made_after_the_driver_is_opened_and_the_reference_given_
     assert fake.calls[-1] == ("cuDevicePrimaryCtxRelease_v2", 3)
 
 
+def test_the_bindings_and_ptxas_are_readied_while_the_driver_starts(monkeypatch) -> None:
+    # The driver's start (~0.17 s) blocks until the bindings are loaded and ptxas has said its
+    # release: make_context must do both before it waits for that start, not after it.
+    import threading
+
+    from tensorwasm.runtime import assembler, gpu_start
+    from tensorwasm.runtime import driver as bindings
+
+    readied = threading.Event()
+    events: list[str] = []
+
+    class SlowDriver(FakeDriver):
+        def cuInit(self, flags: int) -> int:
+            readied.wait(10)
+            return super().cuInit(flags)
+
+    fake = SlowDriver()
+
+    class Opening(DriverOpen):
+        def __init__(self) -> None:
+            super().__init__("libcuda.so.1", load=lambda name: fake)
+
+    def ptxas():
+        events.append(f"ptxas {len(fake.calls)}")
+        readied.set()
+
+    monkeypatch.setattr(gpu_start, "DriverOpen", Opening)
+    monkeypatch.setattr(bindings, "load_bindings", lambda: events.append(f"bindings {len(fake.calls)}"))
+    monkeypatch.setattr(assembler, "ptxas", ptxas)
+    monkeypatch.setattr(
+        bindings.Context, "get", classmethod(lambda cls, ordinal=0: events.append(f"get {len(fake.calls)}"))
+    )
+    gpu_start.make_context()
+    assert events == ["bindings 0", "ptxas 0", "get 3"]
+
+
 _OPENED_FIRST = r"""
 import ctypes
 from tensorwasm.runtime import gpu_start
