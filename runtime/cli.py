@@ -228,7 +228,7 @@ def _start_cuda() -> None:
     its own request then finds it made, or fails there with the reason."""
     from tensorwasm.runtime.gpu_start import make_context
 
-    make_context()
+    make_context(launch_expected=True)
 
 
 # The thread making the CUDA context that the last run began at its start (see entry).

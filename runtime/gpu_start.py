@@ -83,18 +83,23 @@ class DriverOpen:
             release(self._device)
 
 
-def make_context() -> None:
+def make_context(launch_expected: bool = False) -> None:
     """The process's CUDA context, made (a failure is left to the launch that needs it): the
-    driver started through its C library while the bindings are imported and ptxas is
-    asked its release, so that the first launch finds all three done."""
+    driver started through its C library, then the bindings' context. Where a launch is
+    expected (the command line's start of a module that launched last time), the bindings
+    are loaded and ptxas is asked its release while the driver starts, so that the launch,
+    which may be waiting already, finds all three done. Otherwise (a start begun mid-run,
+    by arrivals whose launch may never come) that work waits for the driver's start: it
+    holds Python's lock, which the program's arrivals need meanwhile."""
     opening = DriverOpen()
     try:
         from tensorwasm.runtime.driver import Context, load_bindings
 
-        load_bindings()  # (~40 ms of import and symbol lookup, while the driver starts)
-        from tensorwasm.runtime import assembler
+        if launch_expected:
+            load_bindings()  # (~40 ms of import and symbol lookup)
+            from tensorwasm.runtime import assembler
 
-        assembler.ptxas()  # (its release names cached cubins: ~3 ms of `ptxas --version`)
+            assembler.ptxas()  # (its release names cached cubins: ~5 ms of `ptxas --version`)
         opening.thread.join()
         Context.get()
     except Exception:

@@ -393,8 +393,31 @@ def test_the_bindings_and_ptxas_are_readied_while_the_driver_starts(monkeypatch)
     monkeypatch.setattr(
         bindings.Context, "get", classmethod(lambda cls, ordinal=0: events.append(f"get {len(fake.calls)}"))
     )
-    gpu_start.make_context()
+    gpu_start.make_context(launch_expected=True)
     assert events == ["bindings 0", "ptxas 0", "get 3"]
+
+
+def test_a_start_begun_mid_run_leaves_the_bindings_until_the_driver_has_started(monkeypatch) -> None:
+    # Arrivals whose launch may never come began it: loading the bindings now would hold
+    # Python's lock while the program's arrivals need it.
+    from tensorwasm.runtime import assembler, gpu_start
+    from tensorwasm.runtime import driver as bindings
+
+    events: list[str] = []
+    fake = FakeDriver()
+
+    class Opening(DriverOpen):
+        def __init__(self) -> None:
+            super().__init__("libcuda.so.1", load=lambda name: fake)
+
+    monkeypatch.setattr(gpu_start, "DriverOpen", Opening)
+    monkeypatch.setattr(bindings, "load_bindings", lambda: events.append("bindings"))
+    monkeypatch.setattr(assembler, "ptxas", lambda: events.append("ptxas"))
+    monkeypatch.setattr(
+        bindings.Context, "get", classmethod(lambda cls, ordinal=0: events.append(f"get {len(fake.calls)}"))
+    )
+    gpu_start.make_context()
+    assert events == ["get 3"]
 
 
 _OPENED_FIRST = r"""
@@ -470,3 +493,13 @@ def test_an_arrival_left_to_the_cpu_for_the_start_has_its_kernel_made_on_a_worke
         assert loop.kernel_index in kernels.units and default_cache().has(kind, key)
         assert made_on and threading.main_thread().name not in made_on
     offload.close()
+
+
+def test_the_command_lines_start_expects_a_launch(monkeypatch) -> None:
+    # It is begun only for a module that launched the last time it ran here.
+    from tensorwasm.runtime import cli, gpu_start
+
+    calls: list[dict] = []
+    monkeypatch.setattr(gpu_start, "make_context", lambda **kw: calls.append(kw))
+    cli._start_cuda()
+    assert calls == [{"launch_expected": True}]
