@@ -120,15 +120,16 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
         raise GuardFailed("a collapsed inner loop runs no iteration")
     reads, writes = [], []
     ranges: list[tuple[Access, Range]] = []
-    for access, split in zip(plan.accesses, _split_addresses(plan), strict=True):
+    levels = {level.counter: i for i, level in enumerate(plan.collapse)}
+    for access, split, is_quasi in zip(plan.accesses, _split_addresses(plan), _quasi_accesses(plan), strict=True):
         if split is None:
             ranges.append((access, None))  # a gather: checked by the kernel itself
             continue
-        if quasi(access.address, counts.keys()):
+        if is_quasi:
             rng = _quasi_range(access, plan, env, counts)
         else:
             rng = _range(
-                split, plan, env, counts, access.width, access.beyond, proven_alignment(access.width)
+                split, plan, env, counts, access.width, access.beyond, proven_alignment(access.width), levels
             )
         if triangular and not access.beyond:  # the nest's own range, tighter than the box's
             tight = extent(access.address, [(plan.counter, plan.trip), *plan.inner_trips], env, counts)
@@ -150,6 +151,7 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
         # A privatised temporary's accesses meet only in each thread's own copy.
         free |= {(i, j) for copy in plan.private for i in copy.accesses for j in copy.accesses}
         met = plan.__dict__.setdefault("_elements_met", {})  # pair -> element searches that met
+        apart = plan.__dict__.setdefault("_elements_apart", {})  # see _by_elements
         for i, (s, rs) in enumerate(ranges):
             if not s.store:
                 continue
@@ -158,7 +160,9 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
                     continue
                 exact = met.get((i, j), 0) < ELEMENT_SEARCHES
                 conflict = (
-                    _conflict_grid(rs, ra, (trip, *nest), exact) if nest else _conflict(rs, ra, trip, exact)
+                    _conflict_grid(rs, ra, (trip, *nest), exact, apart)
+                    if nest
+                    else _conflict(rs, ra, trip, exact, apart)
                 )
                 if conflict:
                     if conflict is ELEMENTS:
@@ -256,6 +260,17 @@ def _quasi_range(access: Access, plan: LoopPlan, env: dict[Symbol, int], counts:
     return Range(first, last + access.width, low, stride, high + access.width - low, aligned=aligned)
 
 
+def _quasi_accesses(plan: LoopPlan) -> list[bool]:
+    """Per access of ``plan``: whether its address holds a floor of a counter (its range is
+    then :func:`_quasi_range`'s), worked out once per plan."""
+    found = plan.__dict__.get("_quasi_accesses")
+    if found is None:
+        counters = {plan.counter, *(counter for counter, _ in plan.inner_trips)}
+        found = [a.address is not None and quasi(a.address, counters) for a in plan.accesses]
+        plan.__dict__["_quasi_accesses"] = found
+    return found
+
+
 def _split_addresses(plan: LoopPlan) -> list:
     """Per access: its address as (the part without counters, [(counter, coefficient)]),
     split once per plan rather than on every arrival."""
@@ -284,10 +299,12 @@ def _range(
     width: int,
     beyond: frozenset = frozenset(),
     align: int | None = None,
+    levels: dict[Symbol, int] | None = None,
 ) -> Range:
     """The bytes one access touches over the iteration space: each counter from 0 to its
     last iteration, or to its exit value for an inner loop the access comes after; aligned
-    when every address is a multiple of ``align`` (default: the width)."""
+    when every address is a multiple of ``align`` (default: the width). ``levels``: the
+    collapsed nest's counters, by level (made from the plan where not given)."""
     align = align or width
     rest, coeff_polys = split
     base = rest.evaluate(env)
@@ -295,7 +312,8 @@ def _range(
     inner_lo = inner_hi = base
     aligned = base % align == 0
     stride = 0
-    levels = {level.counter: i for i, level in enumerate(plan.collapse)}
+    if levels is None:
+        levels = {level.counter: i for i, level in enumerate(plan.collapse)}
     nest_strides = [0] * len(levels)
     lattice = []
     for counter, poly in coeff_polys:
@@ -332,7 +350,9 @@ ELEMENT_SEARCHES = 4
 ELEMENTS = 2
 
 
-def _conflict_grid(s: Range, a: Range, counts: tuple[int, ...], exact: bool = True) -> bool | int:
+def _conflict_grid(
+    s: Range, a: Range, counts: tuple[int, ...], exact: bool = True, apart: dict | None = None
+) -> bool | int:
     """May the store's footprint in one grid cell meet the access's in another cell?
 
     With equal strides the footprints of cells ``c`` and ``c'`` overlap iff
@@ -347,18 +367,43 @@ def _conflict_grid(s: Range, a: Range, counts: tuple[int, ...], exact: bool = Tr
     strides = (s.stride, *s.nest_strides)
     outer = list(zip(strides, (a.stride, *a.nest_strides), counts, strict=True))
     if strides != (a.stride, *a.nest_strides):
-        return _by_elements(s, a, outer, exact)
+        return _by_elements(s, a, outer, exact, apart)
     dims = sorted(zip(strides, counts, strict=True), key=lambda dim: -abs(dim[0]))
     budget = [SEARCH_BUDGET]
-    return _meets(s.base - a.base, dims, s.width, a.width, False, budget) and _by_elements(s, a, outer, exact)
+    return _meets(s.base - a.base, dims, s.width, a.width, False, budget) and _by_elements(
+        s, a, outer, exact, apart
+    )
 
 
-def _by_elements(s: Range, a: Range, outer: list[tuple[int, int, int]], exact: bool) -> bool | int:
+# Footprints found apart element by element, kept per plan before the table starts again.
+APART_KEPT = 4096
+
+
+def _by_elements(
+    s: Range, a: Range, outer: list[tuple[int, int, int]], exact: bool, apart: dict | None = None
+) -> bool | int:
     """Footprints whose byte ranges meet: :data:`ELEMENTS` where their elements may meet too
-    (:func:`_elements_meet`; without searching where not ``exact``), else False."""
+    (:func:`_elements_meet`; without searching where not ``exact``), else False.
+
+    ``apart`` remembers the searches that found them apart, by everything the answer
+    depends on but the launched loops' counts, with those counts: fewer iterations search a
+    part of the same space, so they are apart too. gramschmidt's column loop arrives 1,200
+    times, each with one iteration fewer and the footprints' shape unchanged: one search."""
     if not exact:
         return True
-    return ELEMENTS if _elements_meet(s, a, outer) else False
+    key = None
+    if apart is not None:
+        key = (s.origin - a.origin, s.element, a.element, s.lattice, a.lattice, tuple(o[:2] for o in outer))
+        counts = apart.get(key)
+        if counts is not None and all(n <= m for (_, _, n), m in zip(outer, counts, strict=True)):
+            return False
+    if _elements_meet(s, a, outer):
+        return ELEMENTS
+    if key is not None:
+        if len(apart) >= APART_KEPT:
+            apart.clear()
+        apart[key] = tuple(n for _, _, n in outer)
+    return False
 
 
 def _elements_meet(s: Range, a: Range, outer: list[tuple[int, int, int]]) -> bool:
@@ -464,16 +509,16 @@ def _meets_in_row(s: Range, a: Range) -> bool:
     return s.lo < a.hi and a.lo < s.hi
 
 
-def _conflict(s: Range, a: Range, trip: int, exact: bool = True) -> bool | int:
+def _conflict(s: Range, a: Range, trip: int, exact: bool = True, apart: dict | None = None) -> bool | int:
     """May the store's footprint in one iteration meet the access's in another? (As
     :func:`_conflict_grid` answers.)"""
+    if s.lo >= a.hi or a.lo >= s.hi:
+        return False  # never near each other (another array, most often)
     if s.stride == a.stride and not _solvable(
         s.base - a.base, s.stride, trip, s.width, a.width, zero_ok=False
     ):
         return False
-    if s.stride != a.stride and not (s.lo < a.hi and a.lo < s.hi):
-        return False
-    return _by_elements(s, a, [(s.stride, a.stride, trip)], exact)
+    return _by_elements(s, a, [(s.stride, a.stride, trip)], exact, apart)
 
 
 def inputs(plan: LoopPlan) -> frozenset[Symbol]:

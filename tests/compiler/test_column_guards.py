@@ -203,8 +203,34 @@ def test_a_pair_whose_elements_met_is_not_searched_again_and_again(monkeypatch):
             check(plan, env, 1 << 20, strict_alignment=False)
         per_arrival.append(len(searched) - before)
     first, later = per_arrival[: guards.ELEMENT_SEARCHES], per_arrival[guards.ELEMENT_SEARCHES :]
-    # The pair that meets is searched ELEMENT_SEARCHES times, then no more (the pairs
-    # before it, whose elements are apart, still are).
-    assert len(set(first)) == 1 and len(set(later)) == 1 and later[0] == first[0] - 1
+    # The pair that meets is searched ELEMENT_SEARCHES times, then no more; the pairs before
+    # it, whose elements are apart, only at the first arrival (their search is remembered).
+    assert first[0] > 1 and first[1:] == [1] * (guards.ELEMENT_SEARCHES - 1) and set(later) == {0}
     env[param[5]] = a + 4 * M * N * 8 + 8 * k  # far past a: never near
     assert check(plan, env, 1 << 20, strict_alignment=False).trip == N - 1 - k
+
+
+def test_footprints_found_apart_are_remembered_for_as_many_iterations_or_fewer(monkeypatch):
+    """The element search's answer, remembered for the counts it searched (``apart``), is
+    the search's own for every later count: fewer iterations are apart as well, more are
+    searched again. Random footprints, counts in random order, against searching afresh."""
+    rng = random.Random(23)
+    searches = []
+    real = guards._elements_meet
+    monkeypatch.setattr(guards, "_elements_meet", lambda *args: searches.append(1) or real(*args))
+    remembered = 0
+    for _ in range(300):
+        dims = rng.choice([1, 2])
+        most = [rng.randrange(2, 6) for _ in range(dims)]
+        s, a = _footprint(rng, most), _footprint(rng, most)
+        apart: dict = {}
+        for _ in range(6):
+            counts = [rng.randrange(1, n + 1) for n in most]
+            outer = [(s.stride, a.stride, counts[0])]
+            outer += list(zip(s.nest_strides, a.nest_strides, counts[1:], strict=True))
+            before = len(searches)
+            said = guards._by_elements(s, a, outer, True, apart)
+            remembered += len(searches) == before
+            assert bool(said) == real(s, a, outer), (s, a, outer)
+    assert remembered > 200  # the table does spare searches
+
