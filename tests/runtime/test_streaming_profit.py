@@ -67,3 +67,21 @@ def test_the_simd_saxpy_launches_every_pass_over_arrays_larger_than_the_caches(
     assert (status, capfd.readouterr().out) == expected
     (vector,) = [lp for lp in offload.loops if lp.stats.func == "kernel_saxpy" and lp.stats.arrivals]
     assert vector.stats.offloaded == 2 and not vector.stats.declined, vector.stats.declined
+
+
+def test_one_launch_that_stalled_does_not_send_a_loop_back_to_the_cpu() -> None:
+    # PolyBench's symm: launches of ~0.26 ms against a CPU estimate of ~0.78 ms, then one of
+    # 6.5 ms (a stall); the smoothed correction jumped from 4 to 52 and the loop stayed on
+    # wasmtime for most of the program's remaining arrivals.
+    estimate = profit.Estimate()
+    ops, cells = 6_500_000, 1200
+    _, _, model, cpu = estimate.decide("gpu", ops, 21_000, True, cells)
+    measured = [0.3 * cpu] * 6 + [8 * cpu]
+    for seconds in measured:
+        estimate.record(seconds, model, cpu)
+    go, why, _, _ = estimate.decide("gpu", ops, 21_000, True, cells)
+    assert go, why
+    # Launches that stay slow are believed: the second in a row moves the median.
+    estimate.record(8 * cpu, model, cpu)
+    go, why, _, _ = estimate.decide("gpu", ops, 21_000, True, cells)
+    assert not go and "slower" in why
