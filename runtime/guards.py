@@ -121,15 +121,15 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
     reads, writes = [], []
     ranges: list[tuple[Access, Range]] = []
     levels = {level.counter: i for i, level in enumerate(plan.collapse)}
-    for access, split, is_quasi in zip(plan.accesses, _split_addresses(plan), _quasi_accesses(plan), strict=True):
+    for access, split in zip(plan.accesses, _split_addresses(plan), strict=True):
         if split is None:
             ranges.append((access, None))  # a gather: checked by the kernel itself
             continue
-        if is_quasi:
+        if split is QUASI:
             rng = _quasi_range(access, plan, env, counts)
         else:
             rng = _range(
-                split, plan, env, counts, access.width, access.beyond, proven_alignment(access.width), levels
+                split, plan, env, counts, levels, access.width, access.beyond, proven_alignment(access.width)
             )
         if triangular and not access.beyond:  # the nest's own range, tighter than the box's
             tight = extent(access.address, [(plan.counter, plan.trip), *plan.inner_trips], env, counts)
@@ -260,20 +260,15 @@ def _quasi_range(access: Access, plan: LoopPlan, env: dict[Symbol, int], counts:
     return Range(first, last + access.width, low, stride, high + access.width - low, aligned=aligned)
 
 
-def _quasi_accesses(plan: LoopPlan) -> list[bool]:
-    """Per access of ``plan``: whether its address holds a floor of a counter (its range is
-    then :func:`_quasi_range`'s), worked out once per plan."""
-    found = plan.__dict__.get("_quasi_accesses")
-    if found is None:
-        counters = {plan.counter, *(counter for counter, _ in plan.inner_trips)}
-        found = [a.address is not None and quasi(a.address, counters) for a in plan.accesses]
-        plan.__dict__["_quasi_accesses"] = found
-    return found
+# What _split_addresses gives an address that holds a floor of a counter: its range is
+# _quasi_range's, made without a split.
+QUASI = "quasi"
 
 
 def _split_addresses(plan: LoopPlan) -> list:
     """Per access: its address as (the part without counters, [(counter, coefficient)]),
-    split once per plan rather than on every arrival."""
+    split once per plan rather than on every arrival; None for a gather, :data:`QUASI` for
+    an address that holds a floor of a counter."""
     cached = plan.__dict__.get("_guard_splits")
     if cached is None:
         counters = [plan.counter, *(c for c, _ in plan.inner_trips)]
@@ -281,6 +276,9 @@ def _split_addresses(plan: LoopPlan) -> list:
         for access in plan.accesses:
             if access.address is None:
                 cached.append(None)
+                continue
+            if quasi(access.address, set(counters)):
+                cached.append(QUASI)
                 continue
             rest, coeffs = access.address, []
             for counter in counters:
@@ -296,15 +294,15 @@ def _range(
     plan: LoopPlan,
     env,
     counts: dict[Symbol, int],
+    levels: dict[Symbol, int],
     width: int,
     beyond: frozenset = frozenset(),
     align: int | None = None,
-    levels: dict[Symbol, int] | None = None,
 ) -> Range:
     """The bytes one access touches over the iteration space: each counter from 0 to its
     last iteration, or to its exit value for an inner loop the access comes after; aligned
     when every address is a multiple of ``align`` (default: the width). ``levels``: the
-    collapsed nest's counters, by level (made from the plan where not given)."""
+    collapsed nest's counters, by level."""
     align = align or width
     rest, coeff_polys = split
     base = rest.evaluate(env)
@@ -312,8 +310,6 @@ def _range(
     inner_lo = inner_hi = base
     aligned = base % align == 0
     stride = 0
-    if levels is None:
-        levels = {level.counter: i for i, level in enumerate(plan.collapse)}
     nest_strides = [0] * len(levels)
     lattice = []
     for counter, poly in coeff_polys:
