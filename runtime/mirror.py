@@ -32,7 +32,7 @@ import functools
 from tensorwasm.compiler.lower import abi
 from tensorwasm.runtime.driver import Context, CudaError, DeviceBuffer, PinnedBuffer
 from tensorwasm.runtime.limits import DeviceAllocator
-from tensorwasm.runtime.spans import Span, subtract, union
+from tensorwasm.runtime.spans import Span, SpanSet, union
 from tensorwasm.support import logs
 
 log = logs.get_logger(__name__)
@@ -67,8 +67,8 @@ class DeviceMirror:
         self.pinned: tuple[int, int] | None = None  # (host base, bytes) registered
         self.pieces: list[int] = []  # where each registration of it begins, from the base
         self.pin_failed = False
-        self.valid: list[tuple[int, int]] = []  # sorted, disjoint byte ranges
-        self.dirty: list[tuple[int, int]] = []
+        self.valid = SpanSet()
+        self.dirty = SpanSet()
         # Span tuples known to be inside ``valid`` (or ``dirty`` and ``valid``): both only grow
         # until they are dropped, so a launch repeated inside a region skips the span arithmetic.
         self._inside_valid: set[tuple[Span, ...]] = set()
@@ -239,7 +239,7 @@ class DeviceMirror:
         or none, after a launch repeated inside the region)."""
         if spans in self._inside_valid:
             return ()
-        lacking = subtract([(s.lo, s.hi) for s in spans], self.valid)
+        lacking = self.valid.outside((s.lo, s.hi) for s in spans)
         if lacking == [(s.lo, s.hi) for s in spans]:
             return spans
         return tuple(Span(lo, hi) for lo, hi in lacking)
@@ -248,7 +248,7 @@ class DeviceMirror:
         """Inside a region: ``copied``, the parts of ``spans`` the device lacked, were queued
         in; the device holds all of ``spans`` from then on."""
         if copied:
-            self.valid = union(self.valid, [(s.lo, s.hi) for s in copied])
+            self.valid.add((s.lo, s.hi) for s in copied)
         self._inside_valid.add(spans)
 
     def missing_bytes(self, spans) -> int:
@@ -261,14 +261,14 @@ class DeviceMirror:
         if spans in self._inside_dirty:
             return
         written = [(s.lo, s.hi) for s in spans]
-        self.dirty = union(self.dirty, written)
-        self.valid = union(self.valid, written)
+        self.dirty.add(written)
+        self.valid.add(written)
         self._inside_dirty.add(spans)
 
     def flush(self, base: int) -> int:
         """Copy the dirty spans back to linear memory at ``base`` and forget what the
         device holds; returns the bytes moved."""
-        dirty = self.dirty
+        dirty = self.dirty.ranges()
         self.forget()
         self.context.bind()
         moved = self.copy_out(base, [Span(lo, hi) for lo, hi in dirty])
@@ -281,10 +281,9 @@ class DeviceMirror:
         and forget that the device holds ``written`` (wasmtime makes it newer). The rest stays
         resident, dirty where it was; returns the bytes moved."""
         touched = union([(s.lo, s.hi) for s in touched], [])
-        kept = subtract(self.dirty, touched)
-        back = subtract(self.dirty, kept)  # the dirty bytes the loop may read or overwrite
-        self.dirty = kept
-        self.valid = subtract(self.valid, union([(s.lo, s.hi) for s in written], []))
+        back = self.dirty.inside(touched)  # the dirty bytes the loop may read or overwrite
+        self.dirty.remove(touched)
+        self.valid.remove((s.lo, s.hi) for s in written)
         self._inside_valid.clear()
         self._inside_dirty.clear()
         if not back:
@@ -296,7 +295,7 @@ class DeviceMirror:
 
     def forget(self) -> None:
         """Drop what the device holds (it is lost: a reset context), or stop tracking it."""
-        self.dirty, self.valid = [], []
+        self.dirty, self.valid = SpanSet(), SpanSet()
         self._inside_valid.clear()
         self._inside_dirty.clear()
 

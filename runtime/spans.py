@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+
 
 class Span:
     """The byte range ``[lo, hi)`` of linear memory (immutable, compared and hashed by value;
@@ -42,18 +44,88 @@ def union(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int,
     return [(lo, hi) for lo, hi in merged]
 
 
-def subtract(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The parts of ``a`` outside the sorted, disjoint ranges ``b``."""
-    out = []
-    for lo, hi in union(a, []):
-        for blo, bhi in b:
-            if bhi <= lo or blo >= hi:
+class SpanSet:
+    """Sorted, disjoint byte ranges (touching ones merged) that grow and shrink a few ranges
+    at a time: what a device holds inside a device-resident region. Kept as two lists, the
+    starts and the ends, so that adding, removing or looking up a range costs a binary
+    search and a splice of the lists, not a sort of the whole set (symm's region gathers a
+    thousand separate ranges, one more with each launch)."""
+
+    __slots__ = ("his", "los")
+
+    def __init__(self, ranges=()) -> None:
+        self.los: list[int] = []
+        self.his: list[int] = []
+        self.add(ranges)
+
+    def __bool__(self) -> bool:
+        return bool(self.los)
+
+    def __len__(self) -> int:
+        return len(self.los)
+
+    def ranges(self) -> list[tuple[int, int]]:
+        return list(zip(self.los, self.his, strict=True))
+
+    def __repr__(self) -> str:
+        return f"SpanSet({self.ranges()})"
+
+    def add(self, ranges) -> None:
+        """Cover ``ranges`` ((lo, hi) pairs) too."""
+        los, his = self.los, self.his
+        for lo, hi in ranges:
+            if hi <= lo:
                 continue
-            if blo > lo:
-                out.append((lo, blo))
-            lo = max(lo, bhi)
-            if lo >= hi:
-                break
-        if lo < hi:
-            out.append((lo, hi))
-    return out
+            first = bisect_left(his, lo)  # the first range ending at or past lo: it meets or touches
+            last = bisect_right(los, hi, first)  # past the last range starting at or before hi
+            if first < last:
+                lo = min(lo, los[first])
+                hi = max(hi, his[last - 1])
+            los[first:last] = [lo]
+            his[first:last] = [hi]
+
+    def remove(self, ranges) -> None:
+        """Cover nothing of ``ranges`` any more."""
+        los, his = self.los, self.his
+        for lo, hi in ranges:
+            if hi <= lo:
+                continue
+            first = bisect_right(his, lo)  # the first range ending past lo
+            last = bisect_left(los, hi, first)  # past the last range starting before hi
+            if first >= last:
+                continue
+            keep_lo = [los[first]] if los[first] < lo else []
+            keep_hi = [lo] if keep_lo else []
+            if his[last - 1] > hi:
+                keep_lo.append(hi)
+                keep_hi.append(his[last - 1])
+            los[first:last] = keep_lo
+            his[first:last] = keep_hi
+
+    def outside(self, ranges) -> list[tuple[int, int]]:
+        """The parts of ``ranges`` this set does not cover, sorted and disjoint."""
+        los, his = self.los, self.his
+        out = []
+        for lo, hi in union(list(ranges), []):
+            at = bisect_right(his, lo)
+            while at < len(los) and los[at] < hi:
+                if los[at] > lo:
+                    out.append((lo, los[at]))
+                lo = max(lo, his[at])
+                if lo >= hi:
+                    break
+                at += 1
+            if lo < hi:
+                out.append((lo, hi))
+        return out
+
+    def inside(self, ranges) -> list[tuple[int, int]]:
+        """The parts of ``ranges`` this set covers, sorted and disjoint."""
+        los, his = self.los, self.his
+        out = []
+        for lo, hi in union(list(ranges), []):
+            at = bisect_right(his, lo)
+            while at < len(los) and los[at] < hi:
+                out.append((max(lo, los[at]), min(hi, his[at])))
+                at += 1
+        return out

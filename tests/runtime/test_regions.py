@@ -6,6 +6,7 @@ stays on the device between launches)."""
 from __future__ import annotations
 
 import ctypes
+import random
 
 import pytest
 import wasmtime
@@ -15,7 +16,8 @@ from tensorwasm.compiler.frontend import load
 from tensorwasm.dialect.types import I32
 from tensorwasm.oracle.offload import OffloadInstance
 from tensorwasm.oracle.simulated import HostAllocator, HostContext, SimulatedDevice
-from tensorwasm.runtime.mirror import DeviceMirror, Span, subtract, union
+from tensorwasm.runtime.mirror import DeviceMirror, Span, union
+from tensorwasm.runtime.spans import SpanSet
 from tensorwasm.runtime.offload import OffloadModule
 from tensorwasm.runtime.reference import ReferenceInstance
 from tests.conftest import wat
@@ -203,7 +205,7 @@ def test_the_mirror_copies_in_only_what_the_device_lacks_and_flushes_what_it_wro
     assert mirror.holds_results and mirror.missing_bytes([Span(2048, 2112)]) == 0
     assert mirror.flush(base) == 64
     assert host.raw[2048:2112] == b"\xff" * 64 and host.raw[2112] == 2112 % 256
-    assert not mirror.holds_results and mirror.valid == []
+    assert not mirror.holds_results and mirror.valid.ranges() == []
     assert mirror.missing((Span(0, 1024),)) == (Span(0, 1024),)
 
 
@@ -222,8 +224,8 @@ def test_a_partial_flush_brings_back_only_what_the_loop_touches_and_forgets_what
     assert host.raw[2100:2112] == b"\xaa" * 12
     assert host.raw[2048:2100] == (bytes(range(256)) * 16)[2048:2100]  # not brought back
     assert host.raw[3000:3100] != b"\xbb" * 100  # still only on the device
-    assert mirror.holds_results and mirror.dirty == [(2048, 2100), (3000, 3100)]
-    assert mirror.valid == [(0, 2150), (2200, 4096)]
+    assert mirror.holds_results and mirror.dirty.ranges() == [(2048, 2100), (3000, 3100)]
+    assert mirror.valid.ranges() == [(0, 2150), (2200, 4096)]
     assert mirror.missing((Span(2048, 2300),)) == (Span(2150, 2200),)
     assert mirror.flush(base) == 52 + 100  # the region's end: the rest comes back
     assert host.raw[2048:2112] == b"\xaa" * 64 and host.raw[3000:3100] == b"\xbb" * 100
@@ -268,9 +270,46 @@ def test_a_loop_wasmtime_runs_inside_a_region_brings_back_only_what_it_touches(d
 
 def test_span_arithmetic() -> None:
     assert union([(0, 4), (8, 10)], [(4, 6), (20, 30)]) == [(0, 6), (8, 10), (20, 30)]
-    assert subtract([(0, 100)], [(10, 20), (30, 40), (90, 120)]) == [(0, 10), (20, 30), (40, 90)]
-    assert subtract([(0, 10), (15, 25)], [(5, 20)]) == [(0, 5), (20, 25)]
-    assert subtract([(5, 8)], [(0, 10)]) == []
+    held = SpanSet([(10, 20), (30, 40), (90, 120)])
+    assert held.outside([(0, 100)]) == [(0, 10), (20, 30), (40, 90)]
+    assert held.inside([(0, 100)]) == [(10, 20), (30, 40), (90, 100)]
+    assert SpanSet([(5, 20)]).outside([(0, 10), (15, 25)]) == [(0, 5), (20, 25)]
+    assert SpanSet([(0, 10)]).outside([(5, 8)]) == []
+    held.add([(20, 30)])  # touching ranges merge
+    assert held.ranges() == [(10, 40), (90, 120)]
+    held.remove([(15, 16), (40, 95)])
+    assert held.ranges() == [(10, 15), (16, 40), (95, 120)]
+
+
+def test_a_span_set_agrees_with_the_bytes_it_stands_for() -> None:
+    """Random adds and removes of ranges, each checked against the set of bytes covered."""
+    rng = random.Random(20261127)
+    for _ in range(200):
+        held, covered = SpanSet(), set()
+        for _ in range(40):
+            ranges = []
+            for _ in range(rng.randint(1, 4)):
+                lo = rng.randrange(0, 200)
+                ranges.append((lo, lo + rng.randrange(0, 30)))
+            query = [(lo, lo + rng.randrange(1, 60)) for lo in (rng.randrange(0, 220) for _ in range(3))]
+            wanted = set().union(*(range(lo, hi) for lo, hi in query))
+            assert _bytes(held.outside(query)) == wanted - covered
+            assert _bytes(held.inside(query)) == wanted & covered
+            if rng.random() < 0.6:
+                held.add(ranges)
+                covered |= set().union(*(range(lo, hi) for lo, hi in ranges))
+            else:
+                held.remove(ranges)
+                covered -= set().union(*(range(lo, hi) for lo, hi in ranges))
+            listed = held.ranges()
+            assert _bytes(listed) == covered
+            # sorted, disjoint, none empty, none touching the next (touching ranges merge)
+            assert all(lo < hi for lo, hi in listed)
+            assert all(a[1] < b[0] for a, b in zip(listed, listed[1:]))
+
+
+def _bytes(ranges) -> set[int]:
+    return set().union(*(range(lo, hi) for lo, hi in ranges))
 
 
 # A time loop around a row loop whose body loads a value before its own parallel inner loop;
