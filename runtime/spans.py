@@ -104,28 +104,29 @@ class SpanSet:
 
     def outside(self, ranges) -> list[tuple[int, int]]:
         """The parts of ``ranges`` this set does not cover, sorted and disjoint."""
-        los, his = self.los, self.his
         out = []
-        for lo, hi in union(list(ranges), []):
-            at = bisect_right(his, lo)
-            while at < len(los) and los[at] < hi:
-                if los[at] > lo:
-                    out.append((lo, los[at]))
-                lo = max(lo, his[at])
-                if lo >= hi:
-                    break
-                at += 1
+        for lo, hi, held in self._meeting(ranges):
+            for held_lo, held_hi in held:
+                if held_lo > lo:
+                    out.append((lo, held_lo))
+                lo = held_hi
             if lo < hi:
                 out.append((lo, hi))
         return out
 
     def inside(self, ranges) -> list[tuple[int, int]]:
         """The parts of ``ranges`` this set covers, sorted and disjoint."""
+        return [
+            (max(lo, held_lo), min(hi, held_hi))
+            for lo, hi, held in self._meeting(ranges)
+            for held_lo, held_hi in held
+        ]
+
+    def _meeting(self, ranges):
+        """Per range of ``ranges`` (merged, in order): its (lo, hi) and the ranges of the set
+        that meet it, in order."""
         los, his = self.los, self.his
-        out = []
         for lo, hi in union(list(ranges), []):
-            at = bisect_right(his, lo)
-            while at < len(los) and los[at] < hi:
-                out.append((max(lo, los[at]), min(hi, his[at])))
-                at += 1
-        return out
+            first = bisect_right(his, lo)  # the first range ending past lo
+            last = bisect_left(los, hi, first)  # past the last range starting before hi
+            yield lo, hi, zip(los[first:last], his[first:last], strict=True)
