@@ -29,21 +29,48 @@ class GuardFailed(Exception):
     """A guard refused the launch; the message says which."""
 
 
-@record
 class Range:
-    lo: int  # first byte
-    hi: int  # one past the last byte
-    base: int  # at counter 0 of the launched loop, with inner counters at their minimum
-    stride: int  # per iteration of the launched loop
-    width: int  # bytes touched per iteration of the launched loop (per grid cell of a nest)
-    nest_strides: tuple[int, ...] = ()  # per iteration of each collapsed inner loop
-    aligned: bool = True  # every address a multiple of the width, on every iteration
-    # The footprint of one iteration element by element: the address at every counter 0,
-    # the access's width, and (stride, count) per inner loop that moves it. No element
-    # width (a quasi-affine address): the footprint is only the bytes from base to width.
-    origin: int = 0
-    element: int = 0
-    lattice: tuple[tuple[int, int], ...] = ()
+    """The bytes one access touches over a launch, and its footprint per iteration (a plain
+    class with slots: a launch's guards make one per access, at every arrival whose
+    live-ins are new)."""
+
+    __slots__ = ("aligned", "base", "element", "hi", "lattice", "lo", "nest_strides", "origin", "stride", "width")
+
+    def __init__(
+        self,
+        lo: int,  # first byte
+        hi: int,  # one past the last byte
+        base: int,  # at counter 0 of the launched loop, with inner counters at their minimum
+        stride: int,  # per iteration of the launched loop
+        width: int,  # bytes touched per iteration of the launched loop (per grid cell of a nest)
+        nest_strides: tuple[int, ...] = (),  # per iteration of each collapsed inner loop
+        aligned: bool = True,  # every address a multiple of the width, on every iteration
+        # The footprint of one iteration element by element: the address at every counter 0,
+        # the access's width, and (stride, count) per inner loop that moves it. No element
+        # width (a quasi-affine address): the footprint is only the bytes from base to width.
+        origin: int = 0,
+        element: int = 0,
+        lattice: tuple[tuple[int, int], ...] = (),
+    ) -> None:
+        self.lo, self.hi, self.base, self.stride, self.width = lo, hi, base, stride, width
+        self.nest_strides, self.aligned = nest_strides, aligned
+        self.origin, self.element, self.lattice = origin, element, lattice
+
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, name) for name in _RANGE_FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not Range:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # (mutable: the guards tighten a triangular nest's)
+
+    def __repr__(self) -> str:
+        return "Range(" + ", ".join(f"{name}={getattr(self, name)!r}" for name in _RANGE_FIELDS) + ")"
+
+
+_RANGE_FIELDS = ("lo", "hi", "base", "stride", "width", "nest_strides", "aligned", "origin", "element", "lattice")
 
 
 @record
@@ -112,9 +139,9 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
         return Launch(0, env, [], [])  # the body never runs: nothing is touched
     inner: dict[Symbol, int] = {}
     counts = {plan.counter: trip}
-    for counter, inner_trip in plan.inner_trips:  # outer loops first
-        inner[counter] = counts[counter] = _most_trips(inner_trip, env, counts)
-    triangular = any((t.start.leaves() | t.bound.leaves()) & counts.keys() for _, t in plan.inner_trips)
+    moves, triangular = _nest_shape(plan)
+    for (counter, inner_trip), (moving, floors) in zip(plan.inner_trips, moves, strict=True):  # outer loops first
+        inner[counter] = counts[counter] = _most_trips(inner_trip, env, counts, moving, floors)
     nest = tuple(inner[level.counter] for level in plan.collapse)
     if 0 in nest:
         raise GuardFailed("a collapsed inner loop runs no iteration")
@@ -145,29 +172,21 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
         ranges.append((access, rng))
         (writes if access.store else reads).append(rng)
     if trip * math.prod(nest) > 1:
-        # Pairs the analysis settled are independent across outer iterations only: a
-        # collapsed nest tests every pair across grid cells.
-        free = set(plan.static_dependence_free) if not nest else set()
-        # A privatised temporary's accesses meet only in each thread's own copy.
-        free |= {(i, j) for copy in plan.private for i in copy.accesses for j in copy.accesses}
         met = plan.__dict__.setdefault("_elements_met", {})  # pair -> element searches that met
         apart = plan.__dict__.setdefault("_elements_apart", {})  # see _by_elements
-        for i, (s, rs) in enumerate(ranges):
-            if not s.store:
+        grid = (trip, *nest)
+        for pair in _pairs(plan):
+            i, j = pair
+            rs, ra = ranges[i][1], ranges[j][1]
+            if ra is None:
                 continue
-            for j, (a, ra) in enumerate(ranges):
-                if (i, j) in free or ra is None:
-                    continue
-                exact = met.get((i, j), 0) < ELEMENT_SEARCHES
-                conflict = (
-                    _conflict_grid(rs, ra, (trip, *nest), exact, apart)
-                    if nest
-                    else _conflict(rs, ra, trip, exact, apart)
-                )
-                if conflict:
-                    if conflict is ELEMENTS:
-                        met[(i, j)] = met.get((i, j), 0) + 1
-                    raise GuardFailed(f"store at {s.where} may overlap {a.kind} at {a.where}")
+            exact = met.get(pair, 0) < ELEMENT_SEARCHES
+            conflict = _conflict_grid(rs, ra, grid, exact, apart) if nest else _conflict(rs, ra, trip, exact, apart)
+            if conflict:
+                if conflict is ELEMENTS:
+                    met[pair] = met.get(pair, 0) + 1
+                s, a = plan.accesses[i], plan.accesses[j]
+                raise GuardFailed(f"store at {s.where} may overlap {a.kind} at {a.where}")
     for i, j in plan.row_guarded:  # a distributed body's threads share one iteration
         (s, rs), (a, ra) = ranges[i], ranges[j]
         if _meets_in_row(rs, ra):
@@ -178,13 +197,52 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
     )
 
 
-def _most_trips(trip: TripCount, env: dict[Symbol, int], counts: dict[Symbol, int]) -> int:
+def _pairs(plan: LoopPlan) -> list[tuple[int, int]]:
+    """The (store, access) pairs the guards test, by index in ``plan.accesses``, made once
+    per plan: every store against every access, less the pairs the analysis settled
+    (independent across outer iterations only, so none in a collapsed nest, which tests
+    every pair across grid cells) and those among a privatised temporary's accesses (they
+    meet only in each thread's own copy)."""
+    cached = plan.__dict__.get("_guard_pairs")
+    if cached is None:
+        free = set(plan.static_dependence_free) if not plan.collapse else set()
+        free |= {(i, j) for copy in plan.private for i in copy.accesses for j in copy.accesses}
+        accesses = range(len(plan.accesses))
+        cached = [(i, j) for i in accesses if plan.accesses[i].store for j in accesses if (i, j) not in free]
+        plan.__dict__["_guard_pairs"] = cached
+    return cached
+
+
+def _nest_shape(plan: LoopPlan) -> tuple[list[tuple[list[Symbol], bool]], bool]:
+    """What the nest's inner trip counts are made of, taken once per plan: per inner loop,
+    the counters around it that its bounds move with and whether they hold a floor of one
+    (see :func:`_most_trips`); and whether any does move (a triangular nest)."""
+    cached = plan.__dict__.get("_nest_shape")
+    if cached is None:
+        around = [plan.counter]
+        moves = []
+        for counter, trip in plan.inner_trips:
+            leaves = trip.start.leaves() | trip.bound.leaves()
+            floors = quasi(trip.start, set(around)) or quasi(trip.bound, set(around))
+            moves.append(([c for c in around if c in leaves], floors))
+            around.append(counter)
+        cached = plan.__dict__["_nest_shape"] = (moves, any(moving for moving, _ in moves))
+    return cached
+
+
+def _most_trips(trip: TripCount, env: dict[Symbol, int], counts: dict[Symbol, int],
+                moving: list[Symbol] | None = None, floors: bool | None = None) -> int:  # fmt: skip
     """The most iterations an inner loop runs on any iteration of the loops around it. Its
     bounds are affine in their counters (the analysis made sure), so the most is at a corner
     of their box: each counter at 0 or at its last iteration. Ranges taken over that box
-    hold every access of a triangular nest."""
-    moving = [c for c in counts if c in trip.start.leaves() | trip.bound.leaves()]
-    if quasi(trip.start, counts.keys()) or quasi(trip.bound, counts.keys()):
+    hold every access of a triangular nest. ``moving`` and ``floors``: the counters of
+    ``counts`` its bounds move with, and whether they hold a floor of one (made here where
+    not given: :func:`_nest_shape` keeps them per plan)."""
+    if moving is None:
+        moving = [c for c in counts if c in trip.start.leaves() | trip.bound.leaves()]
+    if floors is None:
+        floors = quasi(trip.start, counts.keys()) or quasi(trip.bound, counts.keys())
+    if floors:
         return _most_trips_quasi(trip, env, {c: counts[c] for c in moving})
     most = 0
     for corner in itertools.product(*((0, max(counts[c] - 1, 0)) for c in moving)):
@@ -266,9 +324,10 @@ QUASI = "quasi"
 
 
 def _split_addresses(plan: LoopPlan) -> list:
-    """Per access: its address as (the part without counters, [(counter, coefficient)]),
-    split once per plan rather than on every arrival; None for a gather, :data:`QUASI` for
-    an address that holds a floor of a counter."""
+    """Per access: its address as (the part without counters, [(counter, coefficient)]: a
+    coefficient that holds no live-in as its value), split once per plan rather than on
+    every arrival; None for a gather, :data:`QUASI` for an address that holds a floor of a
+    counter."""
     cached = plan.__dict__.get("_guard_splits")
     if cached is None:
         counters = [plan.counter, *(c for c, _ in plan.inner_trips)]
@@ -283,7 +342,7 @@ def _split_addresses(plan: LoopPlan) -> list:
             rest, coeffs = access.address, []
             for counter in counters:
                 rest, coeff = rest.split(counter)
-                coeffs.append((counter, coeff))
+                coeffs.append((counter, coeff.constant if coeff.is_constant() else coeff))
             cached.append((rest, coeffs))
         plan.__dict__["_guard_splits"] = cached
     return cached
@@ -313,7 +372,7 @@ def _range(
     nest_strides = [0] * len(levels)
     lattice = []
     for counter, poly in coeff_polys:
-        coeff = poly.evaluate(env) if poly.terms else 0
+        coeff = poly if poly.__class__ is int else poly.evaluate(env)
         last = max(counts[counter] - 1, 0) + (counter in beyond)
         span = coeff * last
         aligned = aligned and (coeff % align == 0 or last == 0)

@@ -87,3 +87,44 @@ def test_3d_conflict_test_gives_up_safely_past_its_budget(monkeypatch) -> None:
     assert not _conflict_grid(s, s, counts)
     monkeypatch.setattr(guards, "SEARCH_BUDGET", 0)
     assert _conflict_grid(s, s, counts)
+
+
+def test_what_a_plan_keeps_for_its_guards_is_what_each_arrival_would_make() -> None:
+    """The pairs the guards test and the nest's shape (the counters each inner loop's bounds
+    move with, floors among them, whether the nest is triangular) are made once per plan:
+    on every loop the compiler's test programs offload, they are what the per-arrival
+    definitions give (collapsed nests, privatised temporaries and triangular nests among
+    them)."""
+    from pathlib import Path
+
+    from tensorwasm.compiler.analysis.extent import quasi
+    from tensorwasm.compiler.analysis.loops import analyze_module
+    from tensorwasm.compiler.frontend import load, translate_module
+    from tensorwasm.runtime.guards import _nest_shape, _pairs
+
+    seen = {"collapsed": 0, "private": 0, "triangular": 0}
+    data = Path(__file__).parents[1] / "compiler" / "data"
+    for path in sorted(data.glob("*.wasm")):
+        for report in analyze_module(translate_module(load(path.read_bytes()))):
+            plan = report.plan
+            if plan is None:
+                continue
+            free = set(plan.static_dependence_free) if not plan.collapse else set()
+            free |= {(i, j) for copy in plan.private for i in copy.accesses for j in copy.accesses}
+            n = len(plan.accesses)
+            assert _pairs(plan) == [
+                (i, j) for i in range(n) if plan.accesses[i].store for j in range(n) if (i, j) not in free
+            ], path.name
+            counts = {plan.counter: 1}
+            moves, triangular = _nest_shape(plan)
+            for (counter, trip), (moving, floors) in zip(plan.inner_trips, moves, strict=True):
+                assert moving == [c for c in counts if c in trip.start.leaves() | trip.bound.leaves()]
+                assert floors == (quasi(trip.start, counts.keys()) or quasi(trip.bound, counts.keys()))
+                counts[counter] = 1
+            assert triangular == any(
+                (t.start.leaves() | t.bound.leaves()) & counts.keys() for _, t in plan.inner_trips
+            )
+            seen["collapsed"] += bool(plan.collapse)
+            seen["private"] += bool(plan.private)
+            seen["triangular"] += triangular
+    assert all(seen.values()), seen
