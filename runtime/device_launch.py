@@ -162,18 +162,19 @@ class DeviceLaunches:
         mirror = self.mirror
         start = time.perf_counter()
         resident = lp.region is not None
-        staged = not resident and ready.out_bytes <= STAGED_RESULT_BYTES
+        staged = not resident and not ready.rows_out and ready.out_bytes <= STAGED_RESULT_BYTES
         mirror.ensure(size, ready.slots, ready.out_bytes if staged else 0)
         if self.prepared.pin:
             mirror.pin(base, size)
         image, params = device_arguments(ready, mirror, arrival)
         needed = ready.needed
-        copies = mirror.missing(needed) if resident else needed
+        copies = mirror.missing(needed) if resident else ready.copies_in
         self.device.bind()
         upload = mirror.stage_scratch(image)
         # Every argument of the launch follows from the prepared launch, these three flags and
         # the buffers (which the mirror adds to the key); copies in part only do not.
-        key = (ready.token, bool(copies), bool(upload), staged) if copies is needed or not copies else None
+        whole = copies is needed or copies is ready.copies_in
+        key = (ready.token, bool(copies), bool(upload), staged) if whole or not copies else None
         launched = time.perf_counter()
         graph = mirror.launch(
             key, base, copies, upload, self.prepared.kernels[lp.entry], ready.grid, ready.block, params,
@@ -194,10 +195,13 @@ class DeviceLaunches:
         elif staged:
             moved_out = mirror.unstage(base, ready.written, ready.staged_at)
         else:
-            moved_out = mirror.copy_out(base, ready.written)
+            moved_out = mirror.copy_out(base, ready.copies_out)
             mirror.synchronize()
         stats.transfer_seconds += launched - start + time.perf_counter() - done
-        stats.bytes_in += ready.in_bytes if copies is needed else sum(s.hi - s.lo for s in copies)
+        if copies is ready.copies_in:
+            stats.bytes_in += ready.copies_in_bytes
+        else:
+            stats.bytes_in += ready.in_bytes if copies is needed else sum(s.hi - s.lo for s in copies)
         stats.bytes_out += moved_out
         stats.pinned = mirror.pinned is not None
         # What the same arrival again replays (DeviceReplays.replay): this launch, where it ran

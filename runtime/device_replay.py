@@ -130,7 +130,7 @@ class DeviceReplays:
             ctypes.memmove(base + lo, at, nbytes)
         end = time.perf_counter()
         stats.transfer_seconds += end - done
-        stats.bytes_in += ready.in_bytes
+        stats.bytes_in += ready.copies_in_bytes
         stats.bytes_out += ready.out_bytes
         if decision is not None:
             lp.estimate.record(end - launched, *decision)
@@ -193,7 +193,7 @@ class DeviceReplays:
         stats.replayed += n
         stats.native += n
         stats.iterations += n * ready.launch.trip
-        stats.bytes_in += n * ready.in_bytes
+        stats.bytes_in += n * ready.copies_in_bytes
         stats.bytes_out += n * ready.out_bytes
         seconds = (arm.kernel_ns + arm.transfer_ns) * 1e-9
         stats.kernel_seconds += arm.kernel_ns * 1e-9

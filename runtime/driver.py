@@ -735,6 +735,35 @@ class Stream:
         for at, length in self.context.locks.pieces(dst, nbytes):
             check("cuMemcpyDtoHAsync", cu.cuMemcpyDtoHAsync(dst + at, src + at, length, self.handle))
 
+    def copy_htod_rows(self, dst: int, src: int, pitch: int, width: int, count: int) -> None:
+        """Queue a copy of ``count`` rows of ``width`` bytes, ``pitch`` bytes apart on both
+        sides, from host address ``src`` to device address ``dst``: one 2-D copy where they
+        lie in one piece of page-locked memory (:meth:`PageLocks.pieces`), else row by row."""
+        self._rows(dst, src, pitch, width, count, to_device=True)
+
+    def copy_dtoh_rows(self, dst: int, src: int, pitch: int, width: int, count: int) -> None:
+        """:meth:`copy_htod_rows` from device address ``src`` to host address ``dst``."""
+        self._rows(dst, src, pitch, width, count, to_device=False)
+
+    def _rows(self, dst: int, src: int, pitch: int, width: int, count: int, *, to_device: bool) -> None:
+        host = src if to_device else dst
+        if len(self.context.locks.pieces(host, pitch * (count - 1) + width)) > 1:
+            row = self.copy_htod if to_device else self.copy_dtoh
+            for at in range(0, pitch * count, pitch):
+                row(dst + at, src + at, width)
+            return
+        kind = cu.CUmemorytype
+        copy = cu.CUDA_MEMCPY2D()
+        copy.srcPitch = copy.dstPitch = pitch
+        copy.WidthInBytes, copy.Height = width, count
+        if to_device:
+            copy.srcMemoryType, copy.srcHost = kind.CU_MEMORYTYPE_HOST, src
+            copy.dstMemoryType, copy.dstDevice = kind.CU_MEMORYTYPE_DEVICE, dst
+        else:
+            copy.srcMemoryType, copy.srcDevice = kind.CU_MEMORYTYPE_DEVICE, src
+            copy.dstMemoryType, copy.dstHost = kind.CU_MEMORYTYPE_HOST, dst
+        check("cuMemcpy2DAsync", cu.cuMemcpy2DAsync(copy, self.handle))
+
     def synchronize(self) -> None:
         """Wait for everything queued; surfaces asynchronous kernel faults."""
         check("cuStreamSynchronize", cu.cuStreamSynchronize(self.handle))

@@ -32,7 +32,7 @@ import functools
 from tensorwasm.compiler.lower import abi
 from tensorwasm.runtime.driver import Context, CudaError, DeviceBuffer, PinnedBuffer
 from tensorwasm.runtime.limits import DeviceAllocator
-from tensorwasm.runtime.spans import Span, SpanSet, union
+from tensorwasm.runtime.spans import Rows, Span, SpanSet, union
 from tensorwasm.support import logs
 
 log = logs.get_logger(__name__)
@@ -225,11 +225,15 @@ class DeviceMirror:
         self.epoch += 1  # buffers or page-locking changed: recorded launches are stale
 
     def copy_in(self, base: int, spans, stream=None) -> int:
-        """Queue host linear memory -> device, span by span, on ``stream`` (default: the
-        mirror's); returns the bytes moved."""
+        """Queue host linear memory -> device, span by span (or :class:`~runtime.spans.Rows`
+        by rows), on ``stream`` (default: the mirror's); returns the bytes moved."""
         stream = stream or self.stream
         moved = 0
         for span in spans:
+            if span.__class__ is Rows:
+                _copy_rows(stream, True, self.memory_ptr, base, span)
+                moved += span.nbytes
+                continue
             stream.copy_htod(self.memory_ptr + span.lo, base + span.lo, span.hi - span.lo)
             moved += span.hi - span.lo
         return moved
@@ -300,9 +304,13 @@ class DeviceMirror:
         self._inside_dirty.clear()
 
     def copy_out(self, base: int, spans) -> int:
-        """Queue device -> host linear memory, span by span; returns the bytes moved."""
+        """Queue device -> host linear memory, span by span (or rows); returns the bytes moved."""
         moved = 0
         for span in spans:
+            if span.__class__ is Rows:
+                _copy_rows(self.stream, False, self.memory_ptr, base, span)
+                moved += span.nbytes
+                continue
             self.stream.copy_dtoh(base + span.lo, self.memory_ptr + span.lo, span.hi - span.lo)
             moved += span.hi - span.lo
         return moved
@@ -364,3 +372,23 @@ class DeviceMirror:
         self.memory_ptr = self.scratch_ptr = 0
         self.scratch_holds = None
         self.forget()
+
+
+def _copy_rows(stream, to_device: bool, memory: int, base: int, rows: Rows) -> None:
+    """Queue ``rows`` of linear memory at ``base`` to the device copy at ``memory`` (or
+    back): as one 2-D copy where the stream makes them (the CUDA device's), else row by row
+    (a simulated device, a GPU process)."""
+    name = "copy_htod_rows" if to_device else "copy_dtoh_rows"
+    copy = getattr(stream, name, None)
+    device, host = memory + rows.lo, base + rows.lo
+    if copy is not None:
+        if to_device:
+            copy(device, host, rows.pitch, rows.width, rows.count)
+        else:
+            copy(host, device, rows.pitch, rows.width, rows.count)
+        return
+    for at in range(0, rows.pitch * rows.count, rows.pitch):
+        if to_device:
+            stream.copy_htod(device + at, host + at, rows.width)
+        else:
+            stream.copy_dtoh(host + at, device + at, rows.width)

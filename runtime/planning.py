@@ -30,7 +30,7 @@ from tensorwasm.compiler.rewrite import FILTER_EXPORT, NEVER_SKIP, Insertion
 from tensorwasm.dialect.types import Type
 from tensorwasm.runtime import hostfunc, profit
 from tensorwasm.runtime.profit import CONTEXT_SECONDS, FIXED_SECONDS, STARTUP_SECONDS, Estimate, work
-from tensorwasm.runtime.spans import Span, union
+from tensorwasm.runtime.spans import Rows, Span, union
 from tensorwasm.support.lazy import LazyModule
 from tensorwasm.support.records import field, record
 
@@ -39,7 +39,7 @@ from tensorwasm.support.records import field, record
 guards = LazyModule("tensorwasm.runtime.guards", globals(), "guards")
 
 if TYPE_CHECKING:
-    from tensorwasm.runtime.guards import Launch
+    from tensorwasm.runtime.guards import Launch, Range
 
 U64 = ctypes.c_uint64
 MASKS = {32: 0xFFFFFFFF, 64: 0xFFFFFFFFFFFFFFFF}
@@ -546,6 +546,10 @@ class PreparedLaunch:
         )
         self.moved = sum(r.hi - r.lo for r in launch.reads + launch.writes)
         self.in_bytes = sum(r.hi - r.lo for r in self.needed)
+        # What a launch outside a region copies in and out: columns and rows' tails by rows.
+        self.copies_in, self.copies_out = copy_plan(launch, self.needed, self.written)
+        self.copies_in_bytes = sum(copy_bytes(c) for c in self.copies_in)
+        self.rows_out = any(c.__class__ is Rows for c in self.copies_out)
         self.token = next(_tokens)  # names it in the mirror's recorded launches
         self.out_bytes = sum(r.hi - r.lo for r in self.written)
         self.ops = work(lp.plan, launch)
@@ -705,9 +709,56 @@ def trap_reason(code: int) -> str:
     return f"the kernel trapped ({trap_message(code)}); the loop re-ran on the CPU"
 
 
+# Past this many separate written spans, merged_spans copies back one covering them all.
+MERGED_SPANS = 128
+
+
+def copy_plan(launch: Launch, needed: tuple[Span, ...], written: tuple[Span, ...]) -> tuple[tuple, tuple]:
+    """What a launch outside a device-resident region copies in and back: ``needed`` and
+    ``written``, except that an access whose elements lie in rows filling at most half of
+    its range (a column of a row-major matrix, the tails of its rows: :func:`access_rows`)
+    is copied as those rows, both ways where it is written. Each access is copied back as
+    it was copied in, so no byte goes back that did not come in; and where the other
+    written ranges would be merged into one covering span (past :data:`MERGED_SPANS`), which
+    could cover bytes between rows that never came in, nothing is copied by rows."""
+    if launch.gathers or not launch.trip:
+        return needed, written
+    rows = {id(r): access_rows(r, launch.trip) for r in launch.reads + launch.writes}
+    if not any(rows.values()):
+        return needed, written
+    plain_out = union([(r.lo, r.hi) for r in launch.writes if rows[id(r)] is None], [])
+    if len(plain_out) > MERGED_SPANS:
+        return needed, written
+    plain_in = merged_spans([r for r in launch.reads + launch.writes if rows[id(r)] is None])
+    rows_in = dict.fromkeys(rows[id(r)] for r in launch.reads + launch.writes if rows[id(r)] is not None)
+    rows_out = dict.fromkeys(rows[id(r)] for r in launch.writes if rows[id(r)] is not None)
+    return (*plain_in, *rows_in), (*(Span(lo, hi) for lo, hi in plain_out), *rows_out)
+
+
+def access_rows(r: Range, trip: int) -> Rows | None:
+    """The rows that hold every element an access touches over a launch of ``trip``
+    iterations, where its footprint moves along one inner loop (``r.lattice``: a row's
+    pitch and their count) and the rows, each as wide as the launched loop's iterations
+    reach, fill at most half of its range and lie inside it; else None."""
+    if r.nest_strides or len(r.lattice) != 1 or not r.element:
+        return None
+    pitch, count = r.lattice[0]
+    width = abs(r.stride) * (trip - 1) + r.element
+    if pitch <= 0 or count < 2 or width >= pitch:
+        return None
+    rows = Rows(r.origin + min(0, r.stride * (trip - 1)), width, pitch, count)
+    if rows.lo < r.lo or rows.hi > r.hi or 2 * rows.nbytes > r.hi - r.lo:
+        return None
+    return rows
+
+
+def copy_bytes(copy: Span | Rows) -> int:
+    return copy.nbytes if copy.__class__ is Rows else copy.hi - copy.lo
+
+
 def merged_spans(ranges) -> list[Span]:
     """Sorted, coalesced byte ranges (one covering span past 128 of them)."""
     merged = union([(r.lo, r.hi) for r in ranges], [])
-    if len(merged) > 128:
+    if len(merged) > MERGED_SPANS:
         merged = [(merged[0][0], merged[-1][1])]
     return [Span(lo, hi) for lo, hi in merged]

@@ -33,6 +33,40 @@ class Span:
         return (Span, (self.lo, self.hi))
 
 
+class Rows:
+    """``count`` rows of ``width`` bytes, ``pitch`` bytes apart, the first at ``lo``: the
+    elements a launch touches in a column, or in the rows' tails, of a row-major matrix
+    (gramschmidt's column of Q: 1,000 elements of 8 bytes spread over 9.6 MB). Copied as
+    one 2-D copy instead of the whole range that holds them."""
+
+    __slots__ = ("count", "lo", "pitch", "width")
+
+    def __init__(self, lo: int, width: int, pitch: int, count: int) -> None:
+        self.lo, self.width, self.pitch, self.count = lo, width, pitch, count
+
+    @property
+    def hi(self) -> int:
+        return self.lo + self.pitch * (self.count - 1) + self.width
+
+    @property
+    def nbytes(self) -> int:
+        return self.width * self.count
+
+    def spans(self) -> list[tuple[int, int]]:
+        return [(lo, lo + self.width) for lo in range(self.lo, self.hi, self.pitch)]
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not Rows:
+            return NotImplemented
+        return (self.lo, self.width, self.pitch, self.count) == (other.lo, other.width, other.pitch, other.count)
+
+    def __hash__(self) -> int:
+        return hash((self.lo, self.width, self.pitch, self.count))
+
+    def __repr__(self) -> str:
+        return f"Rows(lo={self.lo}, width={self.width}, pitch={self.pitch}, count={self.count})"
+
+
 def union(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The sorted, disjoint ranges covering ``a`` and ``b`` (touching ranges merge)."""
     merged: list[list[int]] = []
