@@ -198,7 +198,7 @@ class DeviceLaunches:
             moved_out = mirror.copy_out(base, ready.copies_out)
             mirror.synchronize()
         stats.transfer_seconds += launched - start + time.perf_counter() - done
-        if copies is ready.copies_in:
+        if copies is ready.copies_in:  # (outside a region; ``needed`` itself where nothing goes by rows)
             stats.bytes_in += ready.copies_in_bytes
         else:
             stats.bytes_in += ready.in_bytes if copies is needed else sum(s.hi - s.lo for s in copies)

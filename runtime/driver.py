@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import Any, ClassVar, Self
 
 from tensorwasm.runtime.device_info import DeviceInfo
+from tensorwasm.runtime.spans import each_row
 from tensorwasm.support import logs
 from tensorwasm.support.errors import TensorWasmError
 from tensorwasm.support.lazy import LazyModule
@@ -748,9 +749,7 @@ class Stream:
     def _rows(self, dst: int, src: int, pitch: int, width: int, count: int, *, to_device: bool) -> None:
         host = src if to_device else dst
         if len(self.context.locks.pieces(host, pitch * (count - 1) + width)) > 1:
-            row = self.copy_htod if to_device else self.copy_dtoh
-            for at in range(0, pitch * count, pitch):
-                row(dst + at, src + at, width)
+            each_row(self.copy_htod if to_device else self.copy_dtoh, dst, src, pitch, width, count)
             return
         kind = cu.CUmemorytype
         copy = cu.CUDA_MEMCPY2D()

@@ -32,7 +32,7 @@ import functools
 from tensorwasm.compiler.lower import abi
 from tensorwasm.runtime.driver import Context, CudaError, DeviceBuffer, PinnedBuffer
 from tensorwasm.runtime.limits import DeviceAllocator
-from tensorwasm.runtime.spans import Rows, Span, SpanSet, union
+from tensorwasm.runtime.spans import Rows, Span, SpanSet, each_row, union
 from tensorwasm.support import logs
 
 log = logs.get_logger(__name__)
@@ -378,17 +378,10 @@ def _copy_rows(stream, to_device: bool, memory: int, base: int, rows: Rows) -> N
     """Queue ``rows`` of linear memory at ``base`` to the device copy at ``memory`` (or
     back): as one 2-D copy where the stream makes them (the CUDA device's), else row by row
     (a simulated device, a GPU process)."""
-    name = "copy_htod_rows" if to_device else "copy_dtoh_rows"
-    copy = getattr(stream, name, None)
     device, host = memory + rows.lo, base + rows.lo
-    if copy is not None:
-        if to_device:
-            copy(device, host, rows.pitch, rows.width, rows.count)
-        else:
-            copy(host, device, rows.pitch, rows.width, rows.count)
-        return
-    for at in range(0, rows.pitch * rows.count, rows.pitch):
-        if to_device:
-            stream.copy_htod(device + at, host + at, rows.width)
-        else:
-            stream.copy_dtoh(host + at, device + at, rows.width)
+    dst, src = (device, host) if to_device else (host, device)
+    copy = getattr(stream, "copy_htod_rows" if to_device else "copy_dtoh_rows", None)
+    if copy is None:
+        each_row(stream.copy_htod if to_device else stream.copy_dtoh, dst, src, rows.pitch, rows.width, rows.count)
+    else:
+        copy(dst, src, rows.pitch, rows.width, rows.count)

@@ -52,9 +52,6 @@ class Rows:
     def nbytes(self) -> int:
         return self.width * self.count
 
-    def spans(self) -> list[tuple[int, int]]:
-        return [(lo, lo + self.width) for lo in range(self.lo, self.hi, self.pitch)]
-
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not Rows:
             return NotImplemented
@@ -65,6 +62,13 @@ class Rows:
 
     def __repr__(self) -> str:
         return f"Rows(lo={self.lo}, width={self.width}, pitch={self.pitch}, count={self.count})"
+
+
+def each_row(copy, dst: int, src: int, pitch: int, width: int, count: int) -> None:
+    """``count`` rows of ``width`` bytes, ``pitch`` bytes apart, from ``src`` to ``dst``, one
+    ``copy(dst, src, nbytes)`` a row: :class:`Rows` where no 2-D copy can take them."""
+    for at in range(0, pitch * count, pitch):
+        copy(dst + at, src + at, width)
 
 
 def union(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -94,9 +98,6 @@ class SpanSet:
 
     def __bool__(self) -> bool:
         return bool(self.los)
-
-    def __len__(self) -> int:
-        return len(self.los)
 
     def ranges(self) -> list[tuple[int, int]]:
         return list(zip(self.los, self.his, strict=True))
