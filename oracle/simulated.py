@@ -45,9 +45,16 @@ class HostAllocator:
 
 class HostContext:
     """The calls the offload path makes on a CUDA context, on host memory; ``copies``
-    records each copy's direction and size."""
+    records each copy's direction and size.
 
-    def __init__(self) -> None:
+    ``lazy``: what its streams queue (copies, launches, recorded launches) is done only at
+    the next wait, as late as a GPU may do it, so that work the offload path queues and
+    does not wait for is checked: linear memory a copy reads changed before the wait, or a
+    result read before it, gives other bytes than wasmtime's."""
+
+    def __init__(self, lazy: bool = False) -> None:
+        self.lazy = lazy
+        self.pending: list = []  # steps queued, done at the next wait (lazy)
         self.copies: list[tuple[str, int]] = []
         self.locks = PageLocks()
         self.generation = 0  # as runtime.driver.Context's (never reset here)
@@ -60,7 +67,19 @@ class HostContext:
         pass
 
     def synchronize(self) -> None:
-        pass
+        """Do what the streams queued (lazy), in order."""
+        while self.pending:
+            steps, self.pending = self.pending, []
+            for step in steps:
+                step()
+
+    def queue(self, steps) -> None:
+        """Steps a stream queued: done now, or at the next wait where the context is lazy."""
+        if self.lazy:
+            self.pending.extend(steps)
+        else:
+            for step in steps:
+                step()
 
     def memcpy_htod(self, dst: int, src, nbytes: int | None = None) -> None:
         nbytes = ctypes.sizeof(src) if nbytes is None else nbytes
@@ -96,7 +115,7 @@ class HostContext:
         """What ``queue(stream)`` queues, kept to be done on each :meth:`HostGraph.launch`."""
         stream = HostStream(self, steps=[])
         queue(stream)
-        graph = HostGraph(stream.steps)
+        graph = HostGraph(stream.steps, self)
         self.graphs[graph.handle] = graph
         return graph
 
@@ -113,13 +132,18 @@ class HostContext:
                     return exc.code
                 return 0
 
-            self._native = (_STATUS_1(lambda context: 0), _STATUS_2(launch), _STATUS_1(lambda stream: 0))
+            def wait(stream: int) -> int:
+                self.synchronize()
+                return 0
+
+            self._native = (_STATUS_1(lambda context: 0), _STATUS_2(launch), _STATUS_1(wait))
         return (*(ctypes.cast(c, ctypes.c_void_p).value for c in self._native), 1)
 
 
 class HostStream:
     """A stream whose copies and launches are done at once (which keeps a stream's order),
-    or, recording for a graph, kept in ``steps``."""
+    or at its context's next wait where that context is lazy, or, recording for a graph,
+    kept in ``steps``."""
 
     handle = 0
 
@@ -129,7 +153,7 @@ class HostStream:
 
     def _do(self, step) -> None:
         if self.steps is None:
-            step()
+            self.context.queue((step,))
         else:
             self.steps.append(step)
 
@@ -146,21 +170,21 @@ class HostStream:
         self._do(lambda: kernel.run(values))
 
     def synchronize(self) -> None:
-        pass
+        self.context.synchronize()
 
 
 class HostGraph:
     _handles = itertools.count(1)
 
-    def __init__(self, steps: list) -> None:
+    def __init__(self, steps: list, context: HostContext) -> None:
         self.steps = steps
+        self.context = context
         self.launches = 0
         self.handle = next(self._handles)
 
     def launch(self, stream: int = 0) -> None:
         self.launches += 1
-        for step in self.steps:
-            step()
+        self.context.queue(self.steps)
 
     def destroy(self) -> None:
         pass
@@ -188,6 +212,7 @@ class SimulatedDevice(CudaDevice):
     """The GPU path on host memory: a :class:`HostContext` (or ``context``: a stand-in for a
     CUDA context), device memory from host buffers, and the host backend's kernels run over
     the whole grid (``kernel``: what wraps each entry; :class:`HostKernel` by default).
+    Its own context is lazy: queued work is done at the wait, as late as a GPU may do it.
     Linear memory counts as page-locked, so launches take the GPU's recorded path. A reset
     the context refuses moves the work to a GPU process (:class:`runtime.remote.WorkerContext`),
     as on the CUDA device."""
@@ -198,7 +223,7 @@ class SimulatedDevice(CudaDevice):
 
     def __init__(self, context: Any = None, kernel: type = HostKernel) -> None:
         super().__init__()
-        self._context = context if context is not None else HostContext()
+        self._context = context if context is not None else HostContext(lazy=True)
         self.kernel = kernel
 
     def target(self) -> HostTarget:

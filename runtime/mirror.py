@@ -22,6 +22,14 @@ spans back and forgets both, at the region's end or before anything else may tou
 memory; before wasmtime runs one of the region's loops whose footprint the guards know,
 :meth:`DeviceMirror.flush_part` brings back only the dirty bytes that loop touches, and
 forgets only what it writes. Outside a region both are empty.
+
+A launch inside a region whose kernel returns nothing (no reduction; a region's kernels
+cannot trap) is queued without a wait (:meth:`DeviceMirror.launch_unwaited`): the host
+goes back to wasmtime while the device runs it, and the next wait covers it. Every path by
+which wasmtime may touch linear memory again waits first (:meth:`DeviceMirror.drain`: a
+flush, a partial flush with nothing to bring back, the region's end, unpinning, new
+buffers). Such a launch's scratch goes in from a slot of a page-locked ring, not the
+staging buffer, so no queued copy reads bytes the host has changed since.
 """
 
 from __future__ import annotations
@@ -76,6 +84,11 @@ class DeviceMirror:
         self._graphs: dict[tuple, object] = {}  # recorded launches; see launch()
         self.graphs_off = not self.RECORD
         self.epoch = 0
+        self.queued = False  # work queued since the last wait (see launch_unwaited)
+        # Page-locked slots the scratch of launches queued without a wait goes in from, each
+        # used once between two waits: (buffer, bytes per slot, the next slot).
+        self.ring: PinnedBuffer | None = None
+        self.ring_slot = self.ring_next = 0
 
     @property
     def stale(self) -> bool:
@@ -94,6 +107,7 @@ class DeviceMirror:
         staging for the scratch and ``staged_bytes`` of results."""
         if self.memory is None or self.memory.nbytes < size:
             assert not self.dirty, "linear memory grew inside a device-resident region"
+            self.drain()
             self.forget()
             if self.memory is not None:
                 self.allocator.free(self.memory)
@@ -103,6 +117,7 @@ class DeviceMirror:
             self.memory_ptr = self.memory.ptr
         nbytes = 8 * scratch_slots
         if self.scratch is None or self.scratch.nbytes < nbytes:
+            self.drain()
             if self.scratch is not None:
                 self.allocator.free(self.scratch)
                 self.scratch = None
@@ -144,6 +159,7 @@ class DeviceMirror:
 
     def unpin(self) -> None:
         if self.pinned is not None:
+            self.drain()  # queued copies read the pages unpinned here
             self.drop_graphs()  # they copy from the pages unpinned here
             for at in self.pieces:
                 self.context.host_unregister(self.pinned[0] + at)
@@ -181,6 +197,48 @@ class DeviceMirror:
                     log.info("a recorded launch failed (%s): queued step by step instead", exc)
         self._queue(self.stream, base, copies, upload, kernel, grid, block, params, back, staged, at)
         return None
+
+    # Slots in the ring: launches queued without a wait that upload their scratch, between
+    # two waits (the next one waits first).
+    RING_SLOTS = 32
+
+    def launch_unwaited(self, base: int, copies: tuple[Span, ...], image: bytes, kernel, grid, block,
+                        params) -> int:  # fmt: skip
+        """Inside a region: queue ``copies`` from linear memory at ``base`` in, ``image`` into
+        the scratch buffer where it does not hold it already, and the kernel, which must
+        leave the scratch as it found it (no trap, no reduction): nothing comes back and
+        nothing is waited for. Returns the bytes of scratch uploaded."""
+        stream = self.stream
+        self.copy_in(base, copies, stream)
+        upload = 0
+        if image != self.scratch_holds:
+            upload = len(image)
+            stream.copy_htod(self.scratch_ptr, self._ring_slot(image), upload)
+        stream.launch(kernel, grid, block, params)
+        self.scratch_holds = image
+        self.queued = True
+        return upload
+
+    def _ring_slot(self, image: bytes) -> int:
+        """A ring slot no queued copy reads, holding ``image``: its address."""
+        if self.ring is None or self.ring_slot < len(image):
+            self.drain()
+            if self.ring is not None:
+                self.ring.free()
+                self.ring = None
+            self.ring_slot = -(-len(image) // 256) * 256
+            self.ring = self.context.host_alloc(self.ring_slot * self.RING_SLOTS)
+        elif self.ring_next == self.RING_SLOTS:
+            self.drain()
+        at = self.ring.ptr + self.ring_slot * self.ring_next
+        ctypes.memmove(at, image, len(image))
+        self.ring_next += 1
+        return at
+
+    def drain(self) -> None:
+        """Wait for launches queued without a wait (and whatever was queued before them)."""
+        if self.queued:
+            self.synchronize()
 
     def _queue(self, stream, base, copies, upload, kernel, grid, block, params, back, staged, at) -> None:
         memory, scratch, staging = self.memory_ptr, self.scratch_ptr, self.staging.ptr
@@ -291,6 +349,7 @@ class DeviceMirror:
         self._inside_valid.clear()
         self._inside_dirty.clear()
         if not back:
+            self.drain()  # queued copies may still read what wasmtime is about to write
             return 0
         self.context.bind()
         moved = self.copy_out(base, [Span(lo, hi) for lo, hi in back])
@@ -345,18 +404,22 @@ class DeviceMirror:
 
     def synchronize(self) -> None:
         self.stream.synchronize()
+        self.queued = False
+        self.ring_next = 0
 
     def release(self) -> None:
         """Free everything (a reset context has freed it already: then only forget it; a
         context that fails even to free has nothing left to give back)."""
         try:
+            self.drain()
             self.unpin()
             self.drop_graphs()
             for buffer in (self.memory, self.scratch):
                 if buffer is not None:
                     self.allocator.free(buffer)
-            if self.staging is not None:
-                self.staging.free()
+            for pinned in (self.staging, self.ring):
+                if pinned is not None:
+                    pinned.free()
         except CudaError as exc:
             log.info("releasing device memory failed (%s): the context took it with it", exc)
         self.abandon()
@@ -368,9 +431,11 @@ class DeviceMirror:
         self._graphs.clear()
         self.epoch += 1
         self.pinned, self.pieces = None, []
-        self.memory = self.scratch = self.staging = self.staged = None
+        self.memory = self.scratch = self.staging = self.staged = self.ring = None
         self.memory_ptr = self.scratch_ptr = 0
         self.scratch_holds = None
+        self.queued = False
+        self.ring_next = 0
         self.forget()
 
 

@@ -268,6 +268,33 @@ def test_a_loop_wasmtime_runs_inside_a_region_brings_back_only_what_it_touches(d
     actual.close()
 
 
+@pytest.mark.parametrize("device", DEVICES[1:])
+def test_a_loop_wasmtime_runs_after_a_launch_not_waited_for_leaves_its_input_alone(
+    device: str, monkeypatch
+) -> None:
+    """The sweep's launches inside the region are queued without a wait; the loop after it,
+    on wasmtime, writes a[0:4), which the sweep's queued copy reads and no launch wrote (at
+    the first step nothing comes back for it). The host waits for the queue before wasmtime
+    runs that loop: on the simulated device, whose queue runs only at a wait, the sweep
+    would otherwise read a[0:4) as wasmtime left it afterwards."""
+    monkeypatch.setenv("TENSORWASM_COMPILE", "sync")
+    wasm = time_loop(body=TOUCH_UP.replace("$b", "$a").replace("(local.get $t)))", "(i32.const 7)))"))
+    actual = OffloadInstance(wasm, device=SimulatedDevice() if device == "simulated" else device, mode="auto")
+    sweep, touch_up = actual.offload.loops
+    monkeypatch.setattr(actual.offload.planner, "_started", lambda gain: None)
+    monkeypatch.setattr(sweep.estimate, "decide", lambda *a, **k: (True, "", 1e-6, 1e-3))
+    monkeypatch.setattr(touch_up.estimate, "decide", lambda *a, **k: (False, "too little work", 1e-3, 1e-6))
+    unwaited = []
+    queue = DeviceMirror.launch_unwaited
+    monkeypatch.setattr(DeviceMirror, "launch_unwaited", lambda self, *a: unwaited.append(1) or queue(self, *a))
+    expected_instance = ReferenceInstance(wasm)
+    args = [(I32, 1000), (I32, 6), (I32, 0)]
+    assert actual.call("run", args) == expected_instance.call("run", args)
+    assert actual.memory() == expected_instance.memory("memory"), "linear memory differs from wasmtime's"
+    assert sweep.stats.offloaded == 6 and touch_up.stats.offloaded == 0 and len(unwaited) == 6
+    actual.close()
+
+
 def test_span_arithmetic() -> None:
     assert union([(0, 4), (8, 10)], [(4, 6), (20, 30)]) == [(0, 6), (8, 10), (20, 30)]
     held = SpanSet([(10, 20), (30, 40), (90, 120)])
