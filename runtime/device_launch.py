@@ -106,11 +106,6 @@ class DeviceLaunches:
             nbytes = mirror.missing_bytes(ready.needed)
         return nbytes, self.prepared.pin and not (mirror is not None and mirror.pin_failed)
 
-    def holds_region(self) -> bool:
-        """Whether the device holds a region's results that linear memory lacks (a decline
-        inside it waits for the queue and brings back what the loop touches)."""
-        return self.mirror is not None and self.mirror.holds_results
-
     def record_replay(self, ready: PreparedLaunch, arrival: LaunchArguments, live: tuple[int, ...],
                       memory: tuple[int, int], results: list[int]) -> ReplayRecord:  # fmt: skip
         return ReplayRecord(self, ready, arrival, live, memory, results)

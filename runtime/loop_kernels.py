@@ -393,7 +393,6 @@ class CompileFirst:
         self.startup_seconds = getattr(runner, "startup_seconds", _no_startup)
         self.startup_wait = getattr(runner, "startup_wait", _no_startup)
         self.begin_start = getattr(runner, "begin_start", None)
-        self.holds_region = getattr(runner, "holds_region", None)
 
     # The CPU time of an arrival above which it waits for its kernel rather than run on
     # wasmtime while it compiles: a few cold compiles' worth (one that arrives once and

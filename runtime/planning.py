@@ -119,10 +119,7 @@ class RegionLost(Exception):
 
 class LaunchRunner(Protocol):
     """What planning asks of the execution side (:mod:`runtime.device_launch` for device
-    memory, :mod:`runtime.host_device` for the host backend). Where it has them, planning
-    also asks about the device's start (``startup_seconds``, ``startup_wait``,
-    ``begin_start``), compiles early (``prefetch``), and asks whether the device holds a
-    region's results (``holds_region``: a decline there costs a wait and copies)."""
+    memory, :mod:`runtime.host_device` for the host backend)."""
 
     def run(self, lp: OffloadedLoop, ready: PreparedLaunch, arrival: LaunchArguments, base: int,
             size: int) -> list[int] | None:  # fmt: skip
@@ -329,8 +326,6 @@ class ArrivalPlanner:
         self.guard_reads: dict[int, object] = {}  # per loop: the live-ins the guards read
         self.run = runner.run
         self.transfer_estimate = runner.transfer_estimate
-        # Whether a region's results are on the device (a decline there waits and copies).
-        self.holds_region = getattr(runner, "holds_region", None)
         self.record_replay = runner.record_replay
         self.startup_seconds = getattr(runner, "startup_seconds", None)
         self.startup_wait = getattr(runner, "startup_wait", None)
@@ -433,11 +428,8 @@ class ArrivalPlanner:
         estimate = None
         if self.mode == "auto" and launch.trip:
             nbytes, pinned = self.transfer_estimate(lp, ready)
-            declining = 0.0
-            if lp.region is not None and self.holds_region is not None and self.holds_region():
-                declining = profit.decline_seconds(self.device, ready.in_bytes + ready.out_bytes)
             go, why, model, cpu = lp.estimate.decide(
-                self.device, ready.ops, nbytes, pinned, ready.cells, touched=ready.moved, declining=declining
+                self.device, ready.ops, nbytes, pinned, ready.cells, touched=ready.moved
             )
             self.arrival_seconds = cpu
             if go:

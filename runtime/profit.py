@@ -156,17 +156,6 @@ def work(plan: LoopPlan, launch: Launch) -> int:
     return per_iteration * launch.trip
 
 
-def decline_seconds(device: str, touched: int) -> float:
-    """What declining an arrival costs inside a device-resident region whose results the
-    device holds, besides wasmtime's run of the loop: a wait for the launches queued there
-    and the partial flush's own round trip (host call, span bookkeeping, a copy back and
-    its wait: :data:`FIXED_SECONDS` each), the bytes the loop touches brought back and
-    what it writes copied in again at the next launch (``touched`` bytes in all, at most).
-    PolyBench's fdtd-2d sets a row of ``ey`` on wasmtime at each step (~1 us there): its
-    decline cost a wait for the step's launches, which a launch of its own does not."""
-    return 2 * FIXED_SECONDS[device] + touched / COPY_BYTES_PER_SECOND["pinned"]
-
-
 @record
 class Estimate:
     """The adaptive part of one loop's decision."""
@@ -179,20 +168,16 @@ class Estimate:
 
     def decide(
         self, device: str, ops: int, nbytes: int, pinned: bool = True, iterations: int = 1 << 62,
-        touched: int = 0, declining: float = 0.0,
+        touched: int = 0,
     ) -> tuple[bool, str, float, float]:  # fmt: skip
         """(offload?, reason if not, modelled device seconds, estimated CPU seconds) for an
         arrival running ``ops`` dialect ops (:func:`work`) over ``iterations`` parallel
         iterations (grid cells), copying ``nbytes`` (from page-locked linear memory when
-        ``pinned``), its loads and stores covering ``touched`` bytes. ``declining``: what a
-        decline costs besides wasmtime's run of the loop (inside a device-resident region, the
-        wait for its queued launches and the copies of what the loop touches: see
-        :func:`decline_seconds`), counted in the CPU's seconds."""
+        ``pinned``), its loads and stores covering ``touched`` bytes."""
         per_op = cpu_seconds_per_op()
         cpu = ops * per_op
         if touched > CPU_CACHE_BYTES:  # streaming from memory on the CPU too
             cpu = max(cpu, touched / CPU_STREAM_BYTES_PER_SECOND)
-        cpu += declining
         copies = nbytes / COPY_BYTES_PER_SECOND["pinned" if pinned else "pageable"] if nbytes else 0.0
         spread = ops * per_op * OP_SHARE[device]
         serial = ops / max(1, iterations) * per_op * THREAD_SLOWDOWN[device]
