@@ -66,8 +66,12 @@ def host_entry_type(lp: OffloadedLoop):
 class HostLaunches:
     """The launches of one offloaded module on the host backend."""
 
-    # Iterations below which one host thread does the whole loop (a thread costs ~50 us).
+    # Iterations below which one host thread does the whole loop (a thread costs ~50 us)...
     THREAD_MIN_ITERATIONS = 8_192
+    # ... unless each iteration runs an inner loop: wasmtime's estimated seconds for the whole
+    # launch (its ops at the calibrated pace) per thread at least (PolyBench's deriche: 2,160
+    # columns of a 4,096-step recurrence ran on one thread, 35 ms where wasmtime takes ~25).
+    THREAD_MIN_SECONDS = 100e-6
 
     def __init__(self, prepared: Any) -> None:
         self.prepared = prepared
@@ -159,14 +163,18 @@ class HostLaunches:
                 memory_size=ready.size, memory_capacity=ready.size, max_pages=ready.size // abi.PAGE_SIZE,
                 written_at=ctypes.addressof(spans), written_count=len(ready.written),
             )  # fmt: skip
-            chunks = self.chunks(ready.launch.trip, math.prod(ready.launch.nest))
+            chunks = self.chunks(ready.launch.trip, math.prod(ready.launch.nest), ready.ops)
             ready.host_arguments = (bytes(ctx), chunks, spans)
         image, chunks, _ = ready.host_arguments
         return image, chunks
 
-    def chunks(self, trip: int, per_iteration: int = 1) -> list[tuple[int, int]]:
-        """The iteration ranges of the host threads a launch of ``trip`` iterations uses."""
-        threads = min(CPUS, trip, max(1, trip * per_iteration // self.THREAD_MIN_ITERATIONS))
+    def chunks(self, trip: int, per_iteration: int = 1, ops: int = 0) -> list[tuple[int, int]]:
+        """The iteration ranges of the host threads a launch of ``trip`` iterations (each of
+        ``per_iteration`` grid cells), running ``ops`` dialect ops in all, uses."""
+        from tensorwasm.runtime.profit import cpu_seconds_per_op
+
+        by_work = int(ops * cpu_seconds_per_op() / self.THREAD_MIN_SECONDS) if ops else 0
+        threads = min(CPUS, trip, max(1, trip * per_iteration // self.THREAD_MIN_ITERATIONS, by_work))
         step = -(-trip // threads)
         return [(lo, min(lo + step, trip)) for lo in range(0, trip, step)]
 

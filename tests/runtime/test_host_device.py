@@ -100,3 +100,53 @@ def test_a_trap_leaves_memory_as_wasmtime_does() -> None:
     ours = exports["memory"].read(store, 0, 1024)
     theirs = plain.exports(plain_store)["memory"].read(plain_store, 0, 1024)
     assert ours == theirs
+
+
+# cols(n, m): out[j] = the recurrence acc = 3 * acc + in[i][j] down column j of an m x n
+# matrix of i32, for each of n columns: few iterations, each running a long inner loop.
+COLUMNS = """(module (memory (export "memory") 16)
+  (func (export "cols") (param $n i32) (param $m i32) (local $i i32) (local $j i32) (local $acc i32)
+    (block $done (loop $col
+      (br_if $done (i32.ge_u (local.get $j) (local.get $n)))
+      (local.set $acc (i32.const 0))
+      (local.set $i (i32.const 0))
+      (block $end (loop $row
+        (br_if $end (i32.ge_u (local.get $i) (local.get $m)))
+        (local.set $acc (i32.add (i32.mul (local.get $acc) (i32.const 3))
+          (i32.load (i32.shl (i32.add (i32.mul (local.get $i) (local.get $n)) (local.get $j)) (i32.const 2)))))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $row)))
+      (i32.store (i32.add (i32.const 524288) (i32.shl (local.get $j) (i32.const 2))) (local.get $acc))
+      (local.set $j (i32.add (local.get $j) (i32.const 1)))
+      (br $col)))))"""
+
+
+def test_few_iterations_with_long_inner_loops_are_spread_over_host_threads(monkeypatch) -> None:
+    """Threads are counted by the work, not only by the iterations: 64 columns of a
+    2,000-step recurrence run on every host thread (they ran on one: PolyBench's deriche,
+    2,160 columns of 4,096 steps, took longer there than on wasmtime)."""
+    import struct
+
+    from tensorwasm.runtime import host_device, profit
+
+    monkeypatch.setattr(host_device, "CPUS", 4)
+    monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: 1e-9)
+    launches = HostLaunches(None)
+    assert len(launches.chunks(64, 1, ops=64 * 2000 * 8)) == 4  # ~1 ms of wasmtime's time
+    assert len(launches.chunks(64, 1, ops=64 * 10)) == 1  # a few microseconds: one thread
+    assert len(launches.chunks(64, 1)) == 1  # (by iterations alone)
+
+    text = COLUMNS
+    store, instance = _instance(text)
+    exports = instance.exports(store)
+    n, m = 64, 2000
+    exports["memory"].write(store, struct.pack(f"<{n * m}i", *range(n * m)), 0)
+    exports["cols"](store, n, m)
+    plain_store = wasmtime.Store()
+    plain = wasmtime.Instance(plain_store, wasmtime.Module(plain_store.engine, wat(text)), [])
+    plain.exports(plain_store)["memory"].write(plain_store, struct.pack(f"<{n * m}i", *range(n * m)), 0)
+    plain.exports(plain_store)["cols"](plain_store, n, m)
+    ours = exports["memory"].read(store, 524288, 524288 + 4 * n)
+    assert ours == plain.exports(plain_store)["memory"].read(plain_store, 524288, 524288 + 4 * n)
+    (loop,) = [lp for lp in tensorwasm.report(instance).loops if lp.offloaded]
+    assert loop.threads == 4
