@@ -238,6 +238,7 @@ class DeviceMirror:
     def drain(self) -> None:
         """Wait for launches queued without a wait (and whatever was queued before them)."""
         if self.queued:
+            self.context.bind()
             self.synchronize()
 
     def _queue(self, stream, base, copies, upload, kernel, grid, block, params, back, staged, at) -> None:
@@ -334,7 +335,7 @@ class DeviceMirror:
         self.forget()
         self.context.bind()
         moved = self.copy_out(base, [Span(lo, hi) for lo, hi in dirty])
-        self.stream.synchronize()
+        self.synchronize()
         return moved
 
     def flush_part(self, base: int, touched, written) -> int:
@@ -353,7 +354,7 @@ class DeviceMirror:
             return 0
         self.context.bind()
         moved = self.copy_out(base, [Span(lo, hi) for lo, hi in back])
-        self.stream.synchronize()
+        self.synchronize()
         return moved
 
     def forget(self) -> None:
