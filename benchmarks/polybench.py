@@ -14,7 +14,10 @@ under ``tensorwasm run --device D``:
   ``PYTHONDONTWRITEBYTECODE`` would compile every module from source in every process);
 - each program runs once untimed under both (compiled code cached: wasmtime's own cache,
   tensorwasm's), then ``--repeat`` times each, alternating; the median of the kernel
-  times and of the whole process times is kept;
+  times and of the whole process times is kept. A short program runs more times
+  (``--short-seconds``: as many as fit in that many seconds by its untimed runs, at most
+  :data:`SHORT_REPEAT`): a process of 0.1 to 0.3 s varies by tens of milliseconds from
+  one run to the next, more than the 5% a comparison has to tell;
 - tensorwasm's JSON report gives the loops the analysis accepted (candidates), those that
   launched at least once, and why arrivals declined.
 
@@ -204,10 +207,18 @@ def _reason_kind(reason: str) -> str:
     return " ".join(words)
 
 
-def measure(name: str, wasm: Path, device: str, offload: str, repeat: int, timeout: float) -> dict:
-    """Warm both, then ``repeat`` runs of each, alternating; medians and the comparison."""
-    run_plain(wasm, timeout)
-    run_tensorwasm(wasm, device, offload, timeout)
+# The most timed runs of a short program (see measure's ``short_seconds``).
+SHORT_REPEAT = 9
+
+
+def measure(name: str, wasm: Path, device: str, offload: str, repeat: int, timeout: float,
+            short_seconds: float = 0.0) -> dict:  # fmt: skip
+    """Warm both, then ``repeat`` runs of each, alternating; medians and the comparison. A
+    program whose two untimed runs took less than ``short_seconds`` together runs as many
+    more times as fit in them, at most :data:`SHORT_REPEAT`."""
+    took = run_plain(wasm, timeout)["process"] + run_tensorwasm(wasm, device, offload, timeout)["process"]
+    if short_seconds > 0 and took > 0:
+        repeat = max(repeat, min(SHORT_REPEAT, int(short_seconds / took)))
     plain, tw = [], []
     for _ in range(repeat):
         plain.append(run_plain(wasm, timeout))
@@ -278,7 +289,9 @@ def markdown(doc: dict, plot: str | None) -> str:
         "## PolyBench/C 4.2.1",
         "",
         f"`python -m benchmarks.polybench --dataset {doc['dataset']} --device {doc['device']} "
-        f"--offload {doc['offload']} --repeat {doc['repeat']}` on "
+        f"--offload {doc['offload']} --repeat {doc['repeat']}"
+        + (f" --short-seconds {doc['short_seconds']:g}" if doc.get("short_seconds") else "")
+        + "` on "
         f"{env['gpu'] + ' host, ' if env.get('gpu') else ''}{env['cpu']} ({env['cpu_count']} cores), "
         f"{env['date']}, commit {env['commit']}: each program built with clang-16 `-O2` for wasm32-wasi, run "
         "in a process of its own under plain wasmtime and under `tensorwasm run` (compiled code cached for "
@@ -451,6 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--offload", default="auto", choices=("auto", "always", "off"))
     parser.add_argument("--only", help="NAME,... of the programs to run (default: all 30)")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs of each (medians)")
+    parser.add_argument("--short-seconds", type=float, default=5.0,
+                        help="a program whose untimed runs take less runs as many more times as fit in this "
+                             f"many seconds (at most {SHORT_REPEAT}; 0: never)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one run may take")
     parser.add_argument("--out", type=Path, default=BUILD, help=f"builds and results (default {BUILD})")
     parser.add_argument("--build-only", action="store_true", help="build the programs, run nothing")
@@ -485,7 +501,9 @@ def main(argv: list[str] | None = None) -> int:
         print("benchmarks.polybench: the package's bytecode could not all be written", file=sys.stderr)
     rows = []
     for name, wasm in built.items():
-        row = measure(name, wasm, args.device, args.offload, max(1, args.repeat), args.timeout)
+        row = measure(
+            name, wasm, args.device, args.offload, max(1, args.repeat), args.timeout, args.short_seconds
+        )
         rows.append(row)
         loops = row["loops"]
         print(f"{name:16} identical={row['identical_output']!s:5} kernel {_ms(row['wasmtime']['kernel'])} -> "
@@ -493,7 +511,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{_ms(row['wasmtime']['process'])} -> {_ms(row['tensorwasm']['process'])} ms "
               f"({_x(row['process_speedup'])}), loops {loops['launched']}/{loops['candidates']}", flush=True)  # fmt: skip
     doc = {"schema": SCHEMA, "dataset": args.dataset, "device": args.device, "offload": args.offload,
-           "repeat": args.repeat, "environment": environment(), "results": rows, "summary": summary(rows)}  # fmt: skip
+           "repeat": args.repeat, "short_seconds": args.short_seconds, "environment": environment(),
+           "results": rows, "summary": summary(rows)}  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"polybench-{args.dataset.lower()}-{args.device}"
     (args.out / f"{stem}.json").write_text(json.dumps(doc, indent=1))

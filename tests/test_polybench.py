@@ -6,6 +6,7 @@ and the docs section replaces its own markers' text and nothing else."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -84,6 +85,27 @@ def test_summary_geomeans() -> None:
     s = polybench.summary(rows)
     assert s["kernel_geomean"] == pytest.approx(2.0) and s["process_geomean"] == pytest.approx(1.0)
     assert (s["identical"], s["slower_than_1_05"], s["launched"], s["candidates"]) == (1, 1, 1, 5)
+
+
+@pytest.mark.parametrize(("seconds", "timed"), [(0.1, polybench.SHORT_REPEAT), (1.0, 5), (3.0, 2)])
+def test_a_short_program_runs_more_times(monkeypatch, seconds: float, timed: int) -> None:
+    """Runs that fit ``short_seconds`` (5 here) by the untimed pair's time are added, up to
+    SHORT_REPEAT; a long program runs ``repeat`` times (2 here)."""
+    calls = {"plain": 0, "tensorwasm": 0}
+
+    def run(kind: str):
+        def fake(*args, **kwargs) -> dict:
+            calls[kind] += 1
+            return {"status": 0, "kernel": seconds / 10, "process": seconds / 2, "dump": "00", "report": None,
+                    "stderr": ""}  # fmt: skip
+
+        return fake
+
+    monkeypatch.setattr(polybench, "run_plain", run("plain"))
+    monkeypatch.setattr(polybench, "run_tensorwasm", run("tensorwasm"))
+    row = polybench.measure("atax", Path("atax.wasm"), "cpu", "auto", 2, 60, short_seconds=5.0)
+    assert calls == {"plain": 1 + timed, "tensorwasm": 1 + timed}
+    assert len(row["wasmtime"]["processes"]) == timed and row["identical_output"]
 
 
 def test_the_package_s_bytecode_is_written_even_where_python_writes_none(tmp_path, monkeypatch) -> None:

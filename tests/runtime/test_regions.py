@@ -6,6 +6,7 @@ stays on the device between launches)."""
 from __future__ import annotations
 
 import ctypes
+import itertools
 import random
 
 import pytest
@@ -17,9 +18,9 @@ from tensorwasm.dialect.types import I32
 from tensorwasm.oracle.offload import OffloadInstance
 from tensorwasm.oracle.simulated import HostAllocator, HostContext, SimulatedDevice
 from tensorwasm.runtime.mirror import DeviceMirror, Span, union
-from tensorwasm.runtime.spans import SpanSet
 from tensorwasm.runtime.offload import OffloadModule
 from tensorwasm.runtime.reference import ReferenceInstance
+from tensorwasm.runtime.spans import SpanSet
 from tests.conftest import wat
 
 # A time loop around a parallel sweep over a[0:m) into b, then a pointer swap; the sweep
@@ -332,7 +333,7 @@ def test_a_span_set_agrees_with_the_bytes_it_stands_for() -> None:
             assert _bytes(listed) == covered
             # sorted, disjoint, none empty, none touching the next (touching ranges merge)
             assert all(lo < hi for lo, hi in listed)
-            assert all(a[1] < b[0] for a, b in zip(listed, listed[1:]))
+            assert all(a[1] < b[0] for a, b in itertools.pairwise(listed))
 
 
 def _bytes(ranges) -> set[int]:
