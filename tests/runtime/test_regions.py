@@ -17,6 +17,7 @@ from tensorwasm.compiler.frontend import load
 from tensorwasm.dialect.types import I32
 from tensorwasm.oracle.offload import OffloadInstance
 from tensorwasm.oracle.simulated import HostAllocator, HostContext, SimulatedDevice
+from tensorwasm.runtime.driver import KernelParams
 from tensorwasm.runtime.mirror import DeviceMirror, Span, union
 from tensorwasm.runtime.offload import OffloadModule
 from tensorwasm.runtime.reference import ReferenceInstance
@@ -208,6 +209,29 @@ def test_the_mirror_copies_in_only_what_the_device_lacks_and_flushes_what_it_wro
     assert host.raw[2048:2112] == b"\xff" * 64 and host.raw[2112] == 2112 % 256
     assert not mirror.holds_results and mirror.valid.ranges() == []
     assert mirror.missing((Span(0, 1024),)) == (Span(0, 1024),)
+
+
+def test_launches_not_waited_for_each_read_their_own_arguments_past_the_ring_s_end() -> None:
+    """More launches queued without a wait than the ring has slots, their arguments
+    alternating: on a device whose queue runs only at the wait, each kernel still reads the
+    arguments it was queued with (the ring waits before it reuses a slot)."""
+    mirror = DeviceMirror(HostContext(lazy=True), allocator=HostAllocator())
+    host = ctypes.create_string_buffer(4096)
+    mirror.ensure(4096, 8)
+    seen = []
+
+    class Kernel:
+        def run(self, values) -> None:
+            seen.append(ctypes.string_at(mirror.scratch_ptr, 16))
+
+    images = [bytes([k % 3]) * 16 for k in range(2 * DeviceMirror.RING_SLOTS + 5)]
+    uploads = [mirror.launch_unwaited(ctypes.addressof(host), (), image, Kernel(), (1,), (1,), KernelParams([]))
+               for image in images]  # fmt: skip
+    assert mirror.queued and len(seen) < len(images)  # (the queue runs at the waits)
+    mirror.drain()
+    assert seen == images and not mirror.queued
+    assert all(uploads)  # (each differs from the one before)
+    assert mirror.launch_unwaited(ctypes.addressof(host), (), images[-1], Kernel(), (1,), (1,), KernelParams([])) == 0
 
 
 def test_a_partial_flush_brings_back_only_what_the_loop_touches_and_forgets_what_it_writes() -> None:
