@@ -213,7 +213,12 @@ class DeviceLaunches:
         return partials
 
     def _launch_unwaited(
-        self, lp: OffloadedLoop, ready: PreparedLaunch, arrival: LaunchArguments, base: int, size: int,
+        self,
+        lp: OffloadedLoop,
+        ready: PreparedLaunch,
+        arrival: LaunchArguments,
+        base: int,
+        size: int,
         start: float,
     ) -> tuple[()]:
         """A launch inside a region whose kernel returns nothing (no reduction; a region's

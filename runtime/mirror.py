@@ -448,6 +448,8 @@ def _copy_rows(stream, to_device: bool, memory: int, base: int, rows: Rows) -> N
     dst, src = (device, host) if to_device else (host, device)
     copy = getattr(stream, "copy_htod_rows" if to_device else "copy_dtoh_rows", None)
     if copy is None:
-        each_row(stream.copy_htod if to_device else stream.copy_dtoh, dst, src, rows.pitch, rows.width, rows.count)
+        each_row(
+            stream.copy_htod if to_device else stream.copy_dtoh, dst, src, rows.pitch, rows.width, rows.count
+        )
     else:
         copy(dst, src, rows.pitch, rows.width, rows.count)

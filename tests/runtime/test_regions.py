@@ -231,7 +231,10 @@ def test_launches_not_waited_for_each_read_their_own_arguments_past_the_ring_s_e
     mirror.drain()
     assert seen == images and not mirror.queued
     assert all(uploads)  # (each differs from the one before)
-    assert mirror.launch_unwaited(ctypes.addressof(host), (), images[-1], Kernel(), (1,), (1,), KernelParams([])) == 0
+    assert (
+        mirror.launch_unwaited(ctypes.addressof(host), (), images[-1], Kernel(), (1,), (1,), KernelParams([]))
+        == 0
+    )
 
 
 def test_a_partial_flush_brings_back_only_what_the_loop_touches_and_forgets_what_it_writes() -> None:
@@ -267,7 +270,9 @@ TOUCH_UP = """(local.set $i (i32.const 0))
 
 
 @pytest.mark.parametrize("device", DEVICES[1:])
-def test_a_loop_wasmtime_runs_inside_a_region_brings_back_only_what_it_touches(device: str, monkeypatch) -> None:
+def test_a_loop_wasmtime_runs_inside_a_region_brings_back_only_what_it_touches(
+    device: str, monkeypatch
+) -> None:
     """PolyBench's fdtd-2d sets a row of ``ey`` on wasmtime each step between three launches:
     the region's results stay on the device but for what that loop reads and writes (each
     step brought back every array, and the next launches copied them in again)."""
@@ -311,7 +316,9 @@ def test_a_loop_wasmtime_runs_after_a_launch_not_waited_for_leaves_its_input_alo
     monkeypatch.setattr(touch_up.estimate, "decide", lambda *a, **k: (False, "too little work", 1e-3, 1e-6))
     unwaited = []
     queue = DeviceMirror.launch_unwaited
-    monkeypatch.setattr(DeviceMirror, "launch_unwaited", lambda self, *a: unwaited.append(1) or queue(self, *a))
+    monkeypatch.setattr(
+        DeviceMirror, "launch_unwaited", lambda self, *a: unwaited.append(1) or queue(self, *a)
+    )
     expected_instance = ReferenceInstance(wasm)
     args = [(I32, 1000), (I32, 6), (I32, 0)]
     assert actual.call("run", args) == expected_instance.call("run", args)
