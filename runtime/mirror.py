@@ -344,11 +344,14 @@ class DeviceMirror:
         and forget that the device holds ``written`` (wasmtime makes it newer). The rest stays
         resident, dirty where it was; returns the bytes moved."""
         touched = union([(s.lo, s.hi) for s in touched], [])
+        written = [(s.lo, s.hi) for s in written]
         back = self.dirty.inside(touched)  # the dirty bytes the loop may read or overwrite
         self.dirty.remove(touched)
-        self.valid.remove((s.lo, s.hi) for s in written)
-        self._inside_valid.clear()
-        self._inside_dirty.clear()
+        self.valid.remove(written)
+        # Span tuples apart from what changed are still inside (a region's other loops'
+        # launches then skip the span arithmetic at their next arrival).
+        self._inside_valid = {t for t in self._inside_valid if not _meets(t, written)}
+        self._inside_dirty = {t for t in self._inside_dirty if not _meets(t, touched) and not _meets(t, written)}
         if not back:
             self.drain()  # queued copies may still read what wasmtime is about to write
             return 0
@@ -438,6 +441,11 @@ class DeviceMirror:
         self.queued = False
         self.ring_next = 0
         self.forget()
+
+
+def _meets(spans: tuple[Span, ...], ranges: list[tuple[int, int]]) -> bool:
+    """Whether any of ``spans`` shares a byte with any of ``ranges``."""
+    return any(s.lo < hi and lo < s.hi for s in spans for lo, hi in ranges)
 
 
 def _copy_rows(stream, to_device: bool, memory: int, base: int, rows: Rows) -> None:

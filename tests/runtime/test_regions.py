@@ -259,6 +259,25 @@ def test_a_partial_flush_brings_back_only_what_the_loop_touches_and_forgets_what
     assert host.raw[2048:2112] == b"\xaa" * 64 and host.raw[3000:3100] == b"\xbb" * 100
 
 
+def test_a_partial_flush_keeps_what_it_knows_of_the_launches_it_does_not_touch() -> None:
+    """After a partial flush, a launch whose spans meet nothing wasmtime's loop touches
+    is still known to find the device holding them (no span arithmetic at its next
+    arrival); one whose spans meet what the loop writes copies that part in again."""
+    mirror = DeviceMirror(HostContext(), allocator=HostAllocator())
+    host = ctypes.create_string_buffer(4096)
+    base = ctypes.addressof(host)
+    mirror.ensure(4096, 8)
+    apart, meeting = (Span(0, 1024),), (Span(1024, 2048),)
+    for spans in (apart, meeting):
+        mirror.now_valid(spans, mirror.missing(spans))
+        mirror.keep(spans)
+    assert mirror.flush_part(base, [Span(1500, 1600)], [Span(1500, 1600)]) == 100
+    assert apart in mirror._inside_valid and apart in mirror._inside_dirty
+    assert meeting not in mirror._inside_valid and meeting not in mirror._inside_dirty
+    assert mirror.missing(apart) == () and mirror.missing(meeting) == (Span(1500, 1600),)
+    assert mirror.dirty.ranges() == [(0, 1500), (1600, 2048)]
+
+
 # After the sweep, a loop of four iterations reads and writes b[0:4): in auto mode it stays on
 # wasmtime while the sweep launches, inside the same region.
 TOUCH_UP = """(local.set $i (i32.const 0))
