@@ -148,9 +148,15 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
     reads, writes = [], []
     ranges: list[tuple[Access, Range]] = []
     levels = {level.counter: i for i, level in enumerate(plan.collapse)}
-    for access, split in zip(plan.accesses, _split_addresses(plan), strict=True):
+    twins = _twins(plan)
+    for k, (access, split) in enumerate(zip(plan.accesses, _split_addresses(plan), strict=True)):
         if split is None:
             ranges.append((access, None))  # a gather: checked by the kernel itself
+            continue
+        if twins[k] != k:  # the same bytes as an earlier access (an unrolled loop's loads)
+            rng = ranges[twins[k]][1]
+            ranges.append((access, rng))
+            (writes if access.store else reads).append(rng)
             continue
         if split is QUASI:
             rng = _quasi_range(access, plan, env, counts)
@@ -202,14 +208,34 @@ def _pairs(plan: LoopPlan) -> list[tuple[int, int]]:
     per plan: every store against every access, less the pairs the analysis settled
     (independent across outer iterations only, so none in a collapsed nest, which tests
     every pair across grid cells) and those among a privatised temporary's accesses (they
-    meet only in each thread's own copy)."""
+    meet only in each thread's own copy); each pair as its accesses' first twins
+    (:func:`_twins`), once."""
     cached = plan.__dict__.get("_guard_pairs")
     if cached is None:
         free = set(plan.static_dependence_free) if not plan.collapse else set()
         free |= {(i, j) for copy in plan.private for i in copy.accesses for j in copy.accesses}
         accesses = range(len(plan.accesses))
-        cached = [(i, j) for i in accesses if plan.accesses[i].store for j in accesses if (i, j) not in free]
+        twins = _twins(plan)
+        pairs = ((twins[i], twins[j]) for i in accesses if plan.accesses[i].store for j in accesses
+                 if (i, j) not in free)  # fmt: skip
+        cached = list(dict.fromkeys(pairs))
         plan.__dict__["_guard_pairs"] = cached
+    return cached
+
+
+def _twins(plan: LoopPlan) -> list[int]:
+    """Per access, the first access (by index) that touches the same bytes on every
+    iteration: the same kind, width and affine address (clang unrolls a loop that loads
+    one element into as many loads of it as the unrolled copies). Its range, bounds and
+    pairs are the twin's, so they are made once. A gather is its own."""
+    cached = plan.__dict__.get("_guard_twins")
+    if cached is None:
+        first: dict[tuple, int] = {}
+        cached = []
+        for k, a in enumerate(plan.accesses):
+            key = (a.store, a.width, a.offset, a.beyond, a.address) if a.address is not None else k
+            cached.append(first.setdefault(key, k))
+        plan.__dict__["_guard_twins"] = cached
     return cached
 
 

@@ -103,6 +103,7 @@ def test_what_a_plan_keeps_for_its_guards_is_what_each_arrival_would_make() -> N
     from tensorwasm.runtime.guards import _nest_shape, _pairs
 
     seen = {"collapsed": 0, "private": 0, "triangular": 0}
+    twins = {"accesses": 0}
     data = Path(__file__).parents[1] / "compiler" / "data"
     for path in sorted(data.glob("*.wasm")):
         for report in analyze_module(translate_module(load(path.read_bytes()))):
@@ -112,9 +113,18 @@ def test_what_a_plan_keeps_for_its_guards_is_what_each_arrival_would_make() -> N
             free = set(plan.static_dependence_free) if not plan.collapse else set()
             free |= {(i, j) for copy in plan.private for i in copy.accesses for j in copy.accesses}
             n = len(plan.accesses)
-            assert _pairs(plan) == [
-                (i, j) for i in range(n) if plan.accesses[i].store for j in range(n) if (i, j) not in free
-            ], path.name
+            same = [  # each access's first twin: the same kind, width and affine address
+                next(
+                    j for j in range(k + 1)
+                    if a.address is not None and (b := plan.accesses[j]).address == a.address
+                    and (b.store, b.width, b.offset, b.beyond) == (a.store, a.width, a.offset, a.beyond)
+                ) if a.address is not None else k
+                for k, a in enumerate(plan.accesses)
+            ]  # fmt: skip
+            pairs = [(same[i], same[j]) for i in range(n) if plan.accesses[i].store for j in range(n)
+                     if (i, j) not in free]  # fmt: skip
+            assert _pairs(plan) == list(dict.fromkeys(pairs)), path.name
+            twins["accesses"] += n - len(set(same))
             counts = {plan.counter: 1}
             moves, triangular = _nest_shape(plan)
             for (counter, trip), (moving, floors) in zip(plan.inner_trips, moves, strict=True):
@@ -128,3 +138,77 @@ def test_what_a_plan_keeps_for_its_guards_is_what_each_arrival_would_make() -> N
             seen["private"] += bool(plan.private)
             seen["triangular"] += triangular
     assert all(seen.values()), seen
+    assert twins["accesses"] > 0  # (accesses whose twin's range and pairs stand for theirs)
+
+
+# row(a, v, n): a[2j] = a[2j + 1] = the f64 at v, for j < n: an unrolled loop's two loads of
+# one element, each before a store.
+ROW = """(module (memory (export "memory") 1)
+  (func (export "row") (param $a i32) (param $v i32) (param $n i32) (local $j i32)
+    (loop $l
+      (f64.store (i32.add (local.get $a) (i32.shl (local.get $j) (i32.const 4))) (f64.load (local.get $v)))
+      (f64.store (i32.add (i32.add (local.get $a) (i32.shl (local.get $j) (i32.const 4))) (i32.const 8))
+                 (f64.load (local.get $v)))
+      (local.set $j (i32.add (local.get $j) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $j) (local.get $n))))))"""
+
+
+def test_twin_loads_are_tested_once_and_still_against_every_store() -> None:
+    """The two loads of ``v`` are twins: one range, one set of pairs. Where ``v`` lies among
+    the stores' bytes the guards still decline, and memory ends as wasmtime leaves it."""
+    import struct
+
+    import wasmtime
+
+    import tensorwasm
+    from tensorwasm.compiler.analysis.loops import analyze_module
+    from tensorwasm.compiler.frontend import load, translate_module
+    from tensorwasm.runtime.guards import _pairs, _twins
+    from tests.conftest import wat
+
+    wasm = wat(ROW)
+    (plan,) = [r.plan for r in analyze_module(translate_module(load(wasm))) if r.plan is not None]
+    loads = [k for k, a in enumerate(plan.accesses) if not a.store]
+    assert len(loads) == 2 and _twins(plan)[loads[1]] == loads[0]
+    assert all(j != loads[1] for _, j in _pairs(plan))
+    for v, launched in ((4096, 1), (1024 + 8 * 37, 0)):  # apart from a[0:128), then inside it
+        results = []
+        for offload in (True, False):
+            store = wasmtime.Store()
+            if offload:
+                instance = tensorwasm.instantiate(store, wasm, [], device="cpu", offload="always")
+            else:
+                instance = wasmtime.Instance(store, wasmtime.Module(store.engine, wasm), [])
+            memory = instance.exports(store)["memory"]
+            memory.write(store, struct.pack("<512d", *range(512)), 0)
+            instance.exports(store)["row"](store, 1024, v, 64)
+            results.append(memory.read(store, 0, 4096))
+            if offload:
+                (loop,) = tensorwasm.report(instance).loops
+                assert loop.offloaded == launched, loop.declined
+        assert results[0] == results[1]
+
+
+def test_loads_of_other_bytes_are_not_twins() -> None:
+    """The second load reads ``w``, not ``v``: where only ``w`` lies among the stores' bytes,
+    the guards decline (they would not, were it taken for the first load's twin)."""
+    import wasmtime
+
+    import tensorwasm
+    from tensorwasm.compiler.analysis.loops import analyze_module
+    from tensorwasm.compiler.frontend import load, translate_module
+    from tensorwasm.runtime.guards import _twins
+    from tests.conftest import wat
+
+    text = ROW.replace("(param $n i32)", "(param $n i32) (param $w i32)").replace(
+        "(i32.const 8))\n                 (f64.load (local.get $v))", "(i32.const 8))\n                 (f64.load (local.get $w))"
+    )
+    assert "(local.get $w)" in text
+    wasm = wat(text)
+    (plan,) = [r.plan for r in analyze_module(translate_module(load(wasm))) if r.plan is not None]
+    assert _twins(plan) == list(range(len(plan.accesses)))
+    store = wasmtime.Store()
+    instance = tensorwasm.instantiate(store, wasm, [], device="cpu", offload="always")
+    instance.exports(store)["row"](store, 1024, 4096, 64, 1024 + 8 * 37)
+    (loop,) = tensorwasm.report(instance).loops
+    assert loop.offloaded == 0 and any("overlap" in reason for reason in loop.declined), loop.declined
