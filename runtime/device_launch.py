@@ -162,8 +162,6 @@ class DeviceLaunches:
         mirror = self.mirror
         start = time.perf_counter()
         resident = lp.region is not None
-        if resident and not ready.reductions and not lp.may_trap:
-            return self._launch_unwaited(lp, ready, arrival, base, size, start)
         staged = not resident and not ready.rows_out and ready.out_bytes <= STAGED_RESULT_BYTES
         mirror.ensure(size, ready.slots, ready.out_bytes if staged else 0)
         if self.prepared.pin:
@@ -172,6 +170,9 @@ class DeviceLaunches:
         needed = ready.needed
         copies = mirror.missing(needed) if resident else ready.copies_in
         self.device.bind()
+        if resident and not ready.reductions and not lp.may_trap:
+            arrival.replay = None  # (a region's launches never replay)
+            return self._launch_unwaited(lp, ready, image, params, copies, base, start)
         upload = mirror.stage_scratch(image)
         # Every argument of the launch follows from the prepared launch, these three flags and
         # the buffers (which the mirror adds to the key); copies in part only do not.
@@ -213,34 +214,21 @@ class DeviceLaunches:
         return partials
 
     def _launch_unwaited(
-        self,
-        lp: OffloadedLoop,
-        ready: PreparedLaunch,
-        arrival: LaunchArguments,
-        base: int,
-        size: int,
-        start: float,
+        self, lp: OffloadedLoop, ready: PreparedLaunch, image: bytes, params, copies, base: int, start: float
     ) -> tuple[()]:
         """A launch inside a region whose kernel returns nothing (no reduction; a region's
-        kernels cannot trap): queued, not waited for (:meth:`DeviceMirror.launch_unwaited`).
-        wasmtime goes on with the region's scalar code while the device runs it; the wait
-        comes before anything else may touch linear memory (:meth:`flush`)."""
+        kernels cannot trap): ``copies`` in, its scratch ``image`` and the kernel queued, not
+        waited for (:meth:`DeviceMirror.launch_unwaited`). wasmtime goes on with the region's
+        scalar code while the device runs it; the wait comes before anything else may touch
+        linear memory (:meth:`flush`)."""
         stats, mirror = lp.stats, self.mirror
-        mirror.ensure(size, ready.slots)
-        if self.prepared.pin:
-            mirror.pin(base, size)
-        image, params = device_arguments(ready, mirror, arrival)
-        needed = ready.needed
-        copies = mirror.missing(needed)
-        self.device.bind()
         mirror.launch_unwaited(base, copies, image, self.prepared.kernels[lp.entry], ready.grid, ready.block,
                                params)  # fmt: skip
-        mirror.now_valid(needed, copies)
+        mirror.now_valid(ready.needed, copies)
         mirror.keep(ready.written)
         stats.kernel_seconds += time.perf_counter() - start  # (the host's part: the device's is unseen)
-        stats.bytes_in += ready.in_bytes if copies is needed else sum(s.hi - s.lo for s in copies)
+        stats.bytes_in += ready.in_bytes if copies is ready.needed else sum(s.hi - s.lo for s in copies)
         stats.pinned = mirror.pinned is not None
-        arrival.replay = None
         return ()
 
     def _partials(self, lp: OffloadedLoop, ready: PreparedLaunch, image: bytes) -> list[int] | None:
