@@ -149,7 +149,7 @@ class LoopRecord:
     pinned: bool = False  # GPU: copies from page-locked linear memory
     region: int | None = None  # the device-resident region it is in
     inside: int | None = None  # the offset of the offloaded loop around it, if any
-    on_host: int = 0  # of the offloaded: on the host's threads while the GPU started
+    on_host: int = 0  # of the offloaded: on the host's threads before the GPU started
 
 
 @records.record

@@ -288,8 +288,7 @@ def _run(args: argparse.Namespace, ready: Callable[[], None] | None) -> int:
     if prepared.device == "gpu" and args.offload != "off":
         from tensorwasm.runtime import known_gpu
 
-        launched = any(lp.stats.offloaded for lp in prepared.loops)
-        known_gpu.remember_launches(raw, launched or prepared.planner.start_would_pay())
+        known_gpu.remember_launches(raw, prepared.launched_on_device() or prepared.planner.start_would_pay())
     if args.report:
         print(report(prepared, timings, args.report), file=sys.stderr)
     return status

@@ -77,14 +77,17 @@ class HostLaunches:
         self.prepared = prepared
         self._pool: ThreadPoolExecutor | None = None  # host threads, made on first need
         self.started = False  # a launch ran (LLVM's JIT is loaded): see startup_seconds
+        self.begun_early = False  # kernels are loading since the run began (runtime.known_host)
         self.replays = None  # launches in place leave nothing to replay
 
     def startup_seconds(self) -> float:
         """What the first launch pays before it runs: loading LLVM's JIT and the first host
-        threads (see :data:`runtime.profit.STARTUP_SECONDS`); nothing once one launch ran."""
+        threads (see :data:`runtime.profit.STARTUP_SECONDS`); nothing once one launch ran, or
+        where the kernels the last run launched are loading since this one began (their
+        launches wait for what is left of it)."""
         from tensorwasm.runtime.profit import STARTUP_SECONDS
 
-        return 0.0 if self.started else STARTUP_SECONDS["cpu"]
+        return 0.0 if self.started or self.begun_early else STARTUP_SECONDS["cpu"]
 
     def transfer_estimate(self, lp: OffloadedLoop, ready: PreparedLaunch) -> tuple[int, bool]:
         return 0, False  # nothing is copied

@@ -115,7 +115,8 @@ class OffloadModule:
         self.launches = self.backend.runner(self)
         first = CompileFirst(self.launches, self._kernels)
         self._while_starting = None  # runtime.while_starting.HostWhileStarting, made at its first need
-        if self.device == "gpu" and mode == "auto" and config.host_while_starting():
+        self._host_while_starting = config.host_while_starting() if self.device == "gpu" and mode == "auto" else "off"
+        if self._host_while_starting != "off":
             first.while_starting = self._launch_while_starting
         self.planner = ArrivalPlanner(mode, self.device, first)
         self._load_or_prepare(wasm)
@@ -198,11 +199,56 @@ class OffloadModule:
     def _launch_while_starting(self, lp, ready, arrival, base: int, size: int) -> list[int] | None:
         """A launch the device's start keeps from the GPU, on the host's threads where that
         pays (:class:`runtime.while_starting.HostWhileStarting`); None: wasmtime runs it."""
+        return self._stand_in().run(lp, ready, arrival, base, size)
+
+    def _stand_in(self):
         if self._while_starting is None:
             from tensorwasm.runtime.while_starting import HostWhileStarting
 
-            self._while_starting = HostWhileStarting(self)
-        return self._while_starting.run(lp, ready, arrival, base, size)
+            self._while_starting = HostWhileStarting(self, regions=self._host_while_starting == "on")
+        return self._while_starting
+
+    def load_host_kernels_early(self) -> bool:
+        """Begin reading and loading, on a compile worker, the kernels this module's last run
+        here would have run on the host's threads (:mod:`runtime.known_host`): on the host
+        backend, or standing in for a GPU whose start does not pay yet. Whether any load was
+        begun (not where kernels compile as their launches need them)."""
+        if self.mode != "auto" or (self.device == "gpu" and self._host_while_starting == "off"):
+            return False
+        from tensorwasm.runtime import known_host
+
+        wanted = set(known_host.kernels_last_time(self.key))
+        if not wanted:
+            return False
+        if self.device == "gpu":
+            return self._stand_in().load_early(wanted)
+        if not self._kernels.background():
+            return False
+        for lp in self.loops:
+            if lp.kernel_index in wanted:
+                self._kernels.ready_in_background(lp)
+        self.launches.begun_early = True
+        return True
+
+    def launched_on_device(self) -> bool:
+        """Whether a loop launched on the module's device itself (not on the host's threads
+        standing in for a GPU that had not started)."""
+        return any(lp.stats.offloaded > lp.stats.on_host for lp in self.loops)
+
+    def remember_host_kernels(self) -> None:
+        """Keep, for this module's next run, the kernels whose arrivals gained on the host's
+        threads or would have (see :meth:`load_host_kernels_early`)."""
+        if self.mode != "auto":
+            return
+        from tensorwasm.runtime import known_host
+
+        if self.device == "cpu":
+            gains = self.planner.gains
+        elif self._while_starting is not None:
+            gains = self._while_starting.gains
+        else:
+            gains = known_host.Gains()
+        known_host.remember_kernels(self.key, gains)
 
     @property
     def cached(self) -> bool:

@@ -29,6 +29,7 @@ from tensorwasm.compiler.prepare import returned
 from tensorwasm.compiler.rewrite import FILTER_EXPORT, NEVER_SKIP, Insertion
 from tensorwasm.dialect.types import Type
 from tensorwasm.runtime import hostfunc, profit
+from tensorwasm.runtime.known_host import Gains
 from tensorwasm.runtime.profit import CONTEXT_SECONDS, FIXED_SECONDS, STARTUP_SECONDS, Estimate, work
 from tensorwasm.runtime.spans import Rows, Span, union
 from tensorwasm.support.lazy import LazyModule
@@ -63,7 +64,7 @@ class LoopStats:
     kernel_seconds: float = 0.0
     transfer_seconds: float = 0.0
     threads: int = 1  # the most host threads one launch used
-    on_host: int = 0  # of the offloaded: on the host's threads while the GPU started (runtime.while_starting)
+    on_host: int = 0  # of the offloaded: on the host's threads before the GPU started (runtime.while_starting)
     pinned: bool = False  # GPU copies from page-locked linear memory
     warned: set[str] = field(default_factory=set)  # fallback reasons already logged
     region: int | None = None  # the device-resident region the loop is in
@@ -340,6 +341,7 @@ class ArrivalPlanner:
         self.while_starting = getattr(runner, "while_starting", None)
         self.banked = 0.0  # the gain of the arrivals that would have paid, before the device started
         self.banked_late = 0.0  # of it, the arrivals' once a context begun with the program would be made
+        self.gains = Gains()  # per kernel: what its arrivals that paid gained (runtime.known_host)
         # Per region: the gates of its loops in every instance bound (see ArrivalGate.reopen).
         self.region_gates: dict[int, list[ArrivalGate]] = {}
 
@@ -433,6 +435,7 @@ class ArrivalPlanner:
             )
             self.arrival_seconds = cpu
             if go:
+                self.gains.would_have(lp.kernel_index, cpu - model)
                 not_yet = self._started(cpu - model)
                 if not_yet is not None:
                     go, why = False, not_yet
@@ -458,7 +461,9 @@ class ArrivalPlanner:
             return [0, *args[n_live:]]
         if estimate is not None:
             started, model, cpu = estimate
-            lp.estimate.record(time.perf_counter() - started, model, cpu)
+            took = time.perf_counter() - started
+            lp.estimate.record(took, model, cpu)
+            self.gains.launched(lp.kernel_index, cpu - took)
         stats.offloaded += 1
         stats.iterations += launch.trip
         results = [1, *arrival.live_outs(partials)]

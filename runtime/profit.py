@@ -12,6 +12,7 @@ twice in a row goes back to the CPU, and is tried on the device again now and th
 from __future__ import annotations
 
 import functools
+import os
 import time
 from typing import TYPE_CHECKING
 
@@ -23,9 +24,11 @@ if TYPE_CHECKING:
 
 # Device model before any measurement: fixed seconds per launch (driver launch, copies of
 # the launch arguments, synchronisation, Python: 32 to 38 us per offloaded call on the H100) and
-# the share of a CPU op's time one op takes there (many threads in parallel).
+# the share of a CPU op's time one op takes there (many threads in parallel: on the host, one
+# thread per core, counted up to eight, as memory-bound loops scale no further; a measured
+# launch corrects it, see Estimate).
 FIXED_SECONDS = {"gpu": 60e-6, "cpu": 40e-6}
-OP_SHARE = {"gpu": 0.002, "cpu": 0.5}
+OP_SHARE = {"gpu": 0.002, "cpu": 1 / max(2, min(8, os.cpu_count() or 1))}
 # How much slower than wasmtime one device thread runs the ops it runs in sequence (an
 # iteration's own, its inner loops' included): a launch takes at least that long, however
 # many threads it has. A GPU thread runs dependent scalar code at a third of the clock and

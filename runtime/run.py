@@ -111,6 +111,7 @@ def run(
     )  # fmt: skip
     if note is not None:
         say(note)
+    prepared.load_host_kernels_early()  # (on a compile worker, beside wasmtime's compile and the program's start)
     compiled = time.perf_counter()
     engine = wasmtime.Engine()
     store = wasmtime.Store(engine)
@@ -184,6 +185,7 @@ def run(
     finally:
         prepared.close()
     finished = time.perf_counter()
+    prepared.remember_host_kernels()
     timings = {"compile_seconds": compiled - started, "run_seconds": finished - compiled}
     return status, prepared, timings
 
@@ -245,7 +247,7 @@ def report(prepared: OffloadModule, timings: dict, fmt: str) -> str:
         declined = ", ".join(f"{n}x {why}" for why, n in row["declined"].items()) or "none"
         lines.append(
             f"  {where}: ran {row['offloaded']}/{row['arrivals']} times on {row['device']}"
-            + (f" ({row['on_host']} of them on the host's threads while it started)" if row.get("on_host") else "")
+            + (f" ({row['on_host']} of them on the host's threads before it started)" if row.get("on_host") else "")
             + ", "
             f"{row['iterations']} iterations, {row['bytes_in'] + row['bytes_out']} bytes moved, "
             f"kernel {row['kernel_seconds'] * 1e3:.2f} ms, transfers {row['transfer_seconds'] * 1e3:.2f} ms; "

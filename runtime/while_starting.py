@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from tensorwasm.compiler.lower import abi
 from tensorwasm.compiler.target import HostTarget
 from tensorwasm.runtime.host_device import HostDevice, HostLaunches
+from tensorwasm.runtime.known_host import Gains
 from tensorwasm.runtime.loop_kernels import LoopKernels
 from tensorwasm.runtime.profit import STARTUP_SECONDS, Estimate
 from tensorwasm.support.records import replace
@@ -44,8 +45,9 @@ class HostWhileStarting:
 
     code_kind = "cpu"
 
-    def __init__(self, module: OffloadModule) -> None:
+    def __init__(self, module: OffloadModule, regions: bool = True) -> None:
         self.module = module
+        self.regions = regions  # whether the loops of device-resident regions run here too
         self.mode = module.mode
         self.backend = HostDevice()
         self.target = HostTarget()
@@ -58,6 +60,7 @@ class HostWhileStarting:
         self.launches = HostLaunches(self)
         self.estimates: dict[int, Estimate] = {}  # per kernel: the host's own measured correction
         self.banked = 0.0  # what the host launches would have gained before its kernels were ready
+        self.gains = Gains()  # per kernel: what its arrivals gained here, or would have
 
     @property
     def key(self) -> str:
@@ -73,7 +76,7 @@ class HostWhileStarting:
         where it does not run here (wasmtime runs it): a distributed schedule, a kernel not
         ready yet (its compile is begun), a launch the host's cost model finds slower than
         wasmtime, or a kernel that trapped."""
-        if lp.plan.phases and not lp.plan.collapse:
+        if (lp.plan.phases and not lp.plan.collapse) or (lp.region is not None and not self.regions):
             return None
         index = lp.kernel_index
         estimate = self.estimates.setdefault(index, Estimate())
@@ -83,18 +86,36 @@ class HostWhileStarting:
         if index not in self._kernels.units:
             # The host's own start (LLVM's JIT loaded, the kernel read or compiled), paid only
             # once the arrivals it would have sped up gain as much: a program whose loops gain
-            # less loads nothing (the exit waits for a compile under way).
+            # less loads nothing (the exit waits for a compile under way), unless its last run
+            # here remembered the kernel (then it is loading since the run began).
             self.banked += cpu - model
-            if self.banked < STARTUP_SECONDS["cpu"] or not self._kernels.ready_in_background(
+            self.gains.would_have(index, cpu - model)
+            early = index in self._kernels.pending
+            if (self.banked < STARTUP_SECONDS["cpu"] and not early) or not self._kernels.ready_in_background(
                 self._loop_of[index]
             ):
                 return None
         started = time.perf_counter()
         partials = self.launches.run(lp, ready, arrival, base, size)
         if partials is not None:
-            estimate.record(time.perf_counter() - started, model, cpu)
+            took = time.perf_counter() - started
+            estimate.record(took, model, cpu)
+            self.gains.launched(index, cpu - took)
             lp.stats.on_host += 1
         return partials
+
+    def load_early(self, indices: set[int]) -> bool:
+        """Begin reading and loading the kernels ``indices`` on a compile worker, before any
+        of their arrivals (:meth:`runtime.offload.OffloadModule.load_host_kernels_early`);
+        whether any was begun (not where kernels compile at their launches)."""
+        if not self._kernels.background():
+            return False
+        begun = False
+        for lp in self.loops:
+            if lp.kernel_index in indices and (self.regions or lp.region is None):
+                self._kernels.ready_in_background(lp)
+                begun = True
+        return begun
 
 
 class _ByGpuEntry(Mapping):

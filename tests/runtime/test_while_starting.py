@@ -64,13 +64,18 @@ def test_the_host_kernel_is_made_only_once_the_arrivals_would_gain_the_hosts_sta
     offload.close()
 
 
-def test_it_is_off_unless_asked_for(monkeypatch) -> None:
+def test_it_is_auto_unless_asked_otherwise(monkeypatch) -> None:
     from tensorwasm.support import config
+    from tensorwasm.support.errors import ConfigError
 
     monkeypatch.delenv("TENSORWASM_HOST_WHILE_STARTING", raising=False)
-    assert not config.host_while_starting()
-    monkeypatch.setenv("TENSORWASM_HOST_WHILE_STARTING", "on")
-    assert config.host_while_starting()
+    assert config.host_while_starting() == "auto"
+    for value in ("on", "off", "auto", " ON "):
+        monkeypatch.setenv("TENSORWASM_HOST_WHILE_STARTING", value)
+        assert config.host_while_starting() == value.strip().lower()
+    monkeypatch.setenv("TENSORWASM_HOST_WHILE_STARTING", "yes")
+    with pytest.raises(ConfigError, match="TENSORWASM_HOST_WHILE_STARTING='yes': say auto, on or off"):
+        config.host_while_starting()
 
 
 def test_no_launch_runs_on_the_host_where_that_is_turned_off(monkeypatch) -> None:
@@ -134,6 +139,47 @@ def test_a_region_whose_first_steps_ran_on_the_host_leaves_memory_as_wasmtime_do
     actual.close()
 
 
+def test_in_auto_the_steps_of_a_region_stay_on_wasmtime_while_the_gpu_starts(monkeypatch) -> None:
+    # As above, but TENSORWASM_HOST_WHILE_STARTING left to auto: a region's loops wait for the
+    # GPU (their time steps lost on the host's threads), and wasmtime runs them meanwhile.
+    monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: 5e-4)
+    monkeypatch.setitem(profit.CONTEXT_SECONDS, "gpu", 100.0)
+    monkeypatch.setitem(profit.STARTUP_SECONDS, "gpu", 100.05)
+    monkeypatch.setenv("TENSORWASM_COMPILE", "sync")
+    monkeypatch.delenv("TENSORWASM_HOST_WHILE_STARTING", raising=False)
+    wasm = time_loop()
+    device = SlowStartDevice()
+    device.starter.begin(device.make_context)
+    actual = OffloadInstance(wasm, device=device, mode="auto")
+    (loop,) = actual.offload.loops
+    assert loop.region is not None
+    expected_instance = ReferenceInstance(wasm)
+    args = [(I32, 1000), (I32, 12), (I32, 0)]
+    assert actual.call("run", args) == expected_instance.call("run", args)
+    assert actual.memory() == expected_instance.memory("memory")
+    assert loop.stats.on_host == loop.stats.offloaded == 0 and set(loop.stats.declined) <= {STARTING, NOT_STARTED}
+    assert not actual.offload.launched_on_device()
+    device.release.set()
+    device.starter.thread.join()
+    actual.close()
+
+
+def test_launches_on_the_hosts_threads_are_not_launches_on_the_gpu(monkeypatch) -> None:
+    # What the next run remembers (runtime.known_gpu): launched on the GPU itself or not.
+    device, offload, loop = _saxpy_on_a_slow_start(monkeypatch, 5e-6, 100.0, 100.05, host_while_starting=True)
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    for _ in range(2):
+        assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    assert loop.stats.on_host == loop.stats.offloaded >= 1 and not offload.launched_on_device()
+    device.starter.begin(device.make_context)
+    device.release.set()
+    device.starter.thread.join()
+    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    assert loop.stats.offloaded > loop.stats.on_host and offload.launched_on_device()
+    offload.close()
+
+
 @pytest.mark.gpu
 def test_on_the_gpu_the_first_steps_of_a_region_run_on_the_host_while_the_context_is_made() -> None:
     import os
@@ -161,7 +207,7 @@ def test_on_the_gpu_the_first_steps_of_a_region_run_on_the_host_while_the_contex
 # time loop of 40 steps its first call runs (on the host's threads while the context is
 # made), then, the context made, once more (on the GPU).
 _ON_THE_GPU = """
-import json, sys
+import json, sys, threading
 from tensorwasm.dialect.types import I32
 from tensorwasm.oracle.offload import OffloadInstance
 from tensorwasm.runtime import gpu_start, known_gpu, profit
@@ -173,7 +219,21 @@ fields = json.loads(sys.argv[1])
 known_gpu.remembered = lambda: DeviceInfo(**dict(fields, compute_capability=tuple(fields["compute_capability"])))
 profit.cpu_seconds_per_op = lambda: 2e-7
 wasm = time_loop()
-gpu_start.STARTER.begin()
+# The context is made once the host ran a step: an H100's context can be made before the
+# host's kernel is compiled, and then no step would run there.
+from tensorwasm.runtime.while_starting import HostWhileStarting
+host_ran = threading.Event()
+host_run = HostWhileStarting.run
+def run_and_tell(self, lp, *rest):
+    partials = host_run(self, lp, *rest)
+    if lp.stats.on_host:
+        host_ran.set()
+    return partials
+HostWhileStarting.run = run_and_tell
+def make_after_a_host_step():
+    host_ran.wait(60)
+    gpu_start.make_context()
+gpu_start.STARTER.begin(make_after_a_host_step)
 actual = OffloadInstance(wasm, device="gpu", mode="auto", pin=True)
 expected_instance = ReferenceInstance(wasm)
 (loop,) = actual.offload.loops

@@ -1,0 +1,96 @@
+"""The loop kernels a module's last run here would have run on the host's threads, so that
+the next run loads them while the program starts.
+
+A host launch's start is loading LLVM's JIT with the kernel's object code (llvmlite's
+import alone is ~17 ms on the 2-core development machine) and its first threads:
+:data:`runtime.profit.STARTUP_SECONDS` charges 40 ms. A program whose loops on the host's
+threads would gain less than that never pays for it (PolyBench's matrix-vector programs,
+whose kernels take 5 to 40 ms on wasmtime). Where the last run's arrivals that would have
+paid on the host's threads gained at least :data:`EARLY_GAIN_SECONDS` between them (what
+the load costs a process), their kernels are remembered (under the prepared module's key and the host processor), and the
+next run reads and loads them on a compile worker as soon as the module is prepared: beside
+wasmtime's compile of the module and the program's own start, on another core, so that
+they are ready when the loops come. A run whose loops gain less forgets them.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tensorwasm.compiler.target import HostTarget, describe
+from tensorwasm.runtime.cache import default_cache, make_key
+from tensorwasm.support import logs
+
+log = logs.get_logger(__name__)
+
+# What the arrivals that paid on the host's threads must gain between them (by what their
+# launches took, or where a kernel did not launch by the host's cost model) for their
+# kernels to be loaded early next time: what loading them costs a process (importing
+# llvmlite and making its JIT: ~25 ms of a 0.1 s PolyBench run on the 2-core development
+# machine, the other core loading while wasmtime runs the program), so that the load at
+# least pays for itself.
+EARLY_GAIN_SECONDS = 0.025
+
+
+class Gains:
+    """What each kernel's arrivals (by index) gained on the host's threads in one run:
+    measured where the kernel launched there, else by the host's cost model (arrivals that
+    would have paid but found no kernel loaded)."""
+
+    def __init__(self) -> None:
+        self.modelled: dict[int, float] = {}
+        self.measured: dict[int, float] = {}
+
+    def would_have(self, index: int, seconds: float) -> None:
+        self.modelled[index] = self.modelled.get(index, 0.0) + seconds
+
+    def launched(self, index: int, seconds: float) -> None:
+        self.measured[index] = self.measured.get(index, 0.0) + seconds
+
+
+def kernels_last_time(module_key: str) -> tuple[int, ...]:
+    """The kernels (by index) the last run of the prepared module ``module_key`` chose to
+    load early; none where no run did."""
+    return tuple(_kept(module_key)["load"])
+
+
+def remember_kernels(module_key: str, gains: Gains) -> None:
+    """Keep, for the next run, the kernels whose arrivals gained on the host's threads (or
+    would have), where together they gained at least :data:`EARLY_GAIN_SECONDS`; else none.
+    A kernel's measured gain (or loss) stands until it is measured again: a kernel the
+    model favours that ran slower on the host's threads is not loaded for it, run after run."""
+    kept = _kept(module_key)
+    seconds = {index: (gain, False) for index, gain in gains.modelled.items()}
+    for index, (gain, measured) in kept["seconds"].items():
+        if measured and index not in gains.measured:
+            seconds[index] = (gain, True)
+    seconds.update((index, (gain, True)) for index, gain in gains.measured.items())
+    paying = sorted(index for index, (gain, _) in seconds.items() if gain > 0.0)
+    load = paying if sum(seconds[index][0] for index in paying) >= EARLY_GAIN_SECONDS else []
+    record = {"load": load, "seconds": seconds}
+    if record != kept:
+        blob = {"load": load, "seconds": {str(k): list(v) for k, v in seconds.items()}}
+        default_cache().put("host-kernels", _key(module_key), json.dumps(blob).encode())
+
+
+def _kept(module_key: str) -> dict:
+    """The record of the last run (``load``: the kernels chosen; ``seconds``: per kernel,
+    its gain and whether it was measured)."""
+    empty: dict = {"load": [], "seconds": {}}
+    blob = default_cache().get("host-kernels", _key(module_key))
+    if blob is None:
+        return empty
+    try:
+        found = json.loads(blob)
+        return {
+            "load": [int(index) for index in found["load"]],
+            "seconds": {int(k): (float(gain), bool(measured)) for k, (gain, measured) in found["seconds"].items()},
+        }
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        log.info("dropping an unreadable record of host kernels: %s", exc)
+        default_cache().drop("host-kernels", _key(module_key))
+        return empty
+
+
+def _key(module_key: str) -> str:
+    return make_key("host-kernels", module_key, describe(HostTarget()))

@@ -1,0 +1,125 @@
+"""The kernels a run would have launched on the host's threads, remembered so that the next
+run loads them while the program starts (runtime/known_host.py): on the host backend, and
+standing in for a GPU whose start does not pay (on the simulated device)."""
+
+from __future__ import annotations
+
+from tensorwasm.runtime import known_host, profit
+from tensorwasm.runtime.offload import OffloadModule
+from tensorwasm.runtime.planning import NOT_STARTED
+from tests.offload_cases import module_bytes, run_case
+from tests.runtime.test_gpu_start import _saxpy_on_a_slow_start
+from tests.runtime.test_offload import _saxpy_case
+
+
+def _gains(modelled: dict[int, float] | None = None, measured: dict[int, float] | None = None) -> known_host.Gains:
+    gains = known_host.Gains()
+    for index, seconds in (modelled or {}).items():
+        gains.would_have(index, seconds)
+    for index, seconds in (measured or {}).items():
+        gains.launched(index, seconds)
+    return gains
+
+
+def test_kernels_are_remembered_where_their_gains_add_up_and_forgotten_where_they_do_not() -> None:
+    key = "a module's key"
+    least = known_host.EARLY_GAIN_SECONDS
+    assert known_host.kernels_last_time(key) == ()
+    known_host.remember_kernels(key, _gains({3: 0.6 * least}))
+    assert known_host.kernels_last_time(key) == ()  # too little gained
+    known_host.remember_kernels(key, _gains({3: 0.6 * least, 5: 0.6 * least, 7: -1.0}))
+    assert known_host.kernels_last_time(key) == (3, 5)  # 7 lost on the host: not loaded for it
+    assert known_host.kernels_last_time("another module's key") == ()
+    known_host.remember_kernels(key, _gains())
+    assert known_host.kernels_last_time(key) == ()
+
+
+def test_a_kernel_measured_slower_on_the_host_is_not_loaded_again_for_what_the_model_says() -> None:
+    key = "a module whose kernel 2 the model favours"
+    least = known_host.EARLY_GAIN_SECONDS
+    known_host.remember_kernels(key, _gains({2: 2 * least}))
+    assert known_host.kernels_last_time(key) == (2,)
+    known_host.remember_kernels(key, _gains({2: 2 * least}, {2: -0.5 * least}))  # it launched: slower
+    assert known_host.kernels_last_time(key) == ()
+    for _ in range(2):  # runs that did not load it: the model's gain does not bring it back
+        known_host.remember_kernels(key, _gains({2: 2 * least}))
+        assert known_host.kernels_last_time(key) == ()
+    known_host.remember_kernels(key, _gains({}, {2: 3 * least}))  # measured again (a launch that paid)
+    assert known_host.kernels_last_time(key) == (2,)
+
+
+def _host_module(monkeypatch, seconds_per_op: float) -> OffloadModule:
+    monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: seconds_per_op)
+    monkeypatch.setitem(profit.OP_SHARE, "cpu", 0.5)  # (two cores' worth, whatever this machine has)
+    monkeypatch.setenv("TENSORWASM_COMPILE", "background")
+    return OffloadModule(module_bytes("blas1", "O2"), device="cpu", mode="auto")
+
+
+def test_on_the_host_backend_a_kernel_the_last_run_would_have_launched_loads_as_the_run_begins(monkeypatch) -> None:
+    # An arrival gains ~30 ms on the host's threads (by the model): less than the host's
+    # start (40 ms), so the first run launches nothing; the next loads the kernel at its
+    # start and launches.
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    first = _host_module(monkeypatch, 1.5e-6)
+    assert not first.load_host_kernels_early()  # nothing remembered yet
+    assert run_case(first.rewritten, "saxpy", spec, case, first) == expected
+    loop = next(lp for lp in first.loops if lp.plan.func.name == "saxpy")
+    assert loop.stats.offloaded == 0 and loop.stats.declined == {NOT_STARTED: 1}
+    assert known_host.EARLY_GAIN_SECONDS <= first.planner.gains.modelled[loop.kernel_index] < profit.STARTUP_SECONDS["cpu"]
+    first.remember_host_kernels()
+    first.close()
+    assert known_host.kernels_last_time(first.key) == (loop.kernel_index,)
+
+    second = _host_module(monkeypatch, 1.5e-6)
+    assert second.load_host_kernels_early()
+    assert loop.kernel_index in second._kernels.pending  # loading on a worker, before any arrival
+    second._kernels.wait()  # (the program's start, on wasmtime, meanwhile)
+    assert run_case(second.rewritten, "saxpy", spec, case, second) == expected
+    again = next(lp for lp in second.loops if lp.plan.func.name == "saxpy")
+    assert again.stats.offloaded == 1 and not again.stats.declined
+    second.close()
+
+
+def test_a_run_whose_loops_gain_too_little_forgets_the_kernels(monkeypatch) -> None:
+    spec, case = _saxpy_case()
+    module = _host_module(monkeypatch, 1.5e-6)
+    run_case(module.rewritten, "saxpy", spec, case, module)
+    module.remember_host_kernels()
+    assert known_host.kernels_last_time(module.key)
+    module.close()
+    tiny = _host_module(monkeypatch, 1e-10)  # (the same module: its key) gains nothing now
+    run_case(tiny.rewritten, "saxpy", spec, case, tiny)
+    tiny.remember_host_kernels()
+    assert known_host.kernels_last_time(tiny.key) == ()
+    assert not tiny.load_host_kernels_early()
+    tiny.close()
+
+
+def test_standing_in_for_a_gpu_a_kernel_the_last_run_would_have_launched_loads_as_the_run_begins(
+    monkeypatch,
+) -> None:
+    # The GPU's start is far off ("100 s"); each arrival gains ~30 ms on the host's threads,
+    # short of the host's start, so the first run leaves every arrival to wasmtime.
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    _device, first, loop = _saxpy_on_a_slow_start(monkeypatch, 1.5e-6, 100.0, 100.05)
+    monkeypatch.setitem(profit.OP_SHARE, "cpu", 0.5)
+    monkeypatch.setenv("TENSORWASM_HOST_WHILE_STARTING", "auto")
+    monkeypatch.setenv("TENSORWASM_COMPILE", "background")
+    first = OffloadModule(module_bytes("blas1", "O2"), device=_device, mode="auto")
+    loop = next(lp for lp in first.loops if lp.plan.func.name == "saxpy")
+    assert run_case(first.rewritten, "saxpy", spec, case, first) == expected
+    assert loop.stats.offloaded == 0 and loop.stats.declined == {NOT_STARTED: 1}
+    first.remember_host_kernels()
+    first.close()
+    assert known_host.kernels_last_time(first.key) == (loop.kernel_index,)
+
+    second = OffloadModule(module_bytes("blas1", "O2"), device=_device, mode="auto")
+    assert second.load_host_kernels_early()
+    second._while_starting._kernels.wait()
+    assert run_case(second.rewritten, "saxpy", spec, case, second) == expected
+    again = next(lp for lp in second.loops if lp.plan.func.name == "saxpy")
+    assert again.stats.on_host == again.stats.offloaded == 1
+    assert not second.launched_on_device() and _device.made is None  # the GPU's start never begun
+    second.close()
