@@ -85,3 +85,57 @@ def test_one_launch_that_stalled_does_not_send_a_loop_back_to_the_cpu() -> None:
     estimate.record(8 * cpu, model, cpu)
     go, why, _, _ = estimate.decide("gpu", ops, 21_000, True, cells)
     assert not go and "slower" in why
+
+
+def _range(lo: int, hi: int, stride: int, lattice=(), nest_strides=()):
+    from tensorwasm.runtime.guards import Range
+
+    return Range(lo, hi, lo, stride, 8, tuple(nest_strides), True, lo, 8, tuple(lattice))
+
+
+def test_a_column_walk_through_a_large_matrix_counts_its_loads() -> None:
+    from tensorwasm.runtime.guards import Launch
+
+    n = 2000
+    launch = Launch(n, {}, [], [])
+    big = 8 * n * n  # 32 MB
+    column = _range(0, big, 8, lattice=[(8 * n, n)])  # A[j][i], j innermost: a line per load
+    row = _range(0, big, 8 * n, lattice=[(8, n)])  # A[i][j]: along its lines
+    small = _range(0, profit.WALK_BYTES // 2, 8 * 256, lattice=[(8 * 256, 256)])  # in the nearer caches
+    assert profit.walks(launch, [column]) == n * n
+    assert profit.walks(launch, [row, small]) == 0
+    # A collapsed 2-D grid whose inner dimension strides down a column (no inner loop).
+    grid = Launch(n, {}, [], [], nest=(n,))
+    assert profit.walks(grid, [_range(0, big, 8, nest_strides=[8 * n])]) == n * n
+    assert profit.walks(grid, [_range(0, big, 8 * n, nest_strides=[8])]) == 0
+
+
+def test_a_column_walk_is_costed_by_the_walk_calibration(monkeypatch) -> None:
+    monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: PER_OP)
+    monkeypatch.setattr(profit, "cpu_seconds_per_walk", lambda: 3e-9)
+    n = 2000
+    ops, moved = 10 * n * n, 8 * n * n + 16 * n  # mvt's column loop: ~3.2 ms by its ops
+    estimate = profit.Estimate()
+    _, _, _, by_ops = estimate.decide("cpu", ops, 0, False, n, touched=moved)
+    go, _, model, cpu = estimate.decide("cpu", ops, 0, False, n, touched=moved, walked=n * n)
+    assert by_ops == pytest.approx(ops * PER_OP)
+    assert cpu == pytest.approx(n * n * 3e-9) and cpu > by_ops and go
+
+
+def test_the_walk_calibration_walks_a_matrix_and_is_kept_like_the_ops_one(monkeypatch, tmp_path) -> None:
+    from tensorwasm.runtime.cache import default_cache
+
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
+    seconds = profit._measure_seconds_per_walk()
+    assert 1e-11 < seconds < 1e-6  # per load
+    measured = iter([3e-9, 2e-9, 4e-9])
+    monkeypatch.setattr(profit, "_measure_seconds_per_walk", lambda: next(measured))
+    seen = []
+    try:
+        for _ in range(profit.CALIBRATIONS_KEPT + 1):  # as new processes would start
+            profit.cpu_seconds_per_walk.cache_clear()
+            default_cache().memory.clear()
+            seen.append(profit.cpu_seconds_per_walk())
+    finally:
+        profit.cpu_seconds_per_walk.cache_clear()
+    assert seen[-2:] == [min(seen), min(seen)] and min(seen) == 2e-9
