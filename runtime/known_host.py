@@ -6,11 +6,13 @@ import alone is ~17 ms on the 2-core development machine) and its first threads:
 :data:`runtime.profit.STARTUP_SECONDS` charges 40 ms. A program whose loops on the host's
 threads would gain less than that never pays for it (PolyBench's matrix-vector programs,
 whose kernels take 5 to 40 ms on wasmtime). Where the last run's arrivals that would have
-paid on the host's threads gained at least :data:`EARLY_GAIN_SECONDS` between them (what
-the load costs a process), their kernels are remembered (under the prepared module's key and the host processor), and the
-next run reads and loads them on a compile worker as soon as the module is prepared: beside
-wasmtime's compile of the module and the program's own start, on another core, so that
-they are ready when the loops come. A run whose loops gain less forgets them.
+paid on the host's threads gained at least :data:`EARLY_GAIN_SECONDS` between them (the
+host's start, which such a run pays anyway, only later), their kernels are remembered
+(under the prepared module's key and the host processor), and the next run reads and loads
+them on a compile worker as soon as the module is prepared: beside wasmtime's compile of
+the module and the program's own start, on another core, so that they are ready when the
+loops come instead of after the arrivals that paid for them. A run whose loops gain less
+forgets them.
 """
 
 from __future__ import annotations
@@ -19,17 +21,20 @@ import json
 
 from tensorwasm.compiler.target import HostTarget, describe
 from tensorwasm.runtime.cache import default_cache, make_key
+from tensorwasm.runtime.profit import STARTUP_SECONDS
 from tensorwasm.support import logs
 
 log = logs.get_logger(__name__)
 
 # What the arrivals that paid on the host's threads must gain between them (by what their
 # launches took, or where a kernel did not launch by the host's cost model) for their
-# kernels to be loaded early next time: what loading them costs a process (importing
-# llvmlite and making its JIT: ~25 ms of a 0.1 s PolyBench run on the 2-core development
-# machine, the other core loading while wasmtime runs the program), so that the load at
-# least pays for itself.
-EARLY_GAIN_SECONDS = 0.025
+# kernels to be loaded early next time: the host's whole start. Loading them while the
+# program starts is not free: importing llvmlite holds Python's lock, which the program's
+# arrivals wait for. On the H100's 16-core host (A/B, 12 fresh processes each, medians),
+# PolyBench LARGE with its kernels loaded early: mvt's kernel 26.4 -> 8.2 ms and its process
+# 238 -> 248 ms; gemver 36.6 -> 17.7 ms, 257 -> 297 ms; gesummv 8.1 -> 4.7 ms, 209 -> 245 ms.
+# So only a run whose host launches would have paid for the start anyway loads it early.
+EARLY_GAIN_SECONDS = STARTUP_SECONDS["cpu"]
 
 
 class Gains:

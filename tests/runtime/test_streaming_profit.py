@@ -117,7 +117,7 @@ def test_a_column_walk_is_costed_by_the_walk_calibration(monkeypatch) -> None:
     ops, moved = 10 * n * n, 8 * n * n + 16 * n  # mvt's column loop: ~3.2 ms by its ops
     estimate = profit.Estimate()
     _, _, _, by_ops = estimate.decide("cpu", ops, 0, False, n, touched=moved)
-    go, _, model, cpu = estimate.decide("cpu", ops, 0, False, n, touched=moved, walked=n * n)
+    go, _, _, cpu = estimate.decide("cpu", ops, 0, False, n, touched=moved, walked=n * n)
     assert by_ops == pytest.approx(ops * PER_OP)
     assert cpu == pytest.approx(n * n * 3e-9) and cpu > by_ops and go
 
