@@ -89,6 +89,17 @@ class HostLaunches:
 
         return 0.0 if self.started or self.begun_early else STARTUP_SECONDS["cpu"]
 
+    def startup_for(self, lp: OffloadedLoop) -> float:
+        """:meth:`startup_seconds` for a launch of ``lp``: only the first host threads and a
+        shared library where ``lp``'s kernel has one in the code cache."""
+        from tensorwasm.runtime.profit import LIBRARY_START_SECONDS
+
+        startup = self.startup_seconds()
+        cheaply = getattr(self.prepared, "kernels_load_cheaply", None)
+        if startup and cheaply is not None and cheaply(lp):
+            return LIBRARY_START_SECONDS
+        return startup
+
     def transfer_estimate(self, lp: OffloadedLoop, ready: PreparedLaunch) -> tuple[int, bool]:
         return 0, False  # nothing is copied
 

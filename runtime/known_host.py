@@ -53,24 +53,39 @@ class Gains:
         self.measured[index] = self.measured.get(index, 0.0) + seconds
 
 
+# Runs in a row that leave a kernel measured slower on the host's threads parked there before
+# its measurement is dropped and the cost model decides again (a run on a busy machine may
+# have measured it).
+PARKED_RUNS = 8
+
+
 def kernels_last_time(module_key: str) -> tuple[int, ...]:
     """The kernels (by index) the last run of the prepared module ``module_key`` chose to
     load early; none where no run did."""
     return tuple(_kept(module_key)["load"])
 
 
+def slower_last_time(module_key: str) -> set[int]:
+    """The kernels whose launches on the host's threads were measured slower than wasmtime
+    (by the cost model's estimate of it) in the last run that launched them: a run parks
+    them on wasmtime from their first arrival (see :meth:`runtime.offload.OffloadModule.
+    load_host_kernels_early`), where within a run it takes two slower launches."""
+    return {index for index, (gain, measured, _) in _kept(module_key)["seconds"].items() if measured and gain < 0.0}
+
+
 def remember_kernels(module_key: str, gains: Gains) -> None:
     """Keep, for the next run, the kernels whose arrivals gained on the host's threads (or
     would have), where together they gained at least :data:`EARLY_GAIN_SECONDS`; else none.
-    A kernel's measured gain (or loss) stands until it is measured again: a kernel the
-    model favours that ran slower on the host's threads is not loaded for it, run after run."""
+    A kernel's measured gain (or loss) stands until it is measured again, or for
+    :data:`PARKED_RUNS` runs that did not launch it: a kernel the model favours that ran
+    slower on the host's threads is neither loaded nor launched for it, run after run."""
     kept = _kept(module_key)
-    seconds = {index: (gain, False) for index, gain in gains.modelled.items()}
-    for index, (gain, measured) in kept["seconds"].items():
-        if measured and index not in gains.measured:
-            seconds[index] = (gain, True)
-    seconds.update((index, (gain, True)) for index, gain in gains.measured.items())
-    paying = sorted(index for index, (gain, _) in seconds.items() if gain > 0.0)
+    seconds = {index: (gain, False, 0) for index, gain in gains.modelled.items()}
+    for index, (gain, measured, parked) in kept["seconds"].items():
+        if measured and index not in gains.measured and parked + 1 < PARKED_RUNS:
+            seconds[index] = (gain, True, parked + 1)
+    seconds.update((index, (gain, True, 0)) for index, gain in gains.measured.items())
+    paying = sorted(index for index, (gain, _, _) in seconds.items() if gain > 0.0)
     load = paying if sum(seconds[index][0] for index in paying) >= EARLY_GAIN_SECONDS else []
     record = {"load": load, "seconds": seconds}
     if record != kept:
@@ -80,7 +95,7 @@ def remember_kernels(module_key: str, gains: Gains) -> None:
 
 def _kept(module_key: str) -> dict:
     """The record of the last run (``load``: the kernels chosen; ``seconds``: per kernel,
-    its gain and whether it was measured)."""
+    its gain, whether it was measured, and the runs since that parked it)."""
     empty: dict = {"load": [], "seconds": {}}
     blob = default_cache().get("host-kernels", _key(module_key))
     if blob is None:
@@ -89,7 +104,10 @@ def _kept(module_key: str) -> dict:
         found = json.loads(blob)
         return {
             "load": [int(index) for index in found["load"]],
-            "seconds": {int(k): (float(gain), bool(measured)) for k, (gain, measured) in found["seconds"].items()},
+            "seconds": {
+                int(k): (float(gain), bool(measured), int(parked))
+                for k, (gain, measured, parked) in found["seconds"].items()
+            },
         }
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         log.info("dropping an unreadable record of host kernels: %s", exc)

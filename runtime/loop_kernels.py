@@ -34,6 +34,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tensorwasm.compiler.target import HostEngine, describe
+from tensorwasm.compiler.target.shared import find_linker, load_shared
 from tensorwasm.runtime.cache import default_cache, make_key
 from tensorwasm.runtime.planning import COMPILING
 from tensorwasm.support import config, logs
@@ -127,7 +128,19 @@ class LoopKernels(dict):
         gpu = module.code_kind == "gpu"
         kind, key = self._cache_kind(), self.key(index)
         cache = default_cache()
-        blob = cache.get(kind, key)
+        loops = tuple(lp for lp in module.loops if lp.kernel_index == index)
+        blob = None
+        if not gpu:  # a shared library of it loads without LLVM (compiler.target.shared)
+            library = cache.get("so", key)  # (empty: this machine could not link one)
+            shared = load_shared(library, str(cache.directory / "lib")) if library else None
+            if shared is not None:
+                with self._lock:
+                    self.counts.cached += 1
+                return KernelUnit(loops, code=shared)
+            if library is not None or find_linker() is None:  # (else compiled again, to link it)
+                blob = cache.get(kind, key)
+        else:
+            blob = cache.get(kind, key)
         loaded = None
         if blob is None:
             from tensorwasm.compiler.prepare import compile_loop_kernels
@@ -142,6 +155,8 @@ class LoopKernels(dict):
                 self._assemble(blob)
             else:
                 loaded, blob = code.code, code.obj
+                library = module.target.shared_library(loaded.module)
+                cache.put("so", key, library or b"")  # (empty: not asked to link it again)
             end = time.perf_counter()
             seconds = end - start  # (ptxas's cubin included)
             with self._lock:
@@ -156,7 +171,6 @@ class LoopKernels(dict):
                 loaded = self._host_engine().load(key, blob)
             with self._lock:
                 self.counts.cached += 1
-        loops = tuple(lp for lp in module.loops if lp.kernel_index == index)
         if gpu:
             return KernelUnit(loops, ptx=blob)
         return KernelUnit(loops, host_object=blob, code=loaded)
@@ -205,8 +219,14 @@ class LoopKernels(dict):
         index = lp.kernel_index
         if index in self.units or index in self.failed or index in self.pending:
             return
-        if not default_cache().has(self._cache_kind(), self.key(index)):
+        kind = self._cache_kind() if self.module.code_kind == "gpu" else "so"  # (host code: with its library)
+        if not default_cache().has(kind, self.key(index)):
             self._compile_in_background(lp)
+
+    def loads_cheaply(self, index: int) -> bool:
+        """Whether kernel ``index`` is host code whose shared library is in the code cache:
+        loading it takes about a millisecond, and no LLVM (see :meth:`_make`)."""
+        return self.module.code_kind != "gpu" and bool(default_cache().get("so", self.key(index)))
 
     def _cache_kind(self) -> str:
         """The code cache's kind of the kernels' code: PTX for a GPU, object code for the host."""
@@ -232,8 +252,9 @@ class LoopKernels(dict):
         a GPU, with the machine code its first load needs (else a worker makes that, as it
         does after a compile there: see :meth:`_compile_job`)."""
         cache = default_cache()
-        if self.module.code_kind != "gpu":
-            return cache.has("obj", self.key(index))
+        if self.module.code_kind != "gpu":  # (its library, where this machine links one: see _make)
+            key = self.key(index)
+            return cache.has("so", key) if find_linker() is not None else cache.has("obj", key)
         if not cache.has("ptx", self.key(index)):
             return False
         ptx = cache.get("ptx", self.key(index))
@@ -391,6 +412,7 @@ class CompileFirst:
         self.transfer_estimate = runner.transfer_estimate
         self.record_replay = runner.record_replay
         self.startup_seconds = getattr(runner, "startup_seconds", _no_startup)
+        self.startup_for = getattr(runner, "startup_for", None)
         self.startup_wait = getattr(runner, "startup_wait", _no_startup)
         self.begin_start = getattr(runner, "begin_start", None)
 

@@ -38,6 +38,7 @@ from tensorwasm.runtime import hostfunc, prepared
 from tensorwasm.runtime.cache import default_cache, make_key
 from tensorwasm.runtime.host_device import HostDevice
 from tensorwasm.runtime.loop_kernels import CompileFirst, LoopKernels
+from tensorwasm.runtime.profit import SLOWER_LIMIT, Estimate
 from tensorwasm.runtime.planning import (
     ArrivalPlanner,
     LoopStats,
@@ -211,24 +212,34 @@ class OffloadModule:
     def load_host_kernels_early(self) -> bool:
         """Begin reading and loading, on a compile worker, the kernels this module's last run
         here would have run on the host's threads (:mod:`runtime.known_host`): on the host
-        backend, or standing in for a GPU whose start does not pay yet. Whether any load was
-        begun (not where kernels compile as their launches need them)."""
+        backend, or standing in for a GPU whose start does not pay yet; and park on wasmtime
+        those whose launches there ran slower than wasmtime in the run that last launched
+        them. Whether any load was begun (not where kernels compile as their launches need
+        them)."""
         if self.mode != "auto" or (self.device == "gpu" and self._host_while_starting == "off"):
             return False
         from tensorwasm.runtime import known_host
 
+        slower = known_host.slower_last_time(self.key)
         wanted = set(known_host.kernels_last_time(self.key))
-        if not wanted:
-            return False
         if self.device == "gpu":
-            return self._stand_in().load_early(wanted)
-        if not self._kernels.background():
+            if slower:
+                self._stand_in().park(slower)
+            return bool(wanted) and self._stand_in().load_early(wanted)
+        for lp in self.loops:
+            if lp.kernel_index in slower:
+                lp.estimate = Estimate(launches=SLOWER_LIMIT, slower=SLOWER_LIMIT)  # as if measured twice
+        if not wanted or not self._kernels.background():
             return False
         for lp in self.loops:
             if lp.kernel_index in wanted:
                 self._kernels.ready_in_background(lp)
         self.launches.begun_early = True
         return True
+
+    def kernels_load_cheaply(self, lp: OffloadedLoop) -> bool:
+        """Whether ``lp``'s host kernel loads from a shared library in the code cache."""
+        return self._kernels.loads_cheaply(lp.kernel_index)
 
     def launched_on_device(self) -> bool:
         """Whether a loop launched on the module's device itself (not on the host's threads

@@ -329,6 +329,7 @@ class ArrivalPlanner:
         self.transfer_estimate = runner.transfer_estimate
         self.record_replay = runner.record_replay
         self.startup_seconds = getattr(runner, "startup_seconds", None)
+        self.startup_for = getattr(runner, "startup_for", None)  # the same, for a given loop's launch
         self.startup_wait = getattr(runner, "startup_wait", None)
         self.begin_start = getattr(runner, "begin_start", None)
         self.arrival_seconds = 0.0  # the last arrival's CPU time, by the cost model (see arrive)
@@ -436,7 +437,7 @@ class ArrivalPlanner:
             self.arrival_seconds = cpu
             if go:
                 self.gains.would_have(lp.kernel_index, cpu - model)
-                not_yet = self._started(cpu - model)
+                not_yet = self._started(cpu - model, lp)
                 if not_yet is not None:
                     go, why = False, not_yet
                     if self.prefetch is not None:  # ready when the device is (in this run or the next)
@@ -474,7 +475,7 @@ class ArrivalPlanner:
             record_.decision = estimate[1:] if estimate is not None else None
         return results
 
-    def _started(self, gain: float) -> str | None:
+    def _started(self, gain: float, lp: OffloadedLoop | None = None) -> str | None:
         """Why a launch that would gain ``gain`` seconds waits for the device's start, or
         None where the device is started or may be now: the gains of the arrivals that
         would have paid for a launch (this one's included) reach what starting it still
@@ -485,7 +486,10 @@ class ArrivalPlanner:
         begins. A context a thread is already making (begun at the command line's start,
         where the module launched last time, or by this rule) is no longer a cost to weigh:
         only the rest of the start is (device memory, page-locking), and the wait."""
-        startup = self.startup_seconds() if self.startup_seconds is not None else 0.0
+        if lp is not None and self.startup_for is not None:  # (what this loop's first launch would pay)
+            startup = self.startup_for(lp)
+        else:
+            startup = self.startup_seconds() if self.startup_seconds is not None else 0.0
         if not startup:
             return None
         self.banked += gain

@@ -49,6 +49,10 @@ COPY_BYTES_PER_SECOND = {"pinned": 45e9, "pageable": 8e9}
 # Xeon) with the first kernel's object code, and the first host threads: PolyBench MEDIUM's
 # memset launched on it at 40 ms where wasmtime takes well under one.
 STARTUP_SECONDS = {"gpu": 0.33, "cpu": 0.04}
+# The host backend's start where the kernel's shared library is in the code cache
+# (compiler.target.shared): the library loads in well under a millisecond, without LLVM, and
+# the first host threads start.
+LIBRARY_START_SECONDS = 0.002
 # Of a GPU's start, the CUDA context's part: made on a thread of its own as soon as a run
 # may launch (runtime.gpu_start), so that only what is left of it is charged, and an
 # arrival does not wait for it unless its own gain is larger than the wait (see

@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from tensorwasm.compiler.lower import abi
 from tensorwasm.compiler.target import HostTarget
+from tensorwasm.compiler.target.shared import find_linker
 from tensorwasm.runtime.host_device import HostDevice, HostLaunches
 from tensorwasm.runtime.known_host import Gains
 from tensorwasm.runtime.loop_kernels import LoopKernels
-from tensorwasm.runtime.profit import STARTUP_SECONDS, Estimate
+from tensorwasm.runtime.profit import SLOWER_LIMIT, STARTUP_SECONDS, Estimate
 from tensorwasm.support.records import replace
 
 if TYPE_CHECKING:
@@ -88,14 +89,22 @@ class HostWhileStarting:
         if index not in self._kernels.units:
             # The host's own start (LLVM's JIT loaded, the kernel read or compiled), paid only
             # once the arrivals it would have sped up gain as much: a program whose loops gain
-            # less loads nothing (the exit waits for a compile under way), unless its last run
-            # here remembered the kernel (then it is loading since the run began).
+            # less loads nothing, unless its last run here remembered the kernel (then it is
+            # loading since the run began), or the kernel's shared library is in the code
+            # cache (loaded now, in about a millisecond, without LLVM). Otherwise, where this
+            # machine can link one, the kernel is compiled on a worker, for the next run (the
+            # exit waits for it).
             self.banked += cpu - model
             self.gains.would_have(index, cpu - model)
-            early = index in self._kernels.pending
-            if (self.banked < STARTUP_SECONDS["cpu"] and not early) or not self._kernels.ready_in_background(
-                self._loop_of[index]
-            ):
+            loop = self._loop_of[index]
+            if self._kernels.loads_cheaply(index):
+                if self._kernels.compile(loop, wait=True) is not None:
+                    return None
+            elif self.banked < STARTUP_SECONDS["cpu"] and index not in self._kernels.pending:
+                if find_linker() is not None:  # (a library to load cheaply next time)
+                    self._kernels.prefetch(loop)
+                return None
+            elif not self._kernels.ready_in_background(loop):
                 return None
         started = time.perf_counter()
         partials = self.launches.run(lp, ready, arrival, base, size)
@@ -105,6 +114,12 @@ class HostWhileStarting:
             self.gains.launched(index, cpu - took)
             lp.stats.on_host += 1
         return partials
+
+    def park(self, indices: set[int]) -> None:
+        """Leave the kernels ``indices`` to wasmtime from their first arrival, as if two of
+        their launches here had run slower than wasmtime (retried now and then, as such)."""
+        for index in indices:
+            self.estimates[index] = Estimate(launches=SLOWER_LIMIT, slower=SLOWER_LIMIT)
 
     def load_early(self, indices: set[int]) -> bool:
         """Begin reading and loading the kernels ``indices`` on a compile worker, before any

@@ -356,6 +356,18 @@ class HostTarget(Target):
         target, cpu, features = _host_target()
         return target.create_target_machine(cpu=cpu, features=features, opt=opt, jit=True)
 
+    def shared_library(self, module: llvm.ModuleRef) -> bytes | None:
+        """``module`` (compiled by :meth:`jit`: optimised) as a shared library, its code made
+        again position-independent, or None where this machine cannot link one
+        (:mod:`compiler.target.shared`)."""
+        from tensorwasm.compiler.target.shared import link_shared
+
+        target, cpu, features = _host_target()
+        optnone = self.codegen_machine(module) is not self.target_machine()
+        machine = target.create_target_machine(cpu=cpu, features=features, opt=0 if optnone else 2,
+                                               reloc="pic", codemodel="default")  # fmt: skip
+        return link_shared(module, machine)
+
     def jit(self, llvm_ir: str | None, obj: bytes | None = None) -> HostCode:
         """Native code from LLVM IR, or from the object code of an earlier compilation."""
         if obj is not None:

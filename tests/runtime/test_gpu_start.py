@@ -474,6 +474,7 @@ def test_an_arrival_left_to_the_cpu_for_the_start_has_its_kernel_made_on_a_worke
         kernels.units.clear()
     else:
         default_cache().drop(kind, key)
+        default_cache().drop("so", key)  # (host code: its shared library too)
     made_on: list[str] = []
     make = type(kernels)._make
 

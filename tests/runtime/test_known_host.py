@@ -35,20 +35,35 @@ def test_kernels_are_remembered_where_their_gains_add_up_and_forgotten_where_the
 
 
 def test_a_kernel_measured_slower_on_the_host_is_not_loaded_again_for_what_the_model_says() -> None:
+    # ... and is parked from its first arrival in the runs that follow, PARKED_RUNS of them.
     key = "a module whose kernel 2 the model favours"
     least = known_host.EARLY_GAIN_SECONDS
     known_host.remember_kernels(key, _gains({2: 2 * least}))
     assert known_host.kernels_last_time(key) == (2,)
     known_host.remember_kernels(key, _gains({2: 2 * least}, {2: -0.5 * least}))  # it launched: slower
-    assert known_host.kernels_last_time(key) == ()
-    for _ in range(2):  # runs that did not load it: the model's gain does not bring it back
+    assert known_host.kernels_last_time(key) == () and known_host.slower_last_time(key) == {2}
+    for _ in range(known_host.PARKED_RUNS - 1):  # runs that parked it: the model's gain does not bring it back
         known_host.remember_kernels(key, _gains({2: 2 * least}))
-        assert known_host.kernels_last_time(key) == ()
+        assert known_host.kernels_last_time(key) == () and known_host.slower_last_time(key) == {2}
+    known_host.remember_kernels(key, _gains({2: 2 * least}))  # its measurement dropped: the model decides
+    assert known_host.kernels_last_time(key) == (2,) and known_host.slower_last_time(key) == set()
+    known_host.remember_kernels(key, _gains({2: 2 * least}, {2: -0.5 * least}))
     known_host.remember_kernels(key, _gains({}, {2: 3 * least}))  # measured again (a launch that paid)
     assert known_host.kernels_last_time(key) == (2,)
 
 
+def _without_a_linker(monkeypatch) -> None:
+    """Kernels load through LLVM's JIT (no shared libraries: compiler.target.shared), whose
+    start is what an early load saves."""
+    from tensorwasm.compiler.target import shared
+    from tensorwasm.runtime import loop_kernels, while_starting
+
+    for module in (shared, loop_kernels, while_starting):
+        monkeypatch.setattr(module, "find_linker", lambda: None)
+
+
 def _host_module(monkeypatch, seconds_per_op: float) -> OffloadModule:
+    _without_a_linker(monkeypatch)
     monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: seconds_per_op)
     monkeypatch.setitem(profit.OP_SHARE, "cpu", 0.5)  # (two cores' worth, whatever this machine has)
     monkeypatch.setenv("TENSORWASM_COMPILE", "background")
@@ -112,6 +127,7 @@ def test_standing_in_for_a_gpu_a_kernel_the_last_run_launched_late_loads_as_the_
     monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
     spec, case = _saxpy_case()
     expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    _without_a_linker(monkeypatch)
     device, first, loop = _saxpy_on_a_slow_start(monkeypatch, 1.5e-6, 100.0, 100.05)
     monkeypatch.setitem(profit.OP_SHARE, "cpu", 0.5)
     monkeypatch.setenv("TENSORWASM_HOST_WHILE_STARTING", "auto")
@@ -134,3 +150,41 @@ def test_standing_in_for_a_gpu_a_kernel_the_last_run_launched_late_loads_as_the_
     assert again.stats.on_host == again.stats.offloaded == 1
     assert not second.launched_on_device() and device.made is None  # the GPU's start never begun
     second.close()
+
+
+def test_a_kernel_the_last_run_measured_slower_on_the_host_backend_stays_on_wasmtime(monkeypatch, tmp_path) -> None:
+    # ~30 ms gained an arrival by the model; the last run measured a loss: parked from the first.
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    module = _host_module(monkeypatch, 1.5e-6)
+    loop = next(lp for lp in module.loops if lp.plan.func.name == "saxpy")
+    known_host.remember_kernels(module.key, _gains({}, {loop.kernel_index: -0.01}))
+    module.load_host_kernels_early()
+    for _ in range(3):
+        assert run_case(module.rewritten, "saxpy", spec, case, module) == expected
+    assert loop.stats.offloaded == 0 and loop.stats.declined == {"its launches ran slower than the CPU would": 3}
+    module.close()
+
+
+def test_standing_in_for_a_gpu_a_kernel_the_last_run_measured_slower_stays_on_wasmtime(monkeypatch, tmp_path) -> None:
+    # Its shared library in the code cache (where this machine links one), it would launch at
+    # its first arrival (see test_while_starting); measured slower last run, it does not.
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    device, first, _ = _saxpy_on_a_slow_start(monkeypatch, 1.5e-6, 100.0, 100.05)
+    monkeypatch.setenv("TENSORWASM_HOST_WHILE_STARTING", "auto")
+    monkeypatch.setenv("TENSORWASM_COMPILE", "background")
+    first = OffloadModule(module_bytes("blas1", "O2"), device=device, mode="auto")
+    assert run_case(first.rewritten, "saxpy", spec, case, first) == expected
+    first._while_starting._kernels.wait()  # (compiled for the next run, where a linker is)
+    first.close()
+    module = OffloadModule(module_bytes("blas1", "O2"), device=device, mode="auto")
+    loop = next(lp for lp in module.loops if lp.plan.func.name == "saxpy")
+    known_host.remember_kernels(module.key, _gains({}, {loop.kernel_index: -0.01}))
+    module.load_host_kernels_early()
+    for _ in range(3):
+        assert run_case(module.rewritten, "saxpy", spec, case, module) == expected
+    assert loop.stats.offloaded == loop.stats.on_host == 0 and loop.stats.declined == {NOT_STARTED: 3}
+    module.close()

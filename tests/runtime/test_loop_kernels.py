@@ -61,7 +61,12 @@ def test_a_kernel_compiled_once_is_read_from_the_cache_without_the_compiler(tmp_
 
 
 def test_kernels_read_from_the_cache_load_into_one_engine_of_the_module(tmp_path, monkeypatch) -> None:
+    # On a machine without a linker (no shared libraries: compiler.target.shared).
+    from tensorwasm.compiler.target import shared
+
     monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(loop_kernels, "find_linker", lambda: None)
+    monkeypatch.setattr(shared, "find_linker", lambda: None)
     wasm = module_bytes("blas1", "O2")
     _fresh(wasm, device="cpu").kernels.load_all()
     warm = _fresh(wasm, device="cpu")
@@ -379,3 +384,39 @@ def test_on_the_gpu_kernels_compiled_in_the_background_launch_once_ready(backgro
     assert run_case(offload.rewritten, "sscal", spec, case, offload) == expected
     assert loop.stats.offloaded == sscal.stats.offloaded == 1
     offload.close()
+
+
+_WARM_HOST_RUN = """
+import os, sys
+from tensorwasm.runtime.offload import OffloadModule
+from tests.offload_cases import module_bytes, run_case
+from tests.runtime.test_offload import _saxpy_case
+
+os.environ["TENSORWASM_CACHE_DIR"] = sys.argv[1]  # (the tests' modules chose one of their own)
+
+warm = OffloadModule(module_bytes("blas1", "O2"), device="cpu", mode="always")
+warm.kernels.load_all()
+spec, case = _saxpy_case()
+assert run_case(warm.rewritten, "saxpy", spec, case, warm) == run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+print(warm.kernels.counts.cached, warm.kernels.counts.compiled, sorted(type(u.code).__name__ for u in warm.kernels.units.values())[0],
+      "llvmlite.binding" in sys.modules)
+"""
+
+
+def test_where_a_linker_is_a_warm_run_loads_host_kernels_as_shared_libraries_without_llvm(tmp_path) -> None:
+    import os
+
+    from tensorwasm.compiler.target.shared import find_linker
+    from tests.conftest import ROOT
+
+    if find_linker() is None:
+        pytest.skip("no linker on this machine (ld.lld, ld or cc): host kernels load through the JIT")
+    runs = [
+        subprocess.run([sys.executable, "-c", _WARM_HOST_RUN, str(tmp_path / "cache")], cwd=ROOT,
+                       capture_output=True, text=True, check=True).stdout.split()
+        for _ in range(2)
+    ]  # fmt: skip
+    cold, warm = runs
+    assert int(cold[1]) > 0 and cold[3] == "True"  # compiled (LLVM), each with its library
+    assert int(warm[0]) > 1 and warm[1] == "0" and warm[2] == "SharedCode" and warm[3] == "False"
+    assert not os.listdir(tmp_path / "cache" / "lib")  # each library's file removed once loaded

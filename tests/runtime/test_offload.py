@@ -570,6 +570,7 @@ def test_auto_starts_the_device_only_once_the_work_so_far_pays_for_its_start(mon
     monkeypatch.setattr(offload.planner, "run", run)
     # A device whose start costs 12 ms, paid by the first launch.
     monkeypatch.setattr(offload.planner, "startup_seconds", lambda: 0.0 if runs else 0.012)
+    monkeypatch.setattr(offload.planner, "startup_for", None)
     spec, case = _saxpy_case()
     expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
     loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
@@ -584,10 +585,11 @@ def test_auto_starts_the_device_only_once_the_work_so_far_pays_for_its_start(mon
     assert banked >= 0.012 > banked * declined / (declined + 1)
 
 
-def test_on_the_host_backend_auto_charges_loading_llvm_to_the_first_launch(monkeypatch) -> None:
+def test_on_the_host_backend_auto_charges_loading_llvm_to_the_first_launch(monkeypatch, tmp_path) -> None:
     import tensorwasm.runtime.profit as profit
     from tensorwasm.runtime.planning import NOT_STARTED
 
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))  # (no shared library of it yet)
     monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: 5e-7)  # ~10 ms gained an arrival
     monkeypatch.setenv("TENSORWASM_COMPILE", "sync")  # every decline is for the start
     offload = OffloadModule(module_bytes("blas1", "O2"), device="cpu", mode="auto")
@@ -602,6 +604,29 @@ def test_on_the_host_backend_auto_charges_loading_llvm_to_the_first_launch(monke
     assert 2 <= declined < 16 and loop.stats.offloaded == 16 - declined
     assert offload.planner.banked >= profit.STARTUP_SECONDS["cpu"]
     assert offload.launches.startup_seconds() == 0.0  # started: nothing more to charge
+
+
+def test_on_the_host_backend_a_kernel_whose_shared_library_is_cached_starts_for_little(monkeypatch, tmp_path) -> None:
+    # ~10 ms gained an arrival: less than loading LLVM's JIT, more than loading the kernel's
+    # shared library (compiler.target.shared): the first arrival launches.
+    import tensorwasm.runtime.profit as profit
+    from tensorwasm.compiler.target.shared import SharedCode, find_linker
+
+    if find_linker() is None:
+        pytest.skip("no linker on this machine (ld.lld, ld or cc): covered by the test above")
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: 5e-7)
+    OffloadModule(module_bytes("blas1", "O2"), device="cpu", mode="always").kernels.load_all()  # (compiled)
+    offload = OffloadModule(module_bytes("blas1", "O2"), device="cpu", mode="auto")
+    loop = next(lp for lp in offload.loops if lp.plan.func.name == "saxpy")
+    assert offload.launches.startup_for(loop) == profit.LIBRARY_START_SECONDS < profit.STARTUP_SECONDS["cpu"]
+    spec, case = _saxpy_case()
+    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == run_case(
+        module_bytes("blas1", "O2"), "saxpy", spec, case
+    )
+    assert loop.stats.offloaded == 1 and not loop.stats.declined
+    assert isinstance(offload.kernels.units[loop.kernel_index].code, SharedCode)
+    assert offload.launches.startup_for(loop) == 0.0  # started
 
 
 def test_a_launch_of_few_iterations_is_modelled_by_its_slowest_thread(monkeypatch) -> None:

@@ -300,7 +300,7 @@ def test_a_loop_wasmtime_runs_inside_a_region_brings_back_only_what_it_touches(
     actual = OffloadInstance(wasm, device=SimulatedDevice() if device == "simulated" else device, mode="auto")
     sweep, touch_up = actual.offload.loops
     assert sweep.region == touch_up.region == 0
-    monkeypatch.setattr(actual.offload.planner, "_started", lambda gain: None)
+    monkeypatch.setattr(actual.offload.planner, "_started", lambda gain, lp=None: None)
     monkeypatch.setattr(sweep.estimate, "decide", lambda *a, **k: (True, "", 1e-6, 1e-3))
     monkeypatch.setattr(touch_up.estimate, "decide", lambda *a, **k: (False, "too little work", 1e-3, 1e-6))
     expected_instance = ReferenceInstance(wasm)
@@ -330,7 +330,7 @@ def test_a_loop_wasmtime_runs_after_a_launch_not_waited_for_leaves_its_input_alo
     wasm = time_loop(body=TOUCH_UP.replace("$b", "$a").replace("(local.get $t)))", "(i32.const 7)))"))
     actual = OffloadInstance(wasm, device=SimulatedDevice() if device == "simulated" else device, mode="auto")
     sweep, touch_up = actual.offload.loops
-    monkeypatch.setattr(actual.offload.planner, "_started", lambda gain: None)
+    monkeypatch.setattr(actual.offload.planner, "_started", lambda gain, lp=None: None)
     monkeypatch.setattr(sweep.estimate, "decide", lambda *a, **k: (True, "", 1e-6, 1e-3))
     monkeypatch.setattr(touch_up.estimate, "decide", lambda *a, **k: (False, "too little work", 1e-3, 1e-6))
     unwaited = []

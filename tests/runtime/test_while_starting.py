@@ -7,7 +7,7 @@ import pytest
 
 from tensorwasm.dialect.types import I32
 from tensorwasm.oracle.offload import OffloadInstance
-from tensorwasm.runtime import profit
+from tensorwasm.runtime import loop_kernels, profit
 from tensorwasm.runtime.planning import NOT_STARTED, STARTING
 from tensorwasm.runtime.reference import ReferenceInstance
 from tensorwasm.runtime.while_starting import HostWhileStarting
@@ -21,8 +21,9 @@ def _host_side(offload) -> HostWhileStarting:
     return offload._while_starting
 
 
-def test_launches_the_start_keeps_from_the_gpu_run_on_the_host_then_on_the_device(monkeypatch) -> None:
+def test_launches_the_start_keeps_from_the_gpu_run_on_the_host_then_on_the_device(monkeypatch, tmp_path) -> None:
     # ~100 ms of CPU time an arrival: a host launch pays; the context takes "100 s".
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))  # (the host kernel not compiled yet)
     device, offload, loop = _saxpy_on_a_slow_start(monkeypatch, 5e-6, 100.0, 100.05, host_while_starting=True)
     monkeypatch.setenv("TENSORWASM_COMPILE", "background")
     spec, case = _saxpy_case()
@@ -43,9 +44,18 @@ def test_launches_the_start_keeps_from_the_gpu_run_on_the_host_then_on_the_devic
     offload.close()
 
 
-def test_the_host_kernel_is_made_only_once_the_arrivals_would_gain_the_hosts_start(monkeypatch) -> None:
+def test_without_a_linker_the_host_kernel_is_made_only_once_the_arrivals_would_gain_the_hosts_start(
+    monkeypatch, tmp_path
+) -> None:
     # A few ms gained an arrival: the host's start (LLVM's JIT, the kernel) is begun once their
     # gains reach what it costs, not at the first.
+    from tensorwasm.compiler.target import shared
+    from tensorwasm.runtime import while_starting
+
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(shared, "find_linker", lambda: None)
+    monkeypatch.setattr(while_starting, "find_linker", lambda: None)
+    monkeypatch.setattr(loop_kernels, "find_linker", lambda: None)
     _device, offload, _ = _saxpy_on_a_slow_start(monkeypatch, 2.5e-7, 100.0, 100.05, host_while_starting=True)
     monkeypatch.setenv("TENSORWASM_COMPILE", "background")
     spec, case = _saxpy_case()
@@ -61,6 +71,34 @@ def test_the_host_kernel_is_made_only_once_the_arrivals_would_gain_the_hosts_sta
         assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
     assert host._kernels.pending or host._kernels.units  # begun by the arrival that paid for it
     host._kernels.wait()
+    offload.close()
+
+
+def test_a_host_kernel_whose_library_is_cached_launches_at_once_and_one_that_is_not_compiles_for_then(
+    monkeypatch, tmp_path
+) -> None:
+    # A few ms gained an arrival, far short of the host's start through LLVM's JIT; but the
+    # first arrival has the kernel compiled on a worker, with its shared library, and once
+    # that is in the code cache the next arrival loads it (no LLVM) and launches.
+    from tensorwasm.compiler.target.shared import SharedCode, find_linker
+
+    if find_linker() is None:
+        pytest.skip("no linker on this machine (ld.lld, ld or cc): covered by the test above")
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
+    _device, offload, loop = _saxpy_on_a_slow_start(monkeypatch, 2.5e-7, 100.0, 100.05, host_while_starting=True)
+    monkeypatch.setenv("TENSORWASM_COMPILE", "background")
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    host = _host_side(offload)
+    assert 0 < host.banked < profit.STARTUP_SECONDS["cpu"] / 2 and loop.stats.offloaded == 0
+    assert host._kernels.pending and not host._kernels.units  # compiling, for the next arrival or run
+    host._kernels.wait()
+    host._kernels.units.clear()  # (as the next run finds it: in the cache only)
+    host._kernels.pending.clear()
+    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    assert loop.stats.on_host == loop.stats.offloaded == 1 and host.banked < profit.STARTUP_SECONDS["cpu"]
+    assert isinstance(host._kernels.units[loop.kernel_index].code, SharedCode)
     offload.close()
 
 
