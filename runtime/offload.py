@@ -38,7 +38,6 @@ from tensorwasm.runtime import hostfunc, prepared
 from tensorwasm.runtime.cache import default_cache, make_key
 from tensorwasm.runtime.host_device import HostDevice
 from tensorwasm.runtime.loop_kernels import CompileFirst, LoopKernels
-from tensorwasm.runtime.profit import SLOWER_LIMIT, Estimate
 from tensorwasm.runtime.planning import (
     ArrivalPlanner,
     LoopStats,
@@ -46,6 +45,7 @@ from tensorwasm.runtime.planning import (
     RegionLost,
     RegionStats,
 )
+from tensorwasm.runtime.profit import SLOWER_LIMIT, Estimate
 from tensorwasm.support import config, logs
 from tensorwasm.support.digest import sha256
 from tensorwasm.support.errors import TensorWasmError
