@@ -84,7 +84,7 @@ class DeviceReplays:
         if again.mode == "auto":
             pinned = self.prepared.pin and not self.launches.mirror.pin_failed
             go, why, model, cpu = lp.estimate.decide(
-                "gpu", ready.ops, ready.moved, pinned, ready.cells, touched=ready.moved, walked=ready.walked
+                "gpu", ready.ops, ready.moved, pinned, ready.cells, touched=ready.moved
             )
             if not go:
                 stats.decline(why)

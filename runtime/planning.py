@@ -432,7 +432,7 @@ class ArrivalPlanner:
         if self.mode == "auto" and launch.trip:
             nbytes, pinned = self.transfer_estimate(lp, ready)
             go, why, model, cpu = lp.estimate.decide(
-                self.device, ready.ops, nbytes, pinned, ready.cells, touched=ready.moved, walked=ready.walked
+                self.device, ready.ops, nbytes, pinned, ready.cells, touched=ready.moved
             )
             self.arrival_seconds = cpu
             if go:
@@ -554,7 +554,6 @@ class PreparedLaunch:
             (Span(0, size),) if launch.gathers else tuple(merged_spans(launch.reads + launch.writes))
         )
         self.moved = sum(r.hi - r.lo for r in launch.reads + launch.writes)
-        self.walked = profit.walks(launch, launch.reads + launch.writes)  # column walks' loads and stores
         self.in_bytes = sum(r.hi - r.lo for r in self.needed)
         # What a launch outside a region copies in and out: columns and rows' tails by rows.
         self.copies_in, self.copies_out = copy_plan(launch, self.needed, self.written)

@@ -12,7 +12,6 @@ twice in a row goes back to the CPU, and is tried on the device again now and th
 from __future__ import annotations
 
 import functools
-import math
 import os
 import time
 from typing import TYPE_CHECKING
@@ -67,28 +66,6 @@ CONTEXT_SECONDS = {"gpu": 0.3}
 # above what was measured, as the copy rates are a little below).
 CPU_STREAM_BYTES_PER_SECOND = 16e9
 CPU_CACHE_BYTES = 64 << 20
-# Column walks: a load or store whose innermost loop moves it by a cache line or more, through
-# more memory than this, costs wasmtime about a line from memory each (PolyBench's mvt: its
-# column walk through a 32 MB matrix took 4x what its op count estimated on the H100's host,
-# on par with it on the 2-core development machine). Measured per machine by a walk down
-# the columns of a 2000 x 2000 matrix of f64 (32 MB, rows 16,000 bytes apart: a power of two
-# would crowd the rows into a few cache sets), a column after another.
-LINE_BYTES = 64
-WALK_BYTES = 16 << 20
-WALK_ROWS, WALK_COLUMNS = 2000, 256
-WALK_WAT = f"""(module (memory 501)
-  (func (export "fill") (memory.fill (i32.const 0) (i32.const 1) (i32.const {2000 * 16000})))
-  (func (export "walk") (result f64) (local $i i32) (local $j i32) (local $acc f64)
-    (loop $columns
-      (local.set $i (i32.const 0))
-      (loop $rows
-        (local.set $acc (f64.add (local.get $acc)
-          (f64.load (i32.add (i32.mul (local.get $i) (i32.const 16000)) (i32.shl (local.get $j) (i32.const 3))))))
-        (local.set $i (i32.add (local.get $i) (i32.const 1)))
-        (br_if $rows (i32.lt_u (local.get $i) (i32.const {WALK_ROWS}))))
-      (local.set $j (i32.add (local.get $j) (i32.const 1)))
-      (br_if $columns (i32.lt_u (local.get $j) (i32.const {WALK_COLUMNS}))))
-    (local.get $acc)))"""
 SLOWER_LIMIT = 2  # launches slower than the CPU estimate, in a row, before going back
 RETRY_EVERY = 64  # arrivals on the CPU between retries on the device
 RATIOS_KEPT = 3  # launches whose measured / modelled time the correction takes the median of
@@ -115,26 +92,6 @@ def cpu_seconds_per_op() -> float:
     """wasmtime's seconds per dialect op on this machine: measured on the calibration loop
     by the first few processes, and kept in the cache for later ones (keyed by the
     processor, wasmtime's library and the compiler, whose analysis counts the ops)."""
-
-    def measure(kept: dict) -> float:
-        kept["ops"] = int(kept.get("ops") or _calibration_ops())  # counted once: it needs the frontend
-        return _measure_seconds_per_op(kept["ops"])
-
-    return _calibrated(CALIBRATION_WAT, measure)
-
-
-@functools.cache
-def cpu_seconds_per_walk() -> float:
-    """wasmtime's seconds per load of a column walk through a matrix larger than the
-    processor's nearer caches (:data:`WALK_WAT`), measured and kept as
-    :func:`cpu_seconds_per_op` is: what a loop whose innermost loop strides a line or more
-    through such memory costs per access, whatever its op count (see :func:`walks`)."""
-    return _calibrated(WALK_WAT, lambda kept: _measure_seconds_per_walk())
-
-
-def _calibrated(wat: str, measure) -> float:
-    """The fastest of the first :data:`CALIBRATIONS_KEPT` processes' ``measure(kept)`` for
-    the calibration module ``wat`` (``kept``: the cache's record, which it may add to)."""
     import json
     import os
 
@@ -148,21 +105,23 @@ def _calibrated(wat: str, measure) -> float:
         build = (library.st_size, library.st_mtime_ns)
     except (AttributeError, OSError):  # another wasmtime-py layout: its package then
         build = (os.path.dirname(wasmtime.__file__),)
-    key = make_key("calibration", wat, describe(HostTarget()), *build)
+    key = make_key("calibration", CALIBRATION_WAT, describe(HostTarget()), *build)
     cache = default_cache()
-    kept: dict = {"seconds": []}
+    kept = {"ops": 0, "seconds_per_op": []}
     blob = cache.get("calibration", key)
     if blob is not None:
         try:
             kept = json.loads(blob)
-            kept["seconds"] = [float(x) for x in kept["seconds"]]
-        except (ValueError, TypeError, KeyError, AttributeError):
+            kept["seconds_per_op"] = [float(x) for x in kept["seconds_per_op"]]
+            kept["ops"] = int(kept["ops"])
+        except (ValueError, TypeError, KeyError):
             cache.drop("calibration", key)
-            kept = {"seconds": []}
-    if len(kept["seconds"]) < CALIBRATIONS_KEPT:
-        kept["seconds"].append(measure(kept))
+            kept = {"ops": 0, "seconds_per_op": []}
+    if len(kept["seconds_per_op"]) < CALIBRATIONS_KEPT:
+        kept["ops"] = kept["ops"] or _calibration_ops()  # counted once: it needs the frontend
+        kept["seconds_per_op"].append(_measure_seconds_per_op(kept["ops"]))
         cache.put("calibration", key, json.dumps(kept).encode())
-    return min(kept["seconds"])
+    return min(kept["seconds_per_op"])
 
 
 def _calibration_ops() -> int:
@@ -193,40 +152,6 @@ def _measure_seconds_per_op(ops: int) -> float:
     return best / (iterations * ops)
 
 
-def _measure_seconds_per_walk() -> float:
-    """wasmtime's time per load of the walk calibration (the best of three runs, its memory
-    written first: untouched pages would all read the one zero page)."""
-    import wasmtime
-
-    store = wasmtime.Store()
-    module = wasmtime.Module(store.engine, wasmtime.wat2wasm(WALK_WAT))
-    exports = wasmtime.Instance(store, module, []).exports(store)
-    exports["fill"](store)
-    walk = exports["walk"]
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        walk(store)
-        best = min(best, time.perf_counter() - start)
-    return best / (WALK_ROWS * WALK_COLUMNS)
-
-
-def walks(launch: Launch, ranges) -> int:
-    """The loads and stores of a launch (as wasmtime runs the loop) that walk through more
-    than :data:`WALK_BYTES` with a stride of a cache line or more in the innermost loop
-    that moves them (a column of a matrix): each costs about a line from memory, whatever
-    the op count. ``ranges``: the accesses' ranges (:class:`runtime.guards.Range`)."""
-    cells = launch.trip * math.prod(launch.nest)
-    total = 0
-    for r in ranges:
-        if r.hi - r.lo <= WALK_BYTES:
-            continue
-        innermost = r.lattice[-1][0] if r.lattice else (r.nest_strides[-1] if r.nest_strides else r.stride)
-        if abs(innermost) >= LINE_BYTES:
-            total += cells * math.prod(count for _, count in r.lattice)
-    return total
-
-
 def work(plan: LoopPlan, launch: Launch) -> int:
     """Dialect ops the arrival runs: per-iteration ops times the loops' trip counts."""
     inner = launch.inner or {}
@@ -250,19 +175,16 @@ class Estimate:
 
     def decide(
         self, device: str, ops: int, nbytes: int, pinned: bool = True, iterations: int = 1 << 62,
-        touched: int = 0, walked: int = 0,
+        touched: int = 0,
     ) -> tuple[bool, str, float, float]:  # fmt: skip
         """(offload?, reason if not, modelled device seconds, estimated CPU seconds) for an
         arrival running ``ops`` dialect ops (:func:`work`) over ``iterations`` parallel
         iterations (grid cells), copying ``nbytes`` (from page-locked linear memory when
-        ``pinned``), its loads and stores covering ``touched`` bytes, ``walked`` of them
-        loads and stores of column walks (:func:`walks`)."""
+        ``pinned``), its loads and stores covering ``touched`` bytes."""
         per_op = cpu_seconds_per_op()
         cpu = ops * per_op
         if touched > CPU_CACHE_BYTES:  # streaming from memory on the CPU too
             cpu = max(cpu, touched / CPU_STREAM_BYTES_PER_SECOND)
-        if walked:  # each a line from memory
-            cpu = max(cpu, walked * cpu_seconds_per_walk())
         copies = nbytes / COPY_BYTES_PER_SECOND["pinned" if pinned else "pageable"] if nbytes else 0.0
         spread = ops * per_op * OP_SHARE[device]
         serial = ops / max(1, iterations) * per_op * THREAD_SLOWDOWN[device]

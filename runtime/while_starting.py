@@ -81,9 +81,7 @@ class HostWhileStarting:
             return None
         index = lp.kernel_index
         estimate = self.estimates.setdefault(index, Estimate())
-        go, _, model, cpu = estimate.decide(
-            "cpu", ready.ops, 0, False, ready.cells, touched=ready.moved, walked=ready.walked
-        )
+        go, _, model, cpu = estimate.decide("cpu", ready.ops, 0, False, ready.cells, touched=ready.moved)
         if not go:
             return None
         if index not in self._kernels.units:
