@@ -6,11 +6,18 @@ while the context is made, each arrival declining as "the device was still start
 "the work so far does not yet pay for starting the device". Those arrivals launch on the
 host backend instead (:class:`runtime.host_device.HostLaunches`: the same loop's kernel
 compiled for this CPU, run in wasmtime's linear memory on the host's threads), where its
-cost model finds the launch faster than wasmtime, and once its kernel is ready: the host
-code is compiled (or read from the code cache) and loaded on a compile worker, never on
+cost model finds the launch faster than wasmtime, and once its kernel is ready. Where the
+kernel's shared library is in the code cache (:mod:`compiler.target.shared`) it is loaded
+at once, in about a millisecond and without LLVM; otherwise the host code is compiled (or
+read from the code cache) and loaded through LLVM's JIT on a compile worker, never on
 wasmtime's thread, once the arrivals it would have sped up gain what that start costs
-(``profit.STARTUP_SECONDS["cpu"]``: a program whose loops gain less loads nothing). Once
-the context is made every launch goes to the GPU.
+(``profit.STARTUP_SECONDS["cpu"]``), and where this machine links libraries an arrival
+short of that has the kernel compiled, with its library, for the next run. Kernels the
+last run found slower here than on wasmtime are parked (:mod:`runtime.known_host`). Once
+the context is made every launch goes to the GPU. ``TENSORWASM_HOST_WHILE_STARTING``
+(:func:`tensorwasm.support.config.host_while_starting`) leaves the loops of device-resident
+regions out by default: their time steps gained nothing here on the H100's host, and
+fdtd-2d's lost.
 
 Nothing of the GPU's side changes: a launch in linear memory leaves it as wasmtime would
 have, so a device-resident region whose first launches ran here copies in, at its first
