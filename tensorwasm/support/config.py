@@ -112,12 +112,18 @@ def tiling_enabled() -> bool:
 
 def host_while_starting() -> str:
     """``TENSORWASM_HOST_WHILE_STARTING``: ``auto`` (the default), ``on`` or ``off``."""
-    text = _read(HOST_WHILE_STARTING)
+    return _choice(HOST_WHILE_STARTING, HOST_WHILE_STARTING_MODES, "auto")
+
+
+def _choice(name: str, choices: tuple[str, ...], default: str) -> str:
+    """The variable ``name``'s value, one of ``choices`` (any case, spaces around it), or
+    ``default`` where it is not set."""
+    text = _read(name)
     if text is None:
-        return "auto"
+        return default
     value = text.strip().lower()
-    if value not in HOST_WHILE_STARTING_MODES:
-        raise ConfigError(f"{HOST_WHILE_STARTING}={text!r}: say auto, on or off")
+    if value not in choices:
+        raise ConfigError(f"{name}={text!r}: say {', '.join(choices[:-1])} or {choices[-1]}")
     return value
 
 
@@ -175,24 +181,12 @@ def ptxas() -> str | Literal[False] | None:
 
 def ptx_backend() -> str:
     """``TENSORWASM_PTX_BACKEND``: ``llvm``, ``nvvm`` or ``auto`` (the default)."""
-    text = _read(PTX_BACKEND)
-    if text is None:
-        return "auto"
-    value = text.strip().lower()
-    if value not in PTX_BACKENDS:
-        raise ConfigError(f"{PTX_BACKEND}={text!r}: say {', '.join(PTX_BACKENDS[:-1])} or {PTX_BACKENDS[-1]}")
-    return value
+    return _choice(PTX_BACKEND, PTX_BACKENDS, "auto")
 
 
 def compile_mode() -> str:
     """``TENSORWASM_COMPILE``: ``auto`` (the default), ``background`` or ``sync``."""
-    text = _read(COMPILE)
-    if text is None:
-        return "auto"
-    value = text.strip().lower()
-    if value not in COMPILE_MODES:
-        raise ConfigError(f"{COMPILE}={text!r}: say {', '.join(COMPILE_MODES[:-1])} or {COMPILE_MODES[-1]}")
-    return value
+    return _choice(COMPILE, COMPILE_MODES, "auto")
 
 
 def compile_threads() -> int:
