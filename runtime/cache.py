@@ -79,6 +79,9 @@ KINDS = (
     "device",
     "no-gpu",
     "launched",
+    "so",
+    "host-kernels",
+    "lib",  # (host kernels' libraries on their way to dlopen, under TEMPORARY names)
     FINGERPRINTS,
 )
 _OPEN = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from tensorwasm.compiler.target import HostEngine, describe
 from tensorwasm.compiler.target.shared import find_linker, load_shared
-from tensorwasm.runtime.cache import default_cache, make_key
+from tensorwasm.runtime.cache import TEMPORARY, default_cache, make_key
 from tensorwasm.runtime.planning import COMPILING
 from tensorwasm.support import config, logs
 from tensorwasm.support.errors import TensorWasmError
@@ -132,7 +132,7 @@ class LoopKernels(dict):
         blob = None
         if not gpu:  # a shared library of it loads without LLVM (compiler.target.shared)
             library = cache.get("so", key)  # (empty: this machine could not link one)
-            shared = load_shared(library, str(cache.directory / "lib")) if library else None
+            shared = load_shared(library, str(cache.directory / "lib"), TEMPORARY) if library else None
             if shared is not None:
                 with self._lock:
                     self.counts.cached += 1

@@ -89,14 +89,16 @@ class SharedCode:
 
     _loaded = itertools.count()
 
-    def __init__(self, library: bytes, directory: str) -> None:
+    def __init__(self, library: bytes, directory: str, prefix: str = "") -> None:
         """Load ``library`` through a file of a name never used before in ``directory`` (one
         of this user's own, that nobody else may write in), removed once loaded: the dynamic
         linker knows a library by its name, and would take a name used before for the
-        library loaded under it."""
+        library loaded under it. ``prefix`` begins the file's name (what marks a file the
+        directory's owner may remove if a process died before it did)."""
         self.library = library
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        path = os.path.join(directory, f"kernel-{os.getpid()}-{next(self._loaded)}-{os.urandom(6).hex()}.so")
+        name = f"{prefix}kernel-{os.getpid()}-{next(self._loaded)}-{os.urandom(6).hex()}.so"
+        path = os.path.join(directory, name)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o500)
         try:
             with os.fdopen(fd, "wb") as f:
@@ -114,12 +116,12 @@ class SharedCode:
             raise CompileError(f"no function {name} in the shared library") from None
 
 
-def load_shared(library: bytes, directory: str) -> SharedCode | None:
+def load_shared(library: bytes, directory: str, prefix: str = "") -> SharedCode | None:
     """The library's code loaded (through ``directory``: see :class:`SharedCode`), or None
     where this system cannot (the dynamic linker refuses it, or the directory is mounted
     without the right to run code: logged, and the JIT loads the object code instead)."""
     try:
-        return SharedCode(library, directory)
+        return SharedCode(library, directory, prefix)
     except OSError as exc:
         log.info("a host kernel's shared library did not load: %s", exc)
         return None

@@ -243,3 +243,15 @@ def test_the_compiler_fingerprint_is_kept_by_the_sources_listing_and_read_again_
     cache.compiler_fingerprint.cache_clear()
     assert cache.compiler_fingerprint() == first
     cache.compiler_fingerprint.cache_clear()
+
+
+def test_clearing_removes_the_host_kernels_libraries_and_one_a_dead_process_left_on_its_way(cache_dir: Path) -> None:
+    from tensorwasm.runtime.cache import TEMPORARY
+
+    cache = default_cache()
+    cache.put("so", "a" * 64, b"a library")
+    cache.put("host-kernels", "b" * 64, b"{}")
+    (cache_dir / "lib").mkdir(mode=0o700)
+    (cache_dir / "lib" / f"{TEMPORARY}kernel-1-0-00.so").write_bytes(b"left by a process that died")
+    cleared = cache.clear()
+    assert not cleared.left and (not cache_dir.exists() or not any(cache_dir.iterdir()))
