@@ -92,7 +92,7 @@ class OffloadInstance:
         for lp in offload.loops:
             lp.estimate = DrawnDecisions(draw, share)
         planner = offload.planner
-        planner._started = lambda gain: None  # (no start-up rule: the draw alone decides)
+        planner._started = lambda gain, lp=None: None  # (no start-up rule: the draw alone decides)
         planner.while_starting = None
         offload._kernels.background = lambda: False  # (no arrival declines while one compiles)
 
