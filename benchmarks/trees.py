@@ -8,9 +8,12 @@ folders at another commit: ``git archive REV | tar -x -C build/base``) and from 
 once untimed each (compiled code cached; each tree's bytecode written first), then ``--repeat`` rounds alternating the trees;
 with ``--plain``, plain wasmtime once first, whose dump both trees' dumps must equal. It
 prints a line a program (each tree's kernel times, PolyBench's timer, their median and the
-median process time) and writes the rows as JSON (``--out``).
+median process time) and writes the rows as JSON (``--out``). ``--base-env NAME=VALUE``
+(repeatable) sets a variable for the base's processes alone: with ``--base .`` it weighs a
+setting against the default in the same tree.
 
     python -m benchmarks.trees --base build/base --device gpu --plain fdtd-2d jacobi-2d
+    python -m benchmarks.trees --base . --base-env TENSORWASM_HOST_WHILE_STARTING=off deriche
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ from pathlib import Path
 from benchmarks.polybench import PLAIN, ROOT, compile_bytecode, split_output
 
 
-def run(command: list[str], tree: Path, timeout: float) -> dict:
-    """One process, in ``tree`` (``python -m`` imports the package of its working folder)."""
+def run(command: list[str], tree: Path, timeout: float, extra: dict[str, str] | None = None) -> dict:
+    """One process, in ``tree`` (``python -m`` imports the package of its working folder),
+    with the variables ``extra`` set as well."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]))
+    env.update(extra or {})
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tree, timeout=timeout)
     seconds = time.perf_counter() - start
@@ -45,17 +50,19 @@ def run(command: list[str], tree: Path, timeout: float) -> dict:
 
 
 def compare(name: str, wasm: Path, trees: dict[str, Path], device: str, repeat: int, plain: bool,
-            timeout: float) -> dict:  # fmt: skip
-    """One program under every tree (and plain wasmtime where ``plain``): the row."""
+            timeout: float, envs: dict[str, dict[str, str]] | None = None) -> dict:  # fmt: skip
+    """One program under every tree (and plain wasmtime where ``plain``): the row. ``envs``:
+    per tree's label, variables its processes run with."""
+    envs = envs or {}
     wasm = wasm.resolve()
     reference = run([sys.executable, "-c", PLAIN, str(wasm)], ROOT, timeout) if plain else None
     command = [sys.executable, "-m", "tensorwasm", "run", "--device", device, str(wasm)]
     runs: dict[str, list[dict]] = {label: [] for label in trees}
-    for tree in trees.values():
-        run(command, tree, timeout)  # untimed: fills the caches
+    for label, tree in trees.items():
+        run(command, tree, timeout, envs.get(label))  # untimed: fills the caches
     for _ in range(repeat):
         for label, tree in trees.items():
-            runs[label].append(run(command, tree, timeout))
+            runs[label].append(run(command, tree, timeout, envs.get(label)))
     row: dict = {"program": name, "wasmtime_kernel": reference["kernel"] if reference else None}
     dumps = {r["dump"] for done in runs.values() for r in done}
     if reference is not None:
@@ -97,7 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plain", action="store_true", help="plain wasmtime first: its kernel time and dump")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--out", type=Path, help="the rows as JSON")
+    parser.add_argument("--base-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a variable the base's processes alone run with (repeatable)")  # fmt: skip
     args = parser.parse_args(argv)
+    base_env = {}
+    for spec in args.base_env:
+        name, eq, value = spec.partition("=")
+        if not eq or not name:
+            print(f"benchmarks.trees: --base-env takes NAME=VALUE, not {spec!r}", file=sys.stderr)
+            return 2
+        base_env[name] = value
     if not (args.base / "tensorwasm" / "__init__.py").exists():
         print(f"benchmarks.trees: {args.base} holds no tensorwasm package (--base)", file=sys.stderr)
         return 2
@@ -111,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.programs:
         row = compare(name, args.wasm_dir / f"{name}.wasm", trees, args.device, max(1, args.repeat), args.plain,
-                      args.timeout)  # fmt: skip
+                      args.timeout, {"base": base_env})  # fmt: skip
         rows.append(row)
         print(line(row), flush=True)
     if args.out is not None:

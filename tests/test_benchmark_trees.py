@@ -27,8 +27,8 @@ def test_both_trees_run_the_program_and_match_wasmtime(tmp_path) -> None:
     seen = []
     real = trees.run
 
-    def run(command, tree, timeout):
-        done = real(command, tree, timeout)
+    def run(command, tree, timeout, extra=None):
+        done = real(command, tree, timeout, extra)
         seen.append((tree, "base tree" in done["stderr"]))
         return done
 
@@ -48,7 +48,7 @@ def test_both_trees_run_the_program_and_match_wasmtime(tmp_path) -> None:
 
 
 def test_a_dump_unlike_wasmtime_s_is_reported(monkeypatch) -> None:
-    def run(command, tree, timeout):
+    def run(command, tree, timeout, extra=None):
         plain = "-c" in command
         return {"status": 0, "kernel": 0.01, "process": 0.1, "dump": "a" if plain else "b", "stderr": ""}
 
@@ -61,3 +61,29 @@ def test_a_dump_unlike_wasmtime_s_is_reported(monkeypatch) -> None:
 def test_a_base_without_the_package_is_refused(tmp_path, capsys) -> None:
     assert trees.main(["--base", str(tmp_path), "atax"]) == 2
     assert "holds no tensorwasm package" in capsys.readouterr().err
+
+
+def test_the_base_alone_runs_with_the_variables_given(monkeypatch) -> None:
+    # The same tree twice, the base with a setting of its own: each run sees its own.
+    seen = []
+
+    def run(command, tree, timeout, extra=None):
+        seen.append(dict(extra or {}))
+        return {"status": 0, "kernel": 0.01, "process": 0.1, "dump": "same", "stderr": ""}
+
+    monkeypatch.setattr(trees, "run", run)
+    off = {"TENSORWASM_HOST_WHILE_STARTING": "off"}
+    row = trees.compare("atax", MINI / "atax-mini.wasm", {"base": ROOT, "this": ROOT}, "cpu", 2, False, 300,
+                        {"base": off})  # fmt: skip
+    assert row["identical"] and seen == [off, {}, off, {}, off, {}]  # untimed, then two rounds, alternating
+    assert trees.main(["--base", str(ROOT), "--base-env", "NOEQUALS", "atax"]) == 2
+
+
+def test_a_variable_given_to_the_base_reaches_its_process() -> None:
+    import hashlib
+    import sys
+
+    probe = [sys.executable, "-c", "import os; print(os.environ.get('TW_TREES_PROBE', 'unset'))"]
+    given = trees.run(probe, ROOT, 60, {"TW_TREES_PROBE": "base only"})
+    assert given["status"] == 0 and given["dump"] == hashlib.sha256(b"base only\n").hexdigest()
+    assert trees.run(probe, ROOT, 60)["dump"] == hashlib.sha256(b"unset\n").hexdigest()
