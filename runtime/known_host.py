@@ -59,18 +59,26 @@ class Gains:
 PARKED_RUNS = 8
 
 
+def last_run(module_key: str) -> tuple[tuple[int, ...], set[int]]:
+    """What the last runs of the prepared module ``module_key`` left for this one, from one
+    read of its record: the kernels (by index) to load early (none where no run chose any),
+    and those whose launches on the host's threads were measured slower than wasmtime (by
+    the cost model's estimate of it) in the last run that launched them. A run parks those
+    on wasmtime from their first arrival (see :meth:`runtime.offload.OffloadModule.
+    load_host_kernels_early`), where within a run it takes two slower launches."""
+    kept = _kept(module_key)
+    slower = {index for index, (gain, measured, _) in kept["seconds"].items() if measured and gain < 0.0}
+    return tuple(kept["load"]), slower
+
+
 def kernels_last_time(module_key: str) -> tuple[int, ...]:
-    """The kernels (by index) the last run of the prepared module ``module_key`` chose to
-    load early; none where no run did."""
-    return tuple(_kept(module_key)["load"])
+    """The kernels to load early, of :func:`last_run`."""
+    return last_run(module_key)[0]
 
 
 def slower_last_time(module_key: str) -> set[int]:
-    """The kernels whose launches on the host's threads were measured slower than wasmtime
-    (by the cost model's estimate of it) in the last run that launched them: a run parks
-    them on wasmtime from their first arrival (see :meth:`runtime.offload.OffloadModule.
-    load_host_kernels_early`), where within a run it takes two slower launches."""
-    return {index for index, (gain, measured, _) in _kept(module_key)["seconds"].items() if measured and gain < 0.0}
+    """The kernels measured slower, of :func:`last_run`."""
+    return last_run(module_key)[1]
 
 
 def remember_kernels(module_key: str, gains: Gains) -> None:

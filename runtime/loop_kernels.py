@@ -87,6 +87,9 @@ class LoopKernels(dict):
         self._index_of: dict[str, int] | None = None  # entry -> kernel index
         self._target_changes = 0  # times forget_all ran
         self._engine: HostEngine | None = None  # made at the first kernel read from the cache
+        # Host code: kernel index -> its shared library, as the code cache had it (b"": this
+        # machine could not link one), see _library.
+        self._libraries: dict[int, bytes] = {}
         # Taken by whoever prepares the module or files a compile's outcome: the main
         # thread and the compile workers.
         self._lock = threading.RLock()
@@ -131,7 +134,7 @@ class LoopKernels(dict):
         loops = tuple(lp for lp in module.loops if lp.kernel_index == index)
         blob = None
         if not gpu:  # a shared library of it loads without LLVM (compiler.target.shared)
-            library = cache.get("so", key)  # (empty: this machine could not link one)
+            library = self._library(index)  # (empty: this machine could not link one)
             shared = load_shared(library, str(cache.directory / "lib"), TEMPORARY) if library else None
             if shared is not None:
                 with self._lock:
@@ -155,8 +158,9 @@ class LoopKernels(dict):
                 self._assemble(blob)
             else:
                 loaded, blob = code.code, code.obj
-                library = module.target.shared_library(loaded.module)
-                cache.put("so", key, library or b"")  # (empty: not asked to link it again)
+                library = module.target.shared_library(loaded.module) or b""  # (empty: not linked again)
+                cache.put("so", key, library)
+                self._libraries[index] = library
             end = time.perf_counter()
             seconds = end - start  # (ptxas's cubin included)
             with self._lock:
@@ -226,7 +230,19 @@ class LoopKernels(dict):
     def loads_cheaply(self, index: int) -> bool:
         """Whether kernel ``index`` is host code whose shared library is in the code cache:
         loading it takes about a millisecond, and no LLVM (see :meth:`_make`)."""
-        return self.module.code_kind != "gpu" and bool(default_cache().get("so", self.key(index)))
+        return self.module.code_kind != "gpu" and bool(self._library(index))
+
+    def _library(self, index: int) -> bytes | None:
+        """Kernel ``index``'s shared library from the code cache (None: none there yet), read
+        once found: an arrival asks before every launch until one loads it. One not found is
+        looked for again, as another module's compile of the same code (or another
+        process's) may file it meanwhile."""
+        library = self._libraries.get(index)
+        if library is None:
+            library = default_cache().get("so", self.key(index))
+            if library is not None:
+                self._libraries[index] = library
+        return library
 
     def _cache_kind(self) -> str:
         """The code cache's kind of the kernels' code: PTX for a GPU, object code for the host."""
@@ -332,6 +348,7 @@ class LoopKernels(dict):
             self.clear()
             self.units.clear()
             self.failed.clear()
+            self._libraries.clear()
             self.pending.clear()  # (their outcomes, for the old target, are not filed)
             self._index_of = None
             self._target_changes += 1

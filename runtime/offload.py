@@ -220,8 +220,8 @@ class OffloadModule:
             return False
         from tensorwasm.runtime import known_host
 
-        slower = known_host.slower_last_time(self.key)
-        wanted = set(known_host.kernels_last_time(self.key))
+        load, slower = known_host.last_run(self.key)
+        wanted = set(load)
         if self.device == "gpu":
             if slower:
                 self._stand_in().park(slower)

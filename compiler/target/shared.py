@@ -95,7 +95,6 @@ class SharedCode:
         linker knows a library by its name, and would take a name used before for the
         library loaded under it. ``prefix`` begins the file's name (what marks a file the
         directory's owner may remove if a process died before it did)."""
-        self.library = library
         os.makedirs(directory, mode=0o700, exist_ok=True)
         name = f"{prefix}kernel-{os.getpid()}-{next(self._loaded)}-{os.urandom(6).hex()}.so"
         path = os.path.join(directory, name)
