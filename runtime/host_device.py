@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,62 @@ if TYPE_CHECKING:
 U64 = ctypes.c_uint64
 CPUS = os.cpu_count() or 1
 LAUNCH_THREADS = "tensorwasm-host"  # the names of the launches' threads begin so
+
+# The launches' threads, one per processor, shared by the process's modules: made on the
+# first need, or beforehand by warm_launch_threads.
+_POOL: ThreadPoolExecutor | None = None
+_POOL_THREADS = 0  # its threads, once made
+_POOL_LOCK = threading.Lock()
+_WARMING: threading.Thread | None = None
+WARM_TIMEOUT = 1.0  # seconds a started thread waits for the others to start
+
+
+def launch_threads() -> ThreadPoolExecutor:
+    """The host threads launches run on (their pool, one thread per processor)."""
+    global _POOL, _POOL_THREADS
+    with _POOL_LOCK:
+        if _POOL is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _POOL, _POOL_THREADS = ThreadPoolExecutor(max_workers=CPUS, thread_name_prefix=LAUNCH_THREADS), CPUS
+        return _POOL
+
+
+def warm_launch_threads(wait: bool = False) -> None:
+    """Start the launch threads on a thread of its own, before a launch needs them: a
+    thread's start waits for the new thread to take the interpreter lock, which the run's
+    other threads (compile workers, the CUDA context's start) hold for milliseconds at a
+    time; a launch that started its 16 threads itself took 10 to 25 ms on the H100
+    machine's host, for ~2 ms of work. Once per process; nothing where one processor runs
+    all. ``wait``: return once they are started (begun now if need be)."""
+    global _WARMING
+    with _POOL_LOCK:
+        warming, begin = _WARMING, _WARMING is None and CPUS > 1
+        if begin:
+            warming = _WARMING = threading.Thread(target=_start_all, name=f"{LAUNCH_THREADS}-start", daemon=True)
+    if begin:
+        warming.start()
+    if wait and warming is not None:
+        warming.join()
+
+
+def _start_all() -> None:
+    """Have every launch thread started: tasks that each wait for all the others, so that
+    the pool starts a thread for each (it starts one per task while none is idle)."""
+    pool = launch_threads()
+    meet = threading.Barrier(_POOL_THREADS)
+    try:
+        for _ in range(_POOL_THREADS):
+            pool.submit(_wait_for_all, meet)
+    except RuntimeError:  # the process may start no more threads: the launches make do
+        meet.abort()
+
+
+def _wait_for_all(meet: threading.Barrier) -> None:
+    try:
+        meet.wait(WARM_TIMEOUT)
+    except threading.BrokenBarrierError:  # a thread could not start in time: the pool makes it later
+        pass
 
 
 class HostDevice:
@@ -75,7 +132,9 @@ class HostLaunches:
 
     def __init__(self, prepared: Any) -> None:
         self.prepared = prepared
-        self._pool: ThreadPoolExecutor | None = None  # host threads, made on first need
+        # What the last launch waited for its threads to start (once per process, where no
+        # run began them early): the process's start, not the launch's cost.
+        self.threads_seconds = 0.0
         self.started = False  # a launch ran (LLVM's JIT is loaded): see startup_seconds
         self.begun_early = False  # kernels are loading since the run began (runtime.known_host)
         self.replays = None  # launches in place leave nothing to replay
@@ -129,6 +188,10 @@ class HostLaunches:
         if saved is None:
             return None
         start = time.perf_counter()
+        self.threads_seconds = 0.0
+        if len(chunks) > 1:
+            warm_launch_threads(wait=True)
+            self.threads_seconds, start = time.perf_counter() - start, time.perf_counter()
         if len(chunks) == 1:
             out = (U64 * len(ready.out_words))(*ready.out_words)
             self.prepared.kernels[lp.entry](
@@ -198,12 +261,9 @@ class HostLaunches:
         count = max(1, len(lp.plan.reductions))
         outs = [(U64 * count)(*identities(lp)) for _ in chunks]
         entry = self.prepared.kernels[lp.entry]
-        if self._pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._pool = ThreadPoolExecutor(max_workers=CPUS, thread_name_prefix=LAUNCH_THREADS)
+        pool = launch_threads()
         futures = [
-            self._pool.submit(
+            pool.submit(
                 entry,
                 ctypes.addressof(ctx),
                 ctypes.addressof(params),

@@ -3,10 +3,14 @@
 A kernel whose ops cannot trap (its accesses proven by the guards, no division, no call)
 runs in linear memory with nothing copied first, however much it writes (2 GiB and more);
 one that may trap keeps a copy of what it writes, up to a limit past which the loop stays
-on wasmtime, and a trap still leaves memory as wasmtime would.
+on wasmtime, and a trap still leaves memory as wasmtime would. Its launch threads are
+started before a launch needs them, where a run expects host launches.
 """
 
 from __future__ import annotations
+
+import threading
+import time
 
 import wasmtime
 
@@ -150,3 +154,57 @@ def test_few_iterations_with_long_inner_loops_are_spread_over_host_threads(monke
     assert ours == plain.exports(plain_store)["memory"].read(plain_store, 524288, 524288 + 4 * n)
     (loop,) = [lp for lp in tensorwasm.report(instance).loops if lp.offloaded]
     assert loop.threads == 4
+
+
+def _fresh_launch_threads(monkeypatch, cpus: int):
+    """The host backend's launch threads as a new process has them: none yet, ``cpus``
+    processors."""
+    from tensorwasm.runtime import host_device
+
+    monkeypatch.setattr(host_device, "CPUS", cpus)
+    monkeypatch.setattr(host_device, "_POOL", None)
+    monkeypatch.setattr(host_device, "_POOL_THREADS", 0)
+    monkeypatch.setattr(host_device, "_WARMING", None)
+    return host_device
+
+
+def test_the_launch_threads_are_started_before_a_launch_needs_them_once_per_process(monkeypatch) -> None:
+    host_device = _fresh_launch_threads(monkeypatch, 4)
+    host_device.warm_launch_threads()
+    warming = host_device._WARMING
+    warming.join(5)
+    assert not warming.is_alive()
+    pool = host_device.launch_threads()
+    assert len(pool._threads) == 4  # every thread started, none left for the first launch to start
+    host_device.warm_launch_threads()
+    assert host_device._WARMING is warming  # once per process
+    # A launch's four ranges then run on those threads, four at once.
+    meet = threading.Barrier(4)
+    ran = [pool.submit(lambda: (meet.wait(5), threading.get_ident())[1]) for _ in range(4)]
+    assert {f.result(5) for f in ran} == {t.ident for t in pool._threads}
+
+
+def test_no_launch_thread_is_left_waiting_where_another_could_not_start(monkeypatch) -> None:
+    host_device = _fresh_launch_threads(monkeypatch, 3)
+    monkeypatch.setattr(host_device, "WARM_TIMEOUT", 60.0)
+    real = host_device.launch_threads()
+    started = []
+
+    class OneThreadOnly:
+        def submit(self, fn, *args):
+            if started:
+                raise RuntimeError("can't start new thread")
+            started.append(real.submit(fn, *args))
+            return started[-1]
+
+    monkeypatch.setattr(host_device, "launch_threads", lambda: OneThreadOnly())
+    begun = time.perf_counter()
+    host_device._start_all()
+    started[0].result(10)  # the one started does not wait for the others (60 s)
+    assert time.perf_counter() - begun < 10
+
+
+def test_one_processor_starts_no_launch_threads(monkeypatch) -> None:
+    host_device = _fresh_launch_threads(monkeypatch, 1)
+    host_device.warm_launch_threads()
+    assert host_device._WARMING is None and host_device._POOL is None

@@ -90,9 +90,13 @@ def test_on_the_host_backend_a_kernel_the_last_run_launched_late_loads_as_the_ru
     first.close()
     assert known_host.kernels_last_time(first.key) == (loop.kernel_index,)
 
+    from tensorwasm.runtime import host_device
+
+    monkeypatch.setattr(host_device, "_WARMING", None)
     second = _host_module(monkeypatch, 1.5e-6)
     assert second.load_host_kernels_early()
     assert loop.kernel_index in second._kernels.pending  # loading on a worker, before any arrival
+    assert host_device._WARMING is not None or host_device.CPUS == 1  # and its launch threads starting
     second._kernels.wait()  # (the program's start, on wasmtime, meanwhile)
     assert run_case(second.rewritten, "saxpy", spec, case, second) == expected
     again = next(lp for lp in second.loops if lp.plan.func.name == "saxpy")
@@ -187,4 +191,34 @@ def test_standing_in_for_a_gpu_a_kernel_the_last_run_measured_slower_stays_on_wa
     for _ in range(3):
         assert run_case(module.rewritten, "saxpy", spec, case, module) == expected
     assert loop.stats.offloaded == loop.stats.on_host == 0 and loop.stats.declined == {NOT_STARTED: 3}
+    module.close()
+
+
+def test_a_launch_is_measured_without_its_wait_for_the_host_threads_to_start(monkeypatch, tmp_path) -> None:
+    # Starting the launch threads is the process's start (~1 ms a thread where other threads
+    # hold the interpreter lock): a first launch that waited for it must not be remembered
+    # as slower than wasmtime, which would keep the kernel on wasmtime for the next runs.
+    import time
+
+    from tensorwasm.runtime import host_device
+
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(host_device, "CPUS", 2)
+    monkeypatch.setattr(host_device, "_POOL", None)
+    monkeypatch.setattr(host_device, "_POOL_THREADS", 0)
+    monkeypatch.setattr(host_device, "_WARMING", None)
+    start_all = host_device._start_all
+    monkeypatch.setattr(host_device, "_start_all", lambda: (time.sleep(0.3), start_all()))
+    monkeypatch.setattr(host_device.HostLaunches, "THREAD_MIN_ITERATIONS", 1)  # (saxpy's 4,096 on both threads)
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    module = _host_module(monkeypatch, 1.5e-6)
+    for _ in range(2):  # (the second arrival's pays for the host's start: its kernel compiles)
+        assert run_case(module.rewritten, "saxpy", spec, case, module) == expected
+    module._kernels.wait()
+    assert run_case(module.rewritten, "saxpy", spec, case, module) == expected
+    loop = next(lp for lp in module.loops if lp.plan.func.name == "saxpy")
+    assert loop.stats.offloaded == 1 and loop.stats.threads == 2
+    assert module.launches.threads_seconds >= 0.3  # the launch waited for its threads...
+    assert module.planner.gains.measured[loop.kernel_index] > -0.1  # ...which its measure leaves out
     module.close()
