@@ -13,7 +13,10 @@ under ``tensorwasm run --device D``:
 - the package's bytecode is compiled first, as installing it does (a checkout run with
   ``PYTHONDONTWRITEBYTECODE`` would compile every module from source in every process);
 - each program runs once untimed under both (compiled code cached: wasmtime's own cache,
-  tensorwasm's), then ``--repeat`` times each, alternating; the median of the kernel
+  tensorwasm's), tensorwasm ``--warmup`` times in all (default 2: a run decides from what
+  its module's last runs on this machine did whether to start the CUDA context with the
+  program and which host kernels to load early, so the second warm run is the first of
+  the steady state), then ``--repeat`` times each, alternating; the median of the kernel
   times and of the whole process times is kept. A short program runs more times
   (``--short-seconds``: as many as fit in that many seconds by its untimed runs, at most
   :data:`SHORT_REPEAT`): a process of 0.1 to 0.3 s varies by tens of milliseconds from
@@ -212,10 +215,13 @@ SHORT_REPEAT = 9
 
 
 def measure(name: str, wasm: Path, device: str, offload: str, repeat: int, timeout: float,
-            short_seconds: float = 0.0) -> dict:  # fmt: skip
-    """Warm both, then ``repeat`` runs of each, alternating; medians and the comparison. A
-    program whose two untimed runs took less than ``short_seconds`` together runs as many
-    more times as fit in them, at most :data:`SHORT_REPEAT`."""
+            short_seconds: float = 0.0, warmup: int = 1) -> dict:  # fmt: skip
+    """Warm both (tensorwasm with ``warmup`` untimed runs), then ``repeat`` runs of each,
+    alternating; medians and the comparison. A program whose untimed runs (wasmtime's and
+    tensorwasm's last) took less than ``short_seconds`` together runs as many more times as
+    fit in them, at most :data:`SHORT_REPEAT`."""
+    for _ in range(warmup - 1):
+        run_tensorwasm(wasm, device, offload, timeout)
     took = run_plain(wasm, timeout)["process"] + run_tensorwasm(wasm, device, offload, timeout)["process"]
     if short_seconds > 0 and took > 0:
         repeat = max(repeat, min(SHORT_REPEAT, int(short_seconds / took)))
@@ -290,6 +296,7 @@ def markdown(doc: dict, plot: str | None) -> str:
         "",
         f"`python -m benchmarks.polybench --dataset {doc['dataset']} --device {doc['device']} "
         f"--offload {doc['offload']} --repeat {doc['repeat']}"
+        + (f" --warmup {doc['warmup']}" if doc.get("warmup") else "")
         + (f" --short-seconds {doc['short_seconds']:g}" if doc.get("short_seconds") else "")
         + "` on "
         f"{env['gpu'] + ' host, ' if env.get('gpu') else ''}{env['cpu']} ({env['cpu_count']} cores), "
@@ -464,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--offload", default="auto", choices=("auto", "always", "off"))
     parser.add_argument("--only", help="NAME,... of the programs to run (default: all 30)")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs of each (medians)")
+    parser.add_argument("--warmup", type=int, default=2,
+                        help="untimed runs of tensorwasm first (its runs learn from the last ones on this machine)")  # fmt: skip
     parser.add_argument("--short-seconds", type=float, default=5.0,
                         help="a program whose untimed runs take less runs as many more times as fit in this "
                              f"many seconds (at most {SHORT_REPEAT}; 0: never)")  # fmt: skip
@@ -502,8 +511,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name, wasm in built.items():
         row = measure(
-            name, wasm, args.device, args.offload, max(1, args.repeat), args.timeout, args.short_seconds
-        )
+            name, wasm, args.device, args.offload, max(1, args.repeat), args.timeout, args.short_seconds,
+            max(1, args.warmup),
+        )  # fmt: skip
         rows.append(row)
         loops = row["loops"]
         print(f"{name:16} identical={row['identical_output']!s:5} kernel {_ms(row['wasmtime']['kernel'])} -> "
@@ -511,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{_ms(row['wasmtime']['process'])} -> {_ms(row['tensorwasm']['process'])} ms "
               f"({_x(row['process_speedup'])}), loops {loops['launched']}/{loops['candidates']}", flush=True)  # fmt: skip
     doc = {"schema": SCHEMA, "dataset": args.dataset, "device": args.device, "offload": args.offload,
-           "repeat": args.repeat, "short_seconds": args.short_seconds, "environment": environment(),
+           "repeat": args.repeat, "warmup": args.warmup, "short_seconds": args.short_seconds,
+           "environment": environment(),
            "results": rows, "summary": summary(rows)}  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"polybench-{args.dataset.lower()}-{args.device}"
