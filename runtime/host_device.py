@@ -132,8 +132,8 @@ class HostLaunches:
 
     def __init__(self, prepared: Any) -> None:
         self.prepared = prepared
-        # What the last launch waited for its threads to start (once per process, where no
-        # run began them early): the process's start, not the launch's cost.
+        # What a launch waited for its threads to start (once per process, where no run began
+        # them early): the process's start, not the launch's cost (see take_threads_seconds).
         self.threads_seconds = 0.0
         self.started = False  # a launch ran (LLVM's JIT is loaded): see startup_seconds
         self.begun_early = False  # kernels are loading since the run began (runtime.known_host)
@@ -158,6 +158,12 @@ class HostLaunches:
         if startup and cheaply is not None and cheaply(lp):
             return LIBRARY_START_SECONDS
         return startup
+
+    def take_threads_seconds(self) -> float:
+        """What launches waited for their threads to start since the last call: a launch's
+        measure leaves it out."""
+        seconds, self.threads_seconds = self.threads_seconds, 0.0
+        return seconds
 
     def transfer_estimate(self, lp: OffloadedLoop, ready: PreparedLaunch) -> tuple[int, bool]:
         return 0, False  # nothing is copied
@@ -188,10 +194,10 @@ class HostLaunches:
         if saved is None:
             return None
         start = time.perf_counter()
-        self.threads_seconds = 0.0
         if len(chunks) > 1:
             warm_launch_threads(wait=True)
-            self.threads_seconds, start = time.perf_counter() - start, time.perf_counter()
+            self.threads_seconds += time.perf_counter() - start
+            start = time.perf_counter()
         if len(chunks) == 1:
             out = (U64 * len(ready.out_words))(*ready.out_words)
             self.prepared.kernels[lp.entry](

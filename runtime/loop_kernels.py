@@ -432,12 +432,7 @@ class CompileFirst:
         self.startup_for = getattr(runner, "startup_for", None)
         self.startup_wait = getattr(runner, "startup_wait", _no_startup)
         self.begin_start = getattr(runner, "begin_start", None)
-
-    @property
-    def threads_seconds(self) -> float:
-        """What the last launch waited for the host's launch threads to start
-        (:class:`runtime.host_device.HostLaunches`): not its cost."""
-        return getattr(self.runner, "threads_seconds", 0.0)
+        self.take_threads_seconds = getattr(runner, "take_threads_seconds", _no_startup)
 
     # The CPU time of an arrival above which it waits for its kernel rather than run on
     # wasmtime while it compiles: a few cold compiles' worth (one that arrives once and

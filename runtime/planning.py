@@ -331,7 +331,8 @@ class ArrivalPlanner:
         self.startup_seconds = getattr(runner, "startup_seconds", None)
         self.startup_for = getattr(runner, "startup_for", None)  # the same, for a given loop's launch
         self.startup_wait = getattr(runner, "startup_wait", None)
-        self.runner = runner  # (its threads_seconds: what a launch spent starting the host's threads)
+        # What launches waited for the host's threads to start, left out of their measure.
+        self.take_threads_seconds = getattr(runner, "take_threads_seconds", None)
         self.begin_start = getattr(runner, "begin_start", None)
         self.arrival_seconds = 0.0  # the last arrival's CPU time, by the cost model (see arrive)
         # The last arrival's launch as the guards prepared it, where the arrival declined for
@@ -463,7 +464,9 @@ class ArrivalPlanner:
             return [0, *args[n_live:]]
         if estimate is not None:
             started, model, cpu = estimate
-            took = time.perf_counter() - started - getattr(self.runner, "threads_seconds", 0.0)
+            took = time.perf_counter() - started
+            if self.take_threads_seconds is not None:
+                took -= self.take_threads_seconds()
             lp.estimate.record(took, model, cpu)
             self.gains.launched(lp.kernel_index, cpu - took)
         stats.offloaded += 1

@@ -114,7 +114,7 @@ class HostWhileStarting:
         started = time.perf_counter()
         partials = self.launches.run(lp, ready, arrival, base, size)
         if partials is not None:
-            took = time.perf_counter() - started - self.launches.threads_seconds  # (started once per process)
+            took = time.perf_counter() - started - self.launches.take_threads_seconds()  # (once per process)
             estimate.record(took, model, cpu)
             self.gains.launched(index, cpu - took)
             lp.stats.on_host += 1
