@@ -148,15 +148,7 @@ STARTING = "the device was still starting (wasmtime ran the loop)"
 # (runtime.loop_kernels): it passes, so its gate keeps only a few arrivals out for it.
 COMPILING = "its kernel was compiling (wasmtime ran the loop)"
 # Why a loop declines that no later arrival changes: its gate closes for good.
-# Why ``auto`` keeps a distributed nest (a kernel of phases, see compiler.distribute) on
-# wasmtime on the host backend: its phases run their threads one after another, each
-# thread all of its inner loop, where the source order streams through rows (PolyBench
-# LARGE gemm 2.5 s and syrk 1.2-1.5 s against wasmtime's 0.8 and 0.5 s on the 2-core CPU
-# machine). ``--offload always`` still launches it (its results are exact either way). A 3-D
-# grid of phases (compiler.analysis.nests.phase_nests) runs on the host as its 2-D nest
-# would, each cell's vector loop and remainder in order, and launches.
-HOST_PHASES = "its distributed schedule runs slower than wasmtime on the host backend"
-LASTING = frozenset({"the module has no (unshared) linear memory", HOST_PHASES})
+LASTING = frozenset({"the module has no (unshared) linear memory"})
 # The gate's wait when closed for good (about 2^63 arrivals).
 FOREVER = (1 << 63) - 1
 
@@ -414,9 +406,6 @@ class ArrivalPlanner:
         self.declined_launch = None
         if self.mode == "off":
             stats.decline("offload is off")
-            return [0, *args[n_live:]]
-        if self.mode == "auto" and self.device == "cpu" and lp.plan.phases and not lp.plan.collapse:
-            stats.decline(HOST_PHASES)
             return [0, *args[n_live:]]
         memory = hostfunc.memory(caller, context=context)
         if memory is None:

@@ -23,8 +23,10 @@ Nothing of the GPU's side changes: a launch in linear memory leaves it as wasmti
 have, so a device-resident region whose first launches ran here copies in, at its first
 GPU launch, what the device does not hold yet (all of it); a host launch that traps leaves
 memory as it was (the host backend's undo), and wasmtime runs the loop. Kernels of
-distributed schedules (phases) stay on wasmtime here, as the host backend keeps them in
-``auto`` mode (their phases ran slower than wasmtime on the host).
+distributed schedules (phases, a GPU's) stay on wasmtime here: on the host, each thread of
+a phase runs its whole inner loop in turn, reading rows down their columns (PolyBench LARGE
+gemm 2.5 s and syrk 1.2-1.5 s against wasmtime's 0.8 and 0.5 s on the 2-core CPU machine);
+the host backend's own modules are not distributed (``AnalysisOptions.distribute``).
 """
 
 from __future__ import annotations

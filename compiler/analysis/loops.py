@@ -57,16 +57,18 @@ STATE_WRITES = {"global.set", "table.set", "table.grow", "table.fill", "table.co
 
 def analyze_module(module: Module, options: AnalysisOptions | None = None) -> list[LoopReport]:
     """A report for every loop of every function of ``module``, in function and loop order."""
+    options = options or AnalysisOptions()
     reports = []
     for func in module.functions:
         if func.is_import or not func.loops:
             continue
         facts = FunctionLoops(module, func)
         kept: dict[LoopInfo, LoopValues] = {}
-        mine = [analyze_loop(facts, info, options or AnalysisOptions(), kept) for info in func.loops]
+        mine = [analyze_loop(facts, info, options, kept) for info in func.loops]
         collapse_nests(facts, mine)
-        schedule_phases(facts, mine, kept)
-        phase_nests(facts, mine, kept)
+        if options.distribute:
+            schedule_phases(facts, mine, kept)
+            phase_nests(facts, mine, kept)
         reports.extend(mine)
     return reports
 

@@ -305,3 +305,7 @@ class LoopReport:
 @record(frozen=True)
 class AnalysisOptions:
     relaxed_float: bool = False  # allow float reductions (they reorder additions)
+    # Split a loop's imperfect nest into phases (compiler.analysis.schedule): for a GPU,
+    # whose block shares an iteration's work; the host's threads run whole iterations, each
+    # body in Wasm order (its rows streamed, where a phase's thread walks columns).
+    distribute: bool = True

@@ -145,7 +145,7 @@ def test_the_offload_preparation_matches_the_runtimes_own(program: str) -> None:
         runtime = OffloadModule(data, device="cpu")
     finally:
         cache.enabled = enabled
-    preparation = prepare_offload(data, AnalysisOptions())
+    preparation = prepare_offload(data, AnalysisOptions(distribute=False))  # (as the host backend prepares)
     ours = preparation.prepared
     assert ours.loops, "the example must offload something"
     assert [(r.func.name, r.loop.offset, r.verdict, r.reason) for r in ours.reports] == [

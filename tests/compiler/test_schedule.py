@@ -80,6 +80,12 @@ def outer_loop(loops, func: str):
     return lp
 
 
+def phases_on(device: str, phases: int) -> int:
+    """The phases a plan has on ``device``: none on the host backend, whose threads run
+    whole iterations (``AnalysisOptions.distribute``)."""
+    return 0 if device == "cpu" else phases
+
+
 def launches(instance: OffloadInstance, func: str) -> tuple[int, dict]:
     lp = outer_loop(instance.offload.loops, func)
     return lp.stats.offloaded, lp.stats.declined
@@ -140,7 +146,10 @@ def test_pointers_that_overlap_within_a_row_decline(device):
     calls = [("init", []), ("gemm_ptr", [(I32, c), (I32, c), (I32, b), f64(1.5), f64(1.2)])]
     instance = run(device, calls)
     offloaded, declined = launches(instance, "gemm_ptr")
-    assert offloaded == 0 and any("within one iteration" in reason for reason in declined)
+    if phases_on(device, 2):
+        assert offloaded == 0 and any("within one iteration" in reason for reason in declined)
+    else:  # the host's thread runs the whole row in Wasm order: nothing for the row guard to refuse
+        assert (offloaded, declined) == (1, {})
     # Apart (a past the end of B), the same call runs distributed.
     apart = b + 8 * NK * NJ
     instance = run(

@@ -63,7 +63,7 @@ def test_each_shape_is_launched_as_its_shape(shape: str, device: str) -> None:
     if shape in ("triangular", "unrolled"):
         # The whole nest, inner bounds affine in i (or bit masks of them), in one launch.
         assert outermost, f"no {shape} nest was launched whole"
-    if shape == "imperfect":
+    if shape == "imperfect" and device != "cpu":  # (the host's threads run whole iterations)
         assert any(lp.plan.phases for lp in outermost), "no imperfect nest was distributed into phases"
     if shape == "stencil":
         regions = [r for i in instances for r in i.offload.region_stats]

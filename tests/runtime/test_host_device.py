@@ -136,7 +136,7 @@ def test_few_iterations_with_long_inner_loops_are_spread_over_host_threads(monke
     monkeypatch.setattr(host_device, "CPUS", 4)
     monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: 1e-9)
     launches = HostLaunches(None)
-    assert len(launches.chunks(64, 1, ops=64 * 2000 * 8)) == 4  # ~1 ms of wasmtime's time
+    assert len(launches.chunks(64, 1, ops=64 * 2000 * 8)) == 10  # ~1 ms of wasmtime's time: 4 threads, 10 ranges
     assert len(launches.chunks(64, 1, ops=64 * 10)) == 1  # a few microseconds: one thread
     assert len(launches.chunks(64, 1)) == 1  # (by iterations alone)
 
@@ -154,6 +154,21 @@ def test_few_iterations_with_long_inner_loops_are_spread_over_host_threads(monke
     assert ours == plain.exports(plain_store)["memory"].read(plain_store, 524288, 524288 + 4 * n)
     (loop,) = [lp for lp in tensorwasm.report(instance).loops if lp.offloaded]
     assert loop.threads == 4
+
+
+def test_a_launch_with_the_work_for_it_is_cut_into_more_ranges_than_threads(monkeypatch) -> None:
+    """A triangular nest's rows differ in length: ranges taken by the threads as they come
+    free share its work where one range a thread would leave one thread the longest rows."""
+    from tensorwasm.runtime import host_device, profit
+
+    monkeypatch.setattr(host_device, "CPUS", 2)
+    monkeypatch.setattr(profit, "cpu_seconds_per_op", lambda: 1e-9)
+    launches = HostLaunches(None)
+    ranges = launches.chunks(2000, 1, ops=10**9)  # ~1 s of wasmtime's time
+    assert len(ranges) == 2 * HostLaunches.RANGES_PER_THREAD
+    assert ranges[0] == (0, 250) and ranges[-1] == (1750, 2000)  # every iteration once, in order
+    assert len(launches.chunks(2000, 1, ops=300_000)) == 3  # ~0.3 ms: three ranges of 100 us
+    assert launches.chunks(3, 1, ops=10**9) == [(0, 1), (1, 2), (2, 3)]  # no more ranges than iterations
 
 
 def _fresh_launch_threads(monkeypatch, cpus: int):
