@@ -23,8 +23,6 @@ from tensorwasm.compiler.target import HostTarget
 from tensorwasm.runtime.planning import identities, trap_reason
 
 if TYPE_CHECKING:
-    from concurrent.futures import ThreadPoolExecutor
-
     from tensorwasm.runtime.guards import Launch
     from tensorwasm.runtime.planning import LaunchArguments, OffloadedLoop, PreparedLaunch
 
@@ -32,23 +30,97 @@ U64 = ctypes.c_uint64
 CPUS = os.cpu_count() or 1
 LAUNCH_THREADS = "tensorwasm-host"  # the names of the launches' threads begin so
 
-# The launches' threads, one per processor, shared by the process's modules: made on the
-# first need, or beforehand by warm_launch_threads.
-_POOL: ThreadPoolExecutor | None = None
-_POOL_THREADS = 0  # its threads, once made
+
+class LaunchThreads:
+    """The threads host launches run on, shared by the process's modules: one per processor
+    but the one of the launching thread, which runs ranges too.
+
+    A launch's ranges are taken in turn by the threads it wakes and by the launching thread
+    itself, each taking the next range as it comes free. It is a queue and a few locks, not
+    :mod:`concurrent.futures`: importing that (with :mod:`logging`, which it needs) took 9 to
+    13 ms of a run's first host launch, holding Python's lock; PolyBench's matrix-vector
+    programs run their kernels in less."""
+
+    def __init__(self, count: int) -> None:
+        import queue
+
+        self.count = count  # the threads wanted
+        self.threads: list[threading.Thread] = []
+        self._tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the threads not started yet (those the process may start)."""
+        with self._lock:
+            while len(self.threads) < self.count:
+                thread = threading.Thread(
+                    target=self._serve, name=f"{LAUNCH_THREADS}-{len(self.threads)}", daemon=True
+                )
+                try:
+                    thread.start()
+                except RuntimeError:  # the process may start no more threads: the launches make do
+                    self.count = len(self.threads)
+                    break
+                self.threads.append(thread)
+
+    def _serve(self) -> None:
+        while True:
+            self._tasks.get().work()
+
+    def run(self, fn, calls: list[tuple]) -> None:
+        """``fn(*args)`` for each of ``calls``, on the threads and this one, in no set order;
+        returns once all have returned (the first exception raised again)."""
+        batch = _Batch(fn, calls)
+        for _ in range(min(len(self.threads), len(calls) - 1)):
+            self._tasks.put(batch)
+        batch.work()
+        batch.done.wait()
+        if batch.error is not None:
+            raise batch.error
+
+
+class _Batch:
+    """One launch's calls, taken one at a time by whichever thread asks next."""
+
+    def __init__(self, fn, calls: list[tuple]) -> None:
+        self.fn, self.calls = fn, calls
+        self.taken = 0
+        self.left = len(calls)
+        self.error: BaseException | None = None
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        if not calls:
+            self.done.set()
+
+    def work(self) -> None:
+        while True:
+            with self.lock:
+                index = self.taken
+                if index >= len(self.calls):
+                    return
+                self.taken += 1
+            try:
+                self.fn(*self.calls[index])
+            except BaseException as exc:  # (raised again on the launching thread)
+                self.error = self.error or exc
+            with self.lock:
+                self.left -= 1
+                if not self.left:
+                    self.done.set()
+
+
+# The launches' threads: made on the first need, or beforehand by warm_launch_threads.
+_POOL: LaunchThreads | None = None
 _POOL_LOCK = threading.Lock()
 _WARMING: threading.Thread | None = None
-WARM_TIMEOUT = 1.0  # seconds a started thread waits for the others to start
 
 
-def launch_threads() -> ThreadPoolExecutor:
-    """The host threads launches run on (their pool, one thread per processor)."""
-    global _POOL, _POOL_THREADS
+def launch_threads() -> LaunchThreads:
+    """The host threads launches run on (started by :func:`warm_launch_threads`)."""
+    global _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            _POOL, _POOL_THREADS = ThreadPoolExecutor(max_workers=CPUS, thread_name_prefix=LAUNCH_THREADS), CPUS
+            _POOL = LaunchThreads(CPUS - 1)
         return _POOL
 
 
@@ -63,7 +135,8 @@ def warm_launch_threads(wait: bool = False) -> None:
     with _POOL_LOCK:
         warming, begin = _WARMING, _WARMING is None and CPUS > 1
         if begin:
-            warming = _WARMING = threading.Thread(target=_start_all, name=f"{LAUNCH_THREADS}-start", daemon=True)
+            warming = _WARMING = threading.Thread(target=_start_all, name=f"{LAUNCH_THREADS}-start")
+            warming.daemon = True
     if begin:
         warming.start()
     if wait and warming is not None:
@@ -71,22 +144,8 @@ def warm_launch_threads(wait: bool = False) -> None:
 
 
 def _start_all() -> None:
-    """Have every launch thread started: tasks that each wait for all the others, so that
-    the pool starts a thread for each (it starts one per task while none is idle)."""
-    pool = launch_threads()
-    meet = threading.Barrier(_POOL_THREADS)
-    try:
-        for _ in range(_POOL_THREADS):
-            pool.submit(_wait_for_all, meet)
-    except RuntimeError:  # the process may start no more threads: the launches make do
-        meet.abort()
-
-
-def _wait_for_all(meet: threading.Barrier) -> None:
-    try:
-        meet.wait(WARM_TIMEOUT)
-    except threading.BrokenBarrierError:  # a thread could not start in time: the pool makes it later
-        pass
+    """Have every launch thread started."""
+    launch_threads().start()
 
 
 class HostDevice:
@@ -276,21 +335,12 @@ class HostLaunches:
         count = max(1, len(lp.plan.reductions))
         outs = [(U64 * count)(*identities(lp)) for _ in chunks]
         entry = self.prepared.kernels[lp.entry]
-        pool = launch_threads()
-        futures = [
-            pool.submit(
-                entry,
-                ctypes.addressof(ctx),
-                ctypes.addressof(params),
-                lo,
-                hi,
-                *launch.nest,
-                ctypes.addressof(o),
-            )
+        at, state = ctypes.addressof(ctx), ctypes.addressof(params)
+        calls = [
+            (at, state, lo, hi, *launch.nest, ctypes.addressof(o))
             for (lo, hi), o in zip(chunks, outs, strict=True)
         ]
-        for future in futures:
-            future.result()
+        launch_threads().run(entry, calls)
         total = (U64 * count)(*identities(lp))
         for i, r in enumerate(lp.plan.reductions):
             for o in outs:

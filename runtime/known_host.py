@@ -18,10 +18,11 @@ forgets them.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from tensorwasm.compiler.target import HostTarget, describe
 from tensorwasm.runtime.cache import default_cache, make_key
-from tensorwasm.runtime.profit import STARTUP_SECONDS
+from tensorwasm.runtime.profit import LIBRARY_START_SECONDS, STARTUP_SECONDS
 from tensorwasm.support import logs
 
 log = logs.get_logger(__name__)
@@ -33,8 +34,12 @@ log = logs.get_logger(__name__)
 # arrivals wait for. On the H100's 16-core host (A/B, 12 fresh processes each, medians),
 # PolyBench LARGE with its kernels loaded early: mvt's kernel 26.4 -> 8.2 ms and its process
 # 238 -> 248 ms; gemver 36.6 -> 17.7 ms, 257 -> 297 ms; gesummv 8.1 -> 4.7 ms, 209 -> 245 ms.
-# So only a run whose host launches would have paid for the start anyway loads it early.
+# So only a run whose host launches would have paid for the start anyway loads it early...
 EARLY_GAIN_SECONDS = STARTUP_SECONDS["cpu"]
+# ... unless every one of those kernels has its shared library in the code cache
+# (compiler.target.shared): then loading them costs what their first launches would pay
+# for it anyway (a millisecond each, no LLVM), moved off wasmtime's thread.
+CHEAP_EARLY_GAIN_SECONDS = LIBRARY_START_SECONDS
 
 
 class Gains:
@@ -81,12 +86,14 @@ def slower_last_time(module_key: str) -> set[int]:
     return last_run(module_key)[1]
 
 
-def remember_kernels(module_key: str, gains: Gains) -> None:
+def remember_kernels(module_key: str, gains: Gains, cheap: Callable[[int], bool] | None = None) -> None:
     """Keep, for the next run, the kernels whose arrivals gained on the host's threads (or
-    would have), where together they gained at least :data:`EARLY_GAIN_SECONDS`; else none.
-    A kernel's measured gain (or loss) stands until it is measured again, or for
-    :data:`PARKED_RUNS` runs that did not launch it: a kernel the model favours that ran
-    slower on the host's threads is neither loaded nor launched for it, run after run."""
+    would have), where together they gained at least :data:`EARLY_GAIN_SECONDS` (or
+    :data:`CHEAP_EARLY_GAIN_SECONDS` where ``cheap`` says each of them loads from its shared
+    library); else none. A kernel's measured gain (or loss) stands until it is measured
+    again, or for :data:`PARKED_RUNS` runs that did not launch it: a kernel the model
+    favours that ran slower on the host's threads is neither loaded nor launched for it, run
+    after run."""
     kept = _kept(module_key)
     seconds = {index: (gain, False, 0) for index, gain in gains.modelled.items()}
     for index, (gain, measured, parked) in kept["seconds"].items():
@@ -94,7 +101,10 @@ def remember_kernels(module_key: str, gains: Gains) -> None:
             seconds[index] = (gain, True, parked + 1)
     seconds.update((index, (gain, True, 0)) for index, gain in gains.measured.items())
     paying = sorted(index for index, (gain, _, _) in seconds.items() if gain > 0.0)
-    load = paying if sum(seconds[index][0] for index in paying) >= EARLY_GAIN_SECONDS else []
+    least = EARLY_GAIN_SECONDS
+    if paying and cheap is not None and all(cheap(index) for index in paying):
+        least = CHEAP_EARLY_GAIN_SECONDS
+    load = paying if sum(seconds[index][0] for index in paying) >= least else []
     record = {"load": load, "seconds": seconds}
     if record != kept:
         blob = {"load": load, "seconds": {str(k): list(v) for k, v in seconds.items()}}

@@ -90,6 +90,8 @@ class LoopKernels(dict):
         # Host code: kernel index -> its shared library, as the code cache had it (b"": this
         # machine could not link one), see _library.
         self._libraries: dict[int, bytes] = {}
+        # Kernel index -> the thread loading its library ahead of its arrivals (load_early).
+        self._loading: dict[int, threading.Thread] = {}
         # Taken by whoever prepares the module or files a compile's outcome: the main
         # thread and the compile workers.
         self._lock = threading.RLock()
@@ -114,6 +116,9 @@ class LoopKernels(dict):
     def unit(self, index: int) -> KernelUnit:
         """Kernel ``index``'s code, compiled or read from the cache at the first need (a
         compile under way on a worker thread is waited for)."""
+        loading = self._loading.get(index)
+        if loading is not None and loading is not threading.current_thread():
+            loading.join()
         unit = self.units.get(index)
         if unit is None:
             future = self.pending.get(index)
@@ -261,6 +266,35 @@ class LoopKernels(dict):
         if not self.background():
             return self.compile(lp, wait=True) is None
         return self._compile_in_background(lp) is None and index in self.units
+
+    def load_early(self, lps: list[OffloadedLoop]) -> bool:
+        """Begin reading and loading the kernels of ``lps`` before any of their arrivals (where
+        kernels compile in the background): those whose shared libraries are in the code
+        cache on a thread of their own, about a millisecond each and no LLVM; the others on
+        the compile workers, whose pool's import (:mod:`concurrent.futures`, with
+        :mod:`logging`: ~9 ms holding Python's lock) a program's start would wait for.
+        Whether any was begun. An arrival that needs one of them meanwhile waits for it."""
+        if not lps or not self.background():
+            return False
+        cheap = [
+            lp for lp in lps if lp.kernel_index not in self.units and self.loads_cheaply(lp.kernel_index)
+        ]
+        for lp in lps:
+            if lp not in cheap:
+                self.ready_in_background(lp)
+        if cheap:
+            thread = threading.Thread(target=self._load_libraries, args=(cheap,), name="tensorwasm-load")
+            thread.daemon = True
+            self._loading.update((lp.kernel_index, thread) for lp in cheap)
+            thread.start()
+        return True
+
+    def _load_libraries(self, lps: list[OffloadedLoop]) -> None:
+        for lp in lps:
+            try:
+                self.unit(lp.kernel_index)
+            except Exception as exc:  # (the launch that needs it compiles it, and says what fails)
+                log.info("kernel %d: its library was not loaded ahead: %s", lp.kernel_index, exc)
 
     def _in_cache(self, index: int) -> bool:
         """Whether kernel ``index``'s code is in the code cache (its entry's file exists:

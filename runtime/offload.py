@@ -237,11 +237,8 @@ class OffloadModule:
         for lp in self.loops:
             if lp.kernel_index in slower:
                 lp.estimate = Estimate(launches=SLOWER_LIMIT, slower=SLOWER_LIMIT)  # as if measured twice
-        if not wanted or not self._kernels.background():
+        if not self._kernels.load_early([lp for lp in self.loops if lp.kernel_index in wanted]):
             return False
-        for lp in self.loops:
-            if lp.kernel_index in wanted:
-                self._kernels.ready_in_background(lp)
         self.launches.begun_early = True
         return True
 
@@ -262,12 +259,12 @@ class OffloadModule:
         from tensorwasm.runtime import known_host
 
         if self.device == "cpu":
-            gains = self.planner.gains
+            gains, cheap = self.planner.gains, self._kernels.loads_cheaply
         elif self._while_starting is not None:
-            gains = self._while_starting.gains
+            gains, cheap = self._while_starting.gains, self._while_starting.loads_cheaply
         else:
-            gains = known_host.Gains()
-        known_host.remember_kernels(self.key, gains)
+            gains, cheap = known_host.Gains(), None
+        known_host.remember_kernels(self.key, gains, cheap)
 
     @property
     def cached(self) -> bool:

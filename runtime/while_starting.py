@@ -122,6 +122,10 @@ class HostWhileStarting:
             lp.stats.on_host += 1
         return partials
 
+    def loads_cheaply(self, index: int) -> bool:
+        """Whether kernel ``index``'s host code loads from its shared library in the code cache."""
+        return self._kernels.loads_cheaply(index)
+
     def park(self, indices: set[int]) -> None:
         """Leave the kernels ``indices`` to wasmtime from their first arrival, as if two of
         their launches here had run slower than wasmtime (retried now and then, as such)."""
@@ -129,17 +133,14 @@ class HostWhileStarting:
             self.estimates[index] = Estimate(launches=SLOWER_LIMIT, slower=SLOWER_LIMIT)
 
     def load_early(self, indices: set[int]) -> bool:
-        """Begin reading and loading the kernels ``indices`` on a compile worker, before any
-        of their arrivals (:meth:`runtime.offload.OffloadModule.load_host_kernels_early`);
-        whether any was begun (not where kernels compile at their launches)."""
-        if not self._kernels.background():
-            return False
-        begun = False
-        for lp in self.loops:
-            if lp.kernel_index in indices and (self.regions or lp.region is None):
-                self._kernels.ready_in_background(lp)
-                begun = True
-        return begun
+        """Begin reading and loading the kernels ``indices`` before any of their arrivals
+        (:meth:`runtime.loop_kernels.LoopKernels.load_early`, for
+        :meth:`runtime.offload.OffloadModule.load_host_kernels_early`); whether any was begun
+        (not where kernels compile at their launches)."""
+        wanted = [
+            lp for lp in self.loops if lp.kernel_index in indices and (self.regions or lp.region is None)
+        ]
+        return self._kernels.load_early(wanted)
 
 
 class _ByGpuEntry(Mapping):

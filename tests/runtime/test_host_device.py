@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 import wasmtime
 
 import tensorwasm
@@ -178,7 +179,6 @@ def _fresh_launch_threads(monkeypatch, cpus: int):
 
     monkeypatch.setattr(host_device, "CPUS", cpus)
     monkeypatch.setattr(host_device, "_POOL", None)
-    monkeypatch.setattr(host_device, "_POOL_THREADS", 0)
     monkeypatch.setattr(host_device, "_WARMING", None)
     return host_device
 
@@ -190,36 +190,68 @@ def test_the_launch_threads_are_started_before_a_launch_needs_them_once_per_proc
     warming.join(5)
     assert not warming.is_alive()
     pool = host_device.launch_threads()
-    assert len(pool._threads) == 4  # every thread started, none left for the first launch to start
+    assert len(pool.threads) == 3 and all(t.is_alive() for t in pool.threads)  # none left for a launch to start
     host_device.warm_launch_threads()
     assert host_device._WARMING is warming  # once per process
-    # A launch's four ranges then run on those threads, four at once.
+    # A launch's four ranges then run on those threads and the launching one, four at once.
     meet = threading.Barrier(4)
-    ran = [pool.submit(lambda: (meet.wait(5), threading.get_ident())[1]) for _ in range(4)]
-    assert {f.result(5) for f in ran} == {t.ident for t in pool._threads}
+    ran = []
+    pool.run(lambda: ran.append((meet.wait(5), threading.get_ident())[1]), [()] * 4)
+    assert set(ran) == {t.ident for t in pool.threads} | {threading.get_ident()}
 
 
-def test_no_launch_thread_is_left_waiting_where_another_could_not_start(monkeypatch) -> None:
+def test_a_launch_runs_each_range_once_and_returns_when_all_have_run(monkeypatch) -> None:
     host_device = _fresh_launch_threads(monkeypatch, 3)
-    monkeypatch.setattr(host_device, "WARM_TIMEOUT", 60.0)
-    real = host_device.launch_threads()
-    started = []
+    host_device.warm_launch_threads(wait=True)
+    done = []
 
-    class OneThreadOnly:
-        def submit(self, fn, *args):
-            if started:
-                raise RuntimeError("can't start new thread")
-            started.append(real.submit(fn, *args))
-            return started[-1]
+    def call(i: int) -> None:
+        time.sleep(0.002 * (i % 3))
+        done.append(i)
 
-    monkeypatch.setattr(host_device, "launch_threads", lambda: OneThreadOnly())
-    begun = time.perf_counter()
-    host_device._start_all()
-    started[0].result(10)  # the one started does not wait for the others (60 s)
-    assert time.perf_counter() - begun < 10
+    host_device.launch_threads().run(call, [(i,) for i in range(40)])
+    assert sorted(done) == list(range(40))  # every one, once, all before run returned
+    host_device.launch_threads().run(call, [])  # (no range: nothing to wait for)
+
+
+def test_a_range_that_raises_is_raised_on_the_launching_thread_after_the_others_ran(monkeypatch) -> None:
+    host_device = _fresh_launch_threads(monkeypatch, 3)
+    host_device.warm_launch_threads(wait=True)
+    done = []
+
+    def call(i: int) -> None:
+        if i == 2:
+            raise ValueError("range 2")
+        time.sleep(0.01)
+        done.append(i)
+
+    with pytest.raises(ValueError, match="range 2"):
+        host_device.launch_threads().run(call, [(i,) for i in range(6)])
+    assert sorted(done) == [0, 1, 3, 4, 5]
+
+
+def test_launches_make_do_with_the_threads_the_process_could_start(monkeypatch) -> None:
+    host_device = _fresh_launch_threads(monkeypatch, 4)
+    real_start = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name.startswith(f"{host_device.LAUNCH_THREADS}-1"):
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    pool = host_device.launch_threads()
+    pool.start()
+    assert len(pool.threads) == 1 and pool.count == 1  # the second could not start: no more are tried
+    done = []
+    pool.run(done.append, [(i,) for i in range(10)])
+    assert sorted(done) == list(range(10))
 
 
 def test_one_processor_starts_no_launch_threads(monkeypatch) -> None:
     host_device = _fresh_launch_threads(monkeypatch, 1)
     host_device.warm_launch_threads()
     assert host_device._WARMING is None and host_device._POOL is None
+    done = []
+    host_device.launch_threads().run(done.append, [(1,), (2,)])  # the launching thread runs them
+    assert sorted(done) == [1, 2] and not host_device.launch_threads().threads

@@ -4,6 +4,8 @@ standing in for a GPU whose start does not pay (on the simulated device)."""
 
 from __future__ import annotations
 
+import pytest
+
 from tensorwasm.runtime import known_host, profit
 from tensorwasm.runtime.offload import OffloadModule
 from tensorwasm.runtime.planning import NOT_STARTED
@@ -12,7 +14,9 @@ from tests.runtime.test_gpu_start import _saxpy_on_a_slow_start
 from tests.runtime.test_offload import _saxpy_case
 
 
-def _gains(modelled: dict[int, float] | None = None, measured: dict[int, float] | None = None) -> known_host.Gains:
+def _gains(
+    modelled: dict[int, float] | None = None, measured: dict[int, float] | None = None
+) -> known_host.Gains:
     gains = known_host.Gains()
     for index, seconds in (modelled or {}).items():
         gains.would_have(index, seconds)
@@ -42,7 +46,9 @@ def test_a_kernel_measured_slower_on_the_host_is_not_loaded_again_for_what_the_m
     assert known_host.kernels_last_time(key) == (2,)
     known_host.remember_kernels(key, _gains({2: 2 * least}, {2: -0.5 * least}))  # it launched: slower
     assert known_host.kernels_last_time(key) == () and known_host.slower_last_time(key) == {2}
-    for _ in range(known_host.PARKED_RUNS - 1):  # runs that parked it: the model's gain does not bring it back
+    for _ in range(
+        known_host.PARKED_RUNS - 1
+    ):  # runs that parked it: the model's gain does not bring it back
         known_host.remember_kernels(key, _gains({2: 2 * least}))
         assert known_host.kernels_last_time(key) == () and known_host.slower_last_time(key) == {2}
     known_host.remember_kernels(key, _gains({2: 2 * least}))  # its measurement dropped: the model decides
@@ -50,6 +56,19 @@ def test_a_kernel_measured_slower_on_the_host_is_not_loaded_again_for_what_the_m
     known_host.remember_kernels(key, _gains({2: 2 * least}, {2: -0.5 * least}))
     known_host.remember_kernels(key, _gains({}, {2: 3 * least}))  # measured again (a launch that paid)
     assert known_host.kernels_last_time(key) == (2,)
+
+
+def test_kernels_that_load_from_their_libraries_are_remembered_for_a_smaller_gain() -> None:
+    # Loading them costs what their first launches pay anyway (no LLVM): a few ms gained do.
+    key = "a module whose kernels link"
+    least = known_host.CHEAP_EARLY_GAIN_SECONDS
+    assert least < known_host.EARLY_GAIN_SECONDS
+    known_host.remember_kernels(key, _gains({3: 2 * least}), cheap=lambda index: True)
+    assert known_host.kernels_last_time(key) == (3,)
+    known_host.remember_kernels(key, _gains({3: 2 * least, 5: least}), cheap=lambda index: index == 3)
+    assert known_host.kernels_last_time(key) == ()  # 5 loads through LLVM: the whole start again
+    known_host.remember_kernels(key, _gains({3: 0.5 * least}), cheap=lambda index: True)
+    assert known_host.kernels_last_time(key) == ()  # too little even so
 
 
 def _without_a_linker(monkeypatch) -> None:
@@ -70,7 +89,9 @@ def _host_module(monkeypatch, seconds_per_op: float) -> OffloadModule:
     return OffloadModule(module_bytes("blas1", "O2"), device="cpu", mode="auto")
 
 
-def test_on_the_host_backend_a_kernel_the_last_run_launched_late_loads_as_the_run_begins(monkeypatch, tmp_path) -> None:
+def test_on_the_host_backend_a_kernel_the_last_run_launched_late_loads_as_the_run_begins(
+    monkeypatch, tmp_path
+) -> None:
     # An arrival gains ~30 ms on the host's threads (by the model): the first pays nothing
     # of the host's start (40 ms), the second pays it (the kernel compiles on a worker, and
     # wasmtime runs the loop meanwhile). The next run loads the kernel as it begins, and its
@@ -105,7 +126,9 @@ def test_on_the_host_backend_a_kernel_the_last_run_launched_late_loads_as_the_ru
 
 
 def test_a_run_whose_loops_gain_less_than_the_start_forgets_the_kernels(monkeypatch, tmp_path) -> None:
-    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))  # (no launch measured by another test)
+    monkeypatch.setenv(
+        "TENSORWASM_CACHE_DIR", str(tmp_path / "cache")
+    )  # (no launch measured by another test)
     spec, case = _saxpy_case()
     module = _host_module(monkeypatch, 1.5e-6)
     for _ in range(2):
@@ -156,7 +179,50 @@ def test_standing_in_for_a_gpu_a_kernel_the_last_run_launched_late_loads_as_the_
     second.close()
 
 
-def test_a_kernel_the_last_run_measured_slower_on_the_host_backend_stays_on_wasmtime(monkeypatch, tmp_path) -> None:
+def test_standing_in_for_a_gpu_a_kernel_whose_library_is_cached_loads_off_the_compile_workers(
+    monkeypatch, tmp_path
+) -> None:
+    # ~30 ms gained by the model, short of LLVM's start: the first run compiles the kernel
+    # with its shared library, for then. The next run loads that library as it begins, on a
+    # thread of its own (no compile worker: their pool imports concurrent.futures and
+    # logging), and the first arrival launches.
+    from tensorwasm.compiler.target.shared import SharedCode, find_linker
+
+    if find_linker() is None:
+        pytest.skip("no linker on this machine (ld.lld, ld or cc): kernels load through LLVM")
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    device, first, _ = _saxpy_on_a_slow_start(monkeypatch, 1.5e-6, 100.0, 100.05)
+    monkeypatch.setitem(profit.OP_SHARE, "cpu", 0.5)
+    monkeypatch.setenv("TENSORWASM_HOST_WHILE_STARTING", "auto")
+    monkeypatch.setenv("TENSORWASM_COMPILE", "background")
+    first = OffloadModule(module_bytes("blas1", "O2"), device=device, mode="auto")
+    assert run_case(first.rewritten, "saxpy", spec, case, first) == expected
+    loop = next(lp for lp in first.loops if lp.plan.func.name == "saxpy")
+    assert (
+        loop.stats.on_host == 0
+        and first._while_starting.gains.modelled[loop.kernel_index] < known_host.EARLY_GAIN_SECONDS
+    )
+    first._while_starting._kernels.wait()
+    first.remember_host_kernels()
+    first.close()
+    assert known_host.kernels_last_time(first.key) == (loop.kernel_index,)
+
+    second = OffloadModule(module_bytes("blas1", "O2"), device=device, mode="auto")
+    assert second.load_host_kernels_early()
+    kernels = second._while_starting._kernels
+    assert not kernels.pending and loop.kernel_index in kernels._loading
+    assert run_case(second.rewritten, "saxpy", spec, case, second) == expected
+    again = next(lp for lp in second.loops if lp.plan.func.name == "saxpy")
+    assert again.stats.on_host == again.stats.offloaded == 1 and not again.stats.declined
+    assert isinstance(kernels.units[loop.kernel_index].code, SharedCode)
+    second.close()
+
+
+def test_a_kernel_the_last_run_measured_slower_on_the_host_backend_stays_on_wasmtime(
+    monkeypatch, tmp_path
+) -> None:
     # ~30 ms gained an arrival by the model; the last run measured a loss: parked from the first.
     monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
     spec, case = _saxpy_case()
@@ -167,11 +233,15 @@ def test_a_kernel_the_last_run_measured_slower_on_the_host_backend_stays_on_wasm
     module.load_host_kernels_early()
     for _ in range(3):
         assert run_case(module.rewritten, "saxpy", spec, case, module) == expected
-    assert loop.stats.offloaded == 0 and loop.stats.declined == {"its launches ran slower than the CPU would": 3}
+    assert loop.stats.offloaded == 0 and loop.stats.declined == {
+        "its launches ran slower than the CPU would": 3
+    }
     module.close()
 
 
-def test_standing_in_for_a_gpu_a_kernel_the_last_run_measured_slower_stays_on_wasmtime(monkeypatch, tmp_path) -> None:
+def test_standing_in_for_a_gpu_a_kernel_the_last_run_measured_slower_stays_on_wasmtime(
+    monkeypatch, tmp_path
+) -> None:
     # Its shared library in the code cache (where this machine links one), it would launch at
     # its first arrival (see test_while_starting); measured slower last run, it does not.
     monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
@@ -205,14 +275,17 @@ def test_a_launch_is_measured_without_its_wait_for_the_host_threads_to_start(mon
     monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(host_device, "CPUS", 2)
     monkeypatch.setattr(host_device, "_POOL", None)
-    monkeypatch.setattr(host_device, "_POOL_THREADS", 0)
     monkeypatch.setattr(host_device, "_WARMING", None)
     start_all = host_device._start_all
     monkeypatch.setattr(host_device, "_start_all", lambda: (time.sleep(0.3), start_all()))
-    monkeypatch.setattr(host_device.HostLaunches, "THREAD_MIN_ITERATIONS", 1)  # (saxpy's 4,096 on both threads)
+    monkeypatch.setattr(
+        host_device.HostLaunches, "THREAD_MIN_ITERATIONS", 1
+    )  # (saxpy's 4,096 on both threads)
     waits = []
     take = host_device.HostLaunches.take_threads_seconds
-    monkeypatch.setattr(host_device.HostLaunches, "take_threads_seconds", lambda self: waits.append(take(self)) or waits[-1])
+    monkeypatch.setattr(
+        host_device.HostLaunches, "take_threads_seconds", lambda self: waits.append(take(self)) or waits[-1]
+    )
     spec, case = _saxpy_case()
     expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
     module = _host_module(monkeypatch, 1.5e-6)
