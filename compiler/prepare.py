@@ -164,12 +164,16 @@ CHECKED_MEMORY_OPS = frozenset({"mem.load", "mem.store", "mem.copy", "mem.fill",
 
 
 def kernel_may_trap(module: Module, index: int) -> bool:
-    """Whether the kernel function ``index`` (or anything it calls) has an op that can trap."""
+    """Whether the kernel function ``index`` (or anything it calls) has an op that can trap
+    (an integer division by a constant that makes it total cannot)."""
     from tensorwasm.compiler.callgraph import reachable
+    from tensorwasm.dialect.arith import division_cannot_trap
 
     for callee in reachable(module, [index]):
         for op in module.functions[callee].ops():
-            if op.name in TRAPPING_OPS or (op.name in CHECKED_MEMORY_OPS and not op.attrs.get("proven")):
+            if op.name in TRAPPING_OPS and not division_cannot_trap(op):
+                return True
+            if op.name in CHECKED_MEMORY_OPS and not op.attrs.get("proven"):
                 return True
     return False
 

@@ -175,3 +175,16 @@ ARITH = Dialect(
         fpext, bitcast,
     ],
 )  # fmt: skip
+
+
+def division_cannot_trap(op) -> bool:
+    """Whether ``op`` is an integer division or remainder by a constant that never traps
+    (clang's ``s / 9``, PolyBench's ``(i + j) % n`` once ``n`` is inlined): ``div_*`` and
+    ``rem_*`` trap on a zero divisor, ``div_s`` also on MIN / -1 (``rem_s`` of MIN by -1 is 0)."""
+    if op.opdef not in (div_u, div_s, rem_u, rem_s):
+        return False
+    owner = op.operands[1].owner
+    if getattr(owner, "opdef", None) is not constant:
+        return False
+    bits, width = owner.attrs["value"], owner.attrs["type"].bits
+    return bits != 0 and not (op.opdef is div_s and bits == (1 << width) - 1)

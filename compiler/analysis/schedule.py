@@ -69,7 +69,6 @@ from tensorwasm.compiler.analysis.plan import LoopPlan, LoopReport, Phase
 from tensorwasm.compiler.analysis.poly import Poly
 from tensorwasm.compiler.analysis.trips import exits_mid_body
 from tensorwasm.dialect import arith
-from tensorwasm.dialect.ir import Op
 from tensorwasm.dialect.types import I32, I64
 
 if TYPE_CHECKING:
@@ -274,20 +273,7 @@ def _harmless(op) -> bool:
     """An op that cannot trap in the kernel (affine accesses are proven by the guards)."""
     if op.opdef.terminator:
         return op.name != "cf.trap" and op.name != "cf.return"
-    return op.opdef.pure or op.name in ("mem.load", "mem.store") or _safe_division(op)
-
-
-def _safe_division(op) -> bool:
-    """An integer division or remainder by a constant that cannot trap (clang's ``s / 9``):
-    ``div_*``/``rem_*`` trap on a zero divisor, ``div_s`` also on MIN / -1 (``rem_s`` of
-    MIN by -1 is 0)."""
-    if op.name not in ("arith.div_u", "arith.div_s", "arith.rem_u", "arith.rem_s"):
-        return False
-    owner = op.operands[1].owner
-    if not (isinstance(owner, Op) and owner.opdef is arith.constant):
-        return False
-    bits, width = owner.attrs["value"], owner.attrs["type"].bits
-    return bits != 0 and not (op.name == "arith.div_s" and bits == (1 << width) - 1)
+    return op.opdef.pure or op.name in ("mem.load", "mem.store") or arith.division_cannot_trap(op)
 
 
 def _exit(facts: FunctionLoops, loop: LoopInfo) -> Block | None:
