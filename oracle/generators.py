@@ -710,6 +710,8 @@ BINARY = {"i32": ["add", "sub", "mul", "xor", "and", "shl", "rotr", "shr_s"],
           "i64": ["add", "sub", "mul", "or", "shr_u", "rotl"],
           "f32": ["add", "sub", "mul", "div", "min", "max"],
           "f64": ["add", "mul", "sub", "div", "min", "max", "copysign"]}  # fmt: skip
+# Constant divisors of the loop kernels' divisions: mostly ones that make them total.
+DIVISORS = [2100, 7, 3, -3, 1, 2100, 7, -1, 0]
 REDUCTIONS = {
     "i32": ["add", "xor", "mul", "max_s"],
     "i64": ["add", "or", "min_u"],
@@ -938,6 +940,11 @@ def _kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
     for a in reads[1:]:
         op = draw(st.sampled_from(BINARY[out_type]))
         value = f"({out_type}.{op} {value} {load(a, out_type)})"
+    if out_type in ("i32", "i64") and draw(st.integers(0, 3)) == 0:
+        # A division by a constant (PolyBench's ``(i + j) % n``, ``n`` inlined): it cannot
+        # trap unless the constant is 0 (or -1 under div_s), and only then may the kernel.
+        op = draw(st.sampled_from(["div_u", "div_s", "rem_u", "rem_s"]))
+        value = f"({out_type}.{op} {value} ({out_type}.const {draw(st.sampled_from(DIVISORS))}))"
     # Sometimes the outer loop of a nest loads a value before its inner loop (no perfect
     # nest): the outer loop launches with its inner loops in the thread, or where it
     # declines (overlapping buffers), each inner loop launches between wasmtime's loads.
