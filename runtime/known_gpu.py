@@ -38,7 +38,7 @@ from pathlib import Path
 from tensorwasm.runtime.cache import default_cache, make_key
 from tensorwasm.runtime.device_info import DeviceInfo
 from tensorwasm.support import config, logs, records
-from tensorwasm.support.digest import sha256
+from tensorwasm.support.digest import hexdigest, sha256
 
 log = logs.get_logger(__name__)
 
@@ -186,7 +186,7 @@ def remember_launches(wasm: bytes, launched: bool) -> None:
 
 def _module_key(wasm: bytes) -> str | None:
     found = fingerprint()
-    return None if found is None else make_key("launched", found, sha256(wasm).hexdigest())
+    return None if found is None else make_key("launched", found, hexdigest(wasm))
 
 
 def _key() -> str | None:

@@ -47,7 +47,7 @@ from tensorwasm.runtime.planning import (
 )
 from tensorwasm.runtime.profit import SLOWER_LIMIT, Estimate
 from tensorwasm.support import config, logs
-from tensorwasm.support.digest import sha256
+from tensorwasm.support.digest import hexdigest, sha256
 from tensorwasm.support.errors import TensorWasmError
 from tensorwasm.support.lazy import LazyModule
 from tensorwasm.support.records import replace
@@ -136,7 +136,7 @@ class OffloadModule:
         self._preparation = None  # the compiler's state, where this process prepared the module
         self.target = self.backend.target()
         cache = default_cache()
-        digest = sha256(self._wasm_bytes).hexdigest()
+        digest = hexdigest(self._wasm_bytes)
         tiling = "tiled" if config.tiling_enabled() else "untiled"
         self._key = make_key("offload", digest, describe(self.target), self.options, tiling)
         blob = cache.get("prepared", self._key)
