@@ -11,8 +11,10 @@ host's start, which such a run pays anyway, only later), their kernels are remem
 (under the prepared module's key and the host processor), and the next run reads and loads
 them on a compile worker as soon as the module is prepared: beside wasmtime's compile of
 the module and the program's own start, on another core, so that they are ready when the
-loops come instead of after the arrivals that paid for them. A run whose loops gain less
-forgets them.
+loops come instead of after the arrivals that paid for them. Where each of those kernels
+has its shared library in the code cache (:mod:`compiler.target.shared`: no LLVM to load),
+the bar is that library's start (:data:`CHEAP_EARLY_GAIN_SECONDS`), and the libraries load
+on a thread of their own. A run whose loops gain less forgets them.
 """
 
 from __future__ import annotations

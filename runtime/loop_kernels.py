@@ -279,8 +279,9 @@ class LoopKernels(dict):
         cheap = [
             lp for lp in lps if lp.kernel_index not in self.units and self.loads_cheaply(lp.kernel_index)
         ]
+        libraries = {lp.kernel_index for lp in cheap}
         for lp in lps:
-            if lp not in cheap:
+            if lp.kernel_index not in libraries:
                 self.ready_in_background(lp)
         if cheap:
             thread = threading.Thread(target=self._load_libraries, args=(cheap,), name="tensorwasm-load")
