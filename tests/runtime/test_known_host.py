@@ -146,6 +146,18 @@ def test_a_run_whose_loops_gain_less_than_the_start_forgets_the_kernels(monkeypa
     assert not _host_module(monkeypatch, 1.5e-6).load_host_kernels_early()
 
 
+def _remembered_then_run_again(first: OffloadModule, loop, device) -> OffloadModule:
+    """The standing-in run ``first`` ends, remembering ``loop``'s kernel; the next run's
+    module, which begins loading it as it starts."""
+    first._while_starting._kernels.wait()
+    first.remember_host_kernels()
+    first.close()
+    assert known_host.kernels_last_time(first.key) == (loop.kernel_index,)
+    second = OffloadModule(module_bytes("blas1", "O2"), device=device, mode="auto")
+    assert second.load_host_kernels_early()
+    return second
+
+
 def test_standing_in_for_a_gpu_a_kernel_the_last_run_launched_late_loads_as_the_run_begins(
     monkeypatch, tmp_path
 ) -> None:
@@ -164,13 +176,7 @@ def test_standing_in_for_a_gpu_a_kernel_the_last_run_launched_late_loads_as_the_
     for _ in range(2):
         assert run_case(first.rewritten, "saxpy", spec, case, first) == expected
     assert loop.stats.offloaded == 0 and loop.stats.declined == {NOT_STARTED: 2}
-    first._while_starting._kernels.wait()
-    first.remember_host_kernels()
-    first.close()
-    assert known_host.kernels_last_time(first.key) == (loop.kernel_index,)
-
-    second = OffloadModule(module_bytes("blas1", "O2"), device=device, mode="auto")
-    assert second.load_host_kernels_early()
+    second = _remembered_then_run_again(first, loop, device)
     second._while_starting._kernels.wait()
     assert run_case(second.rewritten, "saxpy", spec, case, second) == expected
     again = next(lp for lp in second.loops if lp.plan.func.name == "saxpy")
@@ -204,13 +210,7 @@ def test_standing_in_for_a_gpu_a_kernel_whose_library_is_cached_loads_off_the_co
         loop.stats.on_host == 0
         and first._while_starting.gains.modelled[loop.kernel_index] < known_host.EARLY_GAIN_SECONDS
     )
-    first._while_starting._kernels.wait()
-    first.remember_host_kernels()
-    first.close()
-    assert known_host.kernels_last_time(first.key) == (loop.kernel_index,)
-
-    second = OffloadModule(module_bytes("blas1", "O2"), device=device, mode="auto")
-    assert second.load_host_kernels_early()
+    second = _remembered_then_run_again(first, loop, device)
     kernels = second._while_starting._kernels
     assert not kernels.pending and loop.kernel_index in kernels._loading
     assert run_case(second.rewritten, "saxpy", spec, case, second) == expected
