@@ -199,13 +199,10 @@ class OffloadModule:
             for r in self.reports
         ]  # fmt: skip
 
-    def _launch_while_starting(
-        self, lp, ready, arrival, base: int, size: int, within: float | None = None
-    ) -> list[int] | None:
+    def _launch_while_starting(self, lp, ready, arrival, base: int, size: int) -> list[int] | None:
         """A launch the device's start keeps from the GPU, on the host's threads where that
-        pays (:class:`runtime.while_starting.HostWhileStarting`); None: wasmtime runs it (or,
-        given ``within``, the GPU once started)."""
-        return self._stand_in().run(lp, ready, arrival, base, size, within)
+        pays (:class:`runtime.while_starting.HostWhileStarting`); None: wasmtime runs it."""
+        return self._stand_in().run(lp, ready, arrival, base, size)
 
     def _stand_in(self):
         if self._while_starting is None:

@@ -429,24 +429,17 @@ class ArrivalPlanner:
             if go:
                 self.gains.would_have(lp.kernel_index, cpu - model)
                 not_yet = self._started(cpu - model, lp)
-                partials = None
                 if not_yet is not None:
                     go, why = False, not_yet
                     if self.prefetch is not None:  # ready when the device is (in this run or the next)
                         self.prefetch(lp)
-                    if self.while_starting is not None:
-                        partials = self.while_starting(lp, ready, arrival, base, size)
-                elif self.while_starting is not None and self.startup_wait is not None:
-                    # The launch would wait for a context still being made: the host's threads
-                    # may be done first (PolyBench's doitgen: ~0.1 s of wait, 9 ms on the GPU,
-                    # 0.45 s on wasmtime).
-                    wait = self.startup_wait()
-                    if wait > 0.0:
-                        partials = self.while_starting(lp, ready, arrival, base, size, wait + model)
-                if partials is not None:  # ran on the host's threads meanwhile (no replay of it)
-                    stats.offloaded += 1
-                    stats.iterations += launch.trip
-                    return [1, *arrival.live_outs(partials)]
+                    partials = (
+                        self.while_starting(lp, ready, arrival, base, size) if self.while_starting else None
+                    )
+                    if partials is not None:  # ran on the host's threads meanwhile (no replay of it)
+                        stats.offloaded += 1
+                        stats.iterations += launch.trip
+                        return [1, *arrival.live_outs(partials)]
             if not go:
                 stats.decline(why)
                 self.declined_launch = ready

@@ -80,21 +80,18 @@ class HostWhileStarting:
         return self.module.preparation()
 
     def run(
-        self, lp: OffloadedLoop, ready: PreparedLaunch, arrival: LaunchArguments, base: int, size: int,
-        within: float | None = None,
-    ) -> list[int] | None:  # fmt: skip
+        self, lp: OffloadedLoop, ready: PreparedLaunch, arrival: LaunchArguments, base: int, size: int
+    ) -> list[int] | None:
         """The reductions' partial results of ``lp``'s launch on the host's threads, or None
         where it does not run here (wasmtime runs it): a distributed schedule, a kernel not
         ready yet (its compile is begun), a launch the host's cost model finds slower than
-        wasmtime, or a kernel that trapped. ``within``: the launch would otherwise wait for
-        the GPU's start, and the GPU would be done in these seconds; it runs here only where
-        the host's threads are modelled to be done sooner."""
+        wasmtime, or a kernel that trapped."""
         if (lp.plan.phases and not lp.plan.collapse) or (lp.region is not None and not self.regions):
             return None
         index = lp.kernel_index
         estimate = self.estimates.setdefault(index, Estimate())
         go, _, model, cpu = estimate.decide("cpu", ready.ops, 0, False, ready.cells, touched=ready.moved)
-        if not go or (within is not None and model * estimate.correction >= within):
+        if not go:
             return None
         if index not in self._kernels.units:
             # The host's own start (LLVM's JIT loaded, the kernel read or compiled), paid only
