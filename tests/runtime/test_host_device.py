@@ -210,7 +210,8 @@ def test_the_launch_threads_are_started_before_a_launch_needs_them_once_per_proc
     warming.join(5)
     assert not warming.is_alive()
     pool = host_device.launch_threads()
-    assert len(pool.threads) == 3 and all(t.is_alive() for t in pool.threads)  # none left for a launch to start
+    # Every thread started: none left for a launch to start.
+    assert len(pool.threads) == 3 and all(t.is_alive() for t in pool.threads)
     host_device.warm_launch_threads()
     assert host_device._WARMING is warming  # once per process
     # A launch's four ranges then run on those threads and the launching one, four at once.

@@ -12,7 +12,9 @@ def test_the_digests_are_hashlibs() -> None:
     for data in (b"", b"\0asm\1\0\0\0", bytes(range(256)) * 600):
         assert digest.sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()
         assert digest.hexdigest(data) == hashlib.sha256(data).hexdigest()
-        assert digest.hexdigest(bytearray(data)) == digest.hexdigest(memoryview(data)) == digest.hexdigest(data)
+        assert (
+            digest.hexdigest(bytearray(data)) == digest.hexdigest(memoryview(data)) == digest.hexdigest(data)
+        )
 
 
 def test_a_module_hashed_again_is_not_hashed_again(monkeypatch) -> None:
