@@ -83,3 +83,41 @@ def test_the_loops_family_draws_every_shape() -> None:
 
     draw()
     assert seen == {*SHAPES, "rectangular"}
+
+
+def test_the_loops_family_divides_by_constants_that_cannot_trap_and_that_may() -> None:
+    # PolyBench's init loops divide by an inlined n: such a kernel cannot trap (the host keeps
+    # nothing to undo); by 0 (or -1 under div_s) it may, and does.
+    import re
+
+    from tensorwasm.oracle.generators import _kernel
+
+    divisions: list[tuple[str, int]] = []
+
+    @settings(max_examples=200, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(_kernel("kernel0", 0))
+    def draw(kernel) -> None:
+        found = re.findall(r"\.(div_[su]|rem_[su]) .*?\((?:i32|i64)\.const (-?\d+)\)\)", kernel[0])
+        divisions.extend((op, int(c)) for op, c in found)
+
+    draw()
+    total = [d for d in divisions if d[1] not in (0, -1)]
+    trapping = [d for d in divisions if d[1] == 0 or d == ("div_s", -1)]
+    assert total and trapping, divisions
+
+
+@pytest.mark.parametrize("device", ["cpu", "simulated"])
+def test_loop_kernels_that_divide_by_constants_match_wasmtime(device: str) -> None:
+    from tensorwasm.oracle.generators import _kernel
+
+    @settings(max_examples=40, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(_kernel("kernel0", 0).filter(lambda k: ".div_" in k[0] or ".rem_" in k[0]))
+    def check(kernel) -> None:
+        case = _loop_module([kernel])
+        factory = (lambda wasm: OffloadInstance(wasm, "cpu")) if device == "cpu" else SimulatedOffloadInstance
+        outcome = run_case(case, factory)
+        assert not outcome.failed, outcome.mismatch
+
+    check()
