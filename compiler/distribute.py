@@ -25,6 +25,11 @@ phase, in which
   :func:`compiler.analysis.nests.phase_nests`) the collapsed loop is entered at iteration
   ``k2`` (a parameter after ``t``) and its back edge ends the call too.
 
+A split sequential loop's phases (:mod:`compiler.analysis.fission`, ``LoopPlan.fission``)
+make only their own stores (``Phase.stores``) and skip the child loops ``Phase.skip``
+names; a phase run whole takes no ``t`` (one call per iteration ``k``); one over a grid
+loop enters it at ``t`` as above.
+
 The launch entry (:func:`compiler.lower.function.lower_loop_entry`) calls it for every
 phase in turn, each thread of the iteration's block taking ``t = lane, lane + lanes, ...``
 until it returns 0, with a barrier between phases on the GPU.
@@ -145,6 +150,9 @@ def outline_phases(module: Module, plan: LoopPlan, name: str) -> Function:
         b.cond_br(b.value(arith.cmpi, phase, b.constant(I32, index), pred="eq"), counted, [], test, [])
         b = Builder(kernel, counted)
         past = over
+        if ph.whole:  # a split loop's phase run whole for iteration k: one call
+            b.br(_copy_body(kernel, plan, ph, scope, t, more))
+            continue
         if ph.statements:  # the statements outside the child loops: one thread, t == 0
             first = b.value(arith.cmpi, t, b.constant(I32, 0), pred="eq")
             b.cond_br(first, _copy_body(kernel, plan, ph, scope, t, more), [], over, [])
@@ -179,21 +187,26 @@ def _copy_body(
         if blk is not header:
             mapping.update((a, c) for a, c in zip(blk.args, clone.args, strict=True) if a not in pinned)
     grid = ph.grid.header
-    start = None if rest or ph.statements else _enter_at(kernel, plan, grid, scope, t, clones[grid])
+    start = (
+        None if rest or ph.statements or ph.whole else _enter_at(kernel, plan, grid, scope, t, clones[grid])
+    )
     # A 3-D grid's second level: entered at the block's iteration, which ends the call.
     levels = {c.loop.header: (c, _enter_at(kernel, plan, c.loop.header, scope, a, clones[c.loop.header]))
               for c, a in zip(plan.collapse, scope.entry.args[3:], strict=False)}  # fmt: skip
-    loops = [p for p in plan.phases if not p.statements]
+    loops = [p for p in plan.phases if not p.statements and not plan.fission]
     children = {p.loop.header: p for p in loops}
     bodies = {p.loop.header: p.blocks for p in loops}
     grid_body = ph.grid_blocks
-    if ph.statements:  # every child loop skipped, the stores outside them kept
+    kept = {id(plan.accesses[i].op) for i in ph.stores}
+    if plan.fission:  # a split loop's phase: its own stores only (``kept``)
+        around = set()
+    elif ph.statements:  # every child loop skipped, the stores outside them kept
         around = set()
     else:  # the rest's stores (its thread's alone), and the statements' (their phase's)
         around = (set() if rest else ph.blocks - grid_body) | (plan.blocks - set().union(*bodies.values()))
     for blk, clone in clones.items():
         for op in blk.ops:
-            if op.name == "mem.store" and blk in around:
+            if op.name == "mem.store" and (blk in around or (plan.fission and id(op) not in kept)):
                 continue
             succs = []
             for succ in op.successors:
@@ -208,6 +221,8 @@ def _copy_body(
                     succs.append(Successor(more, []))  # this iteration's phase is over
                 elif level:
                     succs.append(Successor(level[1], args))
+                elif target in ph.skip:  # a split loop's child loop this phase skips
+                    succs.append(Successor(clones[ph.skip[target]], _zeros(kernel, ph.skip[target])))
                 elif other is not None and other is not ph and blk not in bodies[target]:
                     succs.append(Successor(clones[other.exit], _zeros(kernel, other.exit)))  # skipped
                 elif target is grid and blk not in grid_body and rest:

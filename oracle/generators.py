@@ -837,7 +837,7 @@ def _loop_module(kernels: list[Kernel], data: list[str] | None = None) -> Case:
 @st.composite
 def _any_kernel(draw: st.DrawFn, name: str, index: int) -> Kernel:
     """A kernel over buffers (:func:`_kernel`) three in eight; one in eight a long
-    reduction; half one of PolyBench's seven shapes (:func:`shaped_kernel`)."""
+    reduction; half one of PolyBench's eight shapes (:func:`shaped_kernel`)."""
     pick = draw(st.integers(0, 7))
     if pick == 0:
         return draw(_long_reduction(name, index))
@@ -1088,7 +1088,7 @@ def _range(var: str, start: str, bound: str, body: str, indent: str, test: str =
 # kernel takes ``(n, m, s)``: the outer trip count, the inner one, and (stencils) the time
 # steps. Accesses are :class:`Access` over the counters ``i``, ``j``, ``k``.
 
-SHAPES = ("triangular", "imperfect", "stencil", "unrolled", "privatised", "midexit", "columns")
+SHAPES = ("triangular", "imperfect", "stencil", "unrolled", "privatised", "midexit", "columns", "split")
 # Inner bounds of a triangular or trapezoidal nest, as (start, end) in i, n, m and c.
 TRIANGLES = (("0", "i"), ("i", "n"), ("i+1", "n"), ("0", "i+c"), ("i", "i+c"), ("i", "m"))
 _ROW = st.sampled_from([4, 8, 16, 5])  # the row stride of a 2-D array, in elements
@@ -1260,6 +1260,48 @@ def _imperfect(draw: st.DrawFn) -> _Shape:
     )
     shape.body = _range("$i", "(i32.const 0)", "(local.get $n)", f"{scale}\n        {nest}", "      ")
     shape.meta = {"order": order, "k_bound": k_bound, "first": first}
+    return shape
+
+
+@st.composite
+def _split(draw: st.DrawFn) -> _Shape:
+    """atax's and bicg's shape: a loop that every iteration adds into a whole vector,
+    sequential, whose body splits into phases that each run in parallel over all of it
+    (compiler.analysis.fission). ``atax``: ``for i in [0, n) { t[i] = c; for j in [0, m):
+    t[i] = t[i] + a[i][j] * x[j]; for j in [0, m): y[j] = y[j] + a[i][j] * t[i] }``;
+    ``bicg``: both updates in one ``j`` loop; ``carried``: the statement reads ``y[i]``,
+    which earlier rows' ``j`` loops wrote (it stays sequential). The arrays are pointers."""
+    kinds, lengths, layout, bases = draw(_buffers(4, same=draw(st.booleans())))  # a, x, t, then y
+    row = draw(_ROW)
+    variant = draw(st.sampled_from(["atax", "bicg", "carried"]))
+    a, x = Access(0, row, 1, 0), Access(1, 0, 1, 0)
+    t, y, y_i = Access(2, 1, 0, 0), Access(3, 0, 1, 0), Access(3, 1, 0, 0)
+    accesses = [a, x, t, y, y_i] if variant == "carried" else [a, x, t, y]
+    shape = _Shape("split", kinds, lengths, bases, layout, accesses, lambda n, m: [
+        (i, j, 0) for i in range(n) for j in _ends(0, m)
+    ])  # fmt: skip
+    # The arrays come in as pointers (PolyBench's are): apart by the guards, not by the analysis.
+    names = ("$pa", "$px", "$pt", "$py")
+    shape.pointers = {b: f"(local.get {name})" for b, name in enumerate(names)}
+    shape.params = "".join(f" (param {name} i32)" for name in names)
+    shape.arguments = [tuple(bases)]
+    tt, yt = ELEMENTS[kinds[2]][0], ELEMENTS[kinds[3]][0]
+    first = const_text(tt, draw_values(draw, (tt,))[0])
+    if variant == "carried":
+        first = f"({tt}.add {shape.load(y_i, tt, COUNTERS)} {first})"
+    start = shape.store(t, first, tt, COUNTERS)
+    own = shape.store(t, f"({tt}.add {shape.load(t, tt, COUNTERS)} ({tt}.mul {shape.load(a, tt, COUNTERS)} "
+                         f"{shape.load(x, tt, COUNTERS)}))", tt, COUNTERS)  # fmt: skip
+    spread = shape.store(y, f"({yt}.add {shape.load(y, yt, COUNTERS)} ({yt}.mul {shape.load(a, yt, COUNTERS)} "
+                            f"{shape.load(t, yt, COUNTERS)}))", yt, COUNTERS)  # fmt: skip
+    columns = "(local.get $m)"
+    if variant == "bicg":
+        inner = _range("$j", "(i32.const 0)", columns, f"{spread}\n            {own}", "          ")
+    else:
+        inner = (f"{_range('$j', '(i32.const 0)', columns, own, '          ')}\n        "
+                 f"{_range('$j', '(i32.const 0)', columns, spread, '          ')}")  # fmt: skip
+    shape.body = _range("$i", "(i32.const 0)", "(local.get $n)", f"{start}\n        {inner}", "      ")
+    shape.meta = {"variant": variant}
     return shape
 
 
@@ -1591,6 +1633,7 @@ SHAPE_STRATEGIES = {
     "privatised": _privatised,
     "midexit": _midexit,
     "columns": _columns,
+    "split": _split,
 }
 
 

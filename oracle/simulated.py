@@ -229,6 +229,11 @@ class SimulatedDevice(CudaDevice):
     def target(self) -> HostTarget:
         return HostTarget()
 
+    def resident_blocks(self) -> int:
+        """Blocks resident at once, as a small GPU would have them (a kernel runs its whole
+        grid in one host call, whatever the grid)."""
+        return 2
+
     def load_kernels(self, prepared: Any) -> dict[str, Any]:
         host = HostDevice().load_kernels(prepared)
         return {name: self.kernel(entry) for name, entry in host.items()}

@@ -149,6 +149,11 @@ class CudaDevice:
         from (None where neither is known yet)."""
         return self._context.info if self._context is not None else self.assumed
 
+    def resident_blocks(self) -> int:
+        """Blocks a launch may have that are all resident at once, whatever the kernel's
+        resources (one per multiprocessor): a split loop's grid waits for all of them."""
+        return self.context.info.multiprocessor_count
+
     def allocate(self, limit: int | None):
         from tensorwasm.runtime.mirror import DeviceMirror
 

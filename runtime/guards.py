@@ -84,6 +84,9 @@ class Launch:
     inner: dict[Symbol, int] | None = None  # every inner loop's trip count
     rows: bool = False  # a distributed body: one block per iteration (compiler.distribute)
     lanes: int = 0  # then the most grid iterations of a phase in one (0: not known)
+    # A split sequential loop (compiler.analysis.fission): the phases one after the other,
+    # the whole grid waiting between them; at most ``lanes`` threads have work in one.
+    spread: bool = False
 
 
 def _signed(value: int, bits: int) -> int:
@@ -187,7 +190,12 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
             if ra is None:
                 continue
             exact = met.get(pair, 0) < ELEMENT_SEARCHES
-            conflict = _conflict_grid(rs, ra, grid, exact, apart) if nest else _conflict(rs, ra, trip, exact, apart)
+            if plan.fission:  # a split loop's phases reorder its iterations: apart over the launch
+                conflict = rs.lo < ra.hi and ra.lo < rs.hi
+            elif nest:
+                conflict = _conflict_grid(rs, ra, grid, exact, apart)
+            else:
+                conflict = _conflict(rs, ra, trip, exact, apart)
             if conflict:
                 if conflict is ELEMENTS:
                     met[pair] = met.get(pair, 0) + 1
@@ -197,10 +205,14 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
         (s, rs), (a, ra) = ranges[i], ranges[j]
         if _meets_in_row(rs, ra):
             raise GuardFailed(f"store at {s.where} may meet {a.kind} at {a.where} within one iteration")
-    lanes = max((inner.get(p.counter, 1 << 30) + p.rest for p in plan.phases), default=0)
+    if plan.fission:  # threads for the widest phase: the loop's iterations or a grid loop's
+        lanes = max((trip if p.whole else inner.get(p.counter, 1 << 30) for p in plan.phases), default=0)
+    else:
+        lanes = max((inner.get(p.counter, 1 << 30) + p.rest for p in plan.phases), default=0)
     return Launch(
-        trip, env, reads, writes, bool(plan.gathers), nest, inner, rows=bool(plan.phases), lanes=lanes
-    )
+        trip, env, reads, writes, bool(plan.gathers), nest, inner, rows=bool(plan.phases) and not plan.fission,
+        lanes=lanes, spread=plan.fission,
+    )  # fmt: skip
 
 
 def _pairs(plan: LoopPlan) -> list[tuple[int, int]]:

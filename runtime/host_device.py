@@ -164,13 +164,25 @@ class HostDevice:
         :class:`~runtime.loop_kernels.KernelUnit`, JIT-loaded once)."""
         if unit.code is None:
             unit.code = HostTarget().jit(None, unit.host_object)
-        return {lp.entry: host_entry_type(lp)(unit.code.address(lp.entry)) for lp in unit.loops}
+        entries = {}
+        for lp in unit.loops:
+            entry = host_entry_type(lp)(unit.code.address(lp.entry))
+            if lp.plan.fission:  # and the entry of its phases, which the threads share in turn
+                entry.phase = PHASE_ENTRY(unit.code.address(abi.phase_entry_name(lp.kernel_index)))
+            entries[lp.entry] = entry
+        return entries
 
     def runner(self, prepared: Any) -> HostLaunches:
         return HostLaunches(prepared)
 
     def close(self) -> None:
         pass
+
+
+# ``(ctx, params, phase, lo, hi, trip, out)``: see ``compiler.lower.phases``.
+PHASE_ENTRY = ctypes.CFUNCTYPE(
+    None, ctypes.c_void_p, ctypes.c_void_p, *(ctypes.c_int64,) * 4, ctypes.c_void_p
+)
 
 
 def host_entry_type(lp: OffloadedLoop):
@@ -257,7 +269,10 @@ class HostLaunches:
             warm_launch_threads(wait=True)
             self.threads_seconds += time.perf_counter() - start
             start = time.perf_counter()
-        if len(chunks) == 1:
+        if launch.spread and len(chunks) > 1:
+            out = self._run_phases(lp, launch, ctx, params)
+            stats.threads = max(stats.threads, CPUS)
+        elif len(chunks) == 1:
             out = (U64 * len(ready.out_words))(*ready.out_words)
             self.prepared.kernels[lp.entry](
                 ctypes.addressof(ctx), ctypes.addressof(params), 0, launch.trip, *launch.nest,
@@ -305,7 +320,13 @@ class HostLaunches:
                 memory_size=ready.size, memory_capacity=ready.size, max_pages=ready.size // abi.PAGE_SIZE,
                 written_at=ctypes.addressof(spans), written_count=len(ready.written),
             )  # fmt: skip
-            chunks = self.chunks(ready.launch.trip, math.prod(ready.launch.nest), ready.ops)
+            if ready.launch.spread:  # a split loop: its phases in turn (_run_phases), or one call
+                from tensorwasm.runtime.profit import cpu_seconds_per_op
+
+                many = CPUS > 1 and ready.ops * cpu_seconds_per_op() >= self.THREAD_MIN_SECONDS * CPUS
+                chunks = [(0, ready.launch.trip)] * (2 if many else 1)
+            else:
+                chunks = self.chunks(ready.launch.trip, math.prod(ready.launch.nest), ready.ops)
             ready.host_arguments = (bytes(ctx), chunks, spans)
         image, chunks, _ = ready.host_arguments
         return image, chunks
@@ -328,6 +349,25 @@ class HostLaunches:
         ranges = min(trip, threads * self.RANGES_PER_THREAD, max(threads, by_work)) if threads > 1 else 1
         step = -(-trip // ranges)
         return [(lo, min(lo + step, trip)) for lo in range(0, trip, step)]
+
+    def _run_phases(self, lp: OffloadedLoop, launch: Launch, ctx, params) -> ctypes.Array:
+        """A split loop's phases in turn, each shared by the host's threads in ranges of its
+        own threads (iterations of the loop where it runs whole, else of its grid loop)."""
+        phase_entry = self.prepared.kernels[lp.entry].phase
+        out = (U64 * 1)()
+        at, state, result = ctypes.addressof(ctx), ctypes.addressof(params), ctypes.addressof(out)
+        for n, phase in enumerate(lp.plan.phases):
+            lanes = launch.trip if phase.whole else launch.inner.get(phase.counter, 0)
+            if not lanes:
+                continue
+            step = -(
+                -lanes // min(lanes, CPUS)
+            )  # (a range a thread: the longer its part of a row, the better)
+            calls = [
+                (at, state, n, lo, min(lo + step, lanes), launch.trip, result) for lo in range(0, lanes, step)
+            ]
+            launch_threads().run(phase_entry, calls)
+        return out
 
     def _run_threads(self, lp: OffloadedLoop, launch: Launch, ctx, params, chunks) -> ctypes.Array:
         """Run iteration ranges on host threads (the native code releases the GIL), each

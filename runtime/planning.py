@@ -559,6 +559,7 @@ class PreparedLaunch:
         self.reductions = len(lp.plan.reductions)
         self.identities = identities(lp)
         self.grid, self.block = launch_grid(launch, lp.tile, self.reductions, lp.per_thread)
+        self.capped = False  # a split loop's grid cut to the blocks resident at once (device_launch)
         # The scratch buffer: context | live-ins | reduction slots | written ranges, in u64s.
         self.out_words = self.identities or [0]
         self.range_words = [v for r in self.written for v in (r.lo, r.hi)] or [0, 0]
@@ -666,6 +667,10 @@ def launch_grid(
     3-D nest. A tiled kernel (``tile``: rows, columns,
     threads across, threads down) gets a block per tile; a 1-D kernel whose threads run
     ``per_thread`` iterations each (compiler.stream) that many times fewer blocks."""
+    if launch.spread:  # a split loop: a thread per iteration of its widest phase (no more
+        # blocks than can be resident at once: the device's launch caps them, resident_grid)
+        blocks = -(-max(launch.lanes, 1) // BLOCK_THREADS)
+        return (max(1, min(blocks, 65535)), 1, 1), (BLOCK_THREADS, 1, 1)
     if launch.rows:  # a distributed body: a block per iteration (per cell of a 3-D grid's outer two),
         # no more whole warps than its longest phase has grid iterations (a short z row's 16
         # vector steps leave the rest of a full block idle, and fewer blocks resident)

@@ -86,7 +86,8 @@ class HostWhileStarting:
         where it does not run here (wasmtime runs it): a distributed schedule, a kernel not
         ready yet (its compile is begun), a launch the host's cost model finds slower than
         wasmtime, or a kernel that trapped."""
-        if (lp.plan.phases and not lp.plan.collapse) or (lp.region is not None and not self.regions):
+        distributed = lp.plan.phases and not lp.plan.collapse and not lp.plan.fission
+        if distributed or (lp.region is not None and not self.regions):
             return None
         index = lp.kernel_index
         estimate = self.estimates.setdefault(index, Estimate())

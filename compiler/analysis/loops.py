@@ -18,7 +18,9 @@ reason (:class:`Reject`):
 5. every memory access as a polynomial in the counters and live-ins (:mod:`.accesses`),
    and the dependence tests that settle store/access pairs statically: constant distances
    (:mod:`.dependences`), then exact dependences on the nest's polyhedral model (:mod:`.isl`),
-   which also proves loops sequential (a time-step loop: a region around its inner loops);
+   which also proves loops sequential (a time-step loop: a region around its inner loops;
+   a loop whose body splits into phases that each run in parallel, :mod:`.fission`, is
+   accepted so split);
 6. the live-ins and live-outs (:mod:`.liveness`), and the work per iteration.
 
 The verdict is "offload" when the loop is legal given runtime guards, with the guards
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 from tensorwasm.compiler.analysis.accesses import collect_accesses
 from tensorwasm.compiler.analysis.dependences import static_dependences
+from tensorwasm.compiler.analysis.fission import describe, split_sequential
 from tensorwasm.compiler.analysis.forest import MAX_LOOP_DEPTH, FunctionLoops, Reject, at
 from tensorwasm.compiler.analysis.induction import LoopValues
 from tensorwasm.compiler.analysis.isl import exact_dependences
@@ -83,6 +86,8 @@ def analyze_loop(
     except Reject as exc:
         return LoopReport(facts.func, info, "reject", str(exc), _trip_if_known(facts, info))
     guarded = "guards: " + ", ".join(_guard_summary(plan))
+    if plan.fission:
+        guarded += "; " + describe(plan)
     return LoopReport(facts.func, info, "offload", guarded, plan.trip, plan)
 
 
@@ -117,7 +122,13 @@ def plan_loop(
         inner.append((values.counter(loop), inner_trip))
     accesses = collect_accesses(values)
     static_free = static_dependences(values, accesses)
-    exact_free, temporaries = exact_dependences(values, trip, inner, accesses, set(static_free))
+    try:
+        exact_free, temporaries = exact_dependences(values, trip, inner, accesses, set(static_free))
+        sequential = None
+    except Reject as exc:  # it may still split into parallel phases (:mod:`.fission`)
+        if not (options.split and str(exc).startswith("sequential")):
+            raise
+        sequential, exact_free, temporaries = exc, [], []
     static_free += exact_free
     if values.reductions and exits_mid_body(facts, info):
         # Its last iteration leaves from the middle: a thread's part of a reduction would
@@ -138,11 +149,9 @@ def plan_loop(
     for block in values.body_order:
         around = tuple(values.counter(m) for m in values.nested if m is not info and block in facts.bodies[m])
         work[around] = work.get(around, 0) + len(block.ops)
-    if kept is not None:
-        kept[info] = values
     first = len(accesses) - len(values.rotations)  # (the reloads come last)
     rotations = tuple((info.header.args.index(arg), first + n) for n, arg in enumerate(values.rotations))
-    return LoopPlan(
+    plan = LoopPlan(
         facts.func, info, values.counter(info), trip, inner, accesses,
         reductions, inputs, outputs, values.body,
         values.ivs, values.invariant_args, static_free, work=[(ops, around) for around, ops in work.items()],
@@ -150,6 +159,14 @@ def plan_loop(
         rotations=rotations,
         private=tuple(private),
     )  # fmt: skip
+    if sequential is not None:
+        try:
+            split_sequential(facts, plan, values)
+        except Reject as why:
+            raise Reject(f"{sequential}; not split into parallel phases: {why}") from None
+    if kept is not None:
+        kept[info] = values
+    return plan
 
 
 def _vector_lanes(values: LoopValues) -> list:

@@ -44,14 +44,14 @@ def collapse_nests(facts: FunctionLoops, reports: list[LoopReport]) -> None:
     by_loop = {r.loop: r for r in reports}
     for report in sorted(reports, key=lambda r: -r.loop.depth):  # children first
         plan = report.plan
-        if plan is None or plan.reductions or exits_mid_body(facts, plan.loop):
+        if plan is None or plan.reductions or plan.fission or exits_mid_body(facts, plan.loop):
             continue  # (a thread entering its child would run the child on the last row too)
         children = facts.children.get(plan.loop, [])
         if len(children) != 1:
             continue
         (child,) = children
         inner = by_loop[child]
-        if inner.plan is None or inner.plan.reductions:
+        if inner.plan is None or inner.plan.reductions or inner.plan.fission:
             continue
         if not _same_copies(plan, inner.plan):
             continue

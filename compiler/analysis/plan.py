@@ -215,6 +215,13 @@ class Phase:
     # before its ``j`` loop): one thread runs the body with every child loop skipped.
     # ``loop`` and ``grid`` are then the launched loop, ``blocks`` the blocks of those statements.
     statements: bool = False
+    # A phase of a split sequential loop (:mod:`.fission`): the stores it makes, as indices in
+    # the plan's accesses (it leaves the others out); whether each thread runs it whole for
+    # iterations of the loop of its own (else: for its grid iteration, in every iteration of
+    # the loop in order); and the child loops it skips, header -> the block after the loop.
+    stores: frozenset[int] = frozenset()
+    whole: bool = False
+    skip: dict[Block, Block] = field(default_factory=dict)
 
 
 @record
@@ -257,6 +264,9 @@ class LoopPlan:
     # each, run by the threads of one block per iteration with a barrier between phases;
     # empty for a body run whole by one thread.
     phases: tuple[Phase, ...] = ()
+    # Its phases split a sequential loop (:mod:`.fission`): each runs over every iteration
+    # of the loop before the next begins, the whole grid waiting between them.
+    fission: bool = False
     # Store/access index pairs the schedule could not settle statically: within one iteration
     # of the launched loop their byte ranges must be apart (a guard).
     row_guarded: list[tuple[int, int]] = field(default_factory=list)
@@ -309,3 +319,6 @@ class AnalysisOptions:
     # whose block shares an iteration's work; the host's threads run whole iterations, each
     # body in Wasm order (its rows streamed, where a phase's thread walks columns).
     distribute: bool = True
+    # Split a sequential loop into phases that each run in parallel over all of it
+    # (compiler.analysis.fission): for a GPU's grid and the host's threads alike.
+    split: bool = True

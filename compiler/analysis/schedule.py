@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING
 from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject
 from tensorwasm.compiler.analysis.induction import kernel_computes
 from tensorwasm.compiler.analysis.isl import NestModel, _context, isl
-from tensorwasm.compiler.analysis.plan import LoopPlan, LoopReport, Phase
+from tensorwasm.compiler.analysis.plan import LoopPlan, LoopReport, Phase, TripCount
 from tensorwasm.compiler.analysis.poly import Poly
 from tensorwasm.compiler.analysis.trips import exits_mid_body
 from tensorwasm.dialect import arith
@@ -89,7 +89,14 @@ def schedule_phases(
     by_loop = {r.loop: r for r in reports}
     for report in reports:
         plan = report.plan
-        if plan is None or plan.reductions or plan.collapse or plan.gathers or plan.loop not in kept:
+        if (
+            plan is None
+            or plan.reductions
+            or plan.collapse
+            or plan.gathers
+            or plan.phases
+            or plan.loop not in kept
+        ):
             continue
         if plan.private:  # (a copy per thread: the threads of a row would share one iteration's)
             continue
@@ -121,37 +128,22 @@ def _phases(
     if any(exits_mid_body(facts, m) for m in values.nested):
         raise Reject("a loop whose exit test is in the middle of its body")
     inside = set().union(*(facts.bodies[c] for c in children))
-    way_out = _exit(facts, plan.loop)
+    way_out = exit_block(facts, plan.loop)
     statements = False  # the body stores outside its child loops: a phase of one thread
     for block in plan.blocks:
         for op in block.ops:
             statements |= op.name == "mem.store" and block not in inside
-            if not _harmless(op):
+            if not harmless(op):
                 raise Reject(f"{op.name} may trap")
         if any(s not in plan.blocks and s is not way_out for s in block.successors):
             raise Reject("more than one way out")
-    trips = dict(plan.inner_trips)
     phases = []
     pins: dict[Value, Poly] = {}
     for child in children:
         grid = _grid_loop(facts, child, by_loop, loops)
         counter = values.counter(grid)
-        trip = trips.get(counter)
-        if trip is None or trip.pred not in COUNTED or not _toward(trip):
-            raise Reject("a grid loop the kernel cannot count")
-        moving = {s for s in trip.start.leaves() | trip.bound.leaves() if s.kind == "counter"}
-        if moving - {plan.counter} or (moving and trip.pred == "ne" and not _meets_bound(trip)):
-            raise Reject("a grid loop whose count moves with the loops inside the launched one")
-        if not (kernel_computes(trip.start) and kernel_computes(trip.bound)):
-            raise Reject("a grid loop whose bounds hold a floor division the kernel cannot recompute")
-        for arg in grid.header.args:
-            if (
-                arg not in plan.ivs
-                and arg not in plan.invariant_args
-                and _read(facts, arg, facts.bodies[grid])
-            ):
-                raise Reject("a grid loop carries a value")
-        exits = (_exit(facts, child), _exit(facts, grid))
+        trip = grid_trip(facts, plan, values, grid)
+        exits = (exit_block(facts, child), exit_block(facts, grid))
         if any(b is None or b not in plan.blocks for b in exits):
             raise Reject("an inner loop with more than one way out")
         if sum(p not in facts.bodies[child] for p in facts.preds[child.header]) != 1:
@@ -172,6 +164,24 @@ def _phases(
         outside = plan.blocks - inside
         phases.insert(0, Phase(plan.loop, plan.loop, plan.counter, plan.trip, outside, statements=True))
     return tuple(phases), guarded, pinned
+
+
+def grid_trip(facts: FunctionLoops, plan: LoopPlan, values: LoopValues, grid: LoopInfo) -> TripCount:
+    """The trip count of ``grid``, a loop inside the launched one whose iterations threads
+    share, each entering it at its own iteration; :class:`Reject` where the kernel cannot
+    count it from the launched loop's counter and the live-ins, or it carries a value."""
+    trip = dict(plan.inner_trips).get(values.counter(grid))
+    if trip is None or trip.pred not in COUNTED or not _toward(trip):
+        raise Reject("a grid loop the kernel cannot count")
+    moving = {s for s in trip.start.leaves() | trip.bound.leaves() if s.kind == "counter"}
+    if moving - {plan.counter} or (moving and trip.pred == "ne" and not _meets_bound(trip)):
+        raise Reject("a grid loop whose count moves with the loops inside the launched one")
+    if not (kernel_computes(trip.start) and kernel_computes(trip.bound)):
+        raise Reject("a grid loop whose bounds hold a floor division the kernel cannot recompute")
+    for arg in grid.header.args:
+        if arg not in plan.ivs and arg not in plan.invariant_args and _read(facts, arg, facts.bodies[grid]):
+            raise Reject("a grid loop carries a value")
+    return trip
 
 
 def _position(facts: FunctionLoops, arg: Value) -> tuple[int, int]:
@@ -266,17 +276,22 @@ def _grid_loop(facts: FunctionLoops, child: LoopInfo, by_loop: dict, loops: list
 
 
 def _parallel(report: LoopReport | None) -> bool:
-    return report is not None and report.plan is not None and not report.plan.reductions
+    return (
+        report is not None
+        and report.plan is not None
+        and not report.plan.reductions
+        and not report.plan.fission
+    )
 
 
-def _harmless(op) -> bool:
+def harmless(op) -> bool:
     """An op that cannot trap in the kernel (affine accesses are proven by the guards)."""
     if op.opdef.terminator:
         return op.name != "cf.trap" and op.name != "cf.return"
     return op.opdef.pure or op.name in ("mem.load", "mem.store") or arith.division_cannot_trap(op)
 
 
-def _exit(facts: FunctionLoops, loop: LoopInfo) -> Block | None:
+def exit_block(facts: FunctionLoops, loop: LoopInfo) -> Block | None:
     """The one block control reaches on leaving ``loop``, or None."""
     body = facts.bodies[loop]
     outs = {s for b in body for s in b.successors if s not in body}

@@ -129,3 +129,9 @@ def entry_name(func_index: int) -> str:
 def loop_entry_name(index: int, gpu: bool) -> str:
     """The launch entry of the iteration kernel outlined as function ``index``."""
     return f"tw_kernel_{index}" if gpu else f"tw_loop_{index}"
+
+
+def phase_entry_name(index: int) -> str:
+    """The host's entry running one phase of a split loop's kernel ``index`` over a range of
+    its threads (``compiler.lower.phases.lower_fission_entry``)."""
+    return f"tw_phase_{index}"

@@ -417,6 +417,10 @@ def lower_loop_entry(lowering: ModuleLowering, index: int, reductions: list[str]
     inner counters in full for each outer one.
     """
     kernel = lowering.dialect.functions[index]
+    if getattr(kernel.attrs.get("loop_plan"), "fission", False):
+        from tensorwasm.compiler.lower.phases import lower_fission_entry
+
+        return lower_fission_entry(lowering, index)
     if getattr(kernel.attrs.get("loop_plan"), "phases", ()):
         from tensorwasm.compiler.lower.phases import lower_phases_entry
 

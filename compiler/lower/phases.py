@@ -1,4 +1,4 @@
-"""The launch entry of a distributed loop (see :mod:`compiler.distribute`).
+"""The launch entries of a distributed loop and of a split one (see :mod:`compiler.distribute`).
 
 GPU: ``tw_kernel_<index>(ctx, params, trip, out)``: block ``b`` runs iterations ``k = b,
 b + blocks, ...`` of the loop; in each, its threads run the phases in order, thread
@@ -11,6 +11,10 @@ grid iterations in order, one thread. A 3-D grid (the phases of a collapsed nest
 loop) takes the inner loop's count after ``trip`` / ``end``: on the GPU a block runs the
 cells ``c = b, b + blocks, ...`` of both counters (``k = c / trip2``, ``k2 = c % trip2``), on
 the host each iteration runs every ``k2`` in order; the kernel gets ``k2`` after ``t``.
+
+A split loop's entries (:func:`lower_fission_entry`): the phases in turn over the whole
+loop, the grid waiting between them (GPU), or the host's threads sharing each phase
+(``tw_phase_<index>``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from llvmlite import ir
 from tensorwasm.compiler.lower import abi
 from tensorwasm.compiler.lower.env import i64_const
 from tensorwasm.compiler.lower.reduction import read_sreg
-from tensorwasm.compiler.lower.types import I32_T, I64_T, VOID_T
+from tensorwasm.compiler.lower.types import I32_T, I64_T, PTR_T, VOID_T
 
 
 def lower_phases_entry(lowering, index: int) -> str:
@@ -112,3 +116,193 @@ def _barrier(lowering) -> ir.Function:
     name = "llvm.nvvm.barrier.cta.sync.all"
     found = lowering.llvm.globals.get(name)
     return found or ir.Function(lowering.llvm, ir.FunctionType(VOID_T, [I32_T]), name=name)
+
+
+def lower_fission_entry(lowering, index: int) -> str:
+    """Emit the launch entry of a split sequential loop's phase kernel (:mod:`compiler.analysis.fission`);
+    its name.
+
+    GPU: ``tw_kernel_<index>(ctx, params, trip, out)``: the phases in order, the whole grid
+    waiting between them (:func:`_grid_barrier`; the runtime launches no more blocks than can
+    be resident at once). Thread ``g`` of ``G`` runs a whole phase for iterations ``k = g, g +
+    G, ...`` of the loop, and a phase over a grid loop for its iterations ``t = g, g + G,
+    ...``, each ``t`` in every iteration ``k`` in order, until no ``k`` has a ``t`` that far.
+    Host: ``tw_loop_<index>(ctx, params, begin, end, out)``: the same on one thread, over
+    iterations ``[begin, end)`` (the runtime gives it the whole loop at once)."""
+    from tensorwasm.compiler.lower.function import _live_in_args, _report_trap, entry_frame
+
+    kernel = lowering.dialect.functions[index]
+    plan = kernel.attrs["loop_plan"]
+    gpu = lowering.target.is_gpu
+    frame = entry_frame(lowering, index, 1)
+    fn, b, ctx, slots, own = frame.fn, frame.b, frame.ctx, frame.slots, frame.own
+    (end,) = frame.bounds
+    args = _live_in_args(b, kernel, slots, 3)
+    if gpu:
+        lanes = b.zext(read_sreg(lowering.llvm, b, "ntid.x"), I64_T)
+        block = b.zext(read_sreg(lowering.llvm, b, "ctaid.x"), I64_T)
+        first = b.add(b.mul(block, lanes), b.zext(read_sreg(lowering.llvm, b, "tid.x"), I64_T))
+        step = b.mul(b.zext(read_sreg(lowering.llvm, b, "nctaid.x"), I64_T), lanes)
+        begin = i64_const(0)
+    else:
+        first, step, begin = i64_const(0), i64_const(1), frame.begin
+    call = lowering.function_for(index)
+
+    def run(k, phase: int, t) -> ir.Value:
+        operands = [own, b.trunc(k, I32_T), ir.Constant(I32_T, phase), b.trunc(t, I32_T), *args]
+        return b.call(call, operands)
+
+    for phase, ph in enumerate(plan.phases):
+        if ph.whole:
+            _counted(
+                fn, b, first if gpu else begin, step, end, lambda k, _stop, p=phase: run(k, p, i64_const(0))
+            )
+        else:
+
+            def grid_iteration(t, stop, p=phase) -> None:
+                more = _any_iteration(fn, b, begin, end, lambda k: run(k, p, t))
+                go = fn.append_basic_block("more")
+                b.cbranch(b.icmp_unsigned("==", more, ir.Constant(I32_T, 0)), stop, go)
+                b.position_at_end(go)
+
+            _counted(fn, b, first, step, None, grid_iteration)
+        if gpu and phase + 1 < len(plan.phases):  # the next phase reads what this one wrote
+            _grid_barrier(lowering, b, fn, index)
+    _report_trap(b, own, ctx)
+    b.ret_void()
+    if not gpu:
+        _host_phase_entry(lowering, index, plan)
+    return fn.name
+
+
+def _host_phase_entry(lowering, index: int, plan) -> None:
+    """``tw_phase_<index>(ctx, params, phase, lo, hi, trip, out)``: phase ``phase`` for the
+    threads ``[lo, hi)`` of the loop's ``trip`` iterations: iterations of the loop where it
+    runs whole, else grid iterations (below the most any iteration of the loop has), which
+    every iteration of the loop, in order, runs in turn (each grid iteration still sees the
+    loop's iterations in order; a thread streams its part of each row). The host's threads
+    share each phase in turn, waiting for each other between phases."""
+    from tensorwasm.compiler.lower.function import (
+        _live_in_args,
+        _mark_context,
+        _private_context,
+        _report_trap,
+    )
+
+    signature = ir.FunctionType(VOID_T, [PTR_T, PTR_T, I64_T, I64_T, I64_T, I64_T, PTR_T])
+    fn = ir.Function(lowering.llvm, signature, name=abi.phase_entry_name(index))
+    lowering.target.mark_entry(fn)
+    ctx, slots, phase, lo, hi, trip, out = fn.args
+    for arg in (ctx, slots, out):
+        _mark_context(arg)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    own = _private_context(b, ctx)
+    kernel = lowering.dialect.functions[index]
+    args = _live_in_args(b, kernel, slots, 3)
+    call = lowering.function_for(index)
+
+    def run(k, p: int, t) -> ir.Value:
+        return b.call(call, [own, b.trunc(k, I32_T), ir.Constant(I32_T, p), b.trunc(t, I32_T), *args])
+
+    done = fn.append_basic_block("done")
+    for p, ph in enumerate(plan.phases):
+        this, other = fn.append_basic_block(f"phase{p}"), fn.append_basic_block(f"not{p}")
+        b.cbranch(b.icmp_signed("==", phase, i64_const(p)), this, other)
+        b.position_at_end(this)
+        if ph.whole:
+            _counted(fn, b, lo, i64_const(1), hi, lambda k, _stop, p=p: run(k, p, i64_const(0)))
+        else:  # each iteration of the loop over the range's grid iterations: rows streamed
+
+            def row(k, _stop, p=p) -> None:
+                _counted(fn, b, lo, i64_const(1), hi, lambda t, _s: run(k, p, t))
+
+            _counted(fn, b, i64_const(0), i64_const(1), trip, row)
+        b.branch(done)
+        b.position_at_end(other)
+    b.branch(done)
+    b.position_at_end(done)
+    _report_trap(b, own, ctx)
+    b.ret_void()
+
+
+def _counted(fn, b, start, stride, bound, body) -> None:
+    """``for (v = start; v < bound; v += stride) body(v, exit)`` (no bound: until ``body``
+    branches to the exit it is given)."""
+    before = b.block
+    head, loop, after = (fn.append_basic_block(n) for n in ("head", "body", "after"))
+    b.branch(head)
+    b.position_at_end(head)
+    v = b.phi(I64_T)
+    v.add_incoming(start, before)
+    b.cbranch(
+        b.icmp_signed("<", v, bound) if bound is not None else ir.Constant(ir.IntType(1), 1), loop, after
+    )
+    b.position_at_end(loop)
+    body(v, after)
+    v.add_incoming(b.add(v, stride), b.block)
+    b.branch(head)
+    b.position_at_end(after)
+
+
+def _any_iteration(fn, b, begin, end, call) -> ir.Value:
+    """``call(k)`` for ``k`` in ``[begin, end)`` in order; the OR of what they returned."""
+    before = b.block
+    head, loop, after = (fn.append_basic_block(n) for n in ("k_head", "k_body", "k_after"))
+    b.branch(head)
+    b.position_at_end(head)
+    k, seen = b.phi(I64_T), b.phi(I32_T)
+    k.add_incoming(begin, before)
+    seen.add_incoming(ir.Constant(I32_T, 0), before)
+    b.cbranch(b.icmp_signed("<", k, end), loop, after)
+    b.position_at_end(loop)
+    more = b.or_(seen, call(k))
+    k.add_incoming(b.add(k, i64_const(1)), b.block)
+    seen.add_incoming(more, b.block)
+    b.branch(head)
+    b.position_at_end(after)
+    return seen
+
+
+def _grid_barrier(lowering, b, fn, index: int) -> None:
+    """Every thread of the grid waits until all have arrived, and then sees their writes.
+
+    The block's threads meet at a barrier; its thread 0 counts the block in (a counter and a
+    generation, a global of the kernel's own, zero when the module loads); the last block
+    to arrive sets the counter back to 0 and moves the generation on, which the others wait
+    for; then the block's threads meet again. The counter is 0 again after every barrier, so
+    the next launch needs no reset. Legal only where every block of the grid is resident
+    at once (a block spinning here would hold a multiprocessor another block waits for):
+    the runtime launches no more blocks than the device has multiprocessors."""
+    module = lowering.llvm
+    pair = ir.ArrayType(I32_T, 2)
+    name = f"tw_grid_barrier_{index}"
+    state = module.globals.get(name)
+    if state is None:
+        state = ir.GlobalVariable(module, pair, name=name, addrspace=1)
+        state.initializer = ir.Constant(pair, [0, 0])
+        state.linkage = "internal"
+        state.align = 8
+    zero = ir.Constant(I32_T, 0)
+    count, generation = (b.gep(state, [zero, ir.Constant(I32_T, n)]) for n in (0, 1))
+    b.call(_barrier(lowering), [zero])
+    lead, wait, last, spin, done = (fn.append_basic_block(n) for n in ("lead", "wait", "last", "spin", "met"))
+    b.cbranch(b.icmp_unsigned("==", read_sreg(module, b, "tid.x"), zero), lead, done)
+    b.position_at_end(lead)
+    b.fence("seq_cst")  # this block's writes before its arrival
+    seen = b.load_atomic(generation, "acquire", 4)
+    blocks = read_sreg(module, b, "nctaid.x")
+    arrived = b.atomic_rmw("add", count, ir.Constant(I32_T, 1), "acq_rel")
+    b.cbranch(b.icmp_unsigned("==", b.add(arrived, ir.Constant(I32_T, 1)), blocks), last, spin)
+    b.position_at_end(last)
+    b.fence("seq_cst")  # (the atomics' orderings do not reach the PTX: the fences order them)
+    b.store_atomic(zero, count, "monotonic", 4)
+    b.atomic_rmw("add", generation, ir.Constant(I32_T, 1), "acq_rel")
+    b.branch(wait)
+    b.position_at_end(spin)
+    now = b.load_atomic(generation, "acquire", 4)
+    b.cbranch(b.icmp_unsigned("==", now, seen), spin, wait)
+    b.position_at_end(wait)
+    b.fence("seq_cst")  # the other blocks' writes after it
+    b.branch(done)
+    b.position_at_end(done)
+    b.call(_barrier(lowering), [zero])

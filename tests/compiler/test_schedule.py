@@ -113,7 +113,9 @@ def test_phase_kernels_cannot_trap():
     (its grid loop's count is tested without a division)."""
     module = translate_module(load(DATA))
     kernels = [
-        outline(module, r.plan) for r in analyze_module(module) if r.plan is not None and r.plan.phases
+        outline(module, r.plan)
+        for r in analyze_module(module)
+        if r.plan is not None and r.plan.phases and not r.plan.fission
     ]
     assert len(kernels) == 4
     assert not any(kernel_may_trap(module, k.index) for k in kernels)
@@ -122,7 +124,9 @@ def test_phase_kernels_cannot_trap():
 def phase_plans(data: bytes) -> tuple:
     """Module ``data`` translated, and the plans of its loops that run as phases."""
     module = translate_module(load(data))
-    return module, [r.plan for r in analyze_module(module) if r.plan is not None and r.plan.phases]
+    return module, [
+        r.plan for r in analyze_module(module) if r.plan is not None and r.plan.phases and not r.plan.fission
+    ]
 
 
 def phase_kernel_bodies(module, plans: list, ptxas: str, tmp_path: Path) -> list[str]:
@@ -172,7 +176,9 @@ def test_the_row_guard_compares_one_iteration_of_each_access():
 
 def test_phase_kernels_assemble_for_sm_90(ptxas: str, tmp_path: Path) -> None:
     module = translate_module(load(DATA))
-    plans = [r.plan for r in analyze_module(module) if r.plan is not None and r.plan.phases]
+    plans = [
+        r.plan for r in analyze_module(module) if r.plan is not None and r.plan.phases and not r.plan.fission
+    ]
     assert {p.func.name for p in plans} == {"gemm", "gemm_ptr", "inter", "tri"}
     target = NVPTXTarget("sm_90", ARCH_PTX["sm_90"])
     lowering = ModuleLowering(module, target)

@@ -1,8 +1,9 @@
-"""The loops family's shapes for privatised temporaries, mid-body exits and column updates
-(``oracle.generators``: ``privatised``, ``midexit``, ``columns``): each draws valid modules
-that wasmtime runs, of the shape the analysis accepts (doitgen's ``sum`` privatised, a loop
-exiting halfway counted, a column loop guarded element by element), its variants that must
-stay sequential are refused, and a miscompile planted in what the shape is there for is
+"""The loops family's shapes for privatised temporaries, mid-body exits, column updates and
+split loops (``oracle.generators``: ``privatised``, ``midexit``, ``columns``, ``split``):
+each draws valid modules that wasmtime runs, of the shape the analysis accepts (doitgen's
+``sum`` privatised, a loop exiting halfway counted, a column loop guarded element by
+element, atax's and bicg's loops split into parallel phases), its variants that must stay
+sequential are refused, and a miscompile planted in what the shape is there for is
 found by the fuzzer and shrunk to one kernel.
 
 (``tests/oracle/test_shapes.py`` runs every shape of ``SHAPES`` offloaded, these three too.)"""
@@ -29,7 +30,7 @@ from tensorwasm.runtime import guards
 from tensorwasm.runtime.reference import ReferenceInstance
 from tests.oracle.test_oracle import SHRINK_SECONDS, mutant
 
-NEW_SHAPES = ("privatised", "midexit", "columns")
+NEW_SHAPES = ("privatised", "midexit", "columns", "split")
 DRAWS = 40
 
 
@@ -94,6 +95,22 @@ def test_doitgen_s_temporary_is_privatised_and_its_sequential_variants_refused()
         elif rows == "n":  # the last iteration, whose copy memory keeps, is not known
             assert report.verdict == "reject" and "count is not a number" in report.reason, report.reason
     assert accepted >= 15 and refused >= 3, (accepted, refused)
+
+
+def test_atax_and_bicg_are_split_and_the_carried_variant_refused() -> None:
+    split = refused = 0
+    for kernel in _draws("split", 60):
+        meta = kernel[3]
+        report = _outermost(_loop_module([kernel]))
+        if meta["variant"] == "carried" and meta["layout"] != "overlap":
+            assert report.verdict == "reject" and "not split into parallel phases" in report.reason, (
+                report.reason
+            )
+            refused += 1
+        elif report.plan is not None and report.plan.fission:
+            assert len(report.plan.phases) == 2 and "split into 2 parallel phase(s)" in report.reason
+            split += 1
+    assert split >= 15 and refused >= 3, (split, refused)
 
 
 def test_mid_exit_loops_are_counted_and_launched() -> None:

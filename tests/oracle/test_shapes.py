@@ -2,8 +2,8 @@
 that accepts them: a fixed draw of each shape's kernels, run offloaded from wasmtime to the
 host backend, to the simulated device and (marker ``gpu``) to the GPU, agrees with wasmtime and is launched in the form
 the shape is there for (a whole triangular or unrolled nest as one launch, an imperfect
-nest distributed into phases, a time loop over a stencil as a device-resident region), not
-declined everywhere."""
+nest distributed into phases, a sequential loop split into parallel phases, a time loop
+over a stencil as a device-resident region), not declined everywhere."""
 
 from __future__ import annotations
 
@@ -65,6 +65,8 @@ def test_each_shape_is_launched_as_its_shape(shape: str, device: str) -> None:
         assert outermost, f"no {shape} nest was launched whole"
     if shape == "imperfect" and device != "cpu":  # (the host's threads run whole iterations)
         assert any(lp.plan.phases for lp in outermost), "no imperfect nest was distributed into phases"
+    if shape == "split":  # a sequential loop split into phases, launched once for all of it
+        assert any(lp.plan.fission for lp in outermost), "no loop was split into parallel phases"
     if shape == "stencil":
         regions = [r for i in instances for r in i.offload.region_stats]
         assert sum(r.exits for r in regions) > 0, "no time loop ran as a device-resident region"
@@ -75,7 +77,7 @@ def test_each_shape_is_launched_as_its_shape(shape: str, device: str) -> None:
 def test_the_loops_family_draws_every_shape() -> None:
     seen: set[str] = set()
 
-    @settings(max_examples=60, deadline=None, database=None, derandomize=True,
+    @settings(max_examples=100, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))  # fmt: skip
     @given(loop_cases())
     def draw(case) -> None:

@@ -1,0 +1,339 @@
+"""Fission: a sequential loop split into phases that each run in parallel.
+
+PolyBench's atax: ``i { tmp[i] = 0; j: tmp[i] += A[i][j] * x[j]; j: y[j] += A[i][j] * tmp[i] }``.
+Every iteration of ``i`` adds into all of ``y``, so :mod:`.isl` proves the loop sequential.
+Its body still splits into two statement groups, each parallel across the whole loop: the
+first (``tmp``) over ``i``, one thread running an iteration's part of it whole; the second
+(``y``) over its ``j`` loop, one thread running every ``i`` in order for its own ``j`` (the
+``j`` loop interchanged outward). Run one after the other, each over every iteration, the
+whole grid waiting between them, every byte still sees its operations in Wasm order: each
+``y[j]`` takes ``i`` ascending, after every ``tmp[i]`` is final.
+
+The *phases* group the loop's stores. A child loop's stores are a group, with the stores
+outside child loops before it (after the last child loop: with it). A group runs *whole*
+(a thread per iteration of the loop, every child loop holding none of its stores skipped)
+where that is legal, else over its child loop as the *grid loop* (a thread per iteration of
+it, the loop's iterations in order inside, the other child loops skipped). A group that can
+do neither is split in two (bicg: ``q[i] += A[i][j] * p[j]`` and ``s[j] += r[i] * A[i][j]`` in
+one ``j`` loop): the stores that may each run whole, then the rest over the grid loop, or
+the other way round. A phase makes its own stores only; what a load of another phase
+computes is then unused, and its loads dead.
+
+A load belongs to the phases whose stores its value reaches (through the body's values and
+merges), to every phase where it reaches none. Legal, with isl over the loop's iteration
+domain, when for each store ``S`` of phase ``P`` and each access ``A`` of phase ``Q`` the
+iterations at which their byte ranges meet are
+
+- for ``P = Q`` run whole: within one iteration of the loop only;
+- for ``P = Q`` over grid loop ``G``: at one iteration of ``G`` only, both inside ``G``;
+- for ``P`` before ``Q``: none where ``A`` comes first in Wasm's order (an earlier iteration
+  of the loop, or the same one with ``A``'s statement not after ``S``'s);
+- for ``P`` after ``Q``: none where ``S`` comes first.
+
+A pair that isl cannot model because live-in base pointers separate it becomes a guard:
+the two accesses' byte ranges apart over the whole launch. Any other such pair, one that
+meets, a body that may trap, or a value of a child loop read after it keeps the loop
+sequential (a device-resident region around its parallel inner loops).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject
+from tensorwasm.compiler.analysis.isl import NestModel, _context, isl
+from tensorwasm.compiler.analysis.plan import Access, LoopPlan, Phase
+from tensorwasm.compiler.analysis.poly import Poly
+from tensorwasm.compiler.analysis.schedule import exit_block, grid_trip, harmless
+from tensorwasm.compiler.analysis.trips import exits_mid_body
+from tensorwasm.dialect import arith
+from tensorwasm.dialect.ir import Op
+from tensorwasm.support.records import replace
+
+if TYPE_CHECKING:
+    from tensorwasm.compiler.analysis.induction import LoopValues
+    from tensorwasm.dialect.ir import Block, LoopInfo
+
+
+def split_sequential(facts: FunctionLoops, plan: LoopPlan, values: LoopValues) -> None:
+    """Give ``plan`` (its loop proven sequential) the phases of its fission, the pairs they
+    settle and those left to the guards; :class:`Reject` says why it cannot be split."""
+    if plan.reductions or plan.private or plan.rotations or plan.vector_ivs or plan.collapse:
+        raise Reject("it carries a value from one iteration to the next")
+    body = _Body(facts, plan, values)
+    groups = body.groups()
+    why = Reject("no phases")
+    for candidate in _candidates(body, groups):
+        try:
+            phases, free = body.legal(candidate)
+        except Reject as exc:
+            why = exc
+            continue
+        plan.phases, plan.fission = tuple(phases), True
+        plan.static_dependence_free = free
+        return
+    raise why
+
+
+def describe(plan: LoopPlan) -> str:
+    """The phases of a split loop, for its report."""
+    names = [
+        "stores at " + ", ".join(plan.accesses[i].where for i in sorted(p.stores))
+        + (" whole per iteration" if p.whole else f" over +0x{p.grid.offset:x}")
+        for p in plan.phases
+    ]  # fmt: skip
+    return f"split into {len(plan.phases)} parallel phase(s): " + "; ".join(names)
+
+
+def _candidates(body: _Body, groups: list[list[int]]):
+    """The phase lists to try, as lists of (stores, "whole" or the grid loop): each group
+    as one phase, whole where that holds within it, else over its grid loop; a group that
+    can do neither split, the whole stores first or last."""
+    choices: list[list[list[tuple[list[int], object]]]] = []
+    for group in groups:
+        options = [[(group, mode)] for mode in body.modes(group)]
+        alone = [i for i in group if "whole" in body.modes([i])]
+        rest = [i for i in group if i not in alone]
+        if alone and rest:
+            for mode in body.modes(rest):
+                if mode != "whole":
+                    options += [[(alone, "whole"), (rest, mode)], [(rest, mode), (alone, "whole")]]
+        if not options:
+            raise Reject(f"the stores at {', '.join(body.plan.accesses[i].where for i in group)} "
+                         "run in parallel neither per iteration nor over a loop")  # fmt: skip
+        choices.append(options)
+    picks = [[]]
+    for options in choices:  # every combination, the first options first (few: groups are few)
+        picks = [p + o for p in picks for o in options][:16]
+    yield from picks
+
+
+class _Body:
+    """The loop's body as fission sees it: its child loops, statements and stores."""
+
+    def __init__(self, facts: FunctionLoops, plan: LoopPlan, values: LoopValues):
+        self.facts, self.plan, self.values = facts, plan, values
+        self.children = [m for m in facts.func.loops if m.parent is plan.loop]
+        if not self.children:
+            raise Reject("no inner loop")
+        if any(exits_mid_body(facts, m) for m in values.nested):
+            raise Reject("a loop whose exit test is in the middle of its body")
+        way_out = exit_block(facts, plan.loop)
+        for block in plan.blocks:
+            for op in block.ops:
+                if not harmless(op):
+                    raise Reject(f"{op.name} may trap")
+            if any(s not in plan.blocks and s is not way_out for s in block.successors):
+                raise Reject("more than one way out")
+        self.exits: dict[LoopInfo, Block] = {}
+        for child in self.children:
+            out = exit_block(facts, child)
+            if out is None or out not in plan.blocks:
+                raise Reject("an inner loop with more than one way out")
+            if sum(p not in facts.bodies[child] for p in facts.preds[child.header]) != 1:
+                raise Reject("an inner loop entered from two places")
+            self.exits[child] = out
+            self._kept_inside(child)
+        self.stores = [i for i, a in enumerate(plan.accesses) if a.store]
+        if not self.stores:
+            raise Reject("no store")
+        if any(a.address is None for a in plan.accesses):
+            raise Reject("an access isl cannot model")
+        self.reaches = {i: self._loads_reaching(plan.accesses[i].op) for i in self.stores}
+        self.model = NestModel(values, plan.trip, plan.inner_trips)
+        self._modes: dict[tuple[int, ...], list] = {}
+
+    # -- structure --------------------------------------------------------------------------
+
+    def _kept_inside(self, child: LoopInfo) -> None:
+        """:class:`Reject` where a value of ``child`` is read after it (a phase that skips
+        the loop would have none)."""
+        inside = self.facts.bodies[child]
+        for block in inside:
+            defined = [*block.args, *(r for op in block.ops for r in op.results)]
+            if any(where not in inside for v in defined for _, where in self.facts.users.get(v, [])):
+                raise Reject(f"a value of the loop at +0x{child.offset:x} is read after it")
+        if any(self.facts.users.get(arg) for arg in self.exits[child].args):
+            raise Reject(f"a value of the loop at +0x{child.offset:x} is read after it")
+
+    def item(self, access: Access) -> object:
+        """The statement ``access`` belongs to: its child loop, or its block outside them."""
+        block = access.op.block
+        return next((c for c in self.children if block in self.facts.bodies[c]), block)
+
+    def position(self, item: object) -> int:
+        block = item.header if item in self.children else item
+        return self.facts.position[block]
+
+    def before(self, a: Access, b: Access) -> bool:
+        """``a``'s statement comes before ``b``'s in every iteration (different statements)."""
+        ia, ib = self.item(a), self.item(b)
+        return ia is not ib and self.position(ia) < self.position(ib)
+
+    def groups(self) -> list[list[int]]:
+        """The stores by child loop in body order, those outside child loops with the next one."""
+        by_item: dict[object, list[int]] = {}
+        for i in self.stores:
+            by_item.setdefault(self.item(self.plan.accesses[i]), []).append(i)
+        groups, pending = [], []
+        for item in sorted(by_item, key=self.position):
+            pending += by_item[item]
+            if item in self.children:
+                groups.append(pending)
+                pending = []
+        if pending:
+            if groups:
+                groups[-1] += pending
+            else:
+                groups.append(pending)
+        return groups
+
+    def _loads_reaching(self, store: Op) -> set[Op]:
+        """The loads whose values reach ``store`` (its address or value) inside the loop."""
+        facts, plan = self.facts, self.plan
+        loads, seen, work = set(), set(), list(store.operands)
+        while work:
+            v = work.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            block = facts.def_block.get(v)
+            if block is None or block not in plan.blocks:
+                continue  # a live-in
+            owner = v.owner
+            if isinstance(owner, Op):
+                if owner.name == "mem.load":
+                    loads.add(owner)
+                work.extend(owner.operands)
+            elif block is not plan.loop.header:  # a merge: what every edge into it passes
+                for pred in facts.preds[block]:
+                    for op in pred.ops:
+                        work += [s.args[v.index] for s in op.successors if s.block is block]
+        return loads
+
+    # -- legality -----------------------------------------------------------------------------
+
+    def modes(self, group: list[int]) -> list:
+        """How the stores ``group`` may run as one phase, on their own: "whole", and their
+        child loop (the grid loop) where every one of them is inside it."""
+        key = tuple(group)
+        if key not in self._modes:
+            found = []
+            for mode in ["whole", *self.children]:
+                if mode != "whole" and not all(
+                    self.plan.accesses[i].op.block in self.facts.bodies[mode] for i in group
+                ):
+                    continue
+                try:
+                    self.legal([(group, mode)], only=0)
+                except Reject:
+                    continue
+                found.append(mode)
+            self._modes[key] = found
+        return self._modes[key]
+
+    def legal(
+        self, phases: list[tuple[list[int], object]], only: int | None = None
+    ) -> tuple[list[Phase], list]:
+        """The phases and the pairs settled statically; :class:`Reject` where a pair meets out of
+        order or cannot be modelled. ``only``: check the pairs within that phase alone."""
+        plan, model = self.plan, self.model
+        made = [self._phase(stores, mode) for stores, mode in phases]
+        home = {i: n for n, (stores, _) in enumerate(phases) for i in stores}
+        needs: dict[int, set[int]] = {}  # the phases each access runs in
+        for j, access in enumerate(plan.accesses):
+            if access.store:
+                needs[j] = {home[j]} if j in home else set()
+                continue
+            reached = [i for i, loads in self.reaches.items() if access.op in loads]
+            needs[j] = {home[i] for i in reached if i in home} if reached else set(home.values())
+        free, guarded = [], set()
+        kx, ky = model.var(plan.loop, "x"), model.var(plan.loop, "y")
+        for i in home:
+            p = home[i]
+            store = plan.accesses[i]
+            for j, other in enumerate(plan.accesses):
+                for q in needs[j]:
+                    if only is not None and (p != only or q != only):
+                        continue
+                    if p == q and made[p].whole:
+                        relation = f"{kx} != {ky}"
+                    elif p == q:
+                        grid = made[p].grid
+                        inside = other.op.block in self.facts.bodies[grid]
+                        relation = f"{model.var(grid, 'x')} != {model.var(grid, 'y')}" if inside else "0 = 0"
+                    elif p < q:
+                        relation = f"{ky} < {kx}" if self.before(store, other) else f"{ky} <= {kx}"
+                    else:
+                        relation = f"{kx} < {ky}" if self.before(other, store) else f"{kx} <= {ky}"
+                    if self._meets(store, other, relation):
+                        guarded.add((i, j))
+                if (i, j) not in guarded:
+                    free.append((i, j))
+        return made, free
+
+    def _meets(self, store: Access, other: Access, relation: str) -> bool:
+        """False where the pair never meets under ``relation``; True where only the guards can
+        say (base pointers apart); :class:`Reject` where it meets or cannot be modelled. Two
+        addresses apart by live-ins computed from the same values before the loop (jacobi's
+        ``B + 8`` and ``B``) are modelled in those values."""
+        if (store.address - other.address).leaves() - self.model.counters:
+            rooted = (replace(store, address=self._rooted(store.address)),
+                      replace(other, address=self._rooted(other.address)))  # fmt: skip
+            if not (rooted[0].address - rooted[1].address).leaves() - self.model.counters:
+                store, other = rooted
+        _context().reset_operations()
+        try:
+            modelled = self.model.related(store, other, relation)
+            if modelled is not None and modelled[1].is_empty():
+                return False
+        except isl.Error:
+            raise Reject("isl gave up on a pair") from None
+        if modelled is None and (store.address - other.address).leaves() - self.model.counters:
+            return True
+        if modelled is None:
+            raise Reject(f"store at {store.where} and {other.kind} at {other.where} are not modelled")
+        raise Reject(f"store at {store.where} meets {other.kind} at {other.where} out of order once split")
+
+    def _rooted(self, poly: Poly) -> Poly:
+        """``poly`` with each live-in that a sum, difference or multiple made before the loop
+        expanded into the values it was made from."""
+        total = Poly.const(0)
+        for monomial, coeff in poly.terms.items():
+            term = Poly.const(coeff)
+            for sym in monomial:
+                term = term * self._root(sym, 0)
+            total = total + term
+        return total
+
+    def _root(self, sym, depth: int) -> Poly:
+        op = sym.ref.owner if sym.kind == "value" else None
+        if not isinstance(op, Op) or depth > 8 or op.name not in ("arith.add", "arith.sub", "arith.mul"):
+            return Poly.symbol(sym)
+        a, b = (self._made(v, depth + 1) for v in op.operands)
+        if op.name == "arith.mul" and a.leaves() and b.leaves():
+            return Poly.symbol(sym)
+        return a + b if op.name == "arith.add" else a - b if op.name == "arith.sub" else a * b
+
+    def _made(self, value, depth: int) -> Poly:
+        owner = value.owner
+        if isinstance(owner, Op) and owner.opdef is arith.constant and not owner.attrs["type"].is_float:
+            ty, bits = owner.attrs["type"], owner.attrs["value"]
+            return Poly.const(bits - (1 << ty.bits) if bits >> (ty.bits - 1) else bits)
+        return self._root(self.values.symbol_for(value), depth)
+
+    def _phase(self, stores: list[int], mode: object) -> Phase:
+        plan = self.plan
+        holds = {
+            c for c in self.children for i in stores if plan.accesses[i].op.block in self.facts.bodies[c]
+        }
+        if mode == "whole":
+            skip = {c.header: self.exits[c] for c in self.children if c not in holds}
+            return Phase(plan.loop, plan.loop, plan.counter, plan.trip, stores=frozenset(stores), whole=True,
+                         skip=skip)  # fmt: skip
+        grid: LoopInfo = mode
+        trip = grid_trip(self.facts, plan, self.values, grid)
+        skip = {c.header: self.exits[c] for c in self.children if c is not grid}
+        bodies = self.facts.bodies[grid]
+        return Phase(grid, grid, self.values.counter(grid), trip, set(bodies), set(bodies), self.exits[grid],
+                     self.exits[grid], stores=frozenset(stores), skip=skip)  # fmt: skip

@@ -1,0 +1,146 @@
+"""Fission of sequential loops (compiler/analysis/fission.py, the split phases of
+compiler/distribute.py, compiler/lower/phases.py's split entry): PolyBench's atax and bicg,
+whose outer loop adds into a whole vector in every iteration, and a time loop over one
+parallel loop, each launched once as phases that run in parallel over the whole loop.
+Results bit for bit wasmtime's; a body whose phases would meet out of order stays
+sequential, with the reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tensorwasm.compiler.analysis.loops import analyze_module
+from tensorwasm.compiler.frontend import load, translate_module
+from tensorwasm.dialect.types import I32
+from tensorwasm.runtime.reference import ReferenceInstance
+from tests.compiler import test_schedule as schedule
+
+DATA = (Path(__file__).parent / "data" / "fission.wasm").read_bytes()
+DEVICES = ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)]
+A, X, Y, TMP, S, Q, P, R, V = range(9)  # fission.c's arrays, by addr's index
+
+
+def reports() -> dict:
+    return schedule.outer_reports(DATA)
+
+
+def test_atax_splits_into_a_whole_phase_and_one_over_its_second_j_loop():
+    report = reports()["atax"]
+    plan = report.plan
+    assert report.verdict == "offload" and plan.fission, report.reason
+    first, second = plan.phases
+    assert first.whole and not second.whole
+    stores = {i for i, a in enumerate(plan.accesses) if a.store}
+    assert first.stores | second.stores == stores and not first.stores & second.stores
+    # tmp's stores (its zero and the j loop's) run whole; y's over the second j loop, which
+    # the first phase skips and the second enters at its own iteration.
+    assert second.grid.parent is plan.loop and second.grid.header in first.skip
+    assert second.grid.header not in second.skip and len(second.skip) == 1
+    assert "split into 2 parallel phase(s)" in report.reason
+
+
+def test_bicg_splits_one_loop_by_its_stores():
+    plan = reports()["bicg"].plan
+    assert plan is not None and plan.fission
+    whole, grid = plan.phases
+    assert whole.whole and not whole.skip  # q's: its j loop runs whole, s's stores left out
+    assert grid.grid is grid.loop and len(grid.stores) == 1  # s[j]: a thread per j, every i in order
+
+
+def test_a_time_loop_over_one_parallel_loop_is_one_phase():
+    plan = reports()["steps"].plan
+    assert plan is not None and plan.fission and len(plan.phases) == 1 and not plan.phases[0].whole
+
+
+def test_a_statement_reading_what_earlier_rows_wrote_stays_sequential():
+    report = reports()["carried"]
+    assert report.verdict == "reject" and report.reason.startswith("sequential:"), report.reason
+    assert "not split into parallel phases: store at" in report.reason and "out of order" in report.reason
+
+
+def test_the_host_backend_splits_too_and_not_when_told_not_to():
+    from tensorwasm.compiler.analysis.plan import AnalysisOptions
+
+    module = translate_module(load(DATA))
+    host = [r for r in analyze_module(module, AnalysisOptions(distribute=False)) if r.loop.depth == 1]
+    assert {r.func.name for r in host if r.plan is not None and r.plan.fission} == {"atax", "bicg", "steps"}
+    unsplit = [r for r in analyze_module(module, AnalysisOptions(split=False)) if r.loop.depth == 1]
+    assert not any(r.plan is not None and r.plan.fission for r in unsplit)
+
+
+def _addresses() -> list[int]:
+    reference = ReferenceInstance(DATA)
+    return [reference.call("addr", [(I32, n)]).values[0][1] for n in range(9)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_split_loops_match_wasmtime(device):
+    at = _addresses()
+    calls = [
+        ("init", []),
+        ("atax", [(I32, at[A]), (I32, at[X]), (I32, at[Y]), (I32, at[TMP])]),
+        ("bicg", [(I32, at[A]), (I32, at[S]), (I32, at[Q]), (I32, at[P]), (I32, at[R])]),
+        ("steps", [(I32, at[V]), (I32, at[X])]),
+        ("carried", [(I32, at[A]), (I32, at[Y]), (I32, at[TMP])]),
+        ("atax", [(I32, at[A]), (I32, at[X]), (I32, at[Y]), (I32, at[TMP])]),
+    ]
+    instance = schedule.run(device, calls, DATA)
+    for name in ("atax", "bicg", "steps"):
+        lp = schedule.outer_loop(instance.offload.loops, name)
+        assert lp.plan.fission and lp.stats.offloaded == (2 if name == "atax" else 1), (
+            name,
+            lp.stats.declined,
+        )
+
+
+@pytest.mark.parametrize("device", ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_overlapping_arrays_decline_and_run_on_wasmtime(device):
+    """y is tmp (the same base): apart by live-ins only, the guard finds their ranges meet."""
+    at = _addresses()
+    calls = [("init", []), ("atax", [(I32, at[A]), (I32, at[X]), (I32, at[Y]), (I32, at[Y])])]
+    instance = schedule.run(device, calls, DATA)
+    lp = schedule.outer_loop(instance.offload.loops, "atax")
+    assert lp.stats.offloaded == 0 and lp.stats.declined, lp.stats.declined
+
+
+def test_split_kernels_assemble_for_sm_90_with_a_grid_barrier_between_phases(
+    ptxas: str, tmp_path: Path
+) -> None:
+    module = translate_module(load(DATA))
+    plans = [
+        r.plan for r in analyze_module(module) if r.plan is not None and r.plan.fission and r.loop.depth == 1
+    ]
+    assert {p.func.name for p in plans} == {"atax", "bicg", "steps"}
+    bodies = schedule.phase_kernel_bodies(module, plans, ptxas, tmp_path)
+    # atax and bicg wait once between their two phases, the time loop never; each wait
+    # counts the block in with one atomic add and moves the generation on with another.
+    assert sorted(body.count("atom.") for body in bodies) == [0, 2, 2]
+    assert sorted(body.count("barrier.sync") for body in bodies) == [0, 2, 2]
+
+
+def test_the_host_threads_share_each_phase_in_turn(monkeypatch):
+    """Past the work a thread must have, the host runs a split loop phase by phase, each
+    phase's threads (iterations of the loop, or of its grid loop) in ranges over its own
+    threads: the same memory as wasmtime's."""
+    from tensorwasm.runtime import host_device
+
+    monkeypatch.setattr(host_device.HostLaunches, "THREAD_MIN_SECONDS", 1e-12)
+    monkeypatch.setattr(host_device, "CPUS", 3)
+    ran = []
+    real = host_device.HostLaunches._run_phases
+    monkeypatch.setattr(
+        host_device.HostLaunches, "_run_phases", lambda *a: ran.append(a[1].plan.func.name) or real(*a)
+    )
+    at = _addresses()
+    calls = [
+        ("init", []),
+        ("atax", [(I32, at[A]), (I32, at[X]), (I32, at[Y]), (I32, at[TMP])]),
+        ("bicg", [(I32, at[A]), (I32, at[S]), (I32, at[Q]), (I32, at[P]), (I32, at[R])]),
+        ("steps", [(I32, at[V]), (I32, at[X])]),
+    ]
+    instance = schedule.run("cpu", calls, DATA)
+    assert ran == ["atax", "bicg", "steps"]
+    for name in ("atax", "bicg", "steps"):
+        assert schedule.outer_loop(instance.offload.loops, name).stats.threads > 1, name
