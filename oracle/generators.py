@@ -1264,19 +1264,19 @@ def _imperfect(draw: st.DrawFn) -> _Shape:
 
 
 @st.composite
-def _split(draw: st.DrawFn) -> _Shape:
+def _split(draw: st.DrawFn, variant: str | None = None) -> _Shape:
     """atax's and bicg's shape: a loop that every iteration adds into a whole vector,
     sequential, whose body splits into phases that each run in parallel over all of it
     (compiler.analysis.fission). ``atax``: ``for i in [0, n) { t[i] = c; for j in [0, m):
     t[i] = t[i] + a[i][j] * x[j]; for j in [0, m): y[j] = y[j] + a[i][j] * t[i] }``;
-    ``bicg``: both updates in one ``j`` loop; ``carried``: the statement reads ``y[i]``,
+    ``bicg``: both updates in one ``j`` loop, ``y[j]`` taking ``x[i]`` for ``t[i]``; ``carried``: the statement reads ``y[i]``,
     which earlier rows' ``j`` loops wrote (it stays sequential). The arrays are pointers."""
     kinds, lengths, layout, bases = draw(_buffers(4, same=draw(st.booleans())))  # a, x, t, then y
     row = draw(_ROW)
-    variant = draw(st.sampled_from(["atax", "bicg", "carried"]))
-    a, x = Access(0, row, 1, 0), Access(1, 0, 1, 0)
+    variant = variant or draw(st.sampled_from(["atax", "bicg", "carried"]))
+    a, x, x_i = Access(0, row, 1, 0), Access(1, 0, 1, 0), Access(1, 1, 0, 0)
     t, y, y_i = Access(2, 1, 0, 0), Access(3, 0, 1, 0), Access(3, 1, 0, 0)
-    accesses = [a, x, t, y, y_i] if variant == "carried" else [a, x, t, y]
+    accesses = [a, x, t, y, *{"carried": [y_i], "bicg": [x_i]}.get(variant, [])]
     shape = _Shape("split", kinds, lengths, bases, layout, accesses, lambda n, m: [
         (i, j, 0) for i in range(n) for j in _ends(0, m)
     ])  # fmt: skip
@@ -1292,8 +1292,9 @@ def _split(draw: st.DrawFn) -> _Shape:
     start = shape.store(t, first, tt, COUNTERS)
     own = shape.store(t, f"({tt}.add {shape.load(t, tt, COUNTERS)} ({tt}.mul {shape.load(a, tt, COUNTERS)} "
                          f"{shape.load(x, tt, COUNTERS)}))", tt, COUNTERS)  # fmt: skip
+    factor = x_i if variant == "bicg" else t  # bicg's s[j] += r[i] * A[i][j]: an input, not what the row sums
     spread = shape.store(y, f"({yt}.add {shape.load(y, yt, COUNTERS)} ({yt}.mul {shape.load(a, yt, COUNTERS)} "
-                            f"{shape.load(t, yt, COUNTERS)}))", yt, COUNTERS)  # fmt: skip
+                            f"{shape.load(factor, yt, COUNTERS)}))", yt, COUNTERS)  # fmt: skip
     columns = "(local.get $m)"
     if variant == "bicg":
         inner = _range("$j", "(i32.const 0)", columns, f"{spread}\n            {own}", "          ")
@@ -1638,11 +1639,14 @@ SHAPE_STRATEGIES = {
 
 
 @st.composite
-def shaped_kernel(draw: st.DrawFn, name: str, index: int, shape_name: str | None = None) -> Kernel:
-    """A kernel of one of PolyBench's :data:`SHAPES` (``shape_name``, or drawn), with its
+def shaped_kernel(
+    draw: st.DrawFn, name: str, index: int, shape_name: str | None = None, **shape_args: Any
+) -> Kernel:
+    """A kernel of one of PolyBench's :data:`SHAPES` (``shape_name``, or drawn; ``shape_args``
+    for its strategy, such as the split shape's ``variant``), with its
     data and 1 to 3 calls whose trip counts fit its buffers exactly, overrun them by one,
     are 0 or 1, or are random. It returns the outer counter at the loop's exit."""
-    shape = draw(SHAPE_STRATEGIES[shape_name or draw(st.sampled_from(SHAPES))]())
+    shape = draw(SHAPE_STRATEGIES[shape_name or draw(st.sampled_from(SHAPES))](**shape_args))
     fit_m = max(m for m in range(2, 17) if shape.fits(3, m)) if shape.fits(3, 2) else 2
     fit = max([n for n in range(2, 64) if shape.fits(n, fit_m)] or [1])
     calls_n = draw(st.integers(1, 3))
