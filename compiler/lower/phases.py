@@ -50,22 +50,7 @@ def lower_phases_entry(lowering, index: int) -> str:
         return b.icmp_unsigned("!=", b.load(_slot(b, own, abi.CTX_TRAP), typ=I64_T), i64_const(0))
 
     def counted(start, stride, bound, body) -> None:
-        """``for (v = start; v < bound; v += stride) body(v)``; ``body`` may branch to the
-        exit it is given to stop early."""
-        before = b.block
-        head, loop, after = (fn.append_basic_block(n) for n in ("head", "body", "after"))
-        b.branch(head)
-        b.position_at_end(head)
-        v = b.phi(I64_T)
-        v.add_incoming(start, before)
-        b.cbranch(
-            b.icmp_signed("<", v, bound) if bound is not None else ir.Constant(ir.IntType(1), 1), loop, after
-        )
-        b.position_at_end(loop)
-        body(v, after)
-        v.add_incoming(b.add(v, stride), b.block)
-        b.branch(head)
-        b.position_at_end(after)
+        _counted(fn, b, start, stride, bound, body)
 
     def row(k, _row_done, inner=()) -> None:
         for phase in range(phases):

@@ -75,16 +75,23 @@ def _addresses() -> list[int]:
     return [reference.call("addr", [(I32, n)]).values[0][1] for n in range(9)]
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_split_loops_match_wasmtime(device):
-    at = _addresses()
-    calls = [
+def _split_calls(at: list[int]) -> list[tuple[str, list]]:
+    """init, then atax, bicg and the time loop on fission.c's arrays."""
+    return [
         ("init", []),
         ("atax", [(I32, at[A]), (I32, at[X]), (I32, at[Y]), (I32, at[TMP])]),
         ("bicg", [(I32, at[A]), (I32, at[S]), (I32, at[Q]), (I32, at[P]), (I32, at[R])]),
         ("steps", [(I32, at[V]), (I32, at[X])]),
+    ]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_split_loops_match_wasmtime(device):
+    at = _addresses()
+    calls = [
+        *_split_calls(at),
         ("carried", [(I32, at[A]), (I32, at[Y]), (I32, at[TMP])]),
-        ("atax", [(I32, at[A]), (I32, at[X]), (I32, at[Y]), (I32, at[TMP])]),
+        _split_calls(at)[1],
     ]
     instance = schedule.run(device, calls, DATA)
     for name in ("atax", "bicg", "steps"):
@@ -133,14 +140,7 @@ def test_the_host_threads_share_each_phase_in_turn(monkeypatch):
     monkeypatch.setattr(
         host_device.HostLaunches, "_run_phases", lambda *a: ran.append(a[1].plan.func.name) or real(*a)
     )
-    at = _addresses()
-    calls = [
-        ("init", []),
-        ("atax", [(I32, at[A]), (I32, at[X]), (I32, at[Y]), (I32, at[TMP])]),
-        ("bicg", [(I32, at[A]), (I32, at[S]), (I32, at[Q]), (I32, at[P]), (I32, at[R])]),
-        ("steps", [(I32, at[V]), (I32, at[X])]),
-    ]
-    instance = schedule.run("cpu", calls, DATA)
+    instance = schedule.run("cpu", _split_calls(_addresses()), DATA)
     assert ran == ["atax", "bicg", "steps"]
     for name in ("atax", "bicg", "steps"):
         assert schedule.outer_loop(instance.offload.loops, name).stats.threads > 1, name
