@@ -161,9 +161,8 @@ class DeviceLaunches:
         stats = lp.stats
         mirror = self.mirror
         start = time.perf_counter()
-        if ready.launch.spread and not ready.capped:  # a split loop's grid waits for all its blocks
+        if ready.launch.spread:  # a split loop's grid waits for all its blocks: no more than are resident
             ready.grid = (min(ready.grid[0], self.device.resident_blocks()), 1, 1)
-            ready.capped = True
         resident = lp.region is not None
         staged = not resident and not ready.rows_out and ready.out_bytes <= STAGED_RESULT_BYTES
         mirror.ensure(size, ready.slots, ready.out_bytes if staged else 0)

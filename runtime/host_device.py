@@ -320,13 +320,8 @@ class HostLaunches:
                 memory_size=ready.size, memory_capacity=ready.size, max_pages=ready.size // abi.PAGE_SIZE,
                 written_at=ctypes.addressof(spans), written_count=len(ready.written),
             )  # fmt: skip
-            if ready.launch.spread:  # a split loop: its phases in turn (_run_phases), or one call
-                from tensorwasm.runtime.profit import cpu_seconds_per_op
-
-                many = CPUS > 1 and ready.ops * cpu_seconds_per_op() >= self.THREAD_MIN_SECONDS * CPUS
-                chunks = [(0, ready.launch.trip)] * (2 if many else 1)
-            else:
-                chunks = self.chunks(ready.launch.trip, math.prod(ready.launch.nest), ready.ops)
+            # (a split loop's threads, where there are several, share each phase: _run_phases)
+            chunks = self.chunks(ready.launch.trip, math.prod(ready.launch.nest), ready.ops)
             ready.host_arguments = (bytes(ctx), chunks, spans)
         image, chunks, _ = ready.host_arguments
         return image, chunks
@@ -360,9 +355,8 @@ class HostLaunches:
             lanes = launch.trip if phase.whole else launch.inner.get(phase.counter, 0)
             if not lanes:
                 continue
-            step = -(
-                -lanes // min(lanes, CPUS)
-            )  # (a range a thread: the longer its part of a row, the better)
+            # A range a thread: the longer its part of a row, the better.
+            step = -(-lanes // min(lanes, CPUS))
             calls = [
                 (at, state, n, lo, min(lo + step, lanes), launch.trip, result) for lo in range(0, lanes, step)
             ]

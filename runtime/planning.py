@@ -559,7 +559,6 @@ class PreparedLaunch:
         self.reductions = len(lp.plan.reductions)
         self.identities = identities(lp)
         self.grid, self.block = launch_grid(launch, lp.tile, self.reductions, lp.per_thread)
-        self.capped = False  # a split loop's grid cut to the blocks resident at once (device_launch)
         # The scratch buffer: context | live-ins | reduction slots | written ranges, in u64s.
         self.out_words = self.identities or [0]
         self.range_words = [v for r in self.written for v in (r.lo, r.hi)] or [0, 0]

@@ -44,8 +44,7 @@ from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject
 from tensorwasm.compiler.analysis.isl import NestModel, _context, isl
 from tensorwasm.compiler.analysis.plan import Access, LoopPlan, Phase
 from tensorwasm.compiler.analysis.poly import Poly
-from tensorwasm.compiler.analysis.schedule import exit_block, grid_trip, harmless
-from tensorwasm.compiler.analysis.trips import exits_mid_body
+from tensorwasm.compiler.analysis.schedule import check_body, exit_block, grid_trip
 from tensorwasm.dialect import arith
 from tensorwasm.dialect.ir import Op
 from tensorwasm.support.records import replace
@@ -116,15 +115,7 @@ class _Body:
         self.children = [m for m in facts.func.loops if m.parent is plan.loop]
         if not self.children:
             raise Reject("no inner loop")
-        if any(exits_mid_body(facts, m) for m in values.nested):
-            raise Reject("a loop whose exit test is in the middle of its body")
-        way_out = exit_block(facts, plan.loop)
-        for block in plan.blocks:
-            for op in block.ops:
-                if not harmless(op):
-                    raise Reject(f"{op.name} may trap")
-            if any(s not in plan.blocks and s is not way_out for s in block.successors):
-                raise Reject("more than one way out")
+        check_body(facts, plan, values)
         self.exits: dict[LoopInfo, Block] = {}
         for child in self.children:
             out = exit_block(facts, child)

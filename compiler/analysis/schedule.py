@@ -125,18 +125,10 @@ def _phases(
     children = [m for m in loops if m.parent is plan.loop]
     if not children:
         raise Reject("no inner loop")
-    if any(exits_mid_body(facts, m) for m in values.nested):
-        raise Reject("a loop whose exit test is in the middle of its body")
+    check_body(facts, plan, values)
     inside = set().union(*(facts.bodies[c] for c in children))
-    way_out = exit_block(facts, plan.loop)
-    statements = False  # the body stores outside its child loops: a phase of one thread
-    for block in plan.blocks:
-        for op in block.ops:
-            statements |= op.name == "mem.store" and block not in inside
-            if not harmless(op):
-                raise Reject(f"{op.name} may trap")
-        if any(s not in plan.blocks and s is not way_out for s in block.successors):
-            raise Reject("more than one way out")
+    # The body stores outside its child loops: a phase of one thread.
+    statements = any(op.name == "mem.store" for block in plan.blocks - inside for op in block.ops)
     phases = []
     pins: dict[Value, Poly] = {}
     for child in children:
@@ -164,6 +156,21 @@ def _phases(
         outside = plan.blocks - inside
         phases.insert(0, Phase(plan.loop, plan.loop, plan.counter, plan.trip, outside, statements=True))
     return tuple(phases), guarded, pinned
+
+
+def check_body(facts: FunctionLoops, plan: LoopPlan, values: LoopValues) -> None:
+    """:class:`Reject` where the launched loop's body cannot be run in phases: a loop of the
+    nest exits in the middle of its body, an op may trap (a barrier waits for every thread),
+    or the body has more than one way out."""
+    if any(exits_mid_body(facts, m) for m in values.nested):
+        raise Reject("a loop whose exit test is in the middle of its body")
+    way_out = exit_block(facts, plan.loop)
+    for block in plan.blocks:
+        for op in block.ops:
+            if not harmless(op):
+                raise Reject(f"{op.name} may trap")
+        if any(s not in plan.blocks and s is not way_out for s in block.successors):
+            raise Reject("more than one way out")
 
 
 def grid_trip(facts: FunctionLoops, plan: LoopPlan, values: LoopValues, grid: LoopInfo) -> TripCount:
