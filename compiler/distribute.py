@@ -198,6 +198,15 @@ def _copy_body(
     bodies = {p.loop.header: p.blocks for p in loops}
     grid_body = ph.grid_blocks
     kept = {id(plan.accesses[i].op) for i in ph.stores}
+    # A stepped loop's phase skips child loops whose values the statements after them read
+    # for another phase's stores (left out here): those reads get zeros.
+    skipped = _skipped_blocks(plan, ph)
+
+    def operand(v: Value, blk: Block) -> Value:
+        if skipped and blk not in skipped and _home(v) in skipped:
+            return _zero(kernel, v.type)
+        return scope.value(v, mapping)
+
     if plan.fission:  # a split loop's phase: its own stores only (``kept``)
         around = set()
     elif ph.statements:  # every child loop skipped, the stores outside them kept
@@ -212,7 +221,7 @@ def _copy_body(
             for succ in op.successors:
                 target = succ.block
                 args = [
-                    _zero(kernel, a.type) if a in pinned else scope.value(v, mapping)
+                    _zero(kernel, a.type) if a in pinned else operand(v, blk)
                     for a, v in zip(target.args, succ.args, strict=True)
                 ]
                 other = children.get(target)
@@ -233,7 +242,7 @@ def _copy_body(
                     succs.append(Successor(clones[ph.grid_exit], _zeros(kernel, ph.grid_exit)))
                 else:
                     succs.append(Successor(clones[target], args))
-            new = Op(op.opdef, [scope.value(v, mapping) for v in op.operands],
+            new = Op(op.opdef, [operand(v, blk) for v in op.operands],
                      tuple(r.type for r in op.results), dict(op.attrs), succs, op.offset)  # fmt: skip
             if op.name in ("mem.load", "mem.store"):
                 new.attrs["proven"] = True  # affine: the guards proved every address
@@ -259,6 +268,27 @@ def _enter_at(
         values.append(entering)
     b.br(target, values)
     return start
+
+
+def _skipped_blocks(plan: LoopPlan, ph: Phase) -> set[Block]:
+    """The blocks of the child loops a stepped loop's phase ``ph`` skips (none otherwise)."""
+    if not plan.stepped:
+        return set()
+    found: set[Block] = set()
+    for header, out in ph.skip.items():
+        work = [header]
+        while work:
+            blk = work.pop()
+            if blk in found or blk is out or blk is plan.loop.header or blk not in plan.blocks:
+                continue
+            found.add(blk)
+            work += blk.successors
+    return found
+
+
+def _home(v: Value) -> Block | None:
+    owner = v.owner
+    return owner if isinstance(owner, Block) else getattr(owner, "block", None)
 
 
 def _zeros(kernel: Function, block: Block) -> list[Value]:

@@ -84,7 +84,8 @@ class DeviceReplays:
         if again.mode == "auto":
             pinned = self.prepared.pin and not self.launches.mirror.pin_failed
             go, why, model, cpu = lp.estimate.decide(
-                "gpu", ready.ops, ready.moved, pinned, ready.cells, touched=ready.moved
+                "gpu", ready.ops, ready.moved, pinned, ready.cells, touched=ready.moved,
+                serial_ops=ready.serial_ops, steps=ready.steps,
             )
             if not go:
                 stats.decline(why)

@@ -206,7 +206,9 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
         if _meets_in_row(rs, ra):
             raise GuardFailed(f"store at {s.where} may meet {a.kind} at {a.where} within one iteration")
     if plan.fission:  # threads for the widest phase: the loop's iterations or a grid loop's
-        lanes = max((trip if p.whole else inner.get(p.counter, 1 << 30) for p in plan.phases), default=0)
+        # (a stepped loop's phase run whole is one thread's)
+        whole = 1 if plan.stepped else trip
+        lanes = max((whole if p.whole else inner.get(p.counter, 1 << 30) for p in plan.phases), default=0)
     else:
         lanes = max((inner.get(p.counter, 1 << 30) + p.rest for p in plan.phases), default=0)
     return Launch(

@@ -167,7 +167,7 @@ class HostDevice:
         entries = {}
         for lp in unit.loops:
             entry = host_entry_type(lp)(unit.code.address(lp.entry))
-            if lp.plan.fission:  # and the entry of its phases, which the threads share in turn
+            if lp.plan.fission and not lp.plan.stepped:  # and the entry of its phases, which the threads share in turn
                 entry.phase = PHASE_ENTRY(unit.code.address(abi.phase_entry_name(lp.kernel_index)))
             entries[lp.entry] = entry
         return entries
@@ -269,10 +269,10 @@ class HostLaunches:
             warm_launch_threads(wait=True)
             self.threads_seconds += time.perf_counter() - start
             start = time.perf_counter()
-        if launch.spread and len(chunks) > 1:
+        if launch.spread and len(chunks) > 1 and not lp.plan.stepped:
             out = self._run_phases(lp, launch, ctx, params)
             stats.threads = max(stats.threads, CPUS)
-        elif len(chunks) == 1:
+        elif len(chunks) == 1 or lp.plan.stepped:  # (a stepped loop's iterations in order, on one thread)
             out = (U64 * len(ready.out_words))(*ready.out_words)
             self.prepared.kernels[lp.entry](
                 ctypes.addressof(ctx), ctypes.addressof(params), 0, launch.trip, *launch.nest,

@@ -112,8 +112,9 @@ class OffloadModule:
         self._kernels = LoopKernels(self)
         self.mode = mode
         self.options = options or AnalysisOptions()
-        if self.device == "cpu" and self.options.distribute:  # (the host backend runs whole iterations)
-            self.options = replace(self.options, distribute=False)
+        if self.device == "cpu" and (self.options.distribute or self.options.stepped):
+            # (the host backend runs whole iterations; a stepped loop would run on one thread)
+            self.options = replace(self.options, distribute=False, stepped=False)
         self._unbound_hooks: list[Hook] = []  # made by host_functions, given their table by bind
         self.launches = self.backend.runner(self)
         first = CompileFirst(self.launches, self._kernels)

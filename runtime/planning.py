@@ -423,7 +423,8 @@ class ArrivalPlanner:
         if self.mode == "auto" and launch.trip:
             nbytes, pinned = self.transfer_estimate(lp, ready)
             go, why, model, cpu = lp.estimate.decide(
-                self.device, ready.ops, nbytes, pinned, ready.cells, touched=ready.moved
+                self.device, ready.ops, nbytes, pinned, ready.cells, touched=ready.moved,
+                serial_ops=ready.serial_ops, steps=ready.steps,
             )
             self.arrival_seconds = cpu
             if go:
@@ -556,6 +557,13 @@ class PreparedLaunch:
         self.out_bytes = sum(r.hi - r.lo for r in self.written)
         self.ops = work(lp.plan, launch)
         self.cells = launch.trip * math.prod(launch.nest)  # iterations in parallel
+        # A stepped loop: the ops its phases on one thread run, and its phases in all (a
+        # grid-wide barrier after each); its grids have at most ``lanes`` threads.
+        stepped = lp.plan.stepped
+        self.serial_ops = work(lp.plan, launch, lp.plan.serial_work) if stepped else 0
+        self.steps = launch.trip * len(lp.plan.phases) if stepped else 0
+        if stepped:
+            self.cells = launch.lanes
         self.reductions = len(lp.plan.reductions)
         self.identities = identities(lp)
         self.grid, self.block = launch_grid(launch, lp.tile, self.reductions, lp.per_thread)

@@ -34,6 +34,8 @@ OP_SHARE = {"gpu": 0.002, "cpu": 1 / max(2, min(8, os.cpu_count() or 1))}
 # many threads it has. A GPU thread runs dependent scalar code at a third of the clock and
 # without a CPU core's out-of-order issue.
 THREAD_SLOWDOWN = {"gpu": 8.0, "cpu": 1.0}
+# A grid-wide barrier (a stepped loop waits at one after each phase of each iteration).
+BARRIER_SECONDS = 5e-6
 # Bytes per second between linear memory and the device: page-locked linear memory copies
 # at ~55 GB/s each way on the H100 (and page-locking it runs at ~21 GB/s, once), pageable
 # memory at 9 to 13 GB/s. A little below what was measured.
@@ -152,11 +154,12 @@ def _measure_seconds_per_op(ops: int) -> float:
     return best / (iterations * ops)
 
 
-def work(plan: LoopPlan, launch: Launch) -> int:
-    """Dialect ops the arrival runs: per-iteration ops times the loops' trip counts."""
+def work(plan: LoopPlan, launch: Launch, entries: list | None = None) -> int:
+    """Dialect ops the arrival runs: per-iteration ops times the loops' trip counts (of
+    ``entries``: a part of ``plan.work``)."""
     inner = launch.inner or {}
     per_iteration = 0
-    for ops, around in plan.work:
+    for ops, around in plan.work if entries is None else entries:
         for counter in around:
             ops *= inner.get(counter, 1)
         per_iteration += ops
@@ -175,12 +178,14 @@ class Estimate:
 
     def decide(
         self, device: str, ops: int, nbytes: int, pinned: bool = True, iterations: int = 1 << 62,
-        touched: int = 0,
+        touched: int = 0, serial_ops: int = 0, steps: int = 0,
     ) -> tuple[bool, str, float, float]:  # fmt: skip
         """(offload?, reason if not, modelled device seconds, estimated CPU seconds) for an
         arrival running ``ops`` dialect ops (:func:`work`) over ``iterations`` parallel
         iterations (grid cells), copying ``nbytes`` (from page-locked linear memory when
-        ``pinned``), its loads and stores covering ``touched`` bytes."""
+        ``pinned``), its loads and stores covering ``touched`` bytes. A stepped loop
+        (``steps`` phases in all, each followed by a grid-wide barrier) runs ``serial_ops``
+        of them on one thread, the rest over at most ``iterations`` threads at a time."""
         per_op = cpu_seconds_per_op()
         cpu = ops * per_op
         if touched > CPU_CACHE_BYTES:  # streaming from memory on the CPU too
@@ -188,6 +193,9 @@ class Estimate:
         copies = nbytes / COPY_BYTES_PER_SECOND["pinned" if pinned else "pageable"] if nbytes else 0.0
         spread = ops * per_op * OP_SHARE[device]
         serial = ops / max(1, iterations) * per_op * THREAD_SLOWDOWN[device]
+        if steps:
+            alone = serial_ops + (ops - serial_ops) / max(1, iterations)
+            serial = alone * per_op * THREAD_SLOWDOWN[device] + steps * BARRIER_SECONDS
         model = FIXED_SECONDS[device] + copies + max(spread, serial)
         pays = model * self.correction < cpu
         if self.launches >= 2 and (not pays or self.slower >= SLOWER_LIMIT):

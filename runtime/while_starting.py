@@ -87,7 +87,7 @@ class HostWhileStarting:
         ready yet (its compile is begun), a launch the host's cost model finds slower than
         wasmtime, or a kernel that trapped."""
         distributed = lp.plan.phases and not lp.plan.collapse and not lp.plan.fission
-        if distributed or (lp.region is not None and not self.regions):
+        if distributed or lp.plan.stepped or (lp.region is not None and not self.regions):
             return None
         index = lp.kernel_index
         estimate = self.estimates.setdefault(index, Estimate())

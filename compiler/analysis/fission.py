@@ -74,8 +74,42 @@ def split_sequential(facts: FunctionLoops, plan: LoopPlan, values: LoopValues) -
     raise why
 
 
+def split_stepped(facts: FunctionLoops, plan: LoopPlan, values: LoopValues) -> None:
+    """Give ``plan`` (its loop proven sequential, and not split by :func:`split_sequential`)
+    the phases each of its iterations runs in turn (``LoopPlan.stepped``): a child loop whose
+    iterations are independent within one iteration of the loop runs over the grid; the
+    statements and child loops between such loops run on one thread. :class:`Reject` says
+    why not."""
+    if plan.reductions or plan.private or plan.rotations or plan.vector_ivs or plan.collapse:
+        raise Reject("it carries a value from one iteration to the next")
+    body = _Body(facts, plan, values, stepped=True)
+    phases, free = body.legal(body.stepped_phases())
+    body.check_outflow(phases)
+    if all(p.whole for p in phases):
+        raise Reject("no child loop runs in parallel within an iteration")
+    if not any(p.whole for p in phases):
+        raise Reject("every phase runs over a loop (a device-resident region instead)")
+    plan.phases, plan.fission, plan.stepped = tuple(phases), True, True
+    plan.static_dependence_free = free
+    grids = set().union(*(facts.bodies[p.grid] for p in phases if not p.whole))
+    serial: dict[tuple, int] = {}
+    for block in plan.blocks - grids:
+        around = tuple(
+            values.counter(m) for m in values.nested if m is not plan.loop and block in facts.bodies[m]
+        )
+        serial[around] = serial.get(around, 0) + len(block.ops)
+    plan.serial_work = [(ops, around) for around, ops in serial.items()]
+
+
 def describe(plan: LoopPlan) -> str:
     """The phases of a split loop, for its report."""
+    if plan.stepped:
+        names = [
+            ("one thread" if p.whole else f"over +0x{p.grid.offset:x}")
+            + (": stores at " + ", ".join(plan.accesses[i].where for i in sorted(p.stores)) if p.stores else "")
+            for p in plan.phases
+        ]  # fmt: skip
+        return f"stepped: each iteration runs {len(plan.phases)} phase(s) in turn: " + "; ".join(names)
     names = [
         "stores at " + ", ".join(plan.accesses[i].where for i in sorted(p.stores))
         + (" whole per iteration" if p.whole else f" over +0x{p.grid.offset:x}")
@@ -110,8 +144,9 @@ def _candidates(body: _Body, groups: list[list[int]]):
 class _Body:
     """The loop's body as fission sees it: its child loops, statements and stores."""
 
-    def __init__(self, facts: FunctionLoops, plan: LoopPlan, values: LoopValues):
+    def __init__(self, facts: FunctionLoops, plan: LoopPlan, values: LoopValues, stepped: bool = False):
         self.facts, self.plan, self.values = facts, plan, values
+        self.stepped = stepped
         self.children = [m for m in facts.func.loops if m.parent is plan.loop]
         if not self.children:
             raise Reject("no inner loop")
@@ -124,7 +159,8 @@ class _Body:
             if sum(p not in facts.bodies[child] for p in facts.preds[child.header]) != 1:
                 raise Reject("an inner loop entered from two places")
             self.exits[child] = out
-            self._kept_inside(child)
+            if not stepped:
+                self._kept_inside(child)
         self.stores = [i for i, a in enumerate(plan.accesses) if a.store]
         if not self.stores:
             raise Reject("no store")
@@ -202,6 +238,101 @@ class _Body:
                         work += [s.args[v.index] for s in op.successors if s.block is block]
         return loads
 
+    # -- stepped loops -------------------------------------------------------------------------
+
+    def stepped_phases(self) -> list[tuple[list[int], object]]:
+        """A stepped loop's phases in body order: each child loop whose stores may run over
+        it as the grid within one iteration, a phase of its own; the statements and child
+        loops between them, a phase on one thread (one with no store is left out: every
+        phase skips its loops)."""
+        items = sorted([*self.children, *{self.item(self.plan.accesses[i]) for i in self.stores}],
+                       key=self.position)  # fmt: skip
+        items = list(dict.fromkeys(items))
+        phases: list[tuple[list[int], object]] = []
+        run: list[object] = []
+
+        def close() -> None:
+            stores = [i for i in self.stores if self.item(self.plan.accesses[i]) in run]
+            if stores:
+                phases.append((stores, ("single", tuple(c for c in run if c in self.children))))
+            run.clear()
+
+        for item in items:
+            stores = [i for i in self.stores if self.item(self.plan.accesses[i]) is item]
+            if item in self.children and stores and self._grid_alone(stores, item):
+                close()
+                phases.append((stores, item))
+            else:
+                run.append(item)
+        close()
+        return phases
+
+    def _grid_alone(self, stores: list[int], child: LoopInfo) -> bool:
+        try:
+            grid_trip(self.facts, self.plan, self.values, child)
+            self.legal([(stores, child)], only=0)
+        except Reject:
+            return False
+        return True
+
+    def _stepped_relation(
+        self, made: list[Phase], p: int, q: int, store: Access, other: Access
+    ) -> str | None:
+        """Where a stepped loop's store (phase ``p``) and access (phase ``q``) must not meet, or
+        None where they may: iterations of the loop run in order, and within one its phases
+        in turn, one thread running a phase on one thread in Wasm's order."""
+        kx, ky = self.model.var(self.plan.loop, "x"), self.model.var(self.plan.loop, "y")
+        if p == q and made[p].whole:
+            return None
+        if p == q:  # the grid's threads run one iteration of its loop each, in any order
+            grid = made[p].grid
+            if other.op.block in self.facts.bodies[grid]:
+                return f"{kx} = {ky} and {self.model.var(grid, 'x')} != {self.model.var(grid, 'y')}"
+            return f"{kx} = {ky}"
+        if (p < q and self.before(store, other)) or (p > q and self.before(other, store)):
+            return None  # the phases run in the statements' order
+        return f"{kx} = {ky}"
+
+    def check_outflow(self, phases: list[Phase]) -> None:
+        """:class:`Reject` where a value a child loop makes is read after it by anything but
+        the stores of the one-thread phase that runs the loop (another phase skips it)."""
+        facts, plan = self.facts, self.plan
+        for child in self.children:
+            inside = facts.bodies[child]
+            home = [n for n, ph in enumerate(phases) if ph.whole and child.header not in ph.skip]
+            defined = [
+                v for block in inside for v in (*block.args, *(r for op in block.ops for r in op.results))
+            ]
+            work = [v for v in defined if any(where not in inside for _, where in facts.users.get(v, []))]
+            work += [a for a in self.exits[child].args if facts.users.get(a)]
+            seen: set = set()
+            while work:
+                v = work.pop()
+                if v in seen:
+                    continue
+                seen.add(v)
+                for op, where in facts.users.get(v, []):
+                    if where in inside:
+                        continue
+                    why = f"a value of the loop at +0x{child.offset:x} is read after it"
+                    if where not in plan.blocks or not home:
+                        raise Reject(why)
+                    if op.successors:
+                        if v in op.operands:
+                            raise Reject(why + " (by a branch)")
+                        for succ in op.successors:
+                            for target, passed in zip(succ.block.args, succ.args, strict=True):
+                                if passed is v:
+                                    if succ.block is plan.loop.header:
+                                        raise Reject(why + " (by the next iteration)")
+                                    work.append(target)
+                    elif op.name == "mem.store":
+                        index = next(i for i in self.stores if plan.accesses[i].op is op)
+                        if index not in phases[home[0]].stores:
+                            raise Reject(why + " (by another phase)")
+                    else:
+                        work.extend(op.results)
+
     # -- legality -----------------------------------------------------------------------------
 
     def modes(self, group: list[int]) -> list:
@@ -247,7 +378,11 @@ class _Body:
                 for q in needs[j]:
                     if only is not None and (p != only or q != only):
                         continue
-                    if p == q and made[p].whole:
+                    if self.stepped:
+                        relation = self._stepped_relation(made, p, q, store, other)
+                        if relation is None:
+                            continue
+                    elif p == q and made[p].whole:
                         relation = f"{kx} != {ky}"
                     elif p == q:
                         grid = made[p].grid
@@ -315,6 +450,11 @@ class _Body:
 
     def _phase(self, stores: list[int], mode: object) -> Phase:
         plan = self.plan
+        if isinstance(mode, tuple):  # a stepped loop's phase on one thread: its run's child loops
+            held = mode[1]
+            skip = {c.header: self.exits[c] for c in self.children if c not in held}
+            return Phase(plan.loop, plan.loop, plan.counter, plan.trip, stores=frozenset(stores), whole=True,
+                         skip=skip)  # fmt: skip
         holds = {
             c for c in self.children for i in stores if plan.accesses[i].op.block in self.facts.bodies[c]
         }

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from tensorwasm.compiler.analysis.accesses import collect_accesses
 from tensorwasm.compiler.analysis.dependences import static_dependences
-from tensorwasm.compiler.analysis.fission import describe, split_sequential
+from tensorwasm.compiler.analysis.fission import describe, split_sequential, split_stepped
 from tensorwasm.compiler.analysis.forest import MAX_LOOP_DEPTH, FunctionLoops, Reject, at
 from tensorwasm.compiler.analysis.induction import LoopValues
 from tensorwasm.compiler.analysis.isl import exact_dependences
@@ -163,7 +163,12 @@ def plan_loop(
         try:
             split_sequential(facts, plan, values)
         except Reject as why:
-            raise Reject(f"{sequential}; not split into parallel phases: {why}") from None
+            if not options.stepped:
+                raise Reject(f"{sequential}; not split into parallel phases: {why}") from None
+            try:
+                split_stepped(facts, plan, values)
+            except Reject as stepped:
+                raise Reject(f"{sequential}; not split into parallel phases: {why}; not stepped: {stepped}") from None
     if kept is not None:
         kept[info] = values
     return plan

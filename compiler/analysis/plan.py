@@ -267,6 +267,12 @@ class LoopPlan:
     # Its phases split a sequential loop (:mod:`.fission`): each runs over every iteration
     # of the loop before the next begins, the whole grid waiting between them.
     fission: bool = False
+    # Its iterations run in order, each running the phases in turn (``fission`` too): a phase
+    # over a child loop on the grid, a phase ``whole`` on one thread, the grid waiting between
+    # them (:func:`.fission.split_stepped`).
+    stepped: bool = False
+    # A stepped loop's ``work`` that its phases on one thread run (the rest runs over grids).
+    serial_work: list[tuple[int, tuple[Symbol, ...]]] = field(default_factory=list)
     # Store/access index pairs the schedule could not settle statically: within one iteration
     # of the launched loop their byte ranges must be apart (a guard).
     row_guarded: list[tuple[int, int]] = field(default_factory=list)
@@ -322,3 +328,7 @@ class AnalysisOptions:
     # Split a sequential loop into phases that each run in parallel over all of it
     # (compiler.analysis.fission): for a GPU's grid and the host's threads alike.
     split: bool = True
+    # Run a sequential loop whose body mixes parallel child loops with serial work as one
+    # launch, its iterations in order (compiler.analysis.fission.split_stepped): for a GPU
+    # (the host's threads would run it on one).
+    stepped: bool = True

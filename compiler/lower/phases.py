@@ -137,6 +137,11 @@ def lower_fission_entry(lowering, index: int) -> str:
         operands = [own, b.trunc(k, I32_T), ir.Constant(I32_T, phase), b.trunc(t, I32_T), *args]
         return b.call(call, operands)
 
+    if plan.stepped:
+        _stepped(lowering, fn, b, index, plan, run, first if gpu else None, step, begin, end)
+        _report_trap(b, own, ctx)
+        b.ret_void()
+        return fn.name
     for phase, ph in enumerate(plan.phases):
         if ph.whole:
             _counted(
@@ -158,6 +163,40 @@ def lower_fission_entry(lowering, index: int) -> str:
     if not gpu:
         _host_phase_entry(lowering, index, plan)
     return fn.name
+
+
+def _stepped(lowering, fn, b, index: int, plan, run, first, step, begin, end) -> None:
+    """A stepped loop (``LoopPlan.stepped``): every thread walks the loop's iterations in
+    order; in each, the phases in turn: one on one thread runs on thread 0 of the grid (the
+    host's one thread: ``first`` None), one over a grid loop on every thread, thread ``g``
+    taking its iterations ``t = g, g + G, ...``; the whole grid waits after each phase, so
+    the next phase, and the next iteration, sees what it wrote."""
+    gpu = first is not None
+
+    def iteration(k, _stop) -> None:
+        for p, ph in enumerate(plan.phases):
+            if ph.whole:
+                if gpu:
+                    alone, after = fn.append_basic_block("alone"), fn.append_basic_block("alone_done")
+                    b.cbranch(b.icmp_unsigned("==", first, i64_const(0)), alone, after)
+                    b.position_at_end(alone)
+                    run(k, p, i64_const(0))
+                    b.branch(after)
+                    b.position_at_end(after)
+                else:
+                    run(k, p, i64_const(0))
+            else:
+
+                def grid_iteration(t, stop, p=p) -> None:
+                    go = fn.append_basic_block("more")
+                    b.cbranch(b.icmp_unsigned("==", run(k, p, t), ir.Constant(I32_T, 0)), stop, go)
+                    b.position_at_end(go)
+
+                _counted(fn, b, first if gpu else i64_const(0), step, None, grid_iteration)
+            if gpu:  # the next phase, or the next iteration, reads what it wrote
+                _grid_barrier(lowering, b, fn, index)
+
+    _counted(fn, b, begin, i64_const(1), end, iteration)
 
 
 def _host_phase_entry(lowering, index: int, plan) -> None:

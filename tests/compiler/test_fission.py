@@ -54,19 +54,33 @@ def test_a_time_loop_over_one_parallel_loop_is_one_phase():
     assert plan is not None and plan.fission and len(plan.phases) == 1 and not plan.phases[0].whole
 
 
-def test_a_statement_reading_what_earlier_rows_wrote_stays_sequential():
-    report = reports()["carried"]
+def test_a_statement_reading_what_earlier_rows_wrote_does_not_split():
+    """It steps instead (tests/compiler/test_stepped.py): tmp[i] on one thread, then y over j."""
+    from tensorwasm.compiler.analysis.plan import AnalysisOptions
+
+    module = translate_module(load(DATA))
+    unstepped = {
+        r.func.name: r for r in analyze_module(module, AnalysisOptions(stepped=False)) if r.loop.depth == 1
+    }
+    report = unstepped["carried"]
     assert report.verdict == "reject" and report.reason.startswith("sequential:"), report.reason
     assert "not split into parallel phases: store at" in report.reason and "out of order" in report.reason
+    stepped = reports()["carried"].plan
+    assert stepped.stepped and [p.whole for p in stepped.phases] == [True, False]
 
 
 def test_the_host_backend_splits_too_and_not_when_told_not_to():
     from tensorwasm.compiler.analysis.plan import AnalysisOptions
 
     module = translate_module(load(DATA))
-    host = [r for r in analyze_module(module, AnalysisOptions(distribute=False)) if r.loop.depth == 1]
+    host = [
+        r
+        for r in analyze_module(module, AnalysisOptions(distribute=False, stepped=False))
+        if r.loop.depth == 1
+    ]
     assert {r.func.name for r in host if r.plan is not None and r.plan.fission} == {"atax", "bicg", "steps"}
     unsplit = [r for r in analyze_module(module, AnalysisOptions(split=False)) if r.loop.depth == 1]
+    assert not any(r.plan is not None and r.plan.stepped for r in unsplit)
     assert not any(r.plan is not None and r.plan.fission for r in unsplit)
 
 
@@ -117,7 +131,9 @@ def test_split_kernels_assemble_for_sm_90_with_a_grid_barrier_between_phases(
 ) -> None:
     module = translate_module(load(DATA))
     plans = [
-        r.plan for r in analyze_module(module) if r.plan is not None and r.plan.fission and r.loop.depth == 1
+        r.plan
+        for r in analyze_module(module)
+        if r.plan is not None and r.plan.fission and not r.plan.stepped and r.loop.depth == 1
     ]
     assert {p.func.name for p in plans} == {"atax", "bicg", "steps"}
     bodies = schedule.phase_kernel_bodies(module, plans, ptxas, tmp_path)
