@@ -1270,7 +1270,9 @@ def _split(draw: st.DrawFn, variant: str | None = None) -> _Shape:
     (compiler.analysis.fission). ``atax``: ``for i in [0, n) { t[i] = c; for j in [0, m):
     t[i] = t[i] + a[i][j] * x[j]; for j in [0, m): y[j] = y[j] + a[i][j] * t[i] }``;
     ``bicg``: both updates in one ``j`` loop, ``y[j]`` taking ``x[i]`` for ``t[i]``; ``carried``: the statement reads ``y[i]``,
-    which earlier rows' ``j`` loops wrote (it stays sequential). The arrays are pointers."""
+    which earlier rows' ``j`` loops wrote (not split: a stepped loop, each ``i`` running its
+    statement and first ``j`` loop on one thread, then the second over ``j``). The arrays are
+    pointers."""
     kinds, lengths, layout, bases = draw(_buffers(4, same=draw(st.booleans())))  # a, x, t, then y
     row = draw(_ROW)
     variant = variant or draw(st.sampled_from(["atax", "bicg", "carried"]))
