@@ -78,7 +78,7 @@ def test_each_shape_makes_valid_modules_that_wasmtime_runs(shape: str) -> None:
 
 def test_doitgen_s_temporary_is_privatised_and_its_sequential_variants_refused() -> None:
     accepted = refused = 0
-    for kernel in _draws("privatised", 60):
+    for kernel in _draws("privatised", 100):
         meta = kernel[3]
         rows = meta["counts"][0]
         report = _outermost(_loop_module([kernel]))
@@ -88,13 +88,21 @@ def test_doitgen_s_temporary_is_privatised_and_its_sequential_variants_refused()
             accepted += 1
         elif meta["variant"] != "doitgen" and rows != "n" and rows > 1:
             # exposed: the copy reads t[P - 1], never written; guarded: the writes do not run
-            # in every iteration. Either way an iteration reads what an earlier one left.
-            assert report.verdict == "reject", (meta["variant"], report.reason)
-            assert report.reason.startswith("sequential: "), report.reason
+            # in every iteration. Either way an iteration reads what an earlier one left: not
+            # privatised; sequential, or stepped (the iterations in order, tests/compiler/test_stepped.py).
+            assert "privatised" not in report.reason, (meta["variant"], report.reason)
+            if report.verdict == "offload":
+                assert report.plan.stepped, report.reason
+            else:
+                assert report.reason.startswith("sequential: "), report.reason
             refused += 1
-        elif rows == "n":  # the last iteration, whose copy memory keeps, is not known
-            assert report.verdict == "reject" and "count is not a number" in report.reason, report.reason
-    assert accepted >= 15 and refused >= 3, (accepted, refused)
+        elif rows == "n":  # the last iteration, whose copy memory keeps, is not known: no copies
+            assert "privatised" not in report.reason, report.reason
+            if report.verdict == "offload":  # (stepped: the iterations in order, on memory itself)
+                assert report.plan.stepped, report.reason
+            else:
+                assert "count is not a number" in report.reason, report.reason
+    assert accepted >= 10 and refused >= 3, (accepted, refused)
 
 
 @pytest.mark.parametrize("variant", ["atax", "bicg", "carried"])
