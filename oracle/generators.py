@@ -1271,11 +1271,13 @@ def _split(draw: st.DrawFn, variant: str | None = None) -> _Shape:
     t[i] = t[i] + a[i][j] * x[j]; for j in [0, m): y[j] = y[j] + a[i][j] * t[i] }``;
     ``bicg``: both updates in one ``j`` loop, ``y[j]`` taking ``x[i]`` for ``t[i]``; ``carried``: the statement reads ``y[i]``,
     which earlier rows' ``j`` loops wrote (not split: a stepped loop, each ``i`` running its
-    statement and first ``j`` loop on one thread, then the second over ``j``). The arrays are
-    pointers."""
+    statement and first ``j`` loop on one thread, then the second over ``j``); ``norm``:
+    gramschmidt's, the row's sum made in a local by the first ``j`` loop and stored after it
+    (a stepped loop whose one-thread phase runs that loop, the others skipping it). The arrays
+    are pointers."""
     kinds, lengths, layout, bases = draw(_buffers(4, same=draw(st.booleans())))  # a, x, t, then y
     row = draw(_ROW)
-    variant = variant or draw(st.sampled_from(["atax", "bicg", "carried"]))
+    variant = variant or draw(st.sampled_from(["atax", "bicg", "carried", "norm"]))
     a, x, x_i = Access(0, row, 1, 0), Access(1, 0, 1, 0), Access(1, 1, 0, 0)
     t, y, y_i = Access(2, 1, 0, 0), Access(3, 0, 1, 0), Access(3, 1, 0, 0)
     accesses = [a, x, t, y, *{"carried": [y_i], "bicg": [x_i]}.get(variant, [])]
@@ -1298,7 +1300,14 @@ def _split(draw: st.DrawFn, variant: str | None = None) -> _Shape:
     spread = shape.store(y, f"({yt}.add {shape.load(y, yt, COUNTERS)} ({yt}.mul {shape.load(a, yt, COUNTERS)} "
                             f"{shape.load(factor, yt, COUNTERS)}))", yt, COUNTERS)  # fmt: skip
     columns = "(local.get $m)"
-    if variant == "bicg":
+    if variant == "norm":  # t[i] = (c + sum of a[i][j] * x[j], in a local): the sum is the loop's value
+        total = f"(local.set $r{tt} ({tt}.add (local.get $r{tt}) ({tt}.mul {shape.load(a, tt, COUNTERS)} " \
+                f"{shape.load(x, tt, COUNTERS)})))"  # fmt: skip
+        start = f"(local.set $r{tt} {const_text(tt, draw_values(draw, (tt,))[0])})"
+        inner = (f"{_range('$j', '(i32.const 0)', columns, total, '          ')}\n        "
+                 f"{shape.store(t, f'(local.get $r{tt})', tt, COUNTERS)}\n        "
+                 f"{_range('$j', '(i32.const 0)', columns, spread, '          ')}")  # fmt: skip
+    elif variant == "bicg":
         inner = _range("$j", "(i32.const 0)", columns, f"{spread}\n            {own}", "          ")
     else:
         inner = (f"{_range('$j', '(i32.const 0)', columns, own, '          ')}\n        "

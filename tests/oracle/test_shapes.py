@@ -67,6 +67,8 @@ def test_each_shape_is_launched_as_its_shape(shape: str, device: str) -> None:
         assert any(lp.plan.phases for lp in outermost), "no imperfect nest was distributed into phases"
     if shape == "split":  # a sequential loop split into phases, launched once for all of it
         assert any(lp.plan.fission for lp in outermost), "no loop was split into parallel phases"
+        if device != "cpu":  # and a stepped one (its iterations in order, phases in turn)
+            assert any(lp.plan.stepped for lp in outermost), "no stepped loop was launched"
     if shape == "stencil":
         regions = [r for i in instances for r in i.offload.region_stats]
         assert sum(r.exits for r in regions) > 0, "no time loop ran as a device-resident region"
