@@ -83,7 +83,8 @@ class HostWhileStarting:
         self, lp: OffloadedLoop, ready: PreparedLaunch, arrival: LaunchArguments, base: int, size: int
     ) -> list[int] | None:
         """The reductions' partial results of ``lp``'s launch on the host's threads, or None
-        where it does not run here (wasmtime runs it): a distributed schedule, a kernel not
+        where it does not run here (wasmtime runs it): a distributed schedule or a stepped
+        loop (its iterations in order: one host thread would gain nothing), a kernel not
         ready yet (its compile is begun), a launch the host's cost model finds slower than
         wasmtime, or a kernel that trapped."""
         distributed = lp.plan.phases and not lp.plan.collapse and not lp.plan.fission

@@ -34,6 +34,18 @@ A pair that isl cannot model because live-in base pointers separate it becomes a
 the two accesses' byte ranges apart over the whole launch. Any other such pair, one that
 meets, a body that may trap, or a value of a child loop read after it keeps the loop
 sequential (a device-resident region around its parallel inner loops).
+
+A loop that does not split may still be *stepped* (:func:`split_stepped`, for a GPU): one
+launch whose iterations run in order, each running its phases in turn, the grid waiting
+after each. PolyBench's gramschmidt: ``k { nrm = sum of A[i][k]^2; R[k][k] = sqrt(nrm); i:
+Q[i][k] = ...; j > k: { ... } }``. A child loop whose stores isl proves apart across its
+iterations within one iteration of the loop runs over the grid (``i``, ``j``); the
+statements and child loops between such loops (the norm's loop, ``R[k][k]``) run on one
+thread. isl checks the pairs at one iteration of the loop only: within a grid phase they
+meet at one grid iteration at most; across phases, only in the order the phases run them. A
+child loop's value may be read after it only by the stores of the one-thread phase that
+runs it. A loop whose phases would all run over the grid stays a region; one with none over
+the grid stays on wasmtime.
 """
 
 from __future__ import annotations
