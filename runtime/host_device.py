@@ -167,7 +167,8 @@ class HostDevice:
         entries = {}
         for lp in unit.loops:
             entry = host_entry_type(lp)(unit.code.address(lp.entry))
-            if lp.plan.fission and not lp.plan.stepped:  # and the entry of its phases, which the threads share in turn
+            # and the entry of a split loop's phases, which the threads share in turn
+            if lp.plan.fission and not lp.plan.stepped:
                 entry.phase = PHASE_ENTRY(unit.code.address(abi.phase_entry_name(lp.kernel_index)))
             entries[lp.entry] = entry
         return entries
@@ -269,10 +270,10 @@ class HostLaunches:
             warm_launch_threads(wait=True)
             self.threads_seconds += time.perf_counter() - start
             start = time.perf_counter()
-        if launch.spread and len(chunks) > 1 and not lp.plan.stepped:
+        if launch.spread and len(chunks) > 1:
             out = self._run_phases(lp, launch, ctx, params)
             stats.threads = max(stats.threads, CPUS)
-        elif len(chunks) == 1 or lp.plan.stepped:  # (a stepped loop's iterations in order, on one thread)
+        elif len(chunks) == 1:
             out = (U64 * len(ready.out_words))(*ready.out_words)
             self.prepared.kernels[lp.entry](
                 ctypes.addressof(ctx), ctypes.addressof(params), 0, launch.trip, *launch.nest,
@@ -320,8 +321,14 @@ class HostLaunches:
                 memory_size=ready.size, memory_capacity=ready.size, max_pages=ready.size // abi.PAGE_SIZE,
                 written_at=ctypes.addressof(spans), written_count=len(ready.written),
             )  # fmt: skip
-            # (a split loop's threads, where there are several, share each phase: _run_phases)
-            chunks = self.chunks(ready.launch.trip, math.prod(ready.launch.nest), ready.ops)
+            # (a split loop's threads, where there are several, share each phase: _run_phases;
+            # a stepped loop's iterations run in order, on one thread)
+            launch = ready.launch
+            chunks = (
+                [(0, launch.trip)]
+                if ready.steps
+                else self.chunks(launch.trip, math.prod(launch.nest), ready.ops)
+            )
             ready.host_arguments = (bytes(ctx), chunks, spans)
         image, chunks, _ = ready.host_arguments
         return image, chunks

@@ -69,8 +69,7 @@ if TYPE_CHECKING:
 def split_sequential(facts: FunctionLoops, plan: LoopPlan, values: LoopValues) -> None:
     """Give ``plan`` (its loop proven sequential) the phases of its fission, the pairs they
     settle and those left to the guards; :class:`Reject` says why it cannot be split."""
-    if plan.reductions or plan.private or plan.rotations or plan.vector_ivs or plan.collapse:
-        raise Reject("it carries a value from one iteration to the next")
+    _no_carried(plan)
     body = _Body(facts, plan, values)
     groups = body.groups()
     why = Reject("no phases")
@@ -92,8 +91,7 @@ def split_stepped(facts: FunctionLoops, plan: LoopPlan, values: LoopValues) -> N
     iterations are independent within one iteration of the loop runs over the grid; the
     statements and child loops between such loops run on one thread. :class:`Reject` says
     why not."""
-    if plan.reductions or plan.private or plan.rotations or plan.vector_ivs or plan.collapse:
-        raise Reject("it carries a value from one iteration to the next")
+    _no_carried(plan)
     body = _Body(facts, plan, values, stepped=True)
     phases, free = body.legal(body.stepped_phases())
     body.check_outflow(phases)
@@ -104,13 +102,12 @@ def split_stepped(facts: FunctionLoops, plan: LoopPlan, values: LoopValues) -> N
     plan.phases, plan.fission, plan.stepped = tuple(phases), True, True
     plan.static_dependence_free = free
     grids = set().union(*(facts.bodies[p.grid] for p in phases if not p.whole))
-    serial: dict[tuple, int] = {}
-    for block in plan.blocks - grids:
-        around = tuple(
-            values.counter(m) for m in values.nested if m is not plan.loop and block in facts.bodies[m]
-        )
-        serial[around] = serial.get(around, 0) + len(block.ops)
-    plan.serial_work = [(ops, around) for around, ops in serial.items()]
+    plan.serial_work = values.work([b for b in values.body_order if b not in grids])
+
+
+def _no_carried(plan: LoopPlan) -> None:
+    if plan.reductions or plan.private or plan.rotations or plan.vector_ivs or plan.collapse:
+        raise Reject("it carries a value from one iteration to the next")
 
 
 def describe(plan: LoopPlan) -> str:
@@ -187,13 +184,16 @@ class _Body:
     def _kept_inside(self, child: LoopInfo) -> None:
         """:class:`Reject` where a value of ``child`` is read after it (a phase that skips
         the loop would have none)."""
-        inside = self.facts.bodies[child]
-        for block in inside:
-            defined = [*block.args, *(r for op in block.ops for r in op.results)]
-            if any(where not in inside for v in defined for _, where in self.facts.users.get(v, [])):
-                raise Reject(f"a value of the loop at +0x{child.offset:x} is read after it")
-        if any(self.facts.users.get(arg) for arg in self.exits[child].args):
+        if self._read_after(child):
             raise Reject(f"a value of the loop at +0x{child.offset:x} is read after it")
+
+    def _read_after(self, child: LoopInfo) -> list:
+        """The values ``child`` makes that something after it reads (its exit's arguments
+        included)."""
+        inside, users = self.facts.bodies[child], self.facts.users
+        defined = [v for block in inside for v in (*block.args, *(r for op in block.ops for r in op.results))]
+        read = [v for v in defined if any(where not in inside for _, where in users.get(v, []))]
+        return read + [a for a in self.exits[child].args if users.get(a)]
 
     def item(self, access: Access) -> object:
         """The statement ``access`` belongs to: its child loop, or its block outside them."""
@@ -281,7 +281,6 @@ class _Body:
 
     def _grid_alone(self, stores: list[int], child: LoopInfo) -> bool:
         try:
-            grid_trip(self.facts, self.plan, self.values, child)
             self.legal([(stores, child)], only=0)
         except Reject:
             return False
@@ -312,11 +311,7 @@ class _Body:
         for child in self.children:
             inside = facts.bodies[child]
             home = [n for n, ph in enumerate(phases) if ph.whole and child.header not in ph.skip]
-            defined = [
-                v for block in inside for v in (*block.args, *(r for op in block.ops for r in op.results))
-            ]
-            work = [v for v in defined if any(where not in inside for _, where in facts.users.get(v, []))]
-            work += [a for a in self.exits[child].args if facts.users.get(a)]
+            work = self._read_after(child)
             seen: set = set()
             while work:
                 v = work.pop()

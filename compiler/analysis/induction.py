@@ -103,6 +103,17 @@ class LoopValues:
         wide.opaque = True
         return wide
 
+    def work(self, blocks) -> list[tuple[int, tuple[Symbol, ...]]]:
+        """The ops of ``blocks`` (blocks of the loop), grouped by the counters of the inner
+        loops that repeat them: the runtime's estimate of the work multiplies each group by
+        those loops' trip counts (``LoopPlan.work``)."""
+        grouped: dict[tuple[Symbol, ...], int] = {}
+        for block in blocks:
+            inside = (m for m in self.nested if m is not self.info and block in self.facts.bodies[m])
+            around = tuple(self.counter(m) for m in inside)
+            grouped[around] = grouped.get(around, 0) + len(block.ops)
+        return [(ops, around) for around, ops in grouped.items()]
+
     def counter(self, loop: LoopInfo) -> Symbol:
         """The symbol of ``loop``'s iteration number, made at its first use."""
         sym = self.counters.get(loop)

@@ -43,7 +43,6 @@ from tensorwasm.compiler.analysis.isl import exact_dependences
 from tensorwasm.compiler.analysis.liveness import live_ins, live_outs
 from tensorwasm.compiler.analysis.nests import collapse_nests, phase_nests
 from tensorwasm.compiler.analysis.plan import AnalysisOptions, LoopPlan, LoopReport, TripCount
-from tensorwasm.compiler.analysis.poly import Symbol
 from tensorwasm.compiler.analysis.privatise import private_copies
 from tensorwasm.compiler.analysis.reductions import lane_reductions
 from tensorwasm.compiler.analysis.schedule import schedule_phases
@@ -145,16 +144,12 @@ def plan_loop(
     reductions = _vector_lanes(values)
     inputs = live_ins(values)
     outputs = live_outs(values)
-    work: dict[tuple[Symbol, ...], int] = {}
-    for block in values.body_order:
-        around = tuple(values.counter(m) for m in values.nested if m is not info and block in facts.bodies[m])
-        work[around] = work.get(around, 0) + len(block.ops)
     first = len(accesses) - len(values.rotations)  # (the reloads come last)
     rotations = tuple((info.header.args.index(arg), first + n) for n, arg in enumerate(values.rotations))
     plan = LoopPlan(
         facts.func, info, values.counter(info), trip, inner, accesses,
         reductions, inputs, outputs, values.body,
-        values.ivs, values.invariant_args, static_free, work=[(ops, around) for around, ops in work.items()],
+        values.ivs, values.invariant_args, static_free, work=values.work(values.body_order),
         vector_ivs=values.vector_ivs,
         rotations=rotations,
         private=tuple(private),
@@ -168,7 +163,8 @@ def plan_loop(
             try:
                 split_stepped(facts, plan, values)
             except Reject as stepped:
-                raise Reject(f"{sequential}; not split into parallel phases: {why}; not stepped: {stepped}") from None
+                why = f"{sequential}; not split into parallel phases: {why}; not stepped: {stepped}"
+                raise Reject(why) from None
     if kept is not None:
         kept[info] = values
     return plan
