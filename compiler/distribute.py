@@ -198,6 +198,7 @@ def _copy_body(
     bodies = {p.loop.header: p.blocks for p in loops}
     grid_body = ph.grid_blocks
     kept = {id(plan.accesses[i].op) for i in ph.stores}
+    scopes = _task_scopes(kernel, plan)
     # A stepped loop's phase skips child loops whose values the statements after them read
     # for another phase's stores (left out here): those reads get zeros.
     skipped = _skipped_blocks(plan, ph)
@@ -246,10 +247,25 @@ def _copy_body(
                      tuple(r.type for r in op.results), dict(op.attrs), succs, op.offset)  # fmt: skip
             if op.name in ("mem.load", "mem.store"):
                 new.attrs["proven"] = True  # affine: the guards proved every address
+                new.attrs.update(scopes.get(id(op), {}))
             new.block = clone
             clone.ops.append(new)
             mapping.update(zip(op.results, new.results, strict=True))
     return clones[header]
+
+
+def _task_scopes(kernel: Function, plan: LoopPlan) -> dict[int, dict[str, object]]:
+    """The alias attributes of the accesses :attr:`LoopPlan.task_apart` pairs, by the id of
+    their op: a store's ``alias_scope`` (a name of its own in the kernel) and an access's
+    ``noalias`` (the scopes of the stores it never meets within a task), which the lowering
+    gives LLVM as scoped no-alias metadata (:func:`compiler.lower.memory.mark_aliasing`)."""
+    out: dict[int, dict[str, object]] = {}
+    for i, j in sorted(plan.task_apart):
+        name = f"{kernel.name}.store{i}"
+        out.setdefault(id(plan.accesses[i].op), {})["alias_scope"] = name
+        found = out.setdefault(id(plan.accesses[j].op), {})
+        found["noalias"] = (*found.get("noalias", ()), name)
+    return out
 
 
 def _enter_at(

@@ -209,6 +209,8 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
         # (a stepped loop's phase run whole is one thread's)
         whole = 1 if plan.stepped else trip
         lanes = max((whole if p.whole else inner.get(p.counter, 1 << 30) for p in plan.phases), default=0)
+        if plan.wave:  # a thread per iteration of the loop, running its tasks of each step
+            lanes = trip
     else:
         lanes = max((inner.get(p.counter, 1 << 30) + p.rest for p in plan.phases), default=0)
     return Launch(

@@ -30,7 +30,14 @@ from tensorwasm.compiler.rewrite import FILTER_EXPORT, NEVER_SKIP, Insertion
 from tensorwasm.dialect.types import Type
 from tensorwasm.runtime import hostfunc, profit
 from tensorwasm.runtime.known_host import Gains
-from tensorwasm.runtime.profit import CONTEXT_SECONDS, FIXED_SECONDS, STARTUP_SECONDS, Estimate, work
+from tensorwasm.runtime.profit import (
+    CONTEXT_SECONDS,
+    FIXED_SECONDS,
+    STARTUP_SECONDS,
+    Estimate,
+    wave_steps,
+    work,
+)
 from tensorwasm.runtime.spans import Rows, Span, union
 from tensorwasm.support.lazy import LazyModule
 from tensorwasm.support.records import field, record
@@ -562,6 +569,8 @@ class PreparedLaunch:
         stepped = lp.plan.stepped
         self.serial_ops = work(lp.plan, launch, lp.plan.serial_work) if stepped else 0
         self.steps = launch.trip * len(lp.plan.phases) if stepped else 0
+        if lp.plan.wave:  # its steps, each as long as its longest task (bounded by the largest)
+            self.steps, self.serial_ops = wave_steps(lp.plan, launch)
         if stepped:
             self.cells = launch.lanes
         self.reductions = len(lp.plan.reductions)

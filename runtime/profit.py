@@ -166,6 +166,19 @@ def work(plan: LoopPlan, launch: Launch, entries: list | None = None) -> int:
     return per_iteration * launch.trip
 
 
+def wave_steps(plan: LoopPlan, launch: Launch) -> tuple[int, int]:
+    """A wavefront's steps (:attr:`LoopPlan.wave`: ``w = m * k + t + c``, ``t`` up to its grid
+    loop's largest count) and the ops of its critical path: every step as long as the
+    longest task any phase may have (inner loops at their largest counts)."""
+    inner = launch.inner or {}
+    last = launch.trip - 1
+    steps = 1 + max(
+        m * last + c + inner.get(p.counter, 1) for p, (m, c) in zip(plan.phases, plan.wave, strict=True)
+    )
+    task = max(work(plan, launch, list(entries)) // max(1, launch.trip) for entries in plan.task_work)
+    return steps, steps * task
+
+
 @record
 class Estimate:
     """The adaptive part of one loop's decision."""

@@ -46,10 +46,23 @@ meet at one grid iteration at most; across phases, only in the order the phases 
 child loop's value may be read after it only by the stores of the one-thread phase that
 runs it. A loop whose phases would all run over the grid stays a region; one with none over
 the grid stays on wasmtime.
+
+A stepped loop whose one-thread phases run child loops (the serial work of PolyBench's
+``lu``: ``i { j < i: { k < j: A[i][j] -= A[i][k] * A[k][j]; A[i][j] /= A[j][j] }; j >= i:
+k < i: ... }``) may run as a *wavefront* instead (:func:`split_wavefront`): every child
+loop with stores is a phase, each of its iterations at each iteration ``k`` of the loop a
+task, run in step ``w = m * k + t + c`` (``t`` the child loop's iteration; ``m`` and ``c``
+per phase, tried from a few small ones). Steps run in order, the whole grid waiting after
+each; a step's tasks run at once, each one thread, its accesses in Wasm's order. isl
+checks every store against every access the phases run: two tasks of one step must not
+meet, and two of different steps may meet only where the earlier step holds the access
+Wasm runs first. ``lu`` runs in step ``w = i + j``: its ``2n - 1`` steps against ``n``
+iterations of one thread's rows.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject
@@ -105,6 +118,49 @@ def split_stepped(facts: FunctionLoops, plan: LoopPlan, values: LoopValues) -> N
     plan.serial_work = values.work([b for b in values.body_order if b not in grids])
 
 
+# The steps ``w = m * k + t + c`` tried for a wavefront's phases, per phase: ``m`` from these,
+# ``c = 0`` (a phase's grid loop starting at ``k``'s row, as ``lu``'s second ``j`` loop: 2).
+WAVE_SLOPES = (1, 2, 0)
+# Phases a wavefront may have (the schedules tried grow as 3 to this power).
+MAX_WAVE_PHASES = 3
+
+
+def split_wavefront(facts: FunctionLoops, plan: LoopPlan, values: LoopValues) -> None:
+    """Give ``plan`` (a stepped loop whose one-thread phases run child loops) the phases and
+    steps of a wavefront: each child loop with stores a phase, its tasks run in step ``w =
+    m * k + t + c``, the first schedule isl finds legal. :class:`Reject` says why not (the
+    plan is left as it was)."""
+    body = _Body(facts, plan, values, stepped=True)
+    if any(body.item(a) not in body.children for a in plan.accesses):
+        raise Reject("an access outside the child loops")
+    phases = [
+        (stores, child) for child in sorted(body.children, key=body.position)
+        if (stores := [i for i in body.stores if body.item(plan.accesses[i]) is child])
+    ]  # fmt: skip
+    if len(phases) > MAX_WAVE_PHASES:
+        raise Reject(f"more than {MAX_WAVE_PHASES} child loops with stores")
+    why = Reject("no schedule")
+    for slopes in itertools.product(WAVE_SLOPES, repeat=len(phases)):
+        body.wave = tuple((m, 0) for m in slopes)
+        try:
+            made, free = body.legal(phases)
+            body.check_outflow(made)
+        except Reject as exc:
+            why = exc
+            continue
+        plan.phases, plan.fission, plan.stepped, plan.wave = tuple(made), True, True, body.wave
+        plan.static_dependence_free = free
+        plan.task_work = tuple(
+            tuple((ops, tuple(c for c in around if c is not ph.counter))
+                  for ops, around in values.work(facts.bodies[ph.grid]))
+            for ph in made
+        )  # fmt: skip
+        plan.serial_work = []
+        plan.task_apart = body.apart_in_task(made)
+        return
+    raise Reject(f"no wavefront: {why}")
+
+
 def _no_carried(plan: LoopPlan) -> None:
     if plan.reductions or plan.private or plan.rotations or plan.vector_ivs or plan.collapse:
         raise Reject("it carries a value from one iteration to the next")
@@ -112,6 +168,16 @@ def _no_carried(plan: LoopPlan) -> None:
 
 def describe(plan: LoopPlan) -> str:
     """The phases of a split loop, for its report."""
+    if plan.wave:
+        names = [
+            f"over +0x{p.grid.offset:x} in steps w = {m}*k + t" + (f" + {c}" if c else "")
+            + ": stores at " + ", ".join(plan.accesses[i].where for i in sorted(p.stores))
+            for p, (m, c) in zip(plan.phases, plan.wave, strict=True)
+        ]  # fmt: skip
+        return (
+            f"wavefront: {len(plan.phases)} phase(s), a task per grid iteration, steps in turn: "
+            + "; ".join(names)
+        )
     if plan.stepped:
         names = [
             ("one thread" if p.whole else f"over +0x{p.grid.offset:x}")
@@ -156,6 +222,7 @@ class _Body:
     def __init__(self, facts: FunctionLoops, plan: LoopPlan, values: LoopValues, stepped: bool = False):
         self.facts, self.plan, self.values = facts, plan, values
         self.stepped = stepped
+        self.wave: tuple[tuple[int, int], ...] = ()  # a wavefront's steps (split_wavefront)
         self.children = [m for m in facts.func.loops if m.parent is plan.loop]
         if not self.children:
             raise Reject("no inner loop")
@@ -304,6 +371,66 @@ class _Body:
             return None  # the phases run in the statements' order
         return f"{kx} = {ky}"
 
+    def _wave_relation(self, made: list[Phase], p: int, q: int, store: Access, other: Access) -> str | None:
+        """Where a wavefront's store (phase ``p``) and access (phase ``q``) must not meet, or
+        None where ``q`` does not run the access (it is in a child loop ``q`` skips): tasks
+        of one step run at once; of two steps, the earlier first, which must be the one
+        holding the access Wasm runs first. One task's accesses keep their order."""
+        grid_p, grid_q = made[p].grid, made[q].grid
+        if other.op.block not in self.facts.bodies[grid_q]:
+            return None
+        var = self.model.var
+        kx, ky, tx, ty = (
+            var(self.plan.loop, "x"),
+            var(self.plan.loop, "y"),
+            var(grid_p, "x"),
+            var(grid_q, "y"),
+        )
+        (mp, cp), (mq, cq) = self.wave[p], self.wave[q]
+        ws, wa = f"{mp}*{kx} + {tx} + {cp}", f"{mq}*{ky} + {ty} + {cq}"
+        if p == q:
+            apart = f"({kx} != {ky} or {tx} != {ty})"
+            store_first = f"({kx} < {ky} or ({kx} = {ky} and {tx} < {ty}))"
+            access_first = f"({ky} < {kx} or ({kx} = {ky} and {ty} < {tx}))"
+        else:
+            apart = "0 = 0"
+            store_first = f"{kx} <= {ky}" if p < q else f"{kx} < {ky}"
+            access_first = f"{ky} < {kx}" if p < q else f"{ky} <= {kx}"
+        return (f"{apart} and ({ws} = {wa} or ({ws} < {wa} and {access_first}) "
+                f"or ({wa} < {ws} and {store_first}))")  # fmt: skip
+
+    def apart_in_task(self, made: list[Phase]) -> frozenset[tuple[int, int]]:
+        """The (store, access) pairs of each grid phase whose byte ranges never meet within
+        one task (the same iteration of the loop and of the grid loop, any of the loops
+        inside), for the stores an inner loop of the task repeats: isl's proof, on one base
+        address (pairs apart by live-ins only are not claimed)."""
+        plan, model, bodies = self.plan, self.model, self.facts.bodies
+        out = set()
+        for ph in made:
+            if ph.whole:
+                continue
+            grid = bodies[ph.grid]
+            inner = [m for m in self.values.nested if m is not ph.grid and m.header in grid]
+            relation = (f"{model.var(plan.loop, 'x')} = {model.var(plan.loop, 'y')} and "
+                        f"{model.var(ph.grid, 'x')} = {model.var(ph.grid, 'y')}")  # fmt: skip
+            for i in ph.stores:
+                store = plan.accesses[i]
+                if not any(store.op.block in bodies[m] for m in inner):
+                    continue
+                for j, other in enumerate(plan.accesses):
+                    if j == i or other.op.block not in grid:
+                        continue
+                    if (store.address - other.address).leaves() - model.counters:
+                        continue
+                    _context().reset_operations()
+                    try:
+                        modelled = model.related(store, other, relation)
+                    except isl.Error:
+                        continue
+                    if modelled is not None and modelled[1].is_empty():
+                        out.add((i, j))
+        return frozenset(out)
+
     def check_outflow(self, phases: list[Phase]) -> None:
         """:class:`Reject` where a value a child loop makes is read after it by anything but
         the stores of the one-thread phase that runs the loop (another phase skips it)."""
@@ -385,7 +512,11 @@ class _Body:
                 for q in needs[j]:
                     if only is not None and (p != only or q != only):
                         continue
-                    if self.stepped:
+                    if self.wave:
+                        relation = self._wave_relation(made, p, q, store, other)
+                        if relation is None:
+                            continue
+                    elif self.stepped:
                         relation = self._stepped_relation(made, p, q, store, other)
                         if relation is None:
                             continue

@@ -11,8 +11,13 @@ box, that those bounds lie in the range of the compare (so nothing wraps anywher
 box, bounds being affine). A loop tested at its bottom runs ``j = 0`` unconditionally, which
 over-approximates one skipped by a test in front of it. The blocks after a loop's exit
 test in the middle of its body (clang's unrolled-by-two loop for an odd count) have a
-domain of their own: iteration ``j`` runs them exactly where iteration ``j + 1`` runs. The live-in values (base pointers,
-sizes) are parameters, one per monomial of them.
+domain of their own: iteration ``j`` runs them exactly where iteration ``j + 1`` runs. A
+block that every way to it inside the candidate reaches past a test taking one side (clang's
+remainder of a loop unrolled by two, run only where the count is odd: ``(i & 1) != 0``) runs
+only where those tests hold; a test of the counters alone, affine or quasi-affine, whose
+operands lie in its compare's range over every counter value, narrows its accesses'
+domains (:meth:`NestModel.path_tests`). The live-in values (base pointers, sizes) are
+parameters, one per monomial of them.
 
 For a store ``S`` and another access ``A`` of the body, each over the domain of the loops
 around it, the *dependence* is the set of pairs of iterations, of different candidate
@@ -76,6 +81,7 @@ class NestModel:
         # hold for every count, its domains being over-approximated.
         known = constant_count(trip) if fixed else None
         self.count = "T" if known is None else str(known)
+        self._paths: dict[tuple, list[Test]] = {}
 
     # -- affine text ----------------------------------------------------------------------
 
@@ -138,6 +144,45 @@ class NestModel:
                 out.append(f"{var} >= 0 and ({nxt} = 0 or {at} + {-trip.step} {keep} {bound})")
         return out
 
+    def path_tests(self, block: Block, loops: list[LoopInfo]) -> list[Test]:
+        """The tests that hold wherever ``block`` runs, as ``(pred, x, y, bits)``: up the
+        dominators of ``block`` to the candidate's header, each two-way branch only one of
+        whose sides reaches it (:func:`.trips.dominating_test`), where the compare reads the
+        counters of ``loops`` alone and its operands lie in its range over every counter
+        value the guards let run (so the wrapped compare is the integers')."""
+        key = (block, tuple(loops))
+        found = self._paths.get(key)
+        if found is None:
+            found = self._paths[key] = self._path_tests(block, {self.values.counter(m) for m in loops})
+        return found
+
+    def _path_tests(self, block: Block, counters: set) -> list[Test]:
+        from tensorwasm.compiler.analysis.trips import NEGATE, _aside, _through_boolean_tests, dominating_test
+        from tensorwasm.dialect.ir import Op
+
+        values, out = self.values, []
+        while block is not self.info.header:
+            dominator = values.facts.idom.get(block)
+            if dominator is None or dominator not in values.body:
+                break
+            _, via = dominating_test(values, block)
+            cmp = dominator.terminator.operands[0].owner if via is not None else None
+            if isinstance(cmp, Op) and cmp.name == "arith.cmpi":
+                cmp, negated = _through_boolean_tests(cmp)
+                holds = (dominator.terminator.successors[0].block is via) != negated
+                x, y = _aside(values, cmp.operands)
+                if x is not None and y is not None and all(s in counters for s in x.leaves() | y.leaves()):
+                    pred = cmp.attrs["pred"] if holds else NEGATE[cmp.attrs["pred"]]
+                    test = (pred, x, y, cmp.operands[0].type.bits)
+                    if _in_range(self, sorted(counters, key=lambda s: s.order), test):
+                        out.append(test)
+            block = dominator
+        return out
+
+    def _test(self, test: Test, prefix: str) -> str:
+        pred, x, y, _ = test
+        return f"({self.affine(x, prefix)}) {_RELATION[pred]} ({self.affine(y, prefix)})"
+
     def pair(self, store: Access, other: Access) -> tuple[object, object] | None:
         """(pairs of iterations in different candidate iterations running both accesses,
         those of them whose byte ranges meet), or None where the pair is not modelled."""
@@ -163,6 +208,8 @@ class NestModel:
             cons = self.constraints(outer_s, "x", store.op.block) + self.constraints(
                 outer_a, "y", other.op.block
             )
+            cons += [self._test(t, "x") for t in self.path_tests(store.op.block, outer_s)]
+            cons += [self._test(t, "y") for t in self.path_tests(other.op.block, outer_a)]
             diff = f"({self.affine(store.address, 'x')}) - ({self.affine(other.address, 'y')})"
         except _NotAffine:
             return None
@@ -249,6 +296,28 @@ def _same_in_range(values: LoopValues, counters: list[Symbol], every: list[tuple
         conditions = [f"{x} {_RELATION[pred]} {y}" for pred, _, x, y in relations]
         entered = isl.Set(f"{head} and {' and '.join(conditions[:-1])} }}", context=context)
         return entered.is_equal(isl.Set(f"{head} and {conditions[-1]} }}", context=context))
+    except isl.Error:
+        return False
+
+
+def _in_range(model: NestModel, counters: list[Symbol], test: Test) -> bool:
+    """Whether both operands of compare ``test`` (of the ``counters`` alone) lie in the range
+    its predicate reads for every counter value up to the guards' largest."""
+    pred, x, y, bits = test
+    lo, hi = (0, (1 << bits) - 1) if pred.startswith("u") else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    try:
+        a, b = model.affine(x, "x"), model.affine(y, "x")
+    except _NotAffine:
+        return False
+    variables = ", ".join(f"x{model.names[c]}" for c in counters)
+    domain = " and ".join(f"0 <= x{model.names[c]} <= {_COUNTER_MAX}" for c in counters) or "true"
+    context = _context()
+    try:
+        whole = isl.Set(f"{{ [{variables}] : {domain} }}", context=context)
+        inside = isl.Set(
+            f"{{ [{variables}] : {domain} and {lo} <= {a} <= {hi} and {lo} <= {b} <= {hi} }}", context=context
+        )
+        return whole.is_subset(inside)
     except isl.Error:
         return False
 

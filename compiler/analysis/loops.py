@@ -34,9 +34,11 @@ runtime's business, not this one's.
 
 from __future__ import annotations
 
+import contextlib
+
 from tensorwasm.compiler.analysis.accesses import collect_accesses
 from tensorwasm.compiler.analysis.dependences import static_dependences
-from tensorwasm.compiler.analysis.fission import describe, split_sequential, split_stepped
+from tensorwasm.compiler.analysis.fission import describe, split_sequential, split_stepped, split_wavefront
 from tensorwasm.compiler.analysis.forest import MAX_LOOP_DEPTH, FunctionLoops, Reject, at
 from tensorwasm.compiler.analysis.induction import LoopValues
 from tensorwasm.compiler.analysis.isl import exact_dependences
@@ -165,6 +167,11 @@ def plan_loop(
             except Reject as stepped:
                 why = f"{sequential}; not split into parallel phases: {why}; not stepped: {stepped}"
                 raise Reject(why) from None
+            children = sum(1 for m in facts.func.loops if m.parent is info)
+            if any(p.whole and len(p.skip) < children for p in plan.phases):
+                # A child loop on one thread (serial work in loops): a wavefront, if one is legal.
+                with contextlib.suppress(Reject):
+                    split_wavefront(facts, plan, values)
     if kept is not None:
         kept[info] = values
     return plan

@@ -273,6 +273,17 @@ class LoopPlan:
     stepped: bool = False
     # A stepped loop's ``work`` that its phases on one thread run (the rest runs over grids).
     serial_work: list[tuple[int, tuple[Symbol, ...]]] = field(default_factory=list)
+    # A stepped loop run as a wavefront (:func:`.fission.split_wavefront`): per phase, ``(m,
+    # c)`` of its step ``w = m * k + t + c`` (``k`` the loop's counter, ``t`` the phase's grid
+    # counter); empty for one whose iterations run in order. Each phase's ``work`` for one of
+    # its grid iterations (a task) alongside.
+    wave: tuple[tuple[int, int], ...] = ()
+    task_work: tuple[tuple[tuple[int, tuple[Symbol, ...]], ...], ...] = ()
+    # (store, access) index pairs of a stepped loop's grid phase that never meet within one
+    # of its tasks (a grid iteration at one iteration of the loop), isl's proof: the kernel
+    # tells LLVM so (scoped no-alias metadata), which keeps a sum clang stores in every
+    # step of an inner loop in a register (``lu``'s ``A[i][j]``).
+    task_apart: frozenset[tuple[int, int]] = frozenset()
     # Store/access index pairs the schedule could not settle statically: within one iteration
     # of the launched loop their byte ranges must be apart (a guard).
     row_guarded: list[tuple[int, int]] = field(default_factory=list)

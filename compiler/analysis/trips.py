@@ -441,7 +441,7 @@ def entry_guards(values: LoopValues, loop: LoopInfo) -> list[tuple[object, Op, b
     facts = values.facts
     block = next(p for p in facts.preds[loop.header] if p not in facts.bodies[loop])
     out = []
-    while all(op.opdef.pure for op in block.ops[:-1]):
+    while all(op.opdef.pure or op.name == "mem.load" for op in block.ops[:-1]):
         guard, via = (
             (facts.preds[block][0], block) if len(facts.preds[block]) == 1 else dominating_test(values, block)
         )

@@ -199,6 +199,7 @@ def lower_load(fl: FunctionLowering, op: Op, args) -> ir.Value:
             value = proven_load(fl, ptr, ty)
         else:
             value = fl.b.load(ptr, typ=ty, align=_proven_alignment(fl, bits))
+            mark_aliasing(fl, op, value)
     else:
         ptr = checked_address(fl, args[0], op.attrs["offset"], bits // 8)
         value = by_alignment(
@@ -230,10 +231,26 @@ def lower_store(fl: FunctionLowering, op: Op, args) -> None:
         proven_store(fl, ptr, value)
         return
     if proven:
-        fl.b.store(value, ptr, align=_proven_alignment(fl, bits))
+        mark_aliasing(fl, op, fl.b.store(value, ptr, align=_proven_alignment(fl, bits)))
         return
     by_alignment(fl, ptr, bits // 8, lambda align: fl.b.store(value, ptr, align=align) and None,
                  lambda: store_bytes(fl, ptr, _as_int(fl, value)))  # fmt: skip
+
+
+def mark_aliasing(fl: FunctionLowering, op: Op, access: ir.Instruction) -> None:
+    """Scoped no-alias metadata on a kernel's load or store, from the op's ``alias_scope``
+    (a store's scope) and ``noalias`` (the scopes of stores it never meets in one call of
+    the kernel: :func:`compiler.distribute._task_scopes`), in one domain per module."""
+    names = ([("alias.scope", (op.attrs["alias_scope"],))] if "alias_scope" in op.attrs else []) + (
+        [("noalias", op.attrs["noalias"])] if "noalias" in op.attrs else []
+    )
+    if not names:
+        return
+    module = fl.module
+    domain = module.add_metadata([ir.MetaDataString(module, "tw.tasks")])
+    for kind, scopes in names:
+        nodes = [module.add_metadata([ir.MetaDataString(module, name), domain]) for name in scopes]
+        access.set_metadata(kind, module.add_metadata(nodes))
 
 
 def _as_int(fl: FunctionLowering, value: ir.Value) -> ir.Value:

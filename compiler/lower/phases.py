@@ -137,6 +137,11 @@ def lower_fission_entry(lowering, index: int) -> str:
         operands = [own, b.trunc(k, I32_T), ir.Constant(I32_T, phase), b.trunc(t, I32_T), *args]
         return b.call(call, operands)
 
+    if plan.wave:
+        _wavefront(lowering, fn, b, index, plan, run, first if gpu else None, step, begin, end)
+        _report_trap(b, own, ctx)
+        b.ret_void()
+        return fn.name
     if plan.stepped:
         _stepped(lowering, fn, b, index, plan, run, first if gpu else None, step, begin, end)
         _report_trap(b, own, ctx)
@@ -197,6 +202,86 @@ def _stepped(lowering, fn, b, index: int, plan, run, first, step, begin, end) ->
                 _grid_barrier(lowering, b, fn, index)
 
     _counted(fn, b, begin, i64_const(1), end, iteration)
+
+
+def _wavefront(lowering, fn, b, index: int, plan, run, first, step, begin, end) -> None:
+    """A wavefront (``LoopPlan.wave``): steps ``w = 0, 1, ...`` in turn until one finds no
+    task left. In step ``w`` thread ``g`` of ``G`` takes the loop's iterations ``k = g, g + G,
+    ...`` and, for each phase ``(m, c)``, runs the task ``t = w - m * k - c`` where ``t >= 0``
+    (the kernel says whether the phase's grid loop has that iteration at ``k``); a ``(k,
+    phase)`` whose ``t`` is below 0, or whose task ran, may have tasks in later steps. The
+    whole grid waits after each step, and learns there whether any thread had one left (a
+    flag per step, three in turn: :func:`_wave_flags`). The host's one thread runs the same
+    steps over ``[begin, end)``."""
+    gpu = first is not None
+    zero = ir.Constant(I32_T, 0)
+    before = b.block
+    head, done = fn.append_basic_block("w_head"), fn.append_basic_block("w_done")
+    b.branch(head)
+    b.position_at_end(head)
+    w = b.phi(I64_T)
+    w.add_incoming(i64_const(0), before)
+
+    def tasks(k) -> ir.Value:  # 1 where (k, some phase) may have a task in this step or later
+        left = zero
+        for p, (m, c) in enumerate(plan.wave):
+            t = b.sub(w, b.add(b.mul(k, i64_const(m)), i64_const(c)))
+            came, ready, joined = b.block, fn.append_basic_block("task"), fn.append_basic_block("task_done")
+            b.cbranch(b.icmp_signed("<", t, i64_const(0)), joined, ready)
+            b.position_at_end(ready)
+            ran = b.zext(b.icmp_unsigned("!=", run(k, p, t), zero), I32_T)
+            ran_end = b.block
+            b.branch(joined)
+            b.position_at_end(joined)
+            more = b.phi(I32_T)
+            more.add_incoming(ir.Constant(I32_T, 1), came)
+            more.add_incoming(ran, ran_end)
+            left = b.or_(left, more)
+        return left
+
+    left = _any_iteration(fn, b, first if gpu else begin, end, tasks, step if gpu else None)
+    if gpu:
+        flags, lead = _wave_flags(lowering, index), b.icmp_unsigned("==", first, i64_const(0))
+        three = i64_const(3)
+        own_flag, next_flag = (b.gep(flags, [zero, b.trunc(b.urem(b.add(w, i64_const(n)), three), I32_T)])
+                               for n in (0, 1))  # fmt: skip
+        _store_if(fn, b, lead, zero, next_flag)  # read by no one until the next step sets it
+        _store_if(fn, b, b.icmp_unsigned("!=", left, zero), ir.Constant(I32_T, 1), own_flag)
+        _grid_barrier(lowering, b, fn, index)
+        left = b.load_atomic(own_flag, "monotonic", 4)
+    w.add_incoming(b.add(w, i64_const(1)), b.block)
+    b.cbranch(b.icmp_unsigned("!=", left, zero), head, done)
+    b.position_at_end(done)
+    if gpu:  # the flag two steps on was set in the step before the last: clear it for the next launch
+        last_but_one = b.gep(flags, [zero, b.trunc(b.urem(b.add(w, i64_const(2)), three), I32_T)])
+        _store_if(fn, b, lead, zero, last_but_one)
+
+
+def _wave_flags(lowering, index: int) -> ir.GlobalVariable:
+    """Kernel ``index``'s three step flags: step ``w`` sets flag ``w % 3`` where a thread has
+    a task left, and global thread 0 clears flag ``(w + 1) % 3`` meanwhile (every thread read
+    it after the barrier two steps back; none sets it before the next barrier). Zero when the
+    module loads, and again when a launch ends."""
+    module = lowering.llvm
+    name = f"tw_wave_flags_{index}"
+    found = module.globals.get(name)
+    if found is None:
+        kind = ir.ArrayType(I32_T, 3)
+        found = ir.GlobalVariable(module, kind, name=name, addrspace=1)
+        found.initializer = ir.Constant(kind, [0, 0, 0])
+        found.linkage = "internal"
+        found.align = 4
+    return found
+
+
+def _store_if(fn, b, condition, value, where) -> None:
+    """``*where = value`` (relaxed, device-wide) where ``condition`` holds."""
+    then, after = fn.append_basic_block("set"), fn.append_basic_block("set_done")
+    b.cbranch(condition, then, after)
+    b.position_at_end(then)
+    b.store_atomic(value, where, "monotonic", 4)
+    b.branch(after)
+    b.position_at_end(after)
 
 
 def _host_phase_entry(lowering, index: int, plan) -> None:
@@ -268,8 +353,9 @@ def _counted(fn, b, start, stride, bound, body) -> None:
     b.position_at_end(after)
 
 
-def _any_iteration(fn, b, begin, end, call) -> ir.Value:
-    """``call(k)`` for ``k`` in ``[begin, end)`` in order; the OR of what they returned."""
+def _any_iteration(fn, b, begin, end, call, stride=None) -> ir.Value:
+    """``call(k)`` for ``k`` in ``[begin, end)`` in order (every ``stride``-th: 1 unless
+    given); the OR of what they returned."""
     before = b.block
     head, loop, after = (fn.append_basic_block(n) for n in ("k_head", "k_body", "k_after"))
     b.branch(head)
@@ -280,7 +366,7 @@ def _any_iteration(fn, b, begin, end, call) -> ir.Value:
     b.cbranch(b.icmp_signed("<", k, end), loop, after)
     b.position_at_end(loop)
     more = b.or_(seen, call(k))
-    k.add_incoming(b.add(k, i64_const(1)), b.block)
+    k.add_incoming(b.add(k, stride if stride is not None else i64_const(1)), b.block)
     seen.add_incoming(more, b.block)
     b.branch(head)
     b.position_at_end(after)

@@ -82,7 +82,12 @@ def pure_asm(b: ir.IRBuilder, ty: ir.Type, text: str, constraints: str, args: li
     and stores across it: an asm call without that attribute counts as a write to all
     memory, and keeps every load after it in place (the memory base, the trap slot)."""
     asm = ir.InlineAsm(ir.FunctionType(ty, [a.type for a in args]), text, constraints)
-    return b.call(asm, args, attrs=("nounwind", "readnone"))
+    call = b.call(asm, args, attrs=("nounwind", "readnone"))
+    # It returns, too: without that, a store of its value counts as reached only if the
+    # call comes back, and LLVM keeps a sum stored in every step of a loop in memory rather
+    # than in a register (LICM's promotion). llvmlite's builder does not know the attribute.
+    set.add(call.attributes, "willreturn")
+    return call
 
 
 class Target:
