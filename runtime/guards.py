@@ -180,7 +180,9 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
             )
         ranges.append((access, rng))
         (writes if access.store else reads).append(rng)
-    if trip * math.prod(nest) > 1:
+    # (A split loop's phases spread over their grid loops too: one iteration of it may
+    # still run threads side by side.)
+    if trip * math.prod(nest) > 1 or plan.fission:
         met = plan.__dict__.setdefault("_elements_met", {})  # pair -> element searches that met
         apart = plan.__dict__.setdefault("_elements_apart", {})  # see _by_elements
         grid = (trip, *nest)

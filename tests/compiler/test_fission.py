@@ -16,6 +16,7 @@ from tensorwasm.compiler.frontend import load, translate_module
 from tensorwasm.dialect.types import I32
 from tensorwasm.runtime.reference import ReferenceInstance
 from tests.compiler import test_schedule as schedule
+from tests.conftest import wat
 
 DATA = (Path(__file__).parent / "data" / "fission.wasm").read_bytes()
 DEVICES = ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)]
@@ -160,3 +161,54 @@ def test_the_host_threads_share_each_phase_in_turn(monkeypatch):
     assert ran == ["atax", "bicg", "steps"]
     for name in ("atax", "bicg", "steps"):
         assert schedule.outer_loop(instance.offload.loops, name).stats.threads > 1, name
+
+
+# atax on pointers with its row count a parameter (the oracle's split shape): ``t[i] = 0; j:
+# t[i] += a[i][j] * x[j]; j: y[j] += a[i][j] * t[i]``, rows of 4 f32.
+ATAX_N = """
+(module
+  (memory (export "memory") 1 1)
+  (func (export "atax") (param $n i32) (param $m i32) (param $a i32) (param $x i32) (param $t i32)
+        (param $y i32)
+    (local $i i32) (local $j i32)
+    (block $done (loop $rows
+      (br_if $done (i32.ge_s (local.get $i) (local.get $n)))
+      (f32.store (i32.add (local.get $t) (i32.shl (local.get $i) (i32.const 2))) (f32.const 0))
+      (local.set $j (i32.const 0))
+      (block $end (loop $sum
+        (br_if $end (i32.ge_s (local.get $j) (local.get $m)))
+        (f32.store (i32.add (local.get $t) (i32.shl (local.get $i) (i32.const 2)))
+          (f32.add (f32.load (i32.add (local.get $t) (i32.shl (local.get $i) (i32.const 2))))
+            (f32.mul (f32.load (i32.add (local.get $a) (i32.shl (i32.add (i32.shl (local.get $i) (i32.const 2))
+                                                                          (local.get $j)) (i32.const 2))))
+                     (f32.load (i32.add (local.get $x) (i32.shl (local.get $j) (i32.const 2)))))))
+        (local.set $j (i32.add (local.get $j) (i32.const 1)))
+        (br $sum)))
+      (local.set $j (i32.const 0))
+      (block $end (loop $spread
+        (br_if $end (i32.ge_s (local.get $j) (local.get $m)))
+        (f32.store (i32.add (local.get $y) (i32.shl (local.get $j) (i32.const 2)))
+          (f32.add (f32.load (i32.add (local.get $y) (i32.shl (local.get $j) (i32.const 2))))
+            (f32.mul (f32.load (i32.add (local.get $a) (i32.shl (i32.add (i32.shl (local.get $i) (i32.const 2))
+                                                                          (local.get $j)) (i32.const 2))))
+                     (f32.load (i32.add (local.get $t) (i32.shl (local.get $i) (i32.const 2)))))))
+        (local.set $j (i32.add (local.get $j) (i32.const 1)))
+        (br $spread)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $rows)))))
+""".strip()
+
+
+@pytest.mark.parametrize("device", ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_one_row_whose_vector_overlaps_its_matrix_declines(device):
+    """One row (n = 1) of atax with y two elements into a's row: y[j] is a[0][j + 2], which the
+    thread of j + 2 reads while the thread of j writes it. The loop runs one iteration, but
+    its phases still spread over j: the guard compares the ranges over the launch."""
+    data = wat(ATAX_N)
+    calls = [("atax", [(I32, v) for v in (1, 4, 64, 112, 128, 72)])]
+    instance = schedule.run(device, calls, data)
+    lp = schedule.outer_loop(instance.offload.loops, "atax")
+    assert lp.plan.fission and lp.stats.offloaded == 0, lp.stats.declined
+    assert any("overlap" in why for why in lp.stats.declined), lp.stats.declined
+    apart = schedule.run(device, [("atax", [(I32, v) for v in (1, 4, 64, 112, 128, 256)])], data)
+    assert schedule.outer_loop(apart.offload.loops, "atax").stats.offloaded == 1
