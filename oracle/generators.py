@@ -1273,11 +1273,16 @@ def _split(draw: st.DrawFn, variant: str | None = None) -> _Shape:
     which earlier rows' ``j`` loops wrote (not split: a stepped loop, each ``i`` running its
     statement and first ``j`` loop on one thread, then the second over ``j``); ``norm``:
     gramschmidt's, the row's sum made in a local by the first ``j`` loop and stored after it
-    (a stepped loop whose one-thread phase runs that loop, the others skipping it). The arrays
-    are pointers."""
+    (a stepped loop whose one-thread phase runs that loop, the others skipping it); ``lu``:
+    PolyBench's lu over ``a`` alone, its size a number as PolyBench's are (``for i in [0, s) {
+    for j in [0, i) { for k in [0, j): a[i][j] -= a[i][k] * a[k][j]; a[i][j] *= c }; for j in
+    [i, s): for k in [0, i): ... }``: a wavefront, each ``a[i][j]`` a task in step ``i + j``).
+    The arrays are pointers."""
     kinds, lengths, layout, bases = draw(_buffers(4, same=draw(st.booleans())))  # a, x, t, then y
     row = draw(_ROW)
-    variant = variant or draw(st.sampled_from(["atax", "bicg", "carried", "norm"]))
+    variant = variant or draw(st.sampled_from(["atax", "bicg", "carried", "norm", "lu"]))
+    if variant == "lu":
+        return _lu(draw, kinds, lengths, bases, layout, row)
     a, x, x_i = Access(0, row, 1, 0), Access(1, 0, 1, 0), Access(1, 1, 0, 0)
     t, y, y_i = Access(2, 1, 0, 0), Access(3, 0, 1, 0), Access(3, 1, 0, 0)
     accesses = [a, x, t, y, *{"carried": [y_i], "bicg": [x_i]}.get(variant, [])]
@@ -1314,6 +1319,31 @@ def _split(draw: st.DrawFn, variant: str | None = None) -> _Shape:
                  f"{_range('$j', '(i32.const 0)', columns, spread, '          ')}")  # fmt: skip
     shape.body = _range("$i", "(i32.const 0)", "(local.get $n)", f"{start}\n        {inner}", "      ")
     shape.meta = {"variant": variant}
+    return shape
+
+
+def _lu(draw: st.DrawFn, kinds, lengths, bases, layout, row: int) -> _Shape:
+    """The split shape's ``lu`` variant (see :func:`_split`), on buffer 0, rows ``row`` apart."""
+    size = draw(st.integers(2, row))  # no column past its row: rows never meet
+    aij, aik, akj = Access(0, row, 1, 0), Access(0, row, 0, 0, 1), Access(0, 0, 1, 0, row)
+    shape = _Shape("split", kinds, lengths, bases, layout, [aij, aik, akj], lambda n, m: [
+        (i, j, k) for i in _ends(0, size) for j in _ends(0, size) for k in [0, *_ends(0, size - 1)]
+    ])  # fmt: skip
+    names = ("$pa", "$px", "$pt", "$py")
+    shape.pointers = {b: f"(local.get {name})" for b, name in enumerate(names)}
+    shape.params = "".join(f" (param {name} i32)" for name in names)
+    shape.arguments = [tuple(bases)]
+    ty = ELEMENTS[kinds[0]][0]
+    scale = const_text(ty, draw_values(draw, (ty,))[0])
+    product = f"({ty}.mul {shape.load(aik, ty, COUNTERS)} {shape.load(akj, ty, COUNTERS)})"
+    update = shape.store(aij, f"({ty}.sub {shape.load(aij, ty, COUNTERS)} {product})", ty, COUNTERS)
+    bound = f"(i32.const {size})"
+    left = (f"{_range('$k', '(i32.const 0)', '(local.get $j)', update, '            ')}\n            "
+            f"{shape.store(aij, f'({ty}.mul {shape.load(aij, ty, COUNTERS)} ({scale}))', ty, COUNTERS)}")  # fmt: skip
+    rows = (f"{_range('$j', '(i32.const 0)', '(local.get $i)', left, '          ')}\n        "
+            f"{_range('$j', '(local.get $i)', bound, _range('$k', '(i32.const 0)', '(local.get $i)', update, '            '), '          ')}")  # fmt: skip
+    shape.body = _range("$i", "(i32.const 0)", bound, rows, "      ")
+    shape.meta = {"variant": "lu", "size": size}
     return shape
 
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tensorwasm.compiler.analysis import privatise, trips
+from tensorwasm.compiler.analysis import fission, privatise, trips
 from tensorwasm.compiler.analysis.forest import FunctionLoops
 from tensorwasm.compiler.analysis.loops import analyze_module
 from tensorwasm.compiler.analysis.trips import exits_mid_body
@@ -105,12 +105,16 @@ def test_doitgen_s_temporary_is_privatised_and_its_sequential_variants_refused()
     assert accepted >= 10 and refused >= 3, (accepted, refused)
 
 
-@pytest.mark.parametrize("variant", ["atax", "bicg", "carried", "norm"])
+@pytest.mark.parametrize("variant", ["atax", "bicg", "carried", "norm", "lu"])
 def test_atax_and_bicg_are_split_and_the_carried_and_norm_variants_stepped(variant: str) -> None:
     kernels = _draws("split", 20, variant=variant)
     assert {k[3]["variant"] for k in kernels} == {variant}
     for kernel in kernels:
         report = _outermost(_loop_module([kernel]))
+        if variant == "lu":  # a wavefront from three rows (two: row 0 writes nothing, parallel)
+            if kernel[3]["size"] > 2:
+                assert report.plan is not None and report.plan.wave == ((1, 0), (2, 0)), report.reason
+            continue
         if variant in ("carried", "norm"):  # not split (the statement reads what earlier rows
             # wrote; the first loop's sum is read after it): stepped
             assert report.plan is not None and report.plan.stepped, report.reason
@@ -191,6 +195,17 @@ def test_a_temporary_privatised_where_its_writes_may_not_run_is_found(
     earlier row left."""
     _planted_is_found(monkeypatch, "privatised", privatise, "_always_runs", "return False", "return True",
                       backend, tmp_path)  # fmt: skip
+
+
+def test_a_wavefront_whose_steps_run_dependent_tasks_at_once_is_found(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A wavefront check that lets two tasks of one step meet, or a task run before one it
+    reads: lu's first schedule tried (step ``i + t`` for both ``j`` loops) is taken, whose
+    second loop's tasks run before the first loop's of their row (the simulated device runs
+    the steps in order, one task after another)."""
+    _planted_is_found(monkeypatch, "split", fission._Body, "_wave_relation", 'return (f"{apart} and',
+                      'return (f"1 = 0 and {apart} and', "offload-sim", tmp_path)  # fmt: skip
 
 
 @pytest.mark.parametrize("backend", ["offload-cpu", "offload-sim"])

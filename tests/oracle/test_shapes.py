@@ -79,7 +79,7 @@ def test_each_shape_is_launched_as_its_shape(shape: str, device: str) -> None:
 def test_the_loops_family_draws_every_shape() -> None:
     seen: set[str] = set()
 
-    @settings(max_examples=100, deadline=None, database=None, derandomize=True,
+    @settings(max_examples=200, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))  # fmt: skip
     @given(loop_cases())
     def draw(case) -> None:
