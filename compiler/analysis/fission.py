@@ -139,8 +139,14 @@ def split_wavefront(facts: FunctionLoops, plan: LoopPlan, values: LoopValues) ->
     ]  # fmt: skip
     if len(phases) > MAX_WAVE_PHASES:
         raise Reject(f"more than {MAX_WAVE_PHASES} child loops with stores")
+    # A grid loop whose start moves with the loop's counter (lu's ``j`` from ``i``) tries the
+    # step ``2 * k + t`` first (``t`` then ``j - i``: step ``i + j``), any other ``k + t``.
+    orders = []
+    for stores, child in phases:
+        preferred = 2 if plan.counter in body._phase(stores, child).trip.start.leaves() else 1
+        orders.append(sorted(WAVE_SLOPES, key=lambda m, preferred=preferred: m != preferred))
     why = Reject("no schedule")
-    for slopes in itertools.product(WAVE_SLOPES, repeat=len(phases)):
+    for slopes in itertools.product(*orders):
         body.wave = tuple((m, 0) for m in slopes)
         try:
             made, free = body.legal(phases)
