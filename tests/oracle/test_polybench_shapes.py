@@ -200,10 +200,11 @@ def test_a_temporary_privatised_where_its_writes_may_not_run_is_found(
 def test_a_wavefront_whose_steps_run_dependent_tasks_at_once_is_found(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """A wavefront check that lets two tasks of one step meet, or a task run before one it
-    reads: lu's first schedule tried (step ``i + t`` for both ``j`` loops) is taken, whose
-    second loop's tasks run before the first loop's of their row (the simulated device runs
-    the steps in order, one task after another)."""
+    """A wavefront check that lets every schedule through, lu's tried with step ``k + t`` for
+    both ``j`` loops alone: its second loop's tasks (``j = i + t``) then run before the first
+    loop's of their row, which they read (the simulated device runs the steps in order, one
+    task after another). Unplanted, that schedule is refused and the loop stays stepped."""
+    monkeypatch.setattr(fission, "WAVE_SLOPES", (1,))
     _planted_is_found(monkeypatch, "split", fission._Body, "_wave_relation", 'return (f"{apart} and',
                       'return (f"1 = 0 and {apart} and', "offload-sim", tmp_path)  # fmt: skip
 
