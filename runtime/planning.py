@@ -567,10 +567,11 @@ class PreparedLaunch:
         # A stepped loop: the ops its phases on one thread run, and its phases in all (a
         # grid-wide barrier after each); its grids have at most ``lanes`` threads.
         stepped = lp.plan.stepped
-        self.serial_ops = work(lp.plan, launch, lp.plan.serial_work) if stepped else 0
-        self.steps = launch.trip * len(lp.plan.phases) if stepped else 0
         if lp.plan.wave:  # its steps, each as long as its longest task (bounded by the largest)
             self.steps, self.serial_ops = wave_steps(lp.plan, launch)
+        else:
+            self.serial_ops = work(lp.plan, launch, lp.plan.serial_work) if stepped else 0
+            self.steps = launch.trip * len(lp.plan.phases) if stepped else 0
         if stepped:
             self.cells = launch.lanes
         self.reductions = len(lp.plan.reductions)

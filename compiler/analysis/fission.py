@@ -62,6 +62,7 @@ iterations of one thread's rows.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from typing import TYPE_CHECKING
 
@@ -411,7 +412,7 @@ class _Body:
         inside), for the stores an inner loop of the task repeats: isl's proof, on one base
         address (pairs apart by live-ins only are not claimed)."""
         plan, model, bodies = self.plan, self.model, self.facts.bodies
-        out = set()
+        out: set[tuple[int, int]] = set()
         for ph in made:
             if ph.whole:
                 continue
@@ -426,15 +427,9 @@ class _Body:
                 for j, other in enumerate(plan.accesses):
                     if j == i or other.op.block not in grid:
                         continue
-                    if (store.address - other.address).leaves() - model.counters:
-                        continue
-                    _context().reset_operations()
-                    try:
-                        modelled = model.related(store, other, relation)
-                    except isl.Error:
-                        continue
-                    if modelled is not None and modelled[1].is_empty():
-                        out.add((i, j))
+                    with contextlib.suppress(Reject):  # (they meet, or isl cannot say)
+                        if not self._meets(store, other, relation):  # (True: the guards' word)
+                            out.add((i, j))
         return frozenset(out)
 
     def check_outflow(self, phases: list[Phase]) -> None:

@@ -283,15 +283,11 @@ def _same_in_range(values: LoopValues, counters: list[Symbol], every: list[tuple
     domain = " and ".join(f"0 <= x{model.names[c]} <= {last[c]}" for c in counters) or "true"
     head = f"[{', '.join(sorted(model.params.values()))}] -> {{ [{variables}] : {domain}"
     relations = [(test[0], test[3], texts[2 * n], texts[2 * n + 1]) for n, test in enumerate(every)]
-    in_range = []
-    for pred, bits, x, y in relations:
-        lo, hi = (0, (1 << bits) - 1) if pred.startswith("u") else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
-        in_range += [f"{lo} <= {x} <= {hi}", f"{lo} <= {y} <= {hi}"]
     context = _context()
     context.reset_operations()
     try:
         whole = isl.Set(head + " }", context=context)
-        if not whole.is_subset(isl.Set(head + " and " + " and ".join(in_range) + " }", context=context)):
+        if not whole.is_subset(isl.Set(f"{head} and {_read_ranges(relations)} }}", context=context)):
             return False
         conditions = [f"{x} {_RELATION[pred]} {y}" for pred, _, x, y in relations]
         entered = isl.Set(f"{head} and {' and '.join(conditions[:-1])} }}", context=context)
@@ -300,24 +296,31 @@ def _same_in_range(values: LoopValues, counters: list[Symbol], every: list[tuple
         return False
 
 
+def _read_ranges(relations: list[tuple[str, int, str, str]]) -> str:
+    """Both operands of each compare ``(pred, bits, x, y)`` (isl text) in the range its
+    predicate reads, as one condition."""
+    out = []
+    for pred, bits, x, y in relations:
+        lo, hi = (0, (1 << bits) - 1) if pred.startswith("u") else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+        out += [f"{lo} <= {x} <= {hi}", f"{lo} <= {y} <= {hi}"]
+    return " and ".join(out)
+
+
 def _in_range(model: NestModel, counters: list[Symbol], test: Test) -> bool:
     """Whether both operands of compare ``test`` (of the ``counters`` alone) lie in the range
     its predicate reads for every counter value up to the guards' largest."""
     pred, x, y, bits = test
-    lo, hi = (0, (1 << bits) - 1) if pred.startswith("u") else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
     try:
-        a, b = model.affine(x, "x"), model.affine(y, "x")
+        relation = (pred, bits, model.affine(x, "x"), model.affine(y, "x"))
     except _NotAffine:
         return False
     variables = ", ".join(f"x{model.names[c]}" for c in counters)
     domain = " and ".join(f"0 <= x{model.names[c]} <= {_COUNTER_MAX}" for c in counters) or "true"
+    head = f"{{ [{variables}] : {domain}"
     context = _context()
     try:
-        whole = isl.Set(f"{{ [{variables}] : {domain} }}", context=context)
-        inside = isl.Set(
-            f"{{ [{variables}] : {domain} and {lo} <= {a} <= {hi} and {lo} <= {b} <= {hi} }}", context=context
-        )
-        return whole.is_subset(inside)
+        whole = isl.Set(head + " }", context=context)
+        return whole.is_subset(isl.Set(f"{head} and {_read_ranges([relation])} }}", context=context))
     except isl.Error:
         return False
 
