@@ -144,11 +144,18 @@ def outline_phases(module: Module, plan: LoopPlan, name: str) -> Function:
     Builder(kernel, over).ret([Builder(kernel, over).constant(I32, 0)])
     _, phase, t = entry.args[:3]
     test = entry
+    split: dict[tuple, Block] = {}  # a loop split at its pivot: one copy for its three parts
     for index, ph in enumerate(plan.phases):
         b = Builder(kernel, test)
         counted, test = kernel.add_block([]), kernel.add_block([])
         b.cond_br(b.value(arith.cmpi, phase, b.constant(I32, index), pred="eq"), counted, [], test, [])
         b = Builder(kernel, counted)
+        if ph.pivot is not None:
+            key = (ph.grid.header, ph.stores)
+            if key in split:
+                b.br(split[key])
+                continue
+            split[key] = counted
         past = over
         if ph.whole:  # a split loop's phase run whole for iteration k: one call
             b.br(_copy_body(kernel, plan, ph, scope, t, more))

@@ -1276,13 +1276,15 @@ def _split(draw: st.DrawFn, variant: str | None = None) -> _Shape:
     (a stepped loop whose one-thread phase runs that loop, the others skipping it); ``lu``:
     PolyBench's lu over ``a`` alone, its size a number as PolyBench's are (``for i in [0, s) {
     for j in [0, i) { for k in [0, j): a[i][j] -= a[i][k] * a[k][j]; a[i][j] *= c }; for j in
-    [i, s): for k in [0, i): ... }``: a wavefront, each ``a[i][j]`` a task in step ``i + j``).
-    The arrays are pointers."""
+    [i, s): for k in [0, i): ... }``: a wavefront, each ``a[i][j]`` a task in step ``i + j``);
+    ``fw``: PolyBench's floyd-warshall over ``a``, its size a number (``for k in [0, s) for i
+    in [0, s) for j in [0, s): a[i][j] = a[i][j] < a[i][k] + a[k][j] ? a[i][j] : a[i][k] +
+    a[k][j]``: stepped, the ``i`` loop split at row ``k``). The arrays are pointers."""
     kinds, lengths, layout, bases = draw(_buffers(4, same=draw(st.booleans())))  # a, x, t, then y
     row = draw(_ROW)
-    variant = variant or draw(st.sampled_from(["atax", "bicg", "carried", "norm", "lu"]))
-    if variant == "lu":
-        return _lu(draw, kinds, lengths, bases, layout, row)
+    variant = variant or draw(st.sampled_from(["atax", "bicg", "carried", "norm", "lu", "fw"]))
+    if variant in ("lu", "fw"):
+        return _lu(draw, kinds, lengths, bases, layout, row, variant)
     a, x, x_i = Access(0, row, 1, 0), Access(1, 0, 1, 0), Access(1, 1, 0, 0)
     t, y, y_i = Access(2, 1, 0, 0), Access(3, 0, 1, 0), Access(3, 1, 0, 0)
     accesses = [a, x, t, y, *{"carried": [y_i], "bicg": [x_i]}.get(variant, [])]
@@ -1322,8 +1324,9 @@ def _split(draw: st.DrawFn, variant: str | None = None) -> _Shape:
     return shape
 
 
-def _lu(draw: st.DrawFn, kinds, lengths, bases, layout, row: int) -> _Shape:
-    """The split shape's ``lu`` variant (see :func:`_split`), on buffer 0, rows ``row`` apart."""
+def _lu(draw: st.DrawFn, kinds, lengths, bases, layout, row: int, variant: str) -> _Shape:
+    """The split shape's ``lu`` or ``fw`` variant (see :func:`_split`), on buffer 0, rows
+    ``row`` apart."""
     size = draw(st.integers(2, row))  # no column past its row: rows never meet
     aij, aik, akj = Access(0, row, 1, 0), Access(0, row, 0, 0, 1), Access(0, 0, 1, 0, row)
     shape = _Shape("split", kinds, lengths, bases, layout, [aij, aik, akj], lambda n, m: [
@@ -1334,10 +1337,21 @@ def _lu(draw: st.DrawFn, kinds, lengths, bases, layout, row: int) -> _Shape:
     shape.params = "".join(f" (param {name} i32)" for name in names)
     shape.arguments = [tuple(bases)]
     ty = ELEMENTS[kinds[0]][0]
+    bound = f"(i32.const {size})"
+    if variant == "fw":  # the shorter of a[r][c] and the way through p: counters p = $i, r = $k, c = $j
+        arp = Access(0, 1, 0, 0, row)  # (the kernel returns the outer counter, $i)
+        through = f"({ty}.add {shape.load(arp, ty, COUNTERS)} {shape.load(aij, ty, COUNTERS)})"
+        less = f"{ty}.lt" if ty.startswith("f") else f"{ty}.lt_s"
+        mine = shape.load(akj, ty, COUNTERS)
+        update = shape.store(akj, f"(select {mine} {through} ({less} {mine} {through}))", ty, COUNTERS)
+        rows = _range("$k", "(i32.const 0)", bound, _range("$j", "(i32.const 0)", bound, update, "            "),
+                      "          ")  # fmt: skip
+        shape.body = _range("$i", "(i32.const 0)", bound, rows, "      ")
+        shape.meta = {"variant": "fw", "size": size}
+        return shape
     scale = const_text(ty, draw_values(draw, (ty,))[0])
     product = f"({ty}.mul {shape.load(aik, ty, COUNTERS)} {shape.load(akj, ty, COUNTERS)})"
     update = shape.store(aij, f"({ty}.sub {shape.load(aij, ty, COUNTERS)} {product})", ty, COUNTERS)
-    bound = f"(i32.const {size})"
     left = (f"{_range('$k', '(i32.const 0)', '(local.get $j)', update, '            ')}\n            "
             f"{shape.store(aij, f'({ty}.mul {shape.load(aij, ty, COUNTERS)} ({scale}))', ty, COUNTERS)}")  # fmt: skip
     rows = (f"{_range('$j', '(i32.const 0)', '(local.get $i)', left, '          ')}\n        "

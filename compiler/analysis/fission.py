@@ -107,16 +107,36 @@ def split_stepped(facts: FunctionLoops, plan: LoopPlan, values: LoopValues) -> N
     why not."""
     _no_carried(plan)
     body = _Body(facts, plan, values, stepped=True)
-    phases, free = body.legal(body.stepped_phases())
-    body.check_outflow(phases)
+    kept: set = set()  # child loops that read a value of the one-thread run before them
+    while True:
+        chosen = body.stepped_phases(kept)
+        made, free = body.legal(chosen)  # a loop split at its pivot checked as one thread's
+        phases, serial = [], []
+        for (_, mode), ph in zip(chosen, made, strict=True):
+            if not (isinstance(mode, tuple) and mode[0] == "pivot"):
+                phases.append(ph)
+                continue
+            _, (child,), at, guarded = mode
+            free = [pair for pair in free if pair not in guarded]
+            grid = body._phase(sorted(ph.stores), child)
+            phases += [replace(grid, pivot=at, side=side) for side in (-1, 0, 1)]
+            serial += [(ops, tuple(c for c in around if c is not grid.counter))
+                       for ops, around in values.work(facts.bodies[child])]  # fmt: skip
+        try:
+            body.check_outflow(phases)
+            break
+        except _ReadElsewhere as why:
+            if why.item not in body.children or why.item in kept:
+                raise
+            kept.add(why.item)  # (it joins the run that makes the value)
     if all(p.whole for p in phases):
         raise Reject("no child loop runs in parallel within an iteration")
-    if not any(p.whole for p in phases):
+    if not any(p.whole or p.pivot for p in phases):
         raise Reject("every phase runs over a loop (a device-resident region instead)")
     plan.phases, plan.fission, plan.stepped = tuple(phases), True, True
     plan.static_dependence_free = free
     grids = set().union(*(facts.bodies[p.grid] for p in phases if not p.whole))
-    plan.serial_work = values.work([b for b in values.body_order if b not in grids])
+    plan.serial_work = values.work([b for b in values.body_order if b not in grids]) + serial
 
 
 # The steps ``w = m * k + t + c`` tried for a wavefront's phases, per phase: ``m`` from these,
@@ -187,7 +207,7 @@ def describe(plan: LoopPlan) -> str:
         )
     if plan.stepped:
         names = [
-            ("one thread" if p.whole else f"over +0x{p.grid.offset:x}")
+            ("one thread" if p.whole else f"over +0x{p.grid.offset:x}" + _part(p))
             + (": stores at " + ", ".join(plan.accesses[i].where for i in sorted(p.stores)) if p.stores else "")
             for p in plan.phases
         ]  # fmt: skip
@@ -198,6 +218,15 @@ def describe(plan: LoopPlan) -> str:
         for p in plan.phases
     ]  # fmt: skip
     return f"split into {len(plan.phases)} parallel phase(s): " + "; ".join(names)
+
+
+def _part(phase: Phase) -> str:
+    """Which of a grid loop's iterations a phase split at a pivot runs, for its report."""
+    if phase.pivot is None:
+        return ""
+    a, c = phase.pivot
+    at = " + ".join(t for t in (f"{a}*k" if a else "", str(c) if c else "") if t) or "0"
+    return f" ({('t < ', 't = ', 't > ')[phase.side + 1]}{at})"
 
 
 def _candidates(body: _Body, groups: list[list[int]]):
@@ -221,6 +250,14 @@ def _candidates(body: _Body, groups: list[list[int]]):
     for options in choices:  # every combination, the first options first (few: groups are few)
         picks = [p + o for p in picks for o in options][:16]
     yield from picks
+
+
+class _ReadElsewhere(Reject):
+    """A child loop's value read after it by the stores of ``item``, which another phase runs."""
+
+    def __init__(self, why: str, item: object):
+        super().__init__(why)
+        self.item = item
 
 
 class _Body:
@@ -326,11 +363,11 @@ class _Body:
 
     # -- stepped loops -------------------------------------------------------------------------
 
-    def stepped_phases(self) -> list[tuple[list[int], object]]:
+    def stepped_phases(self, kept: set) -> list[tuple[list[int], object]]:
         """A stepped loop's phases in body order: each child loop whose stores may run over
-        it as the grid within one iteration, a phase of its own; the statements and child
-        loops between them, a phase on one thread (one with no store is left out: every
-        phase skips its loops)."""
+        it as the grid within one iteration (or in parts, :meth:`pivot`), a phase of its own
+        unless ``kept``; the statements and child loops between them, a phase on one thread
+        (one with no store is left out: every phase skips its loops)."""
         items = sorted([*self.children, *{self.item(self.plan.accesses[i]) for i in self.stores}],
                        key=self.position)  # fmt: skip
         items = list(dict.fromkeys(items))
@@ -345,13 +382,63 @@ class _Body:
 
         for item in items:
             stores = [i for i in self.stores if self.item(self.plan.accesses[i]) is item]
-            if item in self.children and stores and self._grid_alone(stores, item):
+            alone = item in self.children and stores and item not in kept
+            if alone and self._grid_alone(stores, item):
                 close()
                 phases.append((stores, item))
+            elif alone and (split := self.pivot(stores, item)) is not None:
+                close()
+                phases.append((stores, ("pivot", (item,), *split)))
             else:
                 run.append(item)
         close()
         return phases
+
+    def pivot(self, stores: list[int], child: LoopInfo) -> tuple[tuple[int, int], frozenset] | None:
+        """Where ``child``'s tasks (its iterations within one iteration of the loop) meet only
+        at one of them, ``t = a * k + c`` (``k`` the loop's iteration; PolyBench's
+        floyd-warshall: row ``k``, which every other row reads and only its own task writes):
+        ``(a, c)`` and the pairs left to the guards (base pointers apart), else None. The
+        tasks below it, the one at it, and those above it then run in turn, each part at
+        once: two tasks of one part never meet, and the parts keep Wasm's order."""
+        plan, model, bodies = self.plan, self.model, self.facts.bodies
+        kx, ky = model.var(plan.loop, "x"), model.var(plan.loop, "y")
+        relation = f"{kx} = {ky} and {model.var(child, 'x')} != {model.var(child, 'y')}"
+        meets, guarded = [], set()
+        for i in stores:
+            store = plan.accesses[i]
+            for j, other in enumerate(plan.accesses):
+                if other.op.block not in bodies[child]:
+                    continue
+                try:
+                    meet = self._meeting(store, other, relation)
+                    if meet is None:
+                        guarded.add((i, j))
+                    elif not meet.is_empty():  # as [k, the store's task, the access's task]
+                        ns, na = len(model.loops_around(store)), len(model.loops_around(other))
+                        dims = isl.dim_type.set
+                        meet = meet.project_out(dims, ns + 2, na - 2).project_out(dims, ns, 1)
+                        meets.append(meet.project_out(dims, 2, ns - 2))
+                except (Reject, isl.Error):
+                    return None
+        if not meets:
+            return None
+        both = meets[0]
+        for meet in meets[1:]:
+            both = both.union(meet)
+        with contextlib.suppress(isl.Error):
+            point = both.sample_point()
+            k = point.get_coordinate_val(isl.dim_type.set, 0).to_python()
+            for side in (1, 2):  # a task of each pair at it: the store's, or the access's
+                t = point.get_coordinate_val(isl.dim_type.set, side).to_python()
+                for a in (1, 0, -1):
+                    c = t - a * k
+                    away = isl.Set(
+                        f"{{ [k, s, u] : s != {a}*k + {c} and u != {a}*k + {c} }}", context=_context()
+                    )
+                    if both.intersect(away).is_empty():
+                        return (a, c), frozenset(guarded)
+        return None
 
     def _grid_alone(self, stores: list[int], child: LoopInfo) -> bool:
         try:
@@ -464,7 +551,7 @@ class _Body:
                     elif op.name == "mem.store":
                         index = next(i for i in self.stores if plan.accesses[i].op is op)
                         if index not in phases[home[0]].stores:
-                            raise Reject(why + " (by another phase)")
+                            raise _ReadElsewhere(why + " (by another phase)", self.item(plan.accesses[index]))
                     else:
                         work.extend(op.results)
 
@@ -539,9 +626,22 @@ class _Body:
 
     def _meets(self, store: Access, other: Access, relation: str) -> bool:
         """False where the pair never meets under ``relation``; True where only the guards can
-        say (base pointers apart); :class:`Reject` where it meets or cannot be modelled. Two
-        addresses apart by live-ins computed from the same values before the loop (jacobi's
-        ``B + 8`` and ``B``) are modelled in those values."""
+        say (base pointers apart); :class:`Reject` where it meets or cannot be modelled."""
+        meet = self._meeting(store, other, relation)
+        if meet is None:
+            return True
+        try:
+            if meet.is_empty():
+                return False
+        except isl.Error:
+            raise Reject("isl gave up on a pair") from None
+        raise Reject(f"store at {store.where} meets {other.kind} at {other.where} out of order once split")
+
+    def _meeting(self, store: Access, other: Access, relation: str) -> object | None:
+        """The pairs of iterations (isl) where ``store`` and ``other`` meet under ``relation``;
+        None where only the guards can say (base pointers apart); :class:`Reject` where it
+        cannot be modelled. Two addresses apart by live-ins computed from the same values
+        before the loop (jacobi's ``B + 8`` and ``B``) are modelled in those values."""
         if (store.address - other.address).leaves() - self.model.counters:
             rooted = (replace(store, address=self._rooted(store.address)),
                       replace(other, address=self._rooted(other.address)))  # fmt: skip
@@ -550,15 +650,13 @@ class _Body:
         _context().reset_operations()
         try:
             modelled = self.model.related(store, other, relation)
-            if modelled is not None and modelled[1].is_empty():
-                return False
         except isl.Error:
             raise Reject("isl gave up on a pair") from None
-        if modelled is None and (store.address - other.address).leaves() - self.model.counters:
-            return True
-        if modelled is None:
-            raise Reject(f"store at {store.where} and {other.kind} at {other.where} are not modelled")
-        raise Reject(f"store at {store.where} meets {other.kind} at {other.where} out of order once split")
+        if modelled is not None:
+            return modelled[1]
+        if (store.address - other.address).leaves() - self.model.counters:
+            return None
+        raise Reject(f"store at {store.where} and {other.kind} at {other.where} are not modelled")
 
     def _rooted(self, poly: Poly) -> Poly:
         """``poly`` with each live-in that a sum, difference or multiple made before the loop

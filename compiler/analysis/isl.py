@@ -81,6 +81,7 @@ class NestModel:
         # hold for every count, its domains being over-approximated.
         known = constant_count(trip) if fixed else None
         self.count = "T" if known is None else str(known)
+        self.fixed = fixed
         self._paths: dict[tuple, list[Test]] = {}
 
     # -- affine text ----------------------------------------------------------------------
@@ -131,8 +132,9 @@ class NestModel:
                 out.append(f"0 <= {var} and {nxt} < {self.count}")
                 continue
             moving = (trip.start.leaves() | trip.bound.leaves()) & self.counters
-            if not moving:
-                out.append(f"0 <= {var} and {nxt} < N{self.names[sym]}")
+            if not moving:  # (a count known statically, as the candidate's, where ``fixed``)
+                known = constant_count(trip) if self.fixed else None
+                out.append(f"0 <= {var} and {nxt} < {known if known is not None else 'N' + self.names[sym]}")
                 continue
             keep = _KEEPS.get(trip.pred) or ("<" if trip.step > 0 else ">")
             bound = self.affine(trip.bound, prefix)

@@ -166,10 +166,14 @@ def plan_loop(
                 split_stepped(facts, plan, values)
             except Reject as stepped:
                 why = f"{sequential}; not split into parallel phases: {why}; not stepped: {stepped}"
-                raise Reject(why) from None
+                try:  # no phase over a grid: all serial work in loops, perhaps a wavefront's
+                    split_wavefront(facts, plan, values)
+                except Reject as wave:
+                    raise Reject(f"{why}; {wave}") from None
             children = sum(1 for m in facts.func.loops if m.parent is info)
-            if any(p.whole and len(p.skip) < children for p in plan.phases):
-                # A child loop on one thread (serial work in loops): a wavefront, if one is legal.
+            if not plan.wave and any(p.pivot or (p.whole and len(p.skip) < children) for p in plan.phases):
+                # A child loop on one thread, or one task of it (serial work in loops): a
+                # wavefront, if one is legal.
                 with contextlib.suppress(Reject):
                     split_wavefront(facts, plan, values)
     if kept is not None:

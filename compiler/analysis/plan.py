@@ -222,6 +222,11 @@ class Phase:
     stores: frozenset[int] = frozenset()
     whole: bool = False
     skip: dict[Block, Block] = field(default_factory=dict)
+    # A stepped loop's grid phase over part of its grid loop (:meth:`.fission._Body.pivot`):
+    # the iterations ``t`` below (``side`` -1), at (0) or above (1) ``a * k + c``, ``pivot``
+    # ``(a, c)`` and ``k`` the loop's iteration.
+    pivot: tuple[int, int] | None = None
+    side: int = 0
 
 
 @record

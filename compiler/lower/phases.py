@@ -175,29 +175,54 @@ def _stepped(lowering, fn, b, index: int, plan, run, first, step, begin, end) ->
     order; in each, the phases in turn: one on one thread runs on thread 0 of the grid (the
     host's one thread: ``first`` None), one over a grid loop on every thread, thread ``g``
     taking its iterations ``t = g, g + G, ...``; the whole grid waits after each phase, so
-    the next phase, and the next iteration, sees what it wrote."""
+    the next phase, and the next iteration, sees what it wrote. A grid phase split at a pivot
+    ``t = a * k + c`` (``Phase.pivot``) takes the iterations below it over the grid, the one
+    at it on one thread, or those above it over the grid."""
     gpu = first is not None
+    lead = b.icmp_unsigned("==", first, i64_const(0)) if gpu else None
+
+    def alone(condition, call) -> None:  # ``call()`` on one thread, where ``condition`` holds
+        if condition is None:
+            call()
+            return
+        then, after = fn.append_basic_block("alone"), fn.append_basic_block("alone_done")
+        b.cbranch(condition, then, after)
+        b.position_at_end(then)
+        call()
+        b.branch(after)
+        b.position_at_end(after)
 
     def iteration(k, _stop) -> None:
         for p, ph in enumerate(plan.phases):
             if ph.whole:
+                alone(lead, lambda p=p: run(k, p, i64_const(0)))
                 if gpu:
-                    alone, after = fn.append_basic_block("alone"), fn.append_basic_block("alone_done")
-                    b.cbranch(b.icmp_unsigned("==", first, i64_const(0)), alone, after)
-                    b.position_at_end(alone)
-                    run(k, p, i64_const(0))
-                    b.branch(after)
-                    b.position_at_end(after)
+                    _grid_barrier(lowering, b, fn, index)
+                continue
+            start, bound = first if gpu else i64_const(0), None
+            if ph.pivot is not None:
+                a, c = ph.pivot
+                at = b.add(b.mul(k, i64_const(a)), i64_const(c))
+                if ph.side == 0:
+                    there = b.icmp_signed(">=", at, i64_const(0))
+                    alone(b.and_(lead, there) if gpu else there, lambda p=p, at=at: run(k, p, at))
+                    if gpu:
+                        _grid_barrier(lowering, b, fn, index)
+                    continue
+                if ph.side < 0:
+                    bound = at
                 else:
-                    run(k, p, i64_const(0))
-            else:
+                    above = b.add(at, i64_const(1))
+                    start = b.add(
+                        start, b.select(b.icmp_signed("<", above, i64_const(0)), i64_const(0), above)
+                    )
 
-                def grid_iteration(t, stop, p=p) -> None:
-                    go = fn.append_basic_block("more")
-                    b.cbranch(b.icmp_unsigned("==", run(k, p, t), ir.Constant(I32_T, 0)), stop, go)
-                    b.position_at_end(go)
+            def grid_iteration(t, stop, p=p) -> None:
+                go = fn.append_basic_block("more")
+                b.cbranch(b.icmp_unsigned("==", run(k, p, t), ir.Constant(I32_T, 0)), stop, go)
+                b.position_at_end(go)
 
-                _counted(fn, b, first if gpu else i64_const(0), step, None, grid_iteration)
+            _counted(fn, b, start, step, bound, grid_iteration)
             if gpu:  # the next phase, or the next iteration, reads what it wrote
                 _grid_barrier(lowering, b, fn, index)
 

@@ -105,7 +105,7 @@ def test_doitgen_s_temporary_is_privatised_and_its_sequential_variants_refused()
     assert accepted >= 10 and refused >= 3, (accepted, refused)
 
 
-@pytest.mark.parametrize("variant", ["atax", "bicg", "carried", "norm", "lu"])
+@pytest.mark.parametrize("variant", ["atax", "bicg", "carried", "norm", "lu", "fw"])
 def test_atax_and_bicg_are_split_and_the_carried_and_norm_variants_stepped(variant: str) -> None:
     kernels = _draws("split", 20, variant=variant)
     assert {k[3]["variant"] for k in kernels} == {variant}
@@ -114,6 +114,11 @@ def test_atax_and_bicg_are_split_and_the_carried_and_norm_variants_stepped(varia
         if variant == "lu":  # a wavefront from three rows (two: row 0 writes nothing, parallel)
             if kernel[3]["size"] > 2:
                 assert report.plan is not None and report.plan.wave == ((1, 0), (2, 0)), report.reason
+            continue
+        if variant == "fw":  # stepped, the row loop split at row k: below, at, above it
+            assert report.plan is not None and report.plan.stepped, report.reason
+            if kernel[3]["size"] > 2:  # (two rows: a wavefront, row k + 1 after row k's update)
+                assert [(p.pivot, p.side) for p in report.plan.phases] == [((1, 0), s) for s in (-1, 0, 1)]
             continue
         if variant in ("carried", "norm"):  # not split (the statement reads what earlier rows
             # wrote; the first loop's sum is read after it): stepped
