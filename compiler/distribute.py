@@ -54,7 +54,8 @@ class _Scope:
     def __init__(self, kernel: Function, entry: Block, plan: LoopPlan):
         self.kernel, self.entry, self.plan = kernel, entry, plan
         self.k = entry.args[0]
-        levels = len(plan.collapse)  # a 3-D grid's second counter comes after ``t``
+        # a 3-D grid's second counter comes after ``t``, as does a phase's cell (``Phase.inner``)
+        levels = len(plan.collapse) + any(p.inner is not None for p in plan.phases)
         self.counters = {
             plan.counter: self.k,
             **{c.counter: a for c, a in zip(plan.collapse, entry.args[3:], strict=False)},
@@ -122,7 +123,9 @@ class _Scope:
 
 def outline_phases(module: Module, plan: LoopPlan, name: str) -> Function:
     """Build the phase kernel of ``plan`` (which has phases) and append it to ``module``."""
-    params = (I32, I32, I32, *(I32 for _ in plan.collapse), *(v.type for v, *_ in plan.live_ins))
+    cells = any(p.inner is not None for p in plan.phases)  # a cell's index after ``t``
+    params = (I32, I32, I32, *(I32 for _ in plan.collapse), *((I32,) if cells else ()),
+              *(v.type for v, *_ in plan.live_ins))  # fmt: skip
     kernel = Function(name, len(module.functions), params, (I32,))
     kernel.attrs["loop_plan"] = plan
     module.functions.append(kernel)
@@ -139,9 +142,10 @@ def outline_phases(module: Module, plan: LoopPlan, name: str) -> Function:
             scope.shared[arg] = b.constant(arg.type if not arg.type.is_ref else I64, 0)
     for arg, poly in plan.pinned:  # merges after inner loops, whichever path reached them
         scope.shared[arg] = scope.poly(poly, arg.type, b)
-    more, over = kernel.add_block([]), kernel.add_block([])
+    more, over, row_over = kernel.add_block([]), kernel.add_block([]), kernel.add_block([])
     Builder(kernel, more).ret([Builder(kernel, more).constant(I32, 1)])
     Builder(kernel, over).ret([Builder(kernel, over).constant(I32, 0)])
+    Builder(kernel, row_over).ret([Builder(kernel, row_over).constant(I32, 2)])  # past a row's cells
     _, phase, t = entry.args[:3]
     test = entry
     split: dict[tuple, Block] = {}  # a loop split at its pivot: one copy for its three parts
@@ -168,7 +172,14 @@ def outline_phases(module: Module, plan: LoopPlan, name: str) -> Function:
             past = kernel.add_block([])
             rest = Builder(kernel, past)
             rest.cond_br(_within(rest, ph.trip, scope, t, extra=1), _copy_body(kernel, plan, ph, scope, t, more, rest=True), [], over, [])  # fmt: skip
-        b.cond_br(_within(b, ph.trip, scope, t), _copy_body(kernel, plan, ph, scope, t, more), [], past, [])
+        body = _copy_body(kernel, plan, ph, scope, t, more)
+        if ph.inner is not None:  # cell u of row t: one iteration of the grid loop's inner loop
+            u = entry.args[3 + len(plan.collapse)]
+            row = kernel.add_block([])
+            cell = Builder(kernel, row)
+            cell.cond_br(_within(cell, ph.inner.trip, scope, u), body, [], row_over, [])
+            body = row
+        b.cond_br(_within(b, ph.trip, scope, t), body, [], past, [])
     Builder(kernel, test).br(over)
     _constants_first(entry)
     live = set(reverse_postorder(kernel))
@@ -200,6 +211,9 @@ def _copy_body(
     # A 3-D grid's second level: entered at the block's iteration, which ends the call.
     levels = {c.loop.header: (c, _enter_at(kernel, plan, c.loop.header, scope, a, clones[c.loop.header]))
               for c, a in zip(plan.collapse, scope.entry.args[3:], strict=False)}  # fmt: skip
+    if ph.inner is not None:  # a phase run as cells: the inner loop entered at cell u, which ends the call
+        cells, u = ph.inner.loop.header, scope.entry.args[3 + len(plan.collapse)]
+        levels[cells] = (ph.inner, _enter_at(kernel, plan, cells, scope, u, clones[cells]))
     loops = [p for p in plan.phases if not p.statements and not plan.fission]
     children = {p.loop.header: p for p in loops}
     bodies = {p.loop.header: p.blocks for p in loops}

@@ -210,7 +210,8 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
     if plan.fission:  # threads for the widest phase: the loop's iterations or a grid loop's
         # (a stepped loop's phase run whole is one thread's)
         whole = 1 if plan.stepped else trip
-        lanes = max((whole if p.whole else inner.get(p.counter, 1 << 30) for p in plan.phases), default=0)
+        lanes = max((whole if p.whole else inner.get(p.counter, 1 << 30) * _cells(p, inner) for p in plan.phases),
+                    default=0)  # fmt: skip
         if plan.wave:  # a thread per iteration of the loop, running its tasks of each step
             lanes = trip
     else:
@@ -219,6 +220,11 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
         trip, env, reads, writes, bool(plan.gathers), nest, inner, rows=bool(plan.phases) and not plan.fission,
         lanes=lanes, spread=plan.fission,
     )  # fmt: skip
+
+
+def _cells(phase, inner: dict) -> int:
+    """A row's cells in a phase run as cells (``Phase.inner``), else 1."""
+    return 1 if phase.inner is None else inner.get(phase.inner.counter, 1 << 30)
 
 
 def _pairs(plan: LoopPlan) -> list[tuple[int, int]]:

@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING
 
 from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject
 from tensorwasm.compiler.analysis.isl import NestModel, _context, isl
-from tensorwasm.compiler.analysis.plan import Access, LoopPlan, Phase
+from tensorwasm.compiler.analysis.plan import Access, Collapse, LoopPlan, Phase
 from tensorwasm.compiler.analysis.poly import Poly
 from tensorwasm.compiler.analysis.schedule import check_body, exit_block, grid_trip
 from tensorwasm.dialect import arith
@@ -116,12 +116,21 @@ def split_stepped(facts: FunctionLoops, plan: LoopPlan, values: LoopValues) -> N
             if not (isinstance(mode, tuple) and mode[0] == "pivot"):
                 phases.append(ph)
                 continue
-            _, (child,), at, guarded = mode
+            _, (child,), at, guarded, cells = mode
             free = [pair for pair in free if pair not in guarded]
             grid = body._phase(sorted(ph.stores), child)
-            phases += [replace(grid, pivot=at, side=side) for side in (-1, 0, 1)]
-            serial += [(ops, tuple(c for c in around if c is not grid.counter))
-                       for ops, around in values.work(facts.bodies[child])]  # fmt: skip
+            task, serial_counters = child, {grid.counter}
+            if cells is None:
+                phases += [replace(grid, pivot=at, side=side) for side in (-1, 0, 1)]
+            else:  # a grid of cells per part, rows split at ``at`` and columns at ``column``
+                inner, column = cells
+                counter = values.counter(inner)
+                level = Collapse(inner, counter, dict(plan.inner_trips)[counter], set(facts.bodies[inner]))
+                phases += [replace(grid, pivot=at, side=side, inner=level, inner_pivot=column, inner_side=cut)
+                           for side in (-1, 0, 1) for cut in ((-1, 0, 1) if column else (0,))]  # fmt: skip
+                task, serial_counters = inner, {grid.counter, counter}
+            serial += [(ops, tuple(c for c in around if c not in serial_counters))
+                       for ops, around in values.work(facts.bodies[task])]  # fmt: skip
         try:
             body.check_outflow(phases)
             break
@@ -220,13 +229,81 @@ def describe(plan: LoopPlan) -> str:
     return f"split into {len(plan.phases)} parallel phase(s): " + "; ".join(names)
 
 
+# The divisors a pivot may have, ``t = floor((a * k + c) / d)`` (the cells of a loop clang
+# unrolled by 2, 4 or 8 hold that many iterations: the column ``k`` is in cell ``k / 2``).
+PIVOT_DIVISORS = (1, 2, 4, 8)
+
+
+def pivot_text(pivot: tuple[int, int, int], k: str) -> str:
+    """A pivot ``(a, c, d)`` as isl text over ``k``."""
+    a, c, d = pivot
+    return f"({a}*{k} + {c})" if d == 1 else f"floor(({a}*{k} + {c})/{d})"
+
+
+def _pivot_point(pairs, side_s: int, side_a: int) -> tuple[int, int, int] | None:
+    """``(a, c, d)`` where every pair of ``pairs`` (isl, ``[k, ...]``) has its store's task
+    (dimension ``side_s``) or its access's (``side_a``) at ``floor((a * k + c) / d)``, else
+    None: tried from a sample pair, slopes 1, 0 and -1, divisors :data:`PIVOT_DIVISORS`."""
+    dims = isl.dim_type.set
+    with contextlib.suppress(isl.Error):
+        point = pairs.sample_point()
+        k = point.get_coordinate_val(dims, 0).to_python()
+        names = ", ".join(f"d{i}" for i in range(pairs.dim(dims)))
+        for side in (side_s, side_a):
+            t = point.get_coordinate_val(dims, side).to_python()
+            for d in PIVOT_DIVISORS:
+                for a in (1, 0, -1):
+                    for c in range(d * t - a * k, d * t - a * k + d):
+                        at = pivot_text((a, c, d), "d0")
+                        away = isl.Set(
+                            f"{{ [{names}] : d{side_s} != {at} and d{side_a} != {at} }}", context=_context()
+                        )
+                        if pairs.intersect(away).is_empty():
+                            return a, c, d
+    return None
+
+
+def _out_of_order(rows: tuple[int, int, int], columns: tuple[int, int, int] | None) -> str:
+    """The pairs of cells ``[k, t, u, s, v]`` (the store's ``(t, u)``, the access's ``(s, v)``)
+    that parts split at row ``rows`` and column ``columns`` would run wrongly: in one part, or
+    in two whose earlier holds the cell Wasm runs second."""
+
+    def order(x: str, y: str, at: tuple[int, int, int] | None) -> tuple[str, str]:  # (part x < y, same part)
+        if at is None:
+            return "false", "true"
+        p = pivot_text(at, "k")
+        before = f"(({x} < {p} and {y} >= {p}) or ({x} = {p} and {y} > {p}))"
+        same = f"(({x} < {p} and {y} < {p}) or ({x} = {p} and {y} = {p}) or ({x} > {p} and {y} > {p}))"
+        return before, same
+
+    t_before, t_same = order("t", "s", rows)
+    s_before, _ = order("s", "t", rows)
+    u_before, u_same = order("u", "v", columns)
+    v_before, _ = order("v", "u", columns)
+    store_part_first = f"({t_before} or ({t_same} and {u_before}))"
+    access_part_first = f"({s_before} or ({t_same} and {v_before}))"
+    store_first = "(t < s or (t = s and u < v))"
+    access_first = "(s < t or (s = t and v < u))"
+    return (f"{{ [k, t, u, s, v] : ({t_same} and {u_same}) or ({store_part_first} and {access_first}) "
+            f"or ({access_part_first} and {store_first}) }}")  # fmt: skip
+
+
 def _part(phase: Phase) -> str:
     """Which of a grid loop's iterations a phase split at a pivot runs, for its report."""
     if phase.pivot is None:
         return ""
-    a, c = phase.pivot
-    at = " + ".join(t for t in (f"{a}*k" if a else "", str(c) if c else "") if t) or "0"
-    return f" ({('t < ', 't = ', 't > ')[phase.side + 1]}{at})"
+
+    def cut(name: str, pivot: tuple[int, int, int], side: int) -> str:
+        a, c, d = pivot
+        at = " + ".join(t for t in (f"{a}*k" if a else "", str(c) if c else "") if t) or "0"
+        return f"{name} {('<', '=', '>')[side + 1]} " + (at if d == 1 else f"({at}) / {d}")
+
+    text = cut("t", phase.pivot, phase.side)
+    if phase.inner is not None:
+        text += ", cells of +0x" + f"{phase.inner.loop.offset:x}"
+        if phase.inner_pivot is not None:
+            text += " " + cut("u", phase.inner_pivot, phase.inner_side)
+    return f" ({text})"
 
 
 def _candidates(body: _Body, groups: list[list[int]]):
@@ -394,31 +471,52 @@ class _Body:
         close()
         return phases
 
-    def pivot(self, stores: list[int], child: LoopInfo) -> tuple[tuple[int, int], frozenset] | None:
+    def pivot(self, stores: list[int], child: LoopInfo) -> tuple | None:
         """Where ``child``'s tasks (its iterations within one iteration of the loop) meet only
         at one of them, ``t = a * k + c`` (``k`` the loop's iteration; PolyBench's
         floyd-warshall: row ``k``, which every other row reads and only its own task writes):
-        ``(a, c)`` and the pairs left to the guards (base pointers apart), else None. The
-        tasks below it, the one at it, and those above it then run in turn, each part at
-        once: two tasks of one part never meet, and the parts keep Wasm's order."""
-        plan, model, bodies = self.plan, self.model, self.facts.bodies
+        ``((a, c, d), the pairs left to the guards (base pointers apart), cells)``, else None.
+        The tasks below it, the one at it, and those above it then run in turn, each part at
+        once: two tasks of one part never meet, and the parts keep Wasm's order. ``cells``
+        (:meth:`_cells`): where each part may run an iteration of ``child``'s inner loop a
+        task, ``(that loop, its own pivot or None)``."""
+        found = self._task_meets(stores, [child])
+        if found is None:
+            return None
+        both, guarded = found
+        at = _pivot_point(both, 1, 2)
+        if at is None:
+            return None
+        return at, frozenset(guarded), self._cells(stores, child, at)
+
+    def _task_meets(self, stores: list[int], levels: list[LoopInfo]) -> tuple[object, set] | None:
+        """The pairs of different tasks, a task an iteration of the loops ``levels`` (a child
+        loop, and the loop inside it) in one iteration ``k`` of the loop, at which a store of
+        ``stores`` meets an access inside the last of them (isl: ``[k, the store's task's
+        counters, the access's]``), and the pairs left to the guards; None where a pair is
+        not modelled, or where none meets."""
+        plan, model = self.plan, self.model
+        inside = self.facts.bodies[levels[-1]]
         kx, ky = model.var(plan.loop, "x"), model.var(plan.loop, "y")
-        relation = f"{kx} = {ky} and {model.var(child, 'x')} != {model.var(child, 'y')}"
-        meets, guarded = [], set()
+        differ = " or ".join(f"{model.var(m, 'x')} != {model.var(m, 'y')}" for m in levels)
+        relation = f"{kx} = {ky} and ({differ})"
+        meets, guarded, n = [], set(), len(levels)
+        dims = isl.dim_type.set
         for i in stores:
             store = plan.accesses[i]
+            if store.op.block not in inside:
+                return None
             for j, other in enumerate(plan.accesses):
-                if other.op.block not in bodies[child]:
+                if other.op.block not in inside:
                     continue
                 try:
                     meet = self._meeting(store, other, relation)
                     if meet is None:
                         guarded.add((i, j))
-                    elif not meet.is_empty():  # as [k, the store's task, the access's task]
+                    elif not meet.is_empty():
                         ns, na = len(model.loops_around(store)), len(model.loops_around(other))
-                        dims = isl.dim_type.set
-                        meet = meet.project_out(dims, ns + 2, na - 2).project_out(dims, ns, 1)
-                        meets.append(meet.project_out(dims, 2, ns - 2))
+                        meet = meet.project_out(dims, ns + n + 1, na - n - 1).project_out(dims, ns, 1)
+                        meets.append(meet.project_out(dims, n + 1, ns - n - 1))
                 except (Reject, isl.Error):
                     return None
         if not meets:
@@ -426,18 +524,42 @@ class _Body:
         both = meets[0]
         for meet in meets[1:]:
             both = both.union(meet)
+        return both, guarded
+
+    def _cells(self, stores: list[int], child: LoopInfo, at: tuple[int, int, int]) -> tuple | None:
+        """``(inner, its pivot or None)`` where each part of ``child`` split at ``at`` may run
+        as a grid of cells, a task an iteration of ``child``'s one inner loop (floyd-warshall's
+        ``j``: a cell per element, where a row per thread would leave the device idle), else
+        None. Every access of ``child`` must be inside that loop, which carries nothing but
+        counters and whose count does not move with ``child``'s; within a row the cells may
+        meet at one column (the row's own ``k``), which splits each part again. isl checks
+        that two cells of one part never meet, and that of two parts that meet, the earlier
+        holds the cell Wasm runs first."""
+        plan, bodies = self.plan, self.facts.bodies
+        inner = [m for m in self.facts.func.loops if m.parent is child]
+        if len(inner) != 1:
+            return None
+        (inner,) = inner
+        if any(a.op.block in bodies[child] and a.op.block not in bodies[inner] for a in plan.accesses):
+            return None
+        if any(arg not in plan.ivs for arg in inner.header.args):
+            return None
+        trip = dict(plan.inner_trips).get(self.values.counter(inner))
+        moving = trip is None or (trip.start.leaves() | trip.bound.leaves()) & {self.values.counter(child)}
+        if moving:
+            return None
+        found = self._task_meets(stores, [child, inner])
+        if found is None:
+            return None
+        cells, _ = found
         with contextlib.suppress(isl.Error):
-            point = both.sample_point()
-            k = point.get_coordinate_val(isl.dim_type.set, 0).to_python()
-            for side in (1, 2):  # a task of each pair at it: the store's, or the access's
-                t = point.get_coordinate_val(isl.dim_type.set, side).to_python()
-                for a in (1, 0, -1):
-                    c = t - a * k
-                    away = isl.Set(
-                        f"{{ [k, s, u] : s != {a}*k + {c} and u != {a}*k + {c} }}", context=_context()
-                    )
-                    if both.intersect(away).is_empty():
-                        return (a, c), frozenset(guarded)
+            rows = cells.intersect(isl.Set("{ [k, t, u, s, v] : t = s }", context=_context()))
+            column = None if rows.is_empty() else _pivot_point(rows, 2, 4)
+            if column is None and not rows.is_empty():
+                return None
+            if not cells.intersect(isl.Set(_out_of_order(at, column), context=_context())).is_empty():
+                return None
+            return inner, column
         return None
 
     def _grid_alone(self, stores: list[int], child: LoopInfo) -> bool:

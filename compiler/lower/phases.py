@@ -122,20 +122,27 @@ def lower_fission_entry(lowering, index: int) -> str:
     frame = entry_frame(lowering, index, 1)
     fn, b, ctx, slots, own = frame.fn, frame.b, frame.ctx, frame.slots, frame.own
     (end,) = frame.bounds
-    args = _live_in_args(b, kernel, slots, 3)
+    cells = any(p.inner is not None for p in plan.phases)  # a cell's index ``u`` after ``t``
+    args = _live_in_args(b, kernel, slots, 3 + cells)
     if gpu:
         lanes = b.zext(read_sreg(lowering.llvm, b, "ntid.x"), I64_T)
         block = b.zext(read_sreg(lowering.llvm, b, "ctaid.x"), I64_T)
-        first = b.add(b.mul(block, lanes), b.zext(read_sreg(lowering.llvm, b, "tid.x"), I64_T))
-        step = b.mul(b.zext(read_sreg(lowering.llvm, b, "nctaid.x"), I64_T), lanes)
+        lane = b.zext(read_sreg(lowering.llvm, b, "tid.x"), I64_T)
+        blocks = b.zext(read_sreg(lowering.llvm, b, "nctaid.x"), I64_T)
+        first = b.add(b.mul(block, lanes), lane)
+        step = b.mul(blocks, lanes)
         begin = i64_const(0)
+        rows_cols = (block, blocks, lane, lanes)
     else:
         first, step, begin = i64_const(0), i64_const(1), frame.begin
+        rows_cols = (i64_const(0), i64_const(1), i64_const(0), i64_const(1))
     call = lowering.function_for(index)
 
-    def run(k, phase: int, t) -> ir.Value:
-        operands = [own, b.trunc(k, I32_T), ir.Constant(I32_T, phase), b.trunc(t, I32_T), *args]
-        return b.call(call, operands)
+    def run(k, phase: int, t, u=None) -> ir.Value:
+        operands = [own, b.trunc(k, I32_T), ir.Constant(I32_T, phase), b.trunc(t, I32_T)]
+        if cells:
+            operands.append(b.trunc(u, I32_T) if u is not None else ir.Constant(I32_T, 0))
+        return b.call(call, [*operands, *args])
 
     if plan.wave:
         _wavefront(lowering, fn, b, index, plan, run, first if gpu else None, step, begin, end)
@@ -143,7 +150,7 @@ def lower_fission_entry(lowering, index: int) -> str:
         b.ret_void()
         return fn.name
     if plan.stepped:
-        _stepped(lowering, fn, b, index, plan, run, first if gpu else None, step, begin, end)
+        _stepped(lowering, fn, b, index, plan, run, first if gpu else None, step, begin, end, rows_cols)
         _report_trap(b, own, ctx)
         b.ret_void()
         return fn.name
@@ -170,16 +177,20 @@ def lower_fission_entry(lowering, index: int) -> str:
     return fn.name
 
 
-def _stepped(lowering, fn, b, index: int, plan, run, first, step, begin, end) -> None:
+def _stepped(lowering, fn, b, index: int, plan, run, first, step, begin, end, rows_cols) -> None:
     """A stepped loop (``LoopPlan.stepped``): every thread walks the loop's iterations in
     order; in each, the phases in turn: one on one thread runs on thread 0 of the grid (the
     host's one thread: ``first`` None), one over a grid loop on every thread, thread ``g``
     taking its iterations ``t = g, g + G, ...``; the whole grid waits after each phase, so
     the next phase, and the next iteration, sees what it wrote. A grid phase split at a pivot
-    ``t = a * k + c`` (``Phase.pivot``) takes the iterations below it over the grid, the one
-    at it on one thread, or those above it over the grid."""
+    ``t = floor((a * k + c) / d)`` (``Phase.pivot``) takes the iterations below it over the
+    grid, the one at it on one thread, or those above it over the grid; one run as cells
+    (``Phase.inner``) takes its rows ``t`` over the grid's blocks (``rows_cols``: this block,
+    the blocks, this thread, a block's threads) and a row's cells ``u`` (the part's, split at
+    its own pivot) over the block's threads."""
     gpu = first is not None
     lead = b.icmp_unsigned("==", first, i64_const(0)) if gpu else None
+    zero = ir.Constant(I32_T, 0)
 
     def alone(condition, call) -> None:  # ``call()`` on one thread, where ``condition`` holds
         if condition is None:
@@ -192,41 +203,75 @@ def _stepped(lowering, fn, b, index: int, plan, run, first, step, begin, end) ->
         b.branch(after)
         b.position_at_end(after)
 
+    def window(k, pivot, side) -> tuple:  # (first iteration, bound or None) of a part
+        if pivot is None:
+            return i64_const(0), None
+        a, c, d = pivot
+        at = b.ashr(b.add(b.mul(k, i64_const(a)), i64_const(c)), i64_const(d.bit_length() - 1))
+        low = at if side == 0 else b.add(at, i64_const(1))
+        low = b.select(b.icmp_signed("<", low, i64_const(0)), i64_const(0), low)
+        if side < 0:
+            return i64_const(0), at
+        return low, (b.add(at, i64_const(1)) if side == 0 else None)
+
     def iteration(k, _stop) -> None:
         for p, ph in enumerate(plan.phases):
             if ph.whole:
                 alone(lead, lambda p=p: run(k, p, i64_const(0)))
-                if gpu:
-                    _grid_barrier(lowering, b, fn, index)
-                continue
-            start, bound = first if gpu else i64_const(0), None
-            if ph.pivot is not None:
-                a, c = ph.pivot
-                at = b.add(b.mul(k, i64_const(a)), i64_const(c))
-                if ph.side == 0:
-                    there = b.icmp_signed(">=", at, i64_const(0))
-                    alone(b.and_(lead, there) if gpu else there, lambda p=p, at=at: run(k, p, at))
-                    if gpu:
-                        _grid_barrier(lowering, b, fn, index)
-                    continue
-                if ph.side < 0:
-                    bound = at
-                else:
-                    above = b.add(at, i64_const(1))
-                    start = b.add(
-                        start, b.select(b.icmp_signed("<", above, i64_const(0)), i64_const(0), above)
-                    )
+            elif ph.inner is not None:
+                _cells(fn, b, k, p, ph, run, window, rows_cols)
+            elif ph.pivot is not None and ph.side == 0:
+                low, bound = window(k, ph.pivot, 0)
+                there = b.icmp_signed("<", low, bound)
+                alone(b.and_(lead, there) if gpu else there, lambda p=p, low=low: run(k, p, low))
+            else:
+                low, bound = window(k, ph.pivot, ph.side)
 
-            def grid_iteration(t, stop, p=p) -> None:
-                go = fn.append_basic_block("more")
-                b.cbranch(b.icmp_unsigned("==", run(k, p, t), ir.Constant(I32_T, 0)), stop, go)
-                b.position_at_end(go)
+                def grid_iteration(t, stop, p=p) -> None:
+                    go = fn.append_basic_block("more")
+                    b.cbranch(b.icmp_unsigned("==", run(k, p, t), zero), stop, go)
+                    b.position_at_end(go)
 
-            _counted(fn, b, start, step, bound, grid_iteration)
+                _counted(fn, b, b.add(low, first) if gpu else low, step, bound, grid_iteration)
             if gpu:  # the next phase, or the next iteration, reads what it wrote
                 _grid_barrier(lowering, b, fn, index)
 
     _counted(fn, b, begin, i64_const(1), end, iteration)
+
+
+# A cell index past any row's cells (the guards launch no loop of 2^31 - 1 iterations or more).
+_PAST_CELLS = (1 << 31) - 1
+
+
+def _cells(fn, b, k, p: int, ph, run, window, rows_cols) -> None:
+    """Phase ``p``, run as cells (``Phase.inner``): rows ``t`` of its part over the blocks,
+    a row's cells ``u`` of its part over the block's threads. The kernel returns 0 past the
+    grid loop's last row, 2 past a row's last cell."""
+    block, blocks, lane, lanes = rows_cols
+    rows_low, rows_bound = window(k, ph.pivot, ph.side)
+    cols_low, cols_bound = window(k, ph.inner_pivot, ph.inner_side)
+    rows_done = fn.append_basic_block("rows_done")
+
+    def row(t, _next_rows) -> None:
+        if rows_bound is None:  # past the grid loop's last row? (the kernel checks ``t`` first)
+            there = fn.append_basic_block("row_there")
+            probe = run(k, p, t, i64_const(_PAST_CELLS))
+            b.cbranch(b.icmp_unsigned("==", probe, ir.Constant(I32_T, 0)), rows_done, there)
+            b.position_at_end(there)
+
+        def cell(u, next_row) -> None:
+            got = run(k, p, t, u)
+            go, past_cells = fn.append_basic_block("cell_more"), fn.append_basic_block("cells_past")
+            b.cbranch(b.icmp_unsigned("==", got, ir.Constant(I32_T, 1)), go, past_cells)
+            b.position_at_end(past_cells)
+            b.cbranch(b.icmp_unsigned("==", got, ir.Constant(I32_T, 0)), rows_done, next_row)
+            b.position_at_end(go)
+
+        _counted(fn, b, b.add(cols_low, lane), lanes, cols_bound, cell)
+
+    _counted(fn, b, b.add(rows_low, block), blocks, rows_bound, row)
+    b.branch(rows_done)
+    b.position_at_end(rows_done)
 
 
 def _wavefront(lowering, fn, b, index: int, plan, run, first, step, begin, end) -> None:

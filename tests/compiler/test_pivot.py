@@ -31,14 +31,19 @@ def test_floyd_warshall_runs_its_rows_below_at_and_above_k_in_turn():
     report = schedule.outer_reports(DATA)["floyd"]
     plan = report.plan
     assert report.verdict == "offload" and plan.stepped and plan.fission and not plan.wave, report.reason
-    assert [(p.pivot, p.side) for p in plan.phases] == [((1, 0), -1), ((1, 0), 0), ((1, 0), 1)]
+    # Rows split at k; each row's cells (clang's j loop unrolled by two: a cell is two
+    # columns) split at column k's cell, k / 2: row i's cells read its column k.
+    assert [(p.pivot, p.side, p.inner_pivot, p.inner_side) for p in plan.phases] == [
+        ((1, 0, 1), side, (1, 0, 2), cut) for side in (-1, 0, 1) for cut in (-1, 0, 1)
+    ]
     (grid,) = {p.grid for p in plan.phases}
+    (cells,) = {p.inner.loop for p in plan.phases}
+    assert grid.parent is plan.loop and cells.parent is grid
     assert all(not p.whole and p.stores == plan.phases[0].stores for p in plan.phases)
     assert plan.phases[0].stores == {i for i, a in enumerate(plan.accesses) if a.store}
-    # Row k's task, one per iteration, is the serial work.
+    # The cell at row k, column k is the serial work.
     assert plan.serial_work
-    assert "(t < 1*k)" in report.reason and "(t = 1*k)" in report.reason and "(t > 1*k)" in report.reason
-    assert grid.parent is plan.loop
+    assert "(t < 1*k, cells of" in report.reason and "u = (1*k) / 2)" in report.reason
 
 
 def test_tasks_meeting_at_two_rows_have_no_pivot():
@@ -48,20 +53,34 @@ def test_tasks_meeting_at_two_rows_have_no_pivot():
 
 
 def test_a_pivot_is_only_taken_where_every_meeting_pair_holds_it(monkeypatch):
-    """Checked on isl's pairs: with the check that the pivot holds one task of every pair
-    dropped, ``two`` would split at row k and race on row k + 1."""
+    """Checked on isl's pairs: ``two``'s rows meet at rows k and k + 1, none of floyd's
+    pairs is left to the guards."""
     calls = []
     real = fission._Body.pivot
 
     def spy(self, stores, child):
         found = real(self, stores, child)
-        calls.append((self.plan.func.name, found))
+        calls.append((self.plan.func.name, found and found[:2]))
         return found
 
     monkeypatch.setattr(fission._Body, "pivot", spy)
     analyze_module(translate_module(load(DATA)))
-    assert ("floyd", ((1, 0), frozenset())) in calls
+    assert ("floyd", ((1, 0, 1), frozenset())) in calls
     assert ("two", None) in calls
+
+
+def test_cells_out_of_wasm_order_are_refused():
+    """The cells' check: floyd's parts with the column pivot moved off column k's cell would
+    run a row's cell at once with the cell it reads (its column k), and are refused."""
+    cells = fission._out_of_order((1, 0, 1), (1, 0, 2))
+    moved = fission._out_of_order((1, 0, 1), (1, -2, 1))  # column k - 2
+    import islpy as isl
+
+    # k = 2, row 3: cell 1 (holding column k, written) and cell 2 (reading it), one part
+    # when split at cell 0.
+    pair = isl.Set("{ [2, 3, 1, 3, 2] }")
+    assert pair.intersect(isl.Set(cells)).is_empty()
+    assert not pair.intersect(isl.Set(moved)).is_empty()
 
 
 @pytest.mark.parametrize("device", ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
@@ -76,5 +95,5 @@ def test_split_kernels_assemble_for_sm_90_with_a_barrier_per_part(ptxas: str, tm
     plans = [r.plan for r in analyze_module(module) if r.plan is not None and r.plan.stepped]
     assert [p.func.name for p in plans] == ["floyd"]
     (body,) = schedule.phase_kernel_bodies(module, plans, ptxas, tmp_path)
-    # A grid barrier after each of the three parts (two atomics each).
-    assert body.count("atom.") == 6
+    # A grid barrier after each of the nine parts (two atomics each).
+    assert body.count("atom.") == 18
