@@ -22,9 +22,10 @@ DATA = (Path(__file__).parent / "data" / "pivot.wasm").read_bytes()
 
 
 def _calls(func: str) -> list[tuple[str, list]]:
-    which = 0 if func == "floyd" else 1
-    base = ReferenceInstance(DATA).call("addr", [(I32, which)]).values[0][1]
-    return [("init", []), (func, [(I32, base)])]
+    reference = ReferenceInstance(DATA)
+    base = reference.call("addr", [(I32, 1 if func == "two" else 0)]).values[0][1]
+    extra = [(I32, reference.call("counts", []).values[0][1])] if func == "rows" else []
+    return [("init", []), (func, [(I32, base), *extra])]
 
 
 def test_floyd_warshall_runs_its_rows_below_at_and_above_k_in_turn():
@@ -83,17 +84,25 @@ def test_cells_out_of_wasm_order_are_refused():
     assert not pair.intersect(isl.Set(moved)).is_empty()
 
 
+def test_a_row_with_a_statement_outside_its_inner_loop_is_one_task():
+    report = schedule.outer_reports(DATA)["rows"]
+    plan = report.plan
+    assert report.verdict == "offload" and plan.stepped, report.reason
+    assert [(p.pivot, p.side, p.inner) for p in plan.phases] == [((1, 0, 1), s, None) for s in (-1, 0, 1)]
+
+
+@pytest.mark.parametrize("func", ["floyd", "rows"])
 @pytest.mark.parametrize("device", ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
-def test_floyd_warshall_split_at_k_matches_wasmtime(device):
-    instance = schedule.run(device, _calls("floyd") * 2, DATA)
-    lp = schedule.outer_loop(instance.offload.loops, "floyd")
+def test_floyd_warshall_split_at_k_matches_wasmtime(device, func):
+    instance = schedule.run(device, _calls(func) * 2, DATA)
+    lp = schedule.outer_loop(instance.offload.loops, func)
     assert lp.plan.stepped and lp.stats.offloaded == 2, lp.stats.declined
 
 
 def test_split_kernels_assemble_for_sm_90_with_a_barrier_per_part(ptxas: str, tmp_path: Path) -> None:
     module = translate_module(load(DATA))
     plans = [r.plan for r in analyze_module(module) if r.plan is not None and r.plan.stepped]
-    assert [p.func.name for p in plans] == ["floyd"]
-    (body,) = schedule.phase_kernel_bodies(module, plans, ptxas, tmp_path)
+    assert [p.func.name for p in plans] == ["floyd", "rows"]
+    body, _ = schedule.phase_kernel_bodies(module, plans, ptxas, tmp_path)
     # A grid barrier after each of the nine parts (two atomics each).
     assert body.count("atom.") == 18
