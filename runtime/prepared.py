@@ -85,8 +85,10 @@ def _slim(plan: LoopPlan) -> LoopPlan:
     out.blocks, out.ivs, out.invariant_args, out.vector_ivs = set(), {}, {}, {}
     out.collapse = tuple(replace(level, blocks=set()) for level in plan.collapse)
     out.phases = tuple(
-        replace(p, blocks=set(), grid_blocks=set(), exit=None, grid_exit=None, skip={}) for p in plan.phases
-    )
+        replace(p, blocks=set(), grid_blocks=set(), exit=None, grid_exit=None, skip={},
+                inner=p.inner and replace(p.inner, blocks=set()))
+        for p in plan.phases
+    )  # fmt: skip
     return out
 
 
