@@ -452,7 +452,10 @@ def _grid_barrier(lowering, b, fn, index: int) -> None:
     for; then the block's threads meet again. The counter is 0 again after every barrier, so
     the next launch needs no reset. Legal only where every block of the grid is resident
     at once (a block spinning here would hold a multiprocessor another block waits for):
-    the runtime launches no more blocks than the device has multiprocessors."""
+    the runtime launches no more blocks than the device has multiprocessors. The fences are
+    the device's (``fence.sc.gpu``): every thread that meets here is the GPU's, and a
+    system-wide fence waits for the host's view too (floyd-warshall's nine barriers per
+    iteration: its kernel 0.295 -> 0.267 s on an H100)."""
     module = lowering.llvm
     pair = ir.ArrayType(I32_T, 2)
     name = f"tw_grid_barrier_{index}"
@@ -468,13 +471,13 @@ def _grid_barrier(lowering, b, fn, index: int) -> None:
     lead, wait, last, spin, done = (fn.append_basic_block(n) for n in ("lead", "wait", "last", "spin", "met"))
     b.cbranch(b.icmp_unsigned("==", read_sreg(module, b, "tid.x"), zero), lead, done)
     b.position_at_end(lead)
-    b.fence("seq_cst")  # this block's writes before its arrival
+    b.fence("seq_cst", "device")  # this block's writes before its arrival
     seen = b.load_atomic(generation, "acquire", 4)
     blocks = read_sreg(module, b, "nctaid.x")
     arrived = b.atomic_rmw("add", count, ir.Constant(I32_T, 1), "acq_rel")
     b.cbranch(b.icmp_unsigned("==", b.add(arrived, ir.Constant(I32_T, 1)), blocks), last, spin)
     b.position_at_end(last)
-    b.fence("seq_cst")  # (the atomics' orderings do not reach the PTX: the fences order them)
+    b.fence("seq_cst", "device")  # (the atomics' orderings do not reach the PTX: the fences order them)
     b.store_atomic(zero, count, "monotonic", 4)
     b.atomic_rmw("add", generation, ir.Constant(I32_T, 1), "acq_rel")
     b.branch(wait)
@@ -482,7 +485,7 @@ def _grid_barrier(lowering, b, fn, index: int) -> None:
     now = b.load_atomic(generation, "acquire", 4)
     b.cbranch(b.icmp_unsigned("==", now, seen), spin, wait)
     b.position_at_end(wait)
-    b.fence("seq_cst")  # the other blocks' writes after it
+    b.fence("seq_cst", "device")  # the other blocks' writes after it
     b.branch(done)
     b.position_at_end(done)
     b.call(_barrier(lowering), [zero])

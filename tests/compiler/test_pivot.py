@@ -104,5 +104,7 @@ def test_split_kernels_assemble_for_sm_90_with_a_barrier_per_part(ptxas: str, tm
     plans = [r.plan for r in analyze_module(module) if r.plan is not None and r.plan.stepped]
     assert [p.func.name for p in plans] == ["floyd", "rows"]
     body, _ = schedule.phase_kernel_bodies(module, plans, ptxas, tmp_path)
-    # A grid barrier after each of the nine parts (two atomics each).
+    # A grid barrier after each of the nine parts (two atomics each), its fences at the
+    # device's scope (the threads that meet there are all the GPU's).
     assert body.count("atom.") == 18
+    assert "fence.sc.gpu" in body and "fence.sc.sys" not in body
