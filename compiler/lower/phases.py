@@ -135,7 +135,7 @@ def lower_fission_entry(lowering, index: int) -> str:
         rows_cols = (block, blocks, lane, lanes)
     else:
         first, step, begin = i64_const(0), i64_const(1), frame.begin
-        rows_cols = (i64_const(0), i64_const(1), i64_const(0), i64_const(1))
+        rows_cols = (None, i64_const(1), None, i64_const(1))  # (the host's one thread: _spread)
     call = lowering.function_for(index)
 
     def run(k, phase: int, t, u=None) -> ir.Value:
@@ -232,7 +232,8 @@ def _stepped(lowering, fn, b, index: int, plan, run, first, step, begin, end, ro
                     b.cbranch(b.icmp_unsigned("==", run(k, p, t), zero), stop, go)
                     b.position_at_end(go)
 
-                _counted(fn, b, b.add(low, first) if gpu else low, step, bound, grid_iteration)
+                for start, stride in _spread(b, low, first, step):
+                    _counted(fn, b, start, stride, bound, grid_iteration)
             if gpu:  # the next phase, or the next iteration, reads what it wrote
                 _grid_barrier(lowering, b, fn, index)
 
@@ -243,6 +244,17 @@ def _stepped(lowering, fn, b, index: int, plan, run, first, step, begin, end, ro
 _PAST_CELLS = (1 << 31) - 1
 
 
+def _spread(b, low, first, stride) -> list[tuple]:
+    """How the threads take a part's iterations from ``low`` on: (start, stride) loops run
+    in turn. The GPU's thread ``first`` takes every ``stride``-th; the host's one thread (the
+    simulated device, ``first`` None) takes the odd ones, then the even ones: any two
+    neighbouring iterations of a part run out of Wasm's order, as a GPU's threads may run
+    them, so that a part whose tasks meet differs from wasmtime there too."""
+    if first is not None:
+        return [(b.add(low, first), stride)]
+    return [(b.add(low, i64_const(1)), i64_const(2)), (low, i64_const(2))]
+
+
 def _cells(fn, b, k, p: int, ph, run, window, rows_cols) -> None:
     """Phase ``p``, run as cells (``Phase.inner``): rows ``t`` of its part over the blocks,
     a row's cells ``u`` of its part over the block's threads. The kernel returns 0 past the
@@ -250,7 +262,18 @@ def _cells(fn, b, k, p: int, ph, run, window, rows_cols) -> None:
     block, blocks, lane, lanes = rows_cols
     rows_low, rows_bound = window(k, ph.pivot, ph.side)
     cols_low, cols_bound = window(k, ph.inner_pivot, ph.inner_side)
-    rows_done = fn.append_basic_block("rows_done")
+    for start, stride in _spread(b, rows_low, block, blocks):
+        rows_done = fn.append_basic_block("rows_done")
+        _cell_rows(
+            fn, b, k, p, run, start, stride, rows_bound, rows_done, (cols_low, cols_bound, lane, lanes)
+        )
+        b.branch(rows_done)
+        b.position_at_end(rows_done)
+
+
+def _cell_rows(fn, b, k, p: int, run, start, stride, rows_bound, rows_done, cols) -> None:
+    """One loop over rows of a phase run as cells (:func:`_cells`), its cells' loops inside."""
+    cols_low, cols_bound, lane, lanes = cols
 
     def row(t, _next_rows) -> None:
         if rows_bound is None:  # past the grid loop's last row? (the kernel checks ``t`` first)
@@ -267,11 +290,10 @@ def _cells(fn, b, k, p: int, ph, run, window, rows_cols) -> None:
             b.cbranch(b.icmp_unsigned("==", got, ir.Constant(I32_T, 0)), rows_done, next_row)
             b.position_at_end(go)
 
-        _counted(fn, b, b.add(cols_low, lane), lanes, cols_bound, cell)
+        for begin, step in _spread(b, cols_low, lane, lanes):
+            _counted(fn, b, begin, step, cols_bound, cell)
 
-    _counted(fn, b, b.add(rows_low, block), blocks, rows_bound, row)
-    b.branch(rows_done)
-    b.position_at_end(rows_done)
+    _counted(fn, b, start, stride, rows_bound, row)
 
 
 def _wavefront(lowering, fn, b, index: int, plan, run, first, step, begin, end) -> None:
