@@ -329,6 +329,107 @@ def _candidates(body: _Body, groups: list[list[int]]):
     yield from picks
 
 
+class _Parts:
+    """Where a stepped loop's child loop splits at a pivot (:meth:`pivot`), and whether its
+    parts run as cells (:meth:`_cells`): isl on the body's model."""
+
+    def __init__(self, body: _Body):
+        self.body = body
+
+    def pivot(self, stores: list[int], child: LoopInfo) -> tuple | None:
+        """Where ``child``'s tasks (its iterations within one iteration of the loop) meet only
+        at one of them, ``t = a * k + c`` (``k`` the loop's iteration; PolyBench's
+        floyd-warshall: row ``k``, which every other row reads and only its own task writes):
+        ``((a, c, d), the pairs left to the guards (base pointers apart), cells)``, else None.
+        The tasks below it, the one at it, and those above it then run in turn, each part at
+        once: two tasks of one part never meet, and the parts keep Wasm's order. ``cells``
+        (:meth:`_cells`): where each part may run an iteration of ``child``'s inner loop a
+        task, ``(that loop, its own pivot or None)``."""
+        found = self._task_meets(stores, [child])
+        if found is None:
+            return None
+        both, guarded = found
+        at = _pivot_point(both, 1, 2)
+        if at is None:
+            return None
+        return at, frozenset(guarded), self._cells(stores, child, at)
+
+    def _task_meets(self, stores: list[int], levels: list[LoopInfo]) -> tuple[object, set] | None:
+        """The pairs of different tasks, a task an iteration of the loops ``levels`` (a child
+        loop, and the loop inside it) in one iteration ``k`` of the loop, at which a store of
+        ``stores`` meets an access inside the last of them (isl: ``[k, the store's task's
+        counters, the access's]``), and the pairs left to the guards; None where a pair is
+        not modelled, or where none meets."""
+        plan, model = self.body.plan, self.body.model
+        inside = self.body.facts.bodies[levels[-1]]
+        kx, ky = model.var(plan.loop, "x"), model.var(plan.loop, "y")
+        differ = " or ".join(f"{model.var(m, 'x')} != {model.var(m, 'y')}" for m in levels)
+        relation = f"{kx} = {ky} and ({differ})"
+        meets, guarded, n = [], set(), len(levels)
+        dims = isl.dim_type.set
+        for i in stores:
+            store = plan.accesses[i]
+            if store.op.block not in inside:
+                return None
+            for j, other in enumerate(plan.accesses):
+                if other.op.block not in inside:
+                    continue
+                try:
+                    meet = self.body._meeting(store, other, relation)
+                    if meet is None:
+                        guarded.add((i, j))
+                    elif not meet.is_empty():
+                        ns, na = len(model.loops_around(store)), len(model.loops_around(other))
+                        meet = meet.project_out(dims, ns + n + 1, na - n - 1).project_out(dims, ns, 1)
+                        meets.append(meet.project_out(dims, n + 1, ns - n - 1))
+                except (Reject, isl.Error):
+                    return None
+        if not meets:
+            return None
+        both = meets[0]
+        for meet in meets[1:]:
+            both = both.union(meet)
+        return both, guarded
+
+    def _cells(self, stores: list[int], child: LoopInfo, at: tuple[int, int, int]) -> tuple | None:
+        """``(inner, its pivot or None)`` where each part of ``child`` split at ``at`` may run
+        as a grid of cells, a task an iteration of ``child``'s one inner loop (floyd-warshall's
+        ``j``: a cell per element, where a row per thread would leave the device idle), else
+        None. Every access of ``child`` must be inside that loop, which carries nothing but
+        counters and whose count does not move with ``child``'s; within a row the cells may
+        meet at one column (the row's own ``k``), which splits each part again. isl checks
+        that two cells of one part never meet, and that of two parts that meet, the earlier
+        holds the cell Wasm runs first."""
+        plan, bodies = self.body.plan, self.body.facts.bodies
+        inner = [m for m in self.body.facts.func.loops if m.parent is child]
+        if len(inner) != 1:
+            return None
+        (inner,) = inner
+        if any(a.op.block in bodies[child] and a.op.block not in bodies[inner] for a in plan.accesses):
+            return None
+        if any(arg not in plan.ivs for arg in inner.header.args):
+            return None
+        trip = dict(plan.inner_trips).get(self.body.values.counter(inner))
+        moving = trip is None or (trip.start.leaves() | trip.bound.leaves()) & {
+            self.body.values.counter(child)
+        }
+        if moving:
+            return None
+        found = self._task_meets(stores, [child, inner])
+        if found is None:
+            return None
+        cells, _ = found
+        with contextlib.suppress(isl.Error):
+            rows = cells.intersect(isl.Set("{ [k, t, u, s, v] : t = s }", context=_context()))
+            column = None if rows.is_empty() else _pivot_point(rows, 2, 4)
+            if column is None and not rows.is_empty():
+                return None
+            if not cells.intersect(isl.Set(_out_of_order(at, column), context=_context())).is_empty():
+                return None
+            return inner, column
+        return None
+
+
 class _ReadElsewhere(Reject):
     """A child loop's value read after it by the stores of ``item``, which another phase runs."""
 
@@ -463,104 +564,13 @@ class _Body:
             if alone and self._grid_alone(stores, item):
                 close()
                 phases.append((stores, item))
-            elif alone and (split := self.pivot(stores, item)) is not None:
+            elif alone and (split := _Parts(self).pivot(stores, item)) is not None:
                 close()
                 phases.append((stores, ("pivot", (item,), *split)))
             else:
                 run.append(item)
         close()
         return phases
-
-    def pivot(self, stores: list[int], child: LoopInfo) -> tuple | None:
-        """Where ``child``'s tasks (its iterations within one iteration of the loop) meet only
-        at one of them, ``t = a * k + c`` (``k`` the loop's iteration; PolyBench's
-        floyd-warshall: row ``k``, which every other row reads and only its own task writes):
-        ``((a, c, d), the pairs left to the guards (base pointers apart), cells)``, else None.
-        The tasks below it, the one at it, and those above it then run in turn, each part at
-        once: two tasks of one part never meet, and the parts keep Wasm's order. ``cells``
-        (:meth:`_cells`): where each part may run an iteration of ``child``'s inner loop a
-        task, ``(that loop, its own pivot or None)``."""
-        found = self._task_meets(stores, [child])
-        if found is None:
-            return None
-        both, guarded = found
-        at = _pivot_point(both, 1, 2)
-        if at is None:
-            return None
-        return at, frozenset(guarded), self._cells(stores, child, at)
-
-    def _task_meets(self, stores: list[int], levels: list[LoopInfo]) -> tuple[object, set] | None:
-        """The pairs of different tasks, a task an iteration of the loops ``levels`` (a child
-        loop, and the loop inside it) in one iteration ``k`` of the loop, at which a store of
-        ``stores`` meets an access inside the last of them (isl: ``[k, the store's task's
-        counters, the access's]``), and the pairs left to the guards; None where a pair is
-        not modelled, or where none meets."""
-        plan, model = self.plan, self.model
-        inside = self.facts.bodies[levels[-1]]
-        kx, ky = model.var(plan.loop, "x"), model.var(plan.loop, "y")
-        differ = " or ".join(f"{model.var(m, 'x')} != {model.var(m, 'y')}" for m in levels)
-        relation = f"{kx} = {ky} and ({differ})"
-        meets, guarded, n = [], set(), len(levels)
-        dims = isl.dim_type.set
-        for i in stores:
-            store = plan.accesses[i]
-            if store.op.block not in inside:
-                return None
-            for j, other in enumerate(plan.accesses):
-                if other.op.block not in inside:
-                    continue
-                try:
-                    meet = self._meeting(store, other, relation)
-                    if meet is None:
-                        guarded.add((i, j))
-                    elif not meet.is_empty():
-                        ns, na = len(model.loops_around(store)), len(model.loops_around(other))
-                        meet = meet.project_out(dims, ns + n + 1, na - n - 1).project_out(dims, ns, 1)
-                        meets.append(meet.project_out(dims, n + 1, ns - n - 1))
-                except (Reject, isl.Error):
-                    return None
-        if not meets:
-            return None
-        both = meets[0]
-        for meet in meets[1:]:
-            both = both.union(meet)
-        return both, guarded
-
-    def _cells(self, stores: list[int], child: LoopInfo, at: tuple[int, int, int]) -> tuple | None:
-        """``(inner, its pivot or None)`` where each part of ``child`` split at ``at`` may run
-        as a grid of cells, a task an iteration of ``child``'s one inner loop (floyd-warshall's
-        ``j``: a cell per element, where a row per thread would leave the device idle), else
-        None. Every access of ``child`` must be inside that loop, which carries nothing but
-        counters and whose count does not move with ``child``'s; within a row the cells may
-        meet at one column (the row's own ``k``), which splits each part again. isl checks
-        that two cells of one part never meet, and that of two parts that meet, the earlier
-        holds the cell Wasm runs first."""
-        plan, bodies = self.plan, self.facts.bodies
-        inner = [m for m in self.facts.func.loops if m.parent is child]
-        if len(inner) != 1:
-            return None
-        (inner,) = inner
-        if any(a.op.block in bodies[child] and a.op.block not in bodies[inner] for a in plan.accesses):
-            return None
-        if any(arg not in plan.ivs for arg in inner.header.args):
-            return None
-        trip = dict(plan.inner_trips).get(self.values.counter(inner))
-        moving = trip is None or (trip.start.leaves() | trip.bound.leaves()) & {self.values.counter(child)}
-        if moving:
-            return None
-        found = self._task_meets(stores, [child, inner])
-        if found is None:
-            return None
-        cells, _ = found
-        with contextlib.suppress(isl.Error):
-            rows = cells.intersect(isl.Set("{ [k, t, u, s, v] : t = s }", context=_context()))
-            column = None if rows.is_empty() else _pivot_point(rows, 2, 4)
-            if column is None and not rows.is_empty():
-                return None
-            if not cells.intersect(isl.Set(_out_of_order(at, column), context=_context())).is_empty():
-                return None
-            return inner, column
-        return None
 
     def _grid_alone(self, stores: list[int], child: LoopInfo) -> bool:
         try:

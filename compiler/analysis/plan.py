@@ -222,12 +222,12 @@ class Phase:
     stores: frozenset[int] = frozenset()
     whole: bool = False
     skip: dict[Block, Block] = field(default_factory=dict)
-    # A stepped loop's grid phase over part of its grid loop (:meth:`.fission._Body.pivot`):
+    # A stepped loop's grid phase over part of its grid loop (:meth:`.fission._Parts.pivot`):
     # the iterations ``t`` below (``side`` -1), at (0) or above (1) ``floor((a * k + c) / d)``,
     # ``pivot`` ``(a, c, d)`` and ``k`` the loop's iteration.
     pivot: tuple[int, int, int] | None = None
     side: int = 0
-    # Such a phase run as a grid of cells (:meth:`.fission._Body._cells`): a task an iteration
+    # Such a phase run as a grid of cells (:meth:`.fission._Parts._cells`): a task an iteration
     # ``u`` of the grid loop's one inner loop ``inner`` (rows over the grid's blocks, a row's
     # cells over a block's threads), those below, at or above ``inner_pivot`` (all: None).
     inner: Collapse | None = None

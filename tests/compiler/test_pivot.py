@@ -1,4 +1,4 @@
-"""Loops split at a pivot (compiler/analysis/fission.py's ``_Body.pivot``, compiler/lower/
+"""Loops split at a pivot (compiler/analysis/fission.py's ``_Parts.pivot``, compiler/lower/
 phases.py's stepped entry): PolyBench's floyd-warshall, whose ``i`` loop's tasks meet only at
 row ``k`` (every row reads it, only its own task writes it), runs each iteration of ``k`` as
 three phases: the rows below ``k`` over the grid, row ``k`` on one thread, the rows above it
@@ -57,14 +57,14 @@ def test_a_pivot_is_only_taken_where_every_meeting_pair_holds_it(monkeypatch):
     """Checked on isl's pairs: ``two``'s rows meet at rows k and k + 1, none of floyd's
     pairs is left to the guards."""
     calls = []
-    real = fission._Body.pivot
+    real = fission._Parts.pivot
 
     def spy(self, stores, child):
         found = real(self, stores, child)
-        calls.append((self.plan.func.name, found and found[:2]))
+        calls.append((self.body.plan.func.name, found and found[:2]))
         return found
 
-    monkeypatch.setattr(fission._Body, "pivot", spy)
+    monkeypatch.setattr(fission._Parts, "pivot", spy)
     analyze_module(translate_module(load(DATA)))
     assert ("floyd", ((1, 0, 1), frozenset())) in calls
     assert ("two", None) in calls

@@ -1,5 +1,5 @@
 /* Stepped loops whose child loop is split at a pivot (tests/compiler/test_pivot.py,
-   compiler/analysis/fission.py's _Body.pivot). Built with: clang-16 --target=wasm32-wasi -O2
+   compiler/analysis/fission.py's _Parts.pivot). Built with: clang-16 --target=wasm32-wasi -O2
    -nostdlib -fno-builtin -Wl,--no-entry -Wl,--export-dynamic -o pivot.wasm pivot.c */
 #define N 48
 
