@@ -54,8 +54,10 @@ class _Scope:
     def __init__(self, kernel: Function, entry: Block, plan: LoopPlan):
         self.kernel, self.entry, self.plan = kernel, entry, plan
         self.k = entry.args[0]
-        # a 3-D grid's second counter comes after ``t``, as does a phase's cell (``Phase.inner``)
-        levels = len(plan.collapse) + any(p.inner is not None for p in plan.phases)
+        # a 3-D grid's second counter comes after ``t``, then a phase's cell (``Phase.inner``)
+        levels = len(plan.collapse)
+        self.cell = entry.args[3 + levels] if any(p.inner is not None for p in plan.phases) else None
+        levels += self.cell is not None
         self.counters = {
             plan.counter: self.k,
             **{c.counter: a for c, a in zip(plan.collapse, entry.args[3:], strict=False)},
@@ -123,7 +125,7 @@ class _Scope:
 
 def outline_phases(module: Module, plan: LoopPlan, name: str) -> Function:
     """Build the phase kernel of ``plan`` (which has phases) and append it to ``module``."""
-    cells = any(p.inner is not None for p in plan.phases)  # a cell's index after ``t``
+    cells = any(p.inner is not None for p in plan.phases)  # a cell's index after ``t`` (_Scope.cell)
     params = (I32, I32, I32, *(I32 for _ in plan.collapse), *((I32,) if cells else ()),
               *(v.type for v, *_ in plan.live_ins))  # fmt: skip
     kernel = Function(name, len(module.functions), params, (I32,))
@@ -174,10 +176,9 @@ def outline_phases(module: Module, plan: LoopPlan, name: str) -> Function:
             rest.cond_br(_within(rest, ph.trip, scope, t, extra=1), _copy_body(kernel, plan, ph, scope, t, more, rest=True), [], over, [])  # fmt: skip
         body = _copy_body(kernel, plan, ph, scope, t, more)
         if ph.inner is not None:  # cell u of row t: one iteration of the grid loop's inner loop
-            u = entry.args[3 + len(plan.collapse)]
             row = kernel.add_block([])
             cell = Builder(kernel, row)
-            cell.cond_br(_within(cell, ph.inner.trip, scope, u), body, [], row_over, [])
+            cell.cond_br(_within(cell, ph.inner.trip, scope, scope.cell), body, [], row_over, [])
             body = row
         b.cond_br(_within(b, ph.trip, scope, t), body, [], past, [])
     Builder(kernel, test).br(over)
@@ -212,8 +213,8 @@ def _copy_body(
     levels = {c.loop.header: (c, _enter_at(kernel, plan, c.loop.header, scope, a, clones[c.loop.header]))
               for c, a in zip(plan.collapse, scope.entry.args[3:], strict=False)}  # fmt: skip
     if ph.inner is not None:  # a phase run as cells: the inner loop entered at cell u, which ends the call
-        cells, u = ph.inner.loop.header, scope.entry.args[3 + len(plan.collapse)]
-        levels[cells] = (ph.inner, _enter_at(kernel, plan, cells, scope, u, clones[cells]))
+        cells = ph.inner.loop.header
+        levels[cells] = (ph.inner, _enter_at(kernel, plan, cells, scope, scope.cell, clones[cells]))
     loops = [p for p in plan.phases if not p.statements and not plan.fission]
     children = {p.loop.header: p for p in loops}
     bodies = {p.loop.header: p.blocks for p in loops}

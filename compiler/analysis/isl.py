@@ -81,7 +81,8 @@ class NestModel:
         # hold for every count, its domains being over-approximated.
         known = constant_count(trip) if fixed else None
         self.count = "T" if known is None else str(known)
-        self.fixed = fixed
+        # The inner loops' counts known statically, as the candidate's (where ``fixed``).
+        self.known = {sym: constant_count(t) for sym, t in inner} if fixed else {}
         self._paths: dict[tuple, list[Test]] = {}
 
     # -- affine text ----------------------------------------------------------------------
@@ -132,8 +133,8 @@ class NestModel:
                 out.append(f"0 <= {var} and {nxt} < {self.count}")
                 continue
             moving = (trip.start.leaves() | trip.bound.leaves()) & self.counters
-            if not moving:  # (a count known statically, as the candidate's, where ``fixed``)
-                known = constant_count(trip) if self.fixed else None
+            if not moving:
+                known = self.known.get(sym)
                 out.append(f"0 <= {var} and {nxt} < {known if known is not None else 'N' + self.names[sym]}")
                 continue
             keep = _KEEPS.get(trip.pred) or ("<" if trip.step > 0 else ">")

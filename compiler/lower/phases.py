@@ -208,11 +208,12 @@ def _stepped(lowering, fn, b, index: int, plan, run, first, step, begin, end, ro
             return i64_const(0), None
         a, c, d = pivot
         at = b.ashr(b.add(b.mul(k, i64_const(a)), i64_const(c)), i64_const(d.bit_length() - 1))
-        low = at if side == 0 else b.add(at, i64_const(1))
-        low = b.select(b.icmp_signed("<", low, i64_const(0)), i64_const(0), low)
         if side < 0:
             return i64_const(0), at
-        return low, (b.add(at, i64_const(1)) if side == 0 else None)
+        after = b.add(at, i64_const(1))
+        low = at if side == 0 else after
+        low = b.select(b.icmp_signed("<", low, i64_const(0)), i64_const(0), low)
+        return low, (after if side == 0 else None)
 
     def iteration(k, _stop) -> None:
         for p, ph in enumerate(plan.phases):
