@@ -40,7 +40,7 @@ from __future__ import annotations
 from tensorwasm.compiler.analysis.liveness import widened_in
 from tensorwasm.compiler.analysis.plan import LoopPlan, Phase, TripCount
 from tensorwasm.compiler.analysis.poly import Poly
-from tensorwasm.dialect import arith, simd
+from tensorwasm.dialect import arith, mem, simd
 from tensorwasm.dialect.builder import Builder
 from tensorwasm.dialect.ir import Block, Function, Module, Op, Successor, Value
 from tensorwasm.dialect.types import I32, I64, Type
@@ -207,8 +207,9 @@ def _copy_body(
             mapping.update((a, c) for a, c in zip(blk.args, clone.args, strict=True) if a not in pinned)
     grid = ph.grid.header
     start = (
-        None if rest or ph.statements or ph.whole else _enter_at(kernel, plan, grid, scope, t, clones[grid])
-    )
+        None if rest or ph.statements or ph.whole
+        else _enter_at(kernel, plan, grid, scope, t, clones[grid], ph.counter)
+    )  # fmt: skip
     # A 3-D grid's second level: entered at the block's iteration, which ends the call.
     levels = {c.loop.header: (c, _enter_at(kernel, plan, c.loop.header, scope, a, clones[c.loop.header]))
               for c, a in zip(plan.collapse, scope.entry.args[3:], strict=False)}  # fmt: skip
@@ -291,18 +292,26 @@ def _task_scopes(kernel: Function, plan: LoopPlan) -> dict[int, dict[str, object
 
 
 def _enter_at(
-    kernel: Function, plan: LoopPlan, header: Block, scope: _Scope, t: Value, target: Block
+    kernel: Function, plan: LoopPlan, header: Block, scope: _Scope, t: Value, target: Block, counter=None
 ) -> Block:
     """The entry into the loop at ``header`` (a grid loop, a 3-D grid's second level): its
-    induction variables jump to iteration ``t``."""
+    induction variables jump to iteration ``t``, and a wavefront's task loads again what the
+    previous task carried to it (``LoopPlan.task_reloads``: the grid loop's ``counter`` at
+    ``t``)."""
     start = kernel.add_block([a.type for a in header.args])
     b = Builder(kernel, start)
+    reloads = {arg: plan.accesses[index] for arg, index in plan.task_reloads}
     values = []
     for arg, entering in zip(header.args, start.args, strict=True):
         if arg in plan.ivs:
             step = scope.poly(plan.ivs[arg][1], arg.type, b)
             count = t if arg.type is I32 else b.value(arith.sext, t, to=arg.type)
             entering = b.value(arith.add, entering, b.value(arith.mul, step, count))
+        elif arg in reloads and counter is not None:
+            access = reloads[arg]
+            scope.counters[counter] = t  # (the same parameter in every phase)
+            attrs = {**access.op.attrs, "offset": 0, "proven": True}
+            entering = b.op(mem.load, [scope.poly(access.address, I32, b)], attrs).results[0]
         values.append(entering)
     b.br(target, values)
     return start

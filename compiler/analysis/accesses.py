@@ -26,7 +26,7 @@ from tensorwasm.dialect.ir import Op
 
 if TYPE_CHECKING:
     from tensorwasm.compiler.analysis.induction import LoopValues
-    from tensorwasm.dialect.ir import Value
+    from tensorwasm.dialect.ir import LoopInfo, Value
 
 
 def collect_accesses(values: LoopValues) -> list[Access]:
@@ -54,14 +54,7 @@ def collect_accesses(values: LoopValues) -> list[Access]:
             out.append(
                 Access(op, op.name == "mem.store", op.attrs["bits"] // 8, address, op.attrs["offset"], beyond)
             )
-    for load, address in values.rotations.values():
-        # The reload at the start of an iteration: the previous iteration's address (the
-        # entry value's for the first), read before any store of the iteration, as one
-        # address with no offset (the first one's operand may be below zero).
-        k = Poly.symbol(values.counter(values.info))
-        rest, step = address.split(values.counter(values.info))
-        previous = rest + step * (k - Poly.const(1)) + Poly.const(load.attrs["offset"])
-        out.append(Access(load, False, load.attrs["bits"] // 8, previous, 0, frozenset()))
+    out += [reload_access(values, values.info, load, address) for load, address in values.rotations.values()]
     for a in out:
         if a.address is None:
             if a.store:
@@ -94,47 +87,84 @@ def rotated_load(values: LoopValues, arg: Value, back: Value, entry: Value) -> b
     same kind at that address one iteration before (``P(-1)``), made in the block that
     enters the loop with nothing after it that writes memory. Each iteration then sees the
     load of the previous iteration's address, which the kernel makes itself."""
+    found = _rotation(values, values.info, back, entry, _outside)
+    if found is None:
+        return False
+    values.rotations[arg] = found
+    return True
+
+
+def task_rotation(values: LoopValues, loop: LoopInfo, arg: Value, back: Value, entry: Value) -> bool:
+    """Record header argument ``arg`` of ``loop``, a child loop of the candidate, as a
+    rotated load of its tasks (``LoopValues.task_rotations``), on the terms of
+    :func:`rotated_load` in ``loop``: its address affine in ``loop``'s counter and the
+    candidate's, the entry's load made in the block that enters ``loop`` inside the
+    candidate's body. A wavefront (:func:`.fission.split_wavefront`) reloads it at the top
+    of each task where no store of the task's own iteration writes that address."""
+    found = _rotation(values, loop, back, entry, values.expr)
+    if found is None:
+        return False
+    values.task_rotations[arg] = (loop, *found)
+    return True
+
+
+def _rotation(
+    values: LoopValues, loop: LoopInfo, back: Value, entry: Value, before
+) -> tuple[Op, Poly] | None:
+    """(The load, its address) where ``back`` and ``entry`` make header argument a rotation
+    of ``loop`` (:func:`rotated_load`); ``before`` gives the entry's address as a polynomial."""
     load, first = back.owner, entry.owner
-    facts, info = values.facts, values.info
+    facts = values.facts
     if not (
         isinstance(load, Op)
         and load.name == "mem.load"
         and isinstance(first, Op)
         and first.name == "mem.load"
     ):
-        return False
+        return None
+    inside = facts.bodies[loop]
     if (
-        load.block not in values.body
-        or any(load.block in facts.bodies[m] for m in values.nested if m is not info)
+        load.block not in inside
+        or any(load.block in facts.bodies[m] for m in values.nested if m is not loop and m.header in inside)
         or (load.attrs["bits"], load.attrs["signed"]) != (first.attrs["bits"], first.attrs["signed"])
         or (load.results[0].type is not first.results[0].type)
     ):
-        return False
-    k = values.counter(info)
+        return None
+    k = values.counter(loop)
+    around = {values.counter(values.info)} if loop is not values.info else set()
     address = values.expr(load.operands[0])
     if (
         address is None
-        or address.leaves() & (set(values.counters.values()) - {k})
+        or address.leaves() & (set(values.counters.values()) - {k} - around)
         or address.floors()  # (the kernel computes the reload's address as a polynomial)
     ):
-        return False
+        return None
     split = address.split(k)
-    if split is None or split[1].leaves() & {k}:
-        return False
-    preheader = next(p for p in facts.preds[info.header] if p not in facts.bodies[info])
+    if split is None or split[1].leaves() & ({k} | around):
+        return None
+    preheader = next(p for p in facts.preds[loop.header] if p not in inside)
     if first.block is not preheader or any(
         not op.opdef.pure for op in preheader.ops[preheader.ops.index(first) + 1 : -1]
     ):
-        return False
+        return None
     symbols = dict(values.symbols)
-    before = _outside(values, first.operands[0])
-    if before is None or before + Poly.const(first.attrs["offset"]) != split[0] - split[1] + Poly.const(
+    at = before(values, first.operands[0]) if before is _outside else before(first.operands[0])
+    if at is None or at + Poly.const(first.attrs["offset"]) != split[0] - split[1] + Poly.const(
         load.attrs["offset"]
     ):
         values.symbols = symbols
-        return False
-    values.rotations[arg] = (load, address)
-    return True
+        return None
+    return load, address
+
+
+def reload_access(values: LoopValues, loop: LoopInfo, load: Op, address: Poly) -> Access:
+    """The reload of a rotation of ``loop`` at the start of an iteration: the previous
+    iteration's address (the entry value's for the first), read before any store of the
+    iteration, as one address with no offset (the first one's operand may be below zero)."""
+    k = values.counter(loop)
+    rest, step = address.split(k)
+    previous = rest + step * (Poly.symbol(k) - Poly.const(1)) + Poly.const(load.attrs["offset"])
+    return Access(load, False, load.attrs["bits"] // 8, previous, 0, frozenset())
 
 
 def _outside(values: LoopValues, value: Value) -> Poly | None:

@@ -66,6 +66,7 @@ import contextlib
 import itertools
 from typing import TYPE_CHECKING
 
+from tensorwasm.compiler.analysis.accesses import reload_access
 from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject
 from tensorwasm.compiler.analysis.isl import NestModel, _context, isl
 from tensorwasm.compiler.analysis.plan import Access, Collapse, LoopPlan, Phase
@@ -160,8 +161,19 @@ def split_wavefront(facts: FunctionLoops, plan: LoopPlan, values: LoopValues) ->
     steps of a wavefront: each child loop with stores a phase, its tasks run in step ``w =
     m * k + t + c``, the first schedule isl finds legal. :class:`Reject` says why not (the
     plan is left as it was)."""
+    accesses = plan.accesses
+    try:
+        _wavefront(facts, plan, values)
+    except Reject:
+        plan.accesses, plan.task_reloads = accesses, ()
+        raise
+
+
+def _wavefront(facts: FunctionLoops, plan: LoopPlan, values: LoopValues) -> None:
+    reloads = _task_reloads(plan, values)
     body = _Body(facts, plan, values, stepped=True)
-    if any(body.item(a) not in body.children for a in plan.accesses):
+    entering = _entering(facts, plan, values)
+    if any(body.item(a) not in body.children and a.op not in entering for a in plan.accesses):
         raise Reject("an access outside the child loops")
     phases = [
         (stores, child) for child in sorted(body.children, key=body.position)
@@ -175,6 +187,7 @@ def split_wavefront(facts: FunctionLoops, plan: LoopPlan, values: LoopValues) ->
     for stores, child in phases:
         preferred = 2 if plan.counter in body._phase(stores, child).trip.start.leaves() else 1
         orders.append(sorted(WAVE_SLOPES, key=lambda m, preferred=preferred: m != preferred))
+    _carried_apart(body, reloads)
     why = Reject("no schedule")
     for slopes in itertools.product(*orders):
         body.wave = tuple((m, 0) for m in slopes)
@@ -195,6 +208,65 @@ def split_wavefront(facts: FunctionLoops, plan: LoopPlan, values: LoopValues) ->
         plan.task_apart = body.apart_in_task(made)
         return
     raise Reject(f"no wavefront: {why}")
+
+
+def _task_reloads(plan: LoopPlan, values: LoopValues) -> list[tuple[int, int]]:
+    """The rotations of the child loops (``LoopValues.task_rotations``) as reloads: their
+    accesses appended to ``plan.accesses`` and listed in ``plan.task_reloads``; returns, per
+    reload, (the index of the load the back edge passes, the reload's index)."""
+    out, extra, listed = [], [], []
+    for arg, (loop, load, address) in values.task_rotations.items():
+        back = next((i for i, a in enumerate(plan.accesses) if a.op is load), None)
+        if back is None or loop.parent is not plan.loop:
+            continue
+        index = len(plan.accesses) + len(extra)
+        extra.append(reload_access(values, loop, load, address))
+        listed.append((arg, index))
+        out.append((back, index))
+    plan.accesses = [*plan.accesses, *extra]
+    plan.task_reloads = tuple(listed)
+    return out
+
+
+def _entering(facts: FunctionLoops, plan: LoopPlan, values: LoopValues) -> set[Op]:
+    """The loads made before a child loop only to enter its reloaded header arguments (a
+    rotation's first value): a task reloads them, and the kernel's copies are dead."""
+    reloaded = {arg for arg, _ in plan.task_reloads}
+    out = set()
+    for arg, _ in plan.task_reloads:
+        loop = values.task_rotations[arg][0]
+        first = facts.entry_edge_args(loop)[arg.index]
+        uses = facts.users.get(first, [])
+        if all(op.opdef.terminator and first not in op.operands and all(
+                target in reloaded for s in op.successors
+                for target, passed in zip(s.block.args, s.args, strict=True) if passed is first)
+               for op, _ in uses):  # fmt: skip
+            out.add(first.owner)
+    return out
+
+
+def _carried_apart(body: _Body, reloads: list[tuple[int, int]]) -> None:
+    """:class:`Reject` where a store of a task may write the address of the load it carries
+    to the next task (which then reloads memory, not the value loaded): isl, at one task."""
+    plan, model = body.plan, body.model
+    for back, _ in reloads:
+        load = plan.accesses[back]
+        child = body.item(load)
+        same = (f"{model.var(plan.loop, 'x')} = {model.var(plan.loop, 'y')} and "
+                f"{model.var(child, 'x')} = {model.var(child, 'y')}")  # fmt: skip
+        for i in body.stores:
+            store = plan.accesses[i]
+            if body.item(store) is not child:
+                continue
+            try:
+                meet = body._meeting(store, load, same)
+                clear = meet is not None and meet.is_empty()
+            except (Reject, isl.Error):
+                clear = False
+            if not clear:
+                raise Reject(
+                    f"the store at {store.where} may write what the load at {load.where} carries to the next task"
+                )
 
 
 def _no_carried(plan: LoopPlan) -> None:
@@ -631,6 +703,7 @@ class _Body:
         inside), for the stores an inner loop of the task repeats: isl's proof, on one base
         address (pairs apart by live-ins only are not claimed)."""
         plan, model, bodies = self.plan, self.model, self.facts.bodies
+        reloads = {j for _, j in plan.task_reloads}  # (their op is the carried load's: its own access counts)
         out: set[tuple[int, int]] = set()
         for ph in made:
             if ph.whole:
@@ -644,7 +717,7 @@ class _Body:
                 if not any(store.op.block in bodies[m] for m in inner):
                     continue
                 for j, other in enumerate(plan.accesses):
-                    if j == i or other.op.block not in grid:
+                    if j == i or other.op.block not in grid or j in reloads:
                         continue
                     with contextlib.suppress(Reject):  # (they meet, or isl cannot say)
                         if not self._meets(store, other, relation):  # (True: the guards' word)

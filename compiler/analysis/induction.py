@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from tensorwasm.compiler.analysis.accesses import rotated_load
+from tensorwasm.compiler.analysis.accesses import rotated_load, task_rotation
 from tensorwasm.compiler.analysis.forest import FunctionLoops, Reject
 from tensorwasm.compiler.analysis.merges import select_value, selected_merge
 from tensorwasm.compiler.analysis.plan import AnalysisOptions, Reduction
@@ -79,6 +79,9 @@ class LoopValues:
         self.vector_ivs: dict[Value, tuple[Value, Value, str]] = {}  # v128 arg -> (start, step, add op)
         self.floor_symbols: dict[tuple[Poly, int], Symbol] = {}
         self.rotations: dict[Value, tuple[Op, Poly]] = {}  # header arg -> (its load, that load's address)
+        # A child loop's header arg that carries a load to its next iteration -> (the child
+        # loop, its load, that load's address): a wavefront's task reloads it.
+        self.task_rotations: dict[Value, tuple[LoopInfo, Op, Poly]] = {}
 
     # Both made at first use: a loop rejected by its own header arguments (every loop around
     # the innermost of a deep nest, say) needs neither, and each costs the size of the body.
@@ -131,6 +134,7 @@ class LoopValues:
         entry = facts.entry_edge_args(loop)
         backs = facts.back_edge_args(loop)
         loop_body = facts.bodies[loop]
+        rotating = []  # (recognised once the loop's counters are: their addresses use them)
         for i, arg in enumerate(header.args):
             incoming = [b[i] for b in backs]
             reads = [u for u, b in facts.users.get(arg, []) if b in loop_body and not
@@ -176,12 +180,16 @@ class LoopValues:
                 if found is not None:
                     self.vector_ivs[arg] = found
                     continue
+            if loop.parent is self.info and len(incoming) == 1 and not self.lenient:
+                rotating.append((arg, incoming[0], entry[i]))  # (for a wavefront's tasks)
             if loop is not self.info or self.lenient:
                 continue  # inner loops run sequentially inside one thread: anything goes
             raise Reject(
                 f"{self.local_name(loop, i)} is carried from one iteration to the next and is neither "
                 f"an induction variable nor a recognised reduction"
             )
+        for arg, back, first in rotating:
+            task_rotation(self, loop, arg, back, first)
 
     def local_name(self, loop: LoopInfo, i: int) -> str:
         """Header argument ``i`` of ``loop`` as the reports name it: the local it enters as."""

@@ -309,6 +309,10 @@ class LoopPlan:
     # index, index in ``accesses`` of the reload at the previous iteration's address): the
     # kernel reloads them (:func:`compiler.analysis.accesses.rotated_load`).
     rotations: tuple[tuple[int, int], ...] = ()
+    # A wavefront's task loops' header arguments that carry a load to the next task, as
+    # (argument, index in ``accesses`` of its reload at the previous task's address): each
+    # task reloads them (:func:`.fission.split_wavefront`).
+    task_reloads: tuple[tuple[Value, int], ...] = ()
     # Privatised temporaries (doitgen's ``sum``): their accesses go to a copy per thread,
     # and the pairs among them are left out of the guards' comparisons.
     private: tuple[Privatised, ...] = ()

@@ -185,8 +185,11 @@ def grid_trip(facts: FunctionLoops, plan: LoopPlan, values: LoopValues, grid: Lo
         raise Reject("a grid loop whose count moves with the loops inside the launched one")
     if not (kernel_computes(trip.start) and kernel_computes(trip.bound)):
         raise Reject("a grid loop whose bounds hold a floor division the kernel cannot recompute")
+    reloaded = {arg for arg, _ in plan.task_reloads}
     for arg in grid.header.args:
-        if arg not in plan.ivs and arg not in plan.invariant_args and _read(facts, arg, facts.bodies[grid]):
+        if arg in plan.ivs or arg in plan.invariant_args or arg in reloaded:
+            continue
+        if _read(facts, arg, facts.bodies[grid]):
             raise Reject("a grid loop carries a value")
     return trip
 
