@@ -310,7 +310,9 @@ def _enter_at(
         elif arg in reloads and counter is not None:
             access = reloads[arg]
             scope.counters[counter] = t  # (the same parameter in every phase)
-            attrs = {**access.op.attrs, "offset": 0, "proven": True}
+            made = access.op.attrs  # the carried load's, or the store's whose value is carried
+            attrs = {"type": arg.type, "bits": made["bits"], "signed": made.get("signed", False),
+                     "offset": 0, "align": made["align"], "proven": True}  # fmt: skip
             entering = b.op(mem.load, [scope.poly(access.address, I32, b)], attrs).results[0]
         values.append(entering)
     b.br(target, values)

@@ -26,7 +26,7 @@ from tensorwasm.dialect.ir import Op
 
 if TYPE_CHECKING:
     from tensorwasm.compiler.analysis.induction import LoopValues
-    from tensorwasm.dialect.ir import LoopInfo, Value
+    from tensorwasm.dialect.ir import Block, LoopInfo, Value
 
 
 def collect_accesses(values: LoopValues) -> list[Access]:
@@ -101,7 +101,7 @@ def task_rotation(values: LoopValues, loop: LoopInfo, arg: Value, back: Value, e
     candidate's, the entry's load made in the block that enters ``loop`` inside the
     candidate's body. A wavefront (:func:`.fission.split_wavefront`) reloads it at the top
     of each task where no store of the task's own iteration writes that address."""
-    found = _rotation(values, loop, back, entry, values.expr)
+    found = _rotation(values, loop, back, entry, values.expr) or _stored_rotation(values, loop, back, entry)
     if found is None:
         return False
     values.task_rotations[arg] = (loop, *found)
@@ -142,10 +142,7 @@ def _rotation(
     split = address.split(k)
     if split is None or split[1].leaves() & ({k} | around):
         return None
-    preheader = next(p for p in facts.preds[loop.header] if p not in inside)
-    if first.block is not preheader or any(
-        not op.opdef.pure for op in preheader.ops[preheader.ops.index(first) + 1 : -1]
-    ):
+    if not _entered_with(values, loop, first):
         return None
     symbols = dict(values.symbols)
     at = before(values, first.operands[0]) if before is _outside else before(first.operands[0])
@@ -155,6 +152,128 @@ def _rotation(
         values.symbols = symbols
         return None
     return load, address
+
+
+def _entered_with(values: LoopValues, loop: LoopInfo, first: Op) -> bool:
+    """``first`` is made in the block that enters ``loop``, with nothing after it there that
+    writes memory."""
+    preheader = next(p for p in values.facts.preds[loop.header] if p not in values.facts.bodies[loop])
+    return first.block is preheader and not any(
+        _writes(op) for op in preheader.ops[preheader.ops.index(first) + 1 : -1]
+    )
+
+
+def _writes(op: Op) -> bool:
+    """``op`` may change memory (a load, pure arithmetic and branches do not)."""
+    return not (op.opdef.pure or op.opdef.terminator or op.name == "mem.load")
+
+
+def _stored_rotation(values: LoopValues, loop: LoopInfo, back: Value, entry: Value) -> tuple[Op, Poly] | None:
+    """(A store, its address) where the back edge of ``loop`` (a child loop of the
+    candidate) passes the value its iteration stored last at one address ``S`` affine in
+    the counters (``t``: nussinov's ``table[i][j]``, the next ``j``'s ``table[i][j - 1]``),
+    on every path, nothing after it that may write ``S``; and the loop is entered with a load
+    of the same width at ``S(-1)`` (:func:`_entered_with`). Memory then holds the value at
+    the next iteration's start, which may load it again. A forward pass over the loop's body
+    finds the value last stored at ``S`` at each block, through merges that pass it on
+    (inner loops' headers assumed to, then checked at their back edges)."""
+    first = entry.owner
+    if not (isinstance(first, Op) and first.name == "mem.load" and first.results[0].type is back.type):
+        return None
+    if first.attrs["bits"] != back.type.bits or not _entered_with(values, loop, first):
+        return None
+    facts = values.facts
+    inside = facts.bodies[loop]
+    own = [m for m in values.nested if m is not loop and m.header in inside]
+    k = values.counter(loop)
+    around = {values.counter(values.info), k}
+    stores = [op for b in facts.in_order(inside) for op in b.ops if op.name == "mem.store"]
+    for store in stores:
+        if any(store.block in facts.bodies[m] for m in own) or store.attrs["bits"] != back.type.bits:
+            continue
+        address = _address(values, store)
+        if address is None or address.leaves() & (set(values.counters.values()) - around):
+            continue
+        split = address.split(k)
+        if split is None or split[1].leaves() & around or not split[1] or address.floors():
+            continue
+        before = values.expr(first.operands[0])
+        if before is None or before + Poly.const(first.attrs["offset"]) != split[0] - split[1]:
+            continue
+        if _last_stored(values, loop, address, back):
+            return store, address - Poly.const(store.attrs["offset"])
+    return None
+
+
+def _address(values: LoopValues, op: Op) -> Poly | None:
+    at = values.expr(op.operands[0])
+    return None if at is None else at + Poly.const(op.attrs["offset"])
+
+
+def _last_stored(values: LoopValues, loop: LoopInfo, address: Poly, back: Value) -> bool:
+    """Whether every path through an iteration of ``loop`` ends with ``back`` the value
+    last stored at ``address`` (full width), nothing after it that may write there."""
+    facts = values.facts
+    inside = facts.bodies[loop]
+    order = facts.in_order(inside)
+    TOP = object()  # not reached yet
+    state: dict = {b: TOP for b in order}
+    state[loop.header] = None
+    end: dict = {}
+    for _ in range(len(order) + 2):
+        changed = False
+        for block in order:
+            here = state[block] if block is loop.header else _merged(facts, block, end, inside, TOP)
+            state[block] = out = here
+            if here is TOP:
+                continue
+            for op in block.ops:
+                if op.name == "mem.store":
+                    at = _address(values, op)
+                    if at is not None and at == address and op.attrs["bits"] == op.operands[1].type.bits:
+                        out = op.operands[1]
+                    elif not _apart(at, address, op.attrs["bits"] // 8):
+                        out = None
+                elif _writes(op):
+                    out = None
+            if end.get(block, TOP) is not out:
+                end[block] = out
+                changed = True
+        if not changed:
+            break
+    return all(end.get(latch) is back for latch in facts.latches[loop])
+
+
+def _merged(facts, block: Block, end: dict, inside: set, top: object) -> object:
+    """The value last stored at a block's start: what every reached edge into it carries,
+    as the block's argument it passes it in, or the same value on every edge."""
+    found = top
+    for pred in facts.preds[block]:
+        if pred not in inside:
+            return None
+        value = end.get(pred, top)
+        if value is top:
+            continue
+        if value is None:
+            return None
+        passed = [
+            block.args[n] for op in pred.ops for succ in op.successors if succ.block is block
+            for n, v in enumerate(succ.args) if v is value
+        ]  # fmt: skip
+        here = passed[0] if passed else value
+        if found is not top and found is not here:
+            return None
+        found = here
+    return found
+
+
+def _apart(at: Poly | None, address: Poly, width: int) -> bool:
+    """Two accesses of ``width`` bytes at ``at`` and ``address`` never overlap: they differ
+    by a constant of at least the width."""
+    if at is None:
+        return False
+    gap = at - address
+    return gap.is_constant() and abs(gap.constant) >= width
 
 
 def reload_access(values: LoopValues, loop: LoopInfo, load: Op, address: Poly) -> Access:

@@ -181,12 +181,14 @@ def _wavefront(facts: FunctionLoops, plan: LoopPlan, values: LoopValues) -> None
     ]  # fmt: skip
     if len(phases) > MAX_WAVE_PHASES:
         raise Reject(f"more than {MAX_WAVE_PHASES} child loops with stores")
-    # A grid loop whose start moves with the loop's counter (lu's ``j`` from ``i``) tries the
-    # step ``2 * k + t`` first (``t`` then ``j - i``: step ``i + j``), any other ``k + t``.
+    # A grid loop whose start moves up with the loop's counter (lu's ``j`` from ``i``) tries
+    # the step ``2 * k + t`` first (``t`` then ``j - i``: step ``i + j``), any other ``k + t``
+    # (nussinov's ``j`` from ``i + 1``, ``i`` counting down: fewer steps).
     orders = []
     for stores, child in phases:
-        preferred = 2 if plan.counter in body._phase(stores, child).trip.start.leaves() else 1
-        orders.append(sorted(WAVE_SLOPES, key=lambda m, preferred=preferred: m != preferred))
+        moves = body._phase(stores, child).trip.start.split(plan.counter)
+        up = moves is not None and moves[1].is_constant() and moves[1].constant > 0
+        orders.append(sorted(WAVE_SLOPES, key=lambda m, preferred=2 if up else 1: m != preferred))
     _carried_apart(body, reloads)
     why = Reject("no schedule")
     for slopes in itertools.product(*orders):
@@ -213,7 +215,7 @@ def _wavefront(facts: FunctionLoops, plan: LoopPlan, values: LoopValues) -> None
 def _task_reloads(plan: LoopPlan, values: LoopValues) -> list[tuple[int, int]]:
     """The rotations of the child loops (``LoopValues.task_rotations``) as reloads: their
     accesses appended to ``plan.accesses`` and listed in ``plan.task_reloads``; returns, per
-    reload, (the index of the load the back edge passes, the reload's index)."""
+    reload of a loaded value, (the index of the load the back edge passes, the reload's)."""
     out, extra, listed = [], [], []
     for arg, (loop, load, address) in values.task_rotations.items():
         back = next((i for i, a in enumerate(plan.accesses) if a.op is load), None)
@@ -222,7 +224,8 @@ def _task_reloads(plan: LoopPlan, values: LoopValues) -> list[tuple[int, int]]:
         index = len(plan.accesses) + len(extra)
         extra.append(reload_access(values, loop, load, address))
         listed.append((arg, index))
-        out.append((back, index))
+        if load.name == "mem.load":  # (a stored one is the last stored there: accesses._stored_rotation)
+            out.append((back, index))
     plan.accesses = [*plan.accesses, *extra]
     plan.task_reloads = tuple(listed)
     return out

@@ -4,7 +4,9 @@ seidel-2d with its row loop carrying the row's first element, loaded, to the nex
 task loads it again from the previous task's address, which isl then orders like any other
 access: ``seidel``'s rows run as a wavefront in steps ``w = 2t + i``, results bit for bit
 wasmtime's. Where a task writes the address after loading it (``clobber``, Wasm written so
-by hand), the next task must see the value carried, not memory's: no wavefront."""
+by hand), the next task must see the value carried, not memory's: no wavefront. PolyBench's nussinov carries a value it stored (``table[i][j]``,
+the next cell's ``table[i][j - 1]``): on every path through a cell the last store there,
+nothing after it that may write there, so the next task loads it again too."""
 
 from __future__ import annotations
 
@@ -23,9 +25,12 @@ DATA = (HERE / "rotated.wasm").read_bytes()
 CLOBBER = bytes(wasmtime.wat2wasm((HERE / "clobber.wat").read_text()))
 
 
+def _addr(which: int) -> int:
+    return ReferenceInstance(DATA).call("addr", [(I32, which)]).values[0][1]
+
+
 def _calls(steps: int) -> list[tuple[str, list]]:
-    base = ReferenceInstance(DATA).call("addr", [(I32, 0)]).values[0][1]
-    return [("init", []), ("seidel", [(I32, steps), (I32, base)])]
+    return [("init", []), ("seidel", [(I32, steps), (I32, _addr(0))])]
 
 
 def test_seidel_rows_run_as_a_wavefront_reloading_the_carried_element():
@@ -74,3 +79,25 @@ def test_without_the_check_the_clobbered_element_differs(device, monkeypatch):
     assert schedule.outer_reports(CLOBBER)["clobber"].plan.wave
     with pytest.raises(AssertionError):
         schedule.run(device, CLOBBER_CALLS, CLOBBER)
+
+
+def test_nussinov_reloads_the_cell_it_stored_and_the_one_it_loaded():
+    report = schedule.outer_reports(DATA)["nussinov"]
+    plan = report.plan
+    assert report.verdict == "offload" and plan.wave, report.reason
+    (phase,) = plan.phases
+    kinds = sorted(plan.accesses[index].op.name for _, index in plan.task_reloads)
+    assert kinds == ["mem.load", "mem.store"]
+    assert all(arg.owner is phase.grid.header for arg, _ in plan.task_reloads)
+    stored = next(plan.accesses[i] for _, i in plan.task_reloads if plan.accesses[i].op.name == "mem.store")
+    # The previous cell of the row: the store's own address one task earlier.
+    (own,) = {a.address for a in plan.accesses if a.op is stored.op and a.store}
+    assert own - stored.address == own.split(phase.counter)[1]
+
+
+@pytest.mark.parametrize("device", ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_nussinov_as_a_wavefront_matches_wasmtime(device):
+    calls = [("bases", []), ("nussinov", [])]
+    instance = schedule.run(device, calls * 2, DATA)
+    lp = schedule.outer_loop(instance.offload.loops, "nussinov")
+    assert lp.plan.wave and lp.stats.offloaded == 2, lp.stats.declined
