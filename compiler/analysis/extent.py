@@ -22,6 +22,20 @@ if TYPE_CHECKING:
     from tensorwasm.compiler.analysis.plan import TripCount
 
 
+def _bearing(address: Poly, trips: list, known: set) -> list:
+    """The loops of ``trips`` whose counters ``address`` uses, and those their bounds use."""
+    used = address.leaves() & known
+    grown = True
+    while grown:
+        grown = False
+        for sym, trip in trips:
+            more = (trip.start.leaves() | trip.bound.leaves()) & known if sym in used else set()
+            if not more <= used:
+                used |= more
+                grown = True
+    return [(sym, trip) for sym, trip in trips if sym in used]
+
+
 def extent(
     address: Poly,
     trips: list[tuple[Symbol, TripCount]],
@@ -40,6 +54,7 @@ def extent(
     corners of their box. Rows where an inner loop runs no iteration only add values
     below the greatest (above the least), so the result holds every address."""
     known = {sym for sym, _ in trips}
+    trips = _bearing(address, trips, known)  # (a loop the address does not move with only repeats it)
     if any(quasi(p, known) for _, t in trips for p in (t.start, t.bound)) or quasi(address, known):
         return None  # floors of the counters: the box (box_range) serves
     rest, coeffs = address, {}

@@ -212,3 +212,26 @@ def test_loads_of_other_bytes_are_not_twins() -> None:
     instance.exports(store)["row"](store, 1024, 4096, 64, 1024 + 8 * 37)
     (loop,) = tensorwasm.report(instance).loops
     assert loop.offloaded == 0 and any("overlap" in reason for reason in loop.declined), loop.declined
+
+
+def test_a_triangular_range_leaves_out_loops_its_address_does_not_move_with():
+    """nussinov's ``seq[j]`` in ``i { j > i { k: ... } }``: the ``k`` loop's start is a floor
+    of ``j`` (clang's unrolled loop), which no exact extent models, yet ``seq[j]`` does not
+    move with ``k``: its range is the triangle's, not the box's (which reaches 2,500 bytes
+    past ``seq``, into the next array, and declined every launch)."""
+    from tensorwasm.compiler.analysis.extent import extent
+    from tensorwasm.compiler.analysis.plan import TripCount
+    from tensorwasm.compiler.analysis.poly import Poly, Symbol
+
+    i, j, k = (Poly.symbol(Symbol("counter", n, f"k{n}")) for n in (1, 2, 3))
+    (si,), (sj,), (sk,) = i.symbols(), j.symbols(), k.symbols()
+    n = 2500
+    row = TripCount(True, "slt", Poly.const(0), 1, Poly.const(n), 32)
+    cells = TripCount(True, "slt", Poly.const(0), 1, i - Poly.const(0), 32)  # j < i: a triangle
+    floor = Poly.symbol(Symbol.floor(j, 2))
+    inner = TripCount(True, "slt", floor, 1, j, 32)
+    address = Poly.symbol(Symbol("value", "seq", "seq")) + j
+    env = {s: 1000 for s in address.symbols() if s.kind == "value"}
+    counts = {si: n, sj: n - 1, sk: n}
+    assert extent(address, [(si, row), (sj, cells), (sk, inner)], env, counts) == (1000, 1000 + n - 2)
+    assert extent(address + k, [(si, row), (sj, cells), (sk, inner)], env, counts) is None
