@@ -1279,11 +1279,16 @@ def _split(draw: st.DrawFn, variant: str | None = None) -> _Shape:
     [i, s): for k in [0, i): ... }``: a wavefront, each ``a[i][j]`` a task in step ``i + j``);
     ``fw``: PolyBench's floyd-warshall over ``a``, its size a number (``for k in [0, s) for i
     in [0, s) for j in [0, s): a[i][j] = a[i][j] < a[i][k] + a[k][j] ? a[i][j] : a[i][k] +
-    a[k][j]``: stepped, the ``i`` loop split at row ``k``). The arrays are pointers."""
+    a[k][j]``: stepped, the ``i`` loop split at row ``k``); ``seidel``: PolyBench's seidel-2d
+    over ``a``, its size a number (``for t in [0, s) for r in [1, size - 1) for c in [1, size -
+    1): a[r][c] = f(a[r-1][c], a[r][c-1], a[r][c], a[r][c+1], a[r+1][c], u)``, where ``u``, as
+    clang leaves it, is carried from row to row: row ``r - 1``'s first element loaded, or the
+    value row ``r - 1`` stored there last; a wavefront in steps ``2t + r`` whose tasks reload
+    ``u``). The arrays are pointers."""
     kinds, lengths, layout, bases = draw(_buffers(4, same=draw(st.booleans())))  # a, x, t, then y
     row = draw(_ROW)
-    variant = variant or draw(st.sampled_from(["atax", "bicg", "carried", "norm", "lu", "fw"]))
-    if variant in ("lu", "fw"):
+    variant = variant or draw(st.sampled_from(["atax", "bicg", "carried", "norm", "lu", "fw", "seidel"]))
+    if variant in ("lu", "fw", "seidel"):
         return _lu(draw, kinds, lengths, bases, layout, row, variant)
     a, x, x_i = Access(0, row, 1, 0), Access(1, 0, 1, 0), Access(1, 1, 0, 0)
     t, y, y_i = Access(2, 1, 0, 0), Access(3, 0, 1, 0), Access(3, 1, 0, 0)
@@ -1291,11 +1296,7 @@ def _split(draw: st.DrawFn, variant: str | None = None) -> _Shape:
     shape = _Shape("split", kinds, lengths, bases, layout, accesses, lambda n, m: [
         (i, j, 0) for i in range(n) for j in _ends(0, m)
     ])  # fmt: skip
-    # The arrays come in as pointers (PolyBench's are): apart by the guards, not by the analysis.
-    names = ("$pa", "$px", "$pt", "$py")
-    shape.pointers = {b: f"(local.get {name})" for b, name in enumerate(names)}
-    shape.params = "".join(f" (param {name} i32)" for name in names)
-    shape.arguments = [tuple(bases)]
+    _by_pointers(shape, bases)
     tt, yt = ELEMENTS[kinds[2]][0], ELEMENTS[kinds[3]][0]
     first = const_text(tt, draw_values(draw, (tt,))[0])
     if variant == "carried":
@@ -1324,18 +1325,26 @@ def _split(draw: st.DrawFn, variant: str | None = None) -> _Shape:
     return shape
 
 
+def _by_pointers(shape: _Shape, bases: list[int]) -> None:
+    """The split shape's four arrays come in as pointers (PolyBench's are): apart by the
+    guards, not by the analysis."""
+    names = ("$pa", "$px", "$pt", "$py")
+    shape.pointers = {b: f"(local.get {name})" for b, name in enumerate(names)}
+    shape.params = "".join(f" (param {name} i32)" for name in names)
+    shape.arguments = [tuple(bases)]
+
+
 def _lu(draw: st.DrawFn, kinds, lengths, bases, layout, row: int, variant: str) -> _Shape:
-    """The split shape's ``lu`` or ``fw`` variant (see :func:`_split`), on buffer 0, rows
-    ``row`` apart."""
+    """The split shape's ``lu``, ``fw`` or ``seidel`` variant (see :func:`_split`), on buffer 0,
+    rows ``row`` apart."""
+    if variant == "seidel":
+        return _seidel(draw, kinds, lengths, bases, layout, row)
     size = draw(st.integers(2, row))  # no column past its row: rows never meet
     aij, aik, akj = Access(0, row, 1, 0), Access(0, row, 0, 0, 1), Access(0, 0, 1, 0, row)
     shape = _Shape("split", kinds, lengths, bases, layout, [aij, aik, akj], lambda n, m: [
         (i, j, k) for i in _ends(0, size) for j in _ends(0, size) for k in [0, *_ends(0, size - 1)]
     ])  # fmt: skip
-    names = ("$pa", "$px", "$pt", "$py")
-    shape.pointers = {b: f"(local.get {name})" for b, name in enumerate(names)}
-    shape.params = "".join(f" (param {name} i32)" for name in names)
-    shape.arguments = [tuple(bases)]
+    _by_pointers(shape, bases)
     ty = ELEMENTS[kinds[0]][0]
     bound = f"(i32.const {size})"
     if variant == "fw":  # the shorter of a[r][c] and the way through p: counters p = $i, r = $k, c = $j
@@ -1358,6 +1367,42 @@ def _lu(draw: st.DrawFn, kinds, lengths, bases, layout, row: int, variant: str) 
             f"{_range('$j', '(local.get $i)', bound, _range('$k', '(i32.const 0)', '(local.get $i)', update, '            '), '          ')}")  # fmt: skip
     shape.body = _range("$i", "(i32.const 0)", bound, rows, "      ")
     shape.meta = {"variant": "lu", "size": size}
+    return shape
+
+
+def _seidel(draw: st.DrawFn, kinds, lengths, bases, layout, row: int) -> _Shape:
+    """The split shape's ``seidel`` variant (see :func:`_split`): counters ``i`` the step,
+    ``k`` the row, ``j`` the column; ``u`` carried from row to row, ``loaded`` (row ``k``'s
+    first element, loaded in its task) or ``stored`` (a value of the row stored there)."""
+    size = draw(st.integers(3, row))
+    carried = draw(st.sampled_from(["loaded", "stored"]))
+    steps = draw(st.integers(1, 3))
+    at, first = Access(0, 0, 1, 0, row), Access(0, 0, 0, 0, row)  # a[k][j], a[k][0]
+    around = [Access(0, 0, 1, o, row) for o in (-row, -1, 1, row)]
+    shape = _Shape("split", kinds, lengths, bases, layout, [at, first, *around], lambda n, m: [
+        (0, j, k) for j in (1, size - 2) for k in (1, size - 2)
+    ])  # fmt: skip
+    _by_pointers(shape, bases)
+    ty = ELEMENTS[kinds[0]][0]
+    terms = [shape.load(a, ty, COUNTERS) for a in (at, *around)] + [f"(local.get $u{ty})"]
+    value = _combine(draw, ty, [terms[o] for o in draw(st.permutations(range(len(terms))))])
+    inner = f"(i32.const {size - 1})"
+    cells = _range("$j", "(i32.const 1)", inner, shape.store(at, value, ty, COUNTERS), "            ")
+    if carried == "loaded":  # u: a[k][0] as the row's task loaded it, for row k + 1
+        task = (f"(local.set $v{ty} {shape.load(first, ty, COUNTERS)})\n          {cells}\n"
+                f"          (local.set $u{ty} (local.get $v{ty}))")  # fmt: skip
+    else:  # u: what the row's task stored at a[k][0] last, for row k + 1
+        made = _combine(draw, ty, [f"(local.get $u{ty})", shape.load(Access(0, 0, 0, 1, row), ty, COUNTERS)])
+        vt, _, op, _ = ELEMENTS[kinds[0]]
+        store = shape.store(first, f"(local.get $u{ty})", ty, COUNTERS)
+        if vt == ty and ty in ("f32", "f64"):  # u's NaN made canonical itself: memory holds u's bits
+            made = f"(select ({ty}.const nan) (local.tee $u{ty} {made}) ({ty}.ne (local.get $u{ty}) (local.get $u{ty})))"
+            store = f"({op} {shape.address(first, COUNTERS)} (local.get $u{ty}))"
+        task = f"{cells}\n          (local.set $u{ty} {made})\n          {store}"
+    entry = f"(local.set $u{ty} {shape.load(first, ty, {'k': '(i32.const 0)'})})"
+    rows = _range("$k", "(i32.const 1)", inner, task, "          ")
+    shape.body = _range("$i", "(i32.const 0)", f"(i32.const {steps})", f"{entry}\n        {rows}", "      ")
+    shape.meta = {"variant": "seidel", "size": size, "carried": carried, "steps": steps}
     return shape
 
 

@@ -82,6 +82,7 @@ class LoopValues:
         # A child loop's header arg that carries a load to its next iteration -> (the child
         # loop, its load, that load's address): a wavefront's task reloads it.
         self.task_rotations: dict[Value, tuple[LoopInfo, Op, Poly]] = {}
+        self.rotating: list[tuple[LoopInfo, Value, Value, Value]] = []  # (their candidates)
 
     # Both made at first use: a loop rejected by its own header arguments (every loop around
     # the innermost of a deep nest, say) needs neither, and each costs the size of the body.
@@ -134,7 +135,6 @@ class LoopValues:
         entry = facts.entry_edge_args(loop)
         backs = facts.back_edge_args(loop)
         loop_body = facts.bodies[loop]
-        rotating = []  # (recognised once the loop's counters are: their addresses use them)
         for i, arg in enumerate(header.args):
             incoming = [b[i] for b in backs]
             reads = [u for u, b in facts.users.get(arg, []) if b in loop_body and not
@@ -181,14 +181,19 @@ class LoopValues:
                     self.vector_ivs[arg] = found
                     continue
             if loop.parent is self.info and len(incoming) == 1 and not self.lenient:
-                rotating.append((arg, incoming[0], entry[i]))  # (for a wavefront's tasks)
+                self.rotating.append((loop, arg, incoming[0], entry[i]))  # (for a wavefront's tasks)
             if loop is not self.info or self.lenient:
                 continue  # inner loops run sequentially inside one thread: anything goes
             raise Reject(
                 f"{self.local_name(loop, i)} is carried from one iteration to the next and is neither "
                 f"an induction variable nor a recognised reduction"
             )
-        for arg, back, first in rotating:
+
+    def classify_task_rotations(self) -> None:
+        """The child loops' header arguments that carry a value to the next task
+        (:func:`.accesses.task_rotation`): once every loop's counters are classified, as
+        their addresses use them."""
+        for loop, arg, back, first in self.rotating:
             task_rotation(self, loop, arg, back, first)
 
     def local_name(self, loop: LoopInfo, i: int) -> str:

@@ -111,6 +111,7 @@ def plan_loop(
     for loop in sorted(values.nested, key=lambda m: m.depth):
         if loop is not info:
             values.classify_header_args(loop)
+    values.classify_task_rotations()
     trip = trip_count(values, info)
     inner = []
     for loop in values.nested:

@@ -25,7 +25,7 @@ from tensorwasm.oracle import generators
 from tensorwasm.oracle.case import Case
 from tensorwasm.oracle.compare import run_case
 from tensorwasm.oracle.fuzz import fuzz_generator
-from tensorwasm.oracle.generators import SHAPES, Kernel, _loop_module, shaped_kernel
+from tensorwasm.oracle.generators import ELEMENTS, SHAPES, Kernel, _loop_module, shaped_kernel
 from tensorwasm.runtime import guards
 from tensorwasm.runtime.reference import ReferenceInstance
 from tests.oracle.test_oracle import SHRINK_SECONDS, mutant
@@ -105,7 +105,7 @@ def test_doitgen_s_temporary_is_privatised_and_its_sequential_variants_refused()
     assert accepted >= 10 and refused >= 3, (accepted, refused)
 
 
-@pytest.mark.parametrize("variant", ["atax", "bicg", "carried", "norm", "lu", "fw"])
+@pytest.mark.parametrize("variant", ["atax", "bicg", "carried", "norm", "lu", "fw", "seidel"])
 def test_atax_and_bicg_are_split_and_the_carried_and_norm_variants_stepped(variant: str) -> None:
     kernels = _draws("split", 20, variant=variant)
     assert {k[3]["variant"] for k in kernels} == {variant}
@@ -114,6 +114,18 @@ def test_atax_and_bicg_are_split_and_the_carried_and_norm_variants_stepped(varia
         if variant == "lu":  # a wavefront from three rows (two: row 0 writes nothing, parallel)
             if kernel[3]["size"] > 2:
                 assert report.plan is not None and report.plan.wave == ((1, 0), (2, 0)), report.reason
+            continue
+        if variant == "seidel":  # a wavefront in steps 2t + r, its tasks reloading u
+            meta = kernel[3]
+            vt, _, _, size = ELEMENTS[meta["buffers"][0]["element"]]
+            whole = size * 8 == int(vt[1:])  # (an element as wide as its value: u stored whole)
+            if meta["steps"] > 1 and meta["size"] > 3 and (meta["carried"] == "loaded" or whole):
+                plan = report.plan
+                assert plan is not None and plan.wave == ((2, 0),), report.reason
+                ((_, index),) = plan.task_reloads
+                assert plan.accesses[index].op.name == {"loaded": "mem.load", "stored": "mem.store"}[meta["carried"]]
+            elif meta["carried"] == "stored" and not whole:  # a narrow store is no value carried
+                assert report.plan is None or not report.plan.task_reloads, report.reason
             continue
         if variant == "fw":  # stepped, the row loop split at row k: below, at, above it
             assert report.plan is not None and report.plan.stepped, report.reason
@@ -226,6 +238,14 @@ def test_a_pivot_one_row_off_is_found(monkeypatch: pytest.MonkeyPatch, tmp_path:
     threads may, so the rows that read it after its update differ from wasmtime)."""
     _planted_is_found(monkeypatch, "split", fission, "_pivot_point", "return a, c, d", "return a, c + 1, d",
                       "offload-sim", tmp_path, variant="fw")  # fmt: skip
+
+
+def test_a_task_reloading_its_own_address_is_found(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A reload at the task's own address instead of the previous task's: seidel-2d's row
+    then sees its own first element, not the one the row before carried (the simulated
+    device runs the wavefront's steps; the carried value differs from wasmtime's)."""
+    _planted_is_found(monkeypatch, "split", fission, "reload_access", "(Poly.symbol(k) - Poly.const(1))",
+                      "(Poly.symbol(k) - Poly.const(0))", "offload-sim", tmp_path, variant="seidel")  # fmt: skip
 
 
 @pytest.mark.parametrize("backend", ["offload-cpu", "offload-sim"])
