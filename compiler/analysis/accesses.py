@@ -220,7 +220,7 @@ def _last_stored(values: LoopValues, loop: LoopInfo, address: Poly, back: Value)
     state: dict = {b: TOP for b in order}
     state[loop.header] = None
     end: dict = {}
-    for _ in range(len(order) + 2):
+    for _ in range(2 * len(order) + 2):  # (a block goes from unreached to a value to none)
         changed = False
         for block in order:
             here = state[block] if block is loop.header else _merged(facts, block, end, inside, TOP)
@@ -240,8 +240,8 @@ def _last_stored(values: LoopValues, loop: LoopInfo, address: Poly, back: Value)
                 end[block] = out
                 changed = True
         if not changed:
-            break
-    return all(end.get(latch) is back for latch in facts.latches[loop])
+            return all(end.get(latch) is back for latch in facts.latches[loop])
+    return False  # (no fixed point reached: nothing proven)
 
 
 def _merged(facts, block: Block, end: dict, inside: set, top: object) -> object:

@@ -6,7 +6,8 @@ access: ``seidel``'s rows run as a wavefront in steps ``w = 2t + i``, results bi
 wasmtime's. Where a task writes the address after loading it (``clobber``, Wasm written so
 by hand), the next task must see the value carried, not memory's: no wavefront. PolyBench's nussinov carries a value it stored (``table[i][j]``,
 the next cell's ``table[i][j - 1]``): on every path through a cell the last store there,
-nothing after it that may write there, so the next task loads it again too."""
+nothing after it that may write there, so the next task loads it again too; where the row
+stores over it (``stored.wat``'s ``overwrite``), no wavefront."""
 
 from __future__ import annotations
 
@@ -101,3 +102,32 @@ def test_nussinov_as_a_wavefront_matches_wasmtime(device):
     instance = schedule.run(device, calls * 2, DATA)
     lp = schedule.outer_loop(instance.offload.loops, "nussinov")
     assert lp.plan.wave and lp.stats.offloaded == 2, lp.stats.declined
+
+
+STORED = bytes(wasmtime.wat2wasm((HERE / "stored.wat").read_text()))
+STORED_CALLS = [("fill", [(I32, 1024)]), ("carry", [(I32, 3), (I32, 1024)]),
+                ("fill", [(I32, 1024)]), ("overwrite", [(I32, 3), (I32, 1024)])]
+
+
+def test_a_value_stored_last_is_reloaded_and_one_stored_over_is_not():
+    reports = schedule.outer_reports(STORED)
+    plan = reports["carry"].plan
+    assert plan is not None and plan.wave == ((2, 0),), reports["carry"].reason
+    ((_, index),) = plan.task_reloads
+    assert plan.accesses[index].op.name == "mem.store"
+    assert reports["overwrite"].verdict == "reject", reports["overwrite"].reason
+
+
+@pytest.mark.parametrize("device", ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_without_the_last_store_proof_the_overwritten_value_differs(device, monkeypatch):
+    """The proof has teeth: let ``overwrite``'s carried value count as the last one stored
+    and the next row reloads the value stored over it, unlike wasmtime."""
+    from tensorwasm.compiler.analysis import accesses
+
+    monkeypatch.setenv("TENSORWASM_CACHE", "off")
+    instance = schedule.run(device, STORED_CALLS, STORED)
+    assert schedule.outer_loop(instance.offload.loops, "carry").plan.wave
+    monkeypatch.setattr(accesses, "_last_stored", lambda values, loop, address, back: True)
+    assert schedule.outer_reports(STORED)["overwrite"].plan.wave
+    with pytest.raises(AssertionError):
+        schedule.run(device, STORED_CALLS, STORED)
