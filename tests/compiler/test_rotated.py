@@ -105,8 +105,12 @@ def test_nussinov_as_a_wavefront_matches_wasmtime(device):
 
 
 STORED = bytes(wasmtime.wat2wasm((HERE / "stored.wat").read_text()))
-STORED_CALLS = [("fill", [(I32, 1024)]), ("carry", [(I32, 3), (I32, 1024)]),
-                ("fill", [(I32, 1024)]), ("overwrite", [(I32, 3), (I32, 1024)])]
+STORED_CALLS = [
+    ("fill", [(I32, 1024)]),
+    ("carry", [(I32, 3), (I32, 1024)]),
+    ("fill", [(I32, 1024)]),
+    ("overwrite", [(I32, 3), (I32, 1024)]),
+]
 
 
 def test_a_value_stored_last_is_reloaded_and_one_stored_over_is_not():
