@@ -25,6 +25,8 @@ from tensorwasm.compiler.analysis.poly import Poly
 from tensorwasm.dialect.ir import Op
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tensorwasm.compiler.analysis.induction import LoopValues
     from tensorwasm.dialect.ir import Block, LoopInfo, Value
 
@@ -87,7 +89,7 @@ def rotated_load(values: LoopValues, arg: Value, back: Value, entry: Value) -> b
     same kind at that address one iteration before (``P(-1)``), made in the block that
     enters the loop with nothing after it that writes memory. Each iteration then sees the
     load of the previous iteration's address, which the kernel makes itself."""
-    found = _rotation(values, values.info, back, entry, _outside)
+    found = _rotation(values, values.info, back, entry, lambda value: _outside(values, value))
     if found is None:
         return False
     values.rotations[arg] = found
@@ -109,7 +111,7 @@ def task_rotation(values: LoopValues, loop: LoopInfo, arg: Value, back: Value, e
 
 
 def _rotation(
-    values: LoopValues, loop: LoopInfo, back: Value, entry: Value, before
+    values: LoopValues, loop: LoopInfo, back: Value, entry: Value, before: Callable[[Value], Poly | None]
 ) -> tuple[Op, Poly] | None:
     """(The load, its address) where ``back`` and ``entry`` make header argument a rotation
     of ``loop`` (:func:`rotated_load`); ``before`` gives the entry's address as a polynomial."""
@@ -145,7 +147,7 @@ def _rotation(
     if not _entered_with(values, loop, first):
         return None
     symbols = dict(values.symbols)
-    at = before(values, first.operands[0]) if before is _outside else before(first.operands[0])
+    at = before(first.operands[0])
     if at is None or at + Poly.const(first.attrs["offset"]) != split[0] - split[1] + Poly.const(
         load.attrs["offset"]
     ):
@@ -187,6 +189,9 @@ def _stored_rotation(values: LoopValues, loop: LoopInfo, back: Value, entry: Val
     own = [m for m in values.nested if m is not loop and m.header in inside]
     k = values.counter(loop)
     around = {values.counter(values.info), k}
+    before = values.expr(first.operands[0])
+    if before is None:
+        return None
     stores = [op for b in facts.in_order(inside) for op in b.ops if op.name == "mem.store"]
     for store in stores:
         if any(store.block in facts.bodies[m] for m in own) or store.attrs["bits"] != back.type.bits:
@@ -197,8 +202,7 @@ def _stored_rotation(values: LoopValues, loop: LoopInfo, back: Value, entry: Val
         split = address.split(k)
         if split is None or split[1].leaves() & around or not split[1] or address.floors():
             continue
-        before = values.expr(first.operands[0])
-        if before is None or before + Poly.const(first.attrs["offset"]) != split[0] - split[1]:
+        if before + Poly.const(first.attrs["offset"]) != split[0] - split[1]:
             continue
         if _last_stored(values, loop, address, back):
             return store, address - Poly.const(store.attrs["offset"])

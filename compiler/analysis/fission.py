@@ -219,7 +219,7 @@ def _task_reloads(plan: LoopPlan, values: LoopValues) -> list[tuple[int, int]]:
     out, extra, listed = [], [], []
     for arg, (loop, load, address) in values.task_rotations.items():
         back = next((i for i, a in enumerate(plan.accesses) if a.op is load), None)
-        if back is None or loop.parent is not plan.loop:
+        if back is None:
             continue
         index = len(plan.accesses) + len(extra)
         extra.append(reload_access(values, loop, load, address))
