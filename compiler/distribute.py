@@ -61,8 +61,6 @@ class _Scope:
         self.counters = {
             plan.counter: self.k,
             **{c.counter: a for c, a in zip(plan.collapse, entry.args[3:], strict=False)},
-            # a grid loop's counter is ``t`` (a wavefront task's reload address uses it)
-            **{p.counter: entry.args[2] for p in plan.phases if not p.whole},
         }
         self.shared: dict[Value, Value] = {}
         self.by_symbol = {}
@@ -209,8 +207,9 @@ def _copy_body(
             mapping.update((a, c) for a, c in zip(blk.args, clone.args, strict=True) if a not in pinned)
     grid = ph.grid.header
     start = (
-        None if rest or ph.statements or ph.whole else _enter_at(kernel, plan, grid, scope, t, clones[grid])
-    )
+        None if rest or ph.statements or ph.whole
+        else _enter_at(kernel, plan, grid, scope, t, clones[grid], ph.counter)
+    )  # fmt: skip
     # A 3-D grid's second level: entered at the block's iteration, which ends the call.
     levels = {c.loop.header: (c, _enter_at(kernel, plan, c.loop.header, scope, a, clones[c.loop.header]))
               for c, a in zip(plan.collapse, scope.entry.args[3:], strict=False)}  # fmt: skip
@@ -293,11 +292,12 @@ def _task_scopes(kernel: Function, plan: LoopPlan) -> dict[int, dict[str, object
 
 
 def _enter_at(
-    kernel: Function, plan: LoopPlan, header: Block, scope: _Scope, t: Value, target: Block
+    kernel: Function, plan: LoopPlan, header: Block, scope: _Scope, t: Value, target: Block, counter=None
 ) -> Block:
     """The entry into the loop at ``header`` (a grid loop, a 3-D grid's second level): its
     induction variables jump to iteration ``t``, and a wavefront's task loads again what the
-    previous task carried to it (``LoopPlan.task_reloads``)."""
+    previous task carried to it (``LoopPlan.task_reloads``: the grid loop's ``counter`` at
+    ``t``)."""
     start = kernel.add_block([a.type for a in header.args])
     b = Builder(kernel, start)
     reloads = {arg: plan.accesses[index] for arg, index in plan.task_reloads}
@@ -307,8 +307,9 @@ def _enter_at(
             step = scope.poly(plan.ivs[arg][1], arg.type, b)
             count = t if arg.type is I32 else b.value(arith.sext, t, to=arg.type)
             entering = b.value(arith.add, entering, b.value(arith.mul, step, count))
-        elif arg in reloads:
+        elif arg in reloads and counter is not None:
             access = reloads[arg]
+            scope.counters[counter] = t  # (the same parameter in every phase)
             made = access.op.attrs  # the carried load's, or the store's whose value is carried
             attrs = {"type": arg.type, "bits": made["bits"], "signed": made.get("signed", False),
                      "offset": 0, "align": made["align"], "proven": True}  # fmt: skip
