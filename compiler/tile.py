@@ -31,6 +31,16 @@ loads are ``speculative`` (zero outside linear memory, never a trap), and their 
 reach no cell that commits. The tile shape comes from a small model of the device
 (:func:`choose_tile`). The host backend runs the same construction with one thread per
 block (:data:`HOST_SHAPE`), so the CPU tests check its exactness.
+
+A 1-D kernel whose thread runs such a loop along a row (gemv: ``y[i] = sum_k A[i][k] *
+x[k]``) reads, at each iteration, elements a row apart in neighbouring threads: every load
+of a warp touches as many memory lines as it has threads. Tiled as a grid of one column
+(:data:`ROW_SHAPE`), a block stages ``depth`` iterations of its rows with neighbouring
+threads reading neighbouring elements of a row, and the loads that follow no row
+(``x[k]``) once for the block; each thread then runs its row's iterations from shared
+memory in the row's order. Only loads that walk their row by a constant stride are staged
+so: a load that moves down a column as the loop runs (``A[k][i]``) is already read by
+neighbouring threads at neighbouring addresses, and the kernel keeps its plain form.
 """
 
 from __future__ import annotations
@@ -92,6 +102,13 @@ class TileShape:
 
 
 HOST_SHAPE = TileShape(1, 1, 4, 4, 16)  # the host backend: one thread per block
+# 1-D kernels: a block of one warp, one row per thread, ``depth`` iterations of each row
+# staged at a time (:func:`row_shape`); the host runs four rows a tile.
+ROW_THREADS = 32
+ROW_HOST_SHAPE = TileShape(1, 1, 1, 4, 16)
+# Bytes of each row a stage reads: 256, two 128-byte lines, so that a block has many loads
+# in flight (one warp per block leaves the multiprocessor little else to hide latency with).
+ROW_STAGE_BYTES = 256
 _CANDIDATES = tuple(
     TileShape(16, 16, cx, cy, depth)
     for cx, cy in ((4, 4), (4, 2), (2, 2), (2, 1), (1, 1))
@@ -158,6 +175,26 @@ def choose_tile(
     return best[1] if best else None
 
 
+def row_shape(
+    row_stride: int, row_bytes: int, col_bytes: int, model: DeviceModel | None = None
+) -> TileShape | None:
+    """The tile of a 1-D kernel whose rows advance ``row_stride`` bytes an iteration (the
+    widest of its row loads' strides) and whose loop reads ``row_bytes`` (row loads) and
+    ``col_bytes`` (loads that follow no row) an iteration: :data:`ROW_THREADS` rows of
+    one thread each, and as many iterations a stage as :data:`ROW_STAGE_BYTES` of a row
+    hold (at least 32, so that the broadcast loads' staging fills the warp, at most 128),
+    fewer where the model's shared memory asks; None where not even 32 fit."""
+    model = model or DeviceModel()
+    fit = max(1, ROW_STAGE_BYTES // max(1, row_stride))
+    depth = min(128, max(32, 1 << (fit.bit_length() - 1)))  # (a power of two: see TileBuilder.stage)
+    while depth >= 32:
+        shape = TileShape(1, ROW_THREADS, 1, 1, depth)
+        if shape.shared_bytes(row_bytes, col_bytes) <= model.shared_bytes:
+            return shape
+        depth //= 2
+    return None
+
+
 # Blocks per multiprocessor a tiled kernel asks for. With one, the multiprocessor idles
 # while its block stages the next tile (global loads, then a barrier); with two, one block
 # computes while the other loads. ptxas meets the request by capping each thread's
@@ -214,6 +251,10 @@ class Nest:
     # The loop's exit test reads no value of a cell (only induction variables that start
     # alike in every cell, and live-ins): a thread can tell a full stage ahead of it.
     uniform_exit: bool = False
+    # The grid's dimensions: 2 (cells (i, j)), or 1 (rows i; its "j" loads follow no counter).
+    dims: int = 2
+    # A 1-D nest: the most bytes a row load's address advances an iteration.
+    row_stride: int = 0
 
     @property
     def carried(self) -> list[int]:
@@ -224,12 +265,12 @@ class Nest:
 def tile_kernel(module: Module, kernel: Function, plan: LoopPlan, clones: dict[Block, Block]) -> None:
     """Attach tiled variants to the outlined ``kernel`` (``kernel.attrs["tiled"]``, a
     :class:`TiledKernel`), or say why not (``kernel.attrs["tiling"]``). ``clones`` maps the
-    loop's blocks to the kernel's copies of them."""
-    if not plan.collapse:
-        attach_streaming(module, kernel)  # a 1-D kernel: several iterations per thread where it streams
-        return
+    loop's blocks to the kernel's copies of them. A 1-D kernel that is not tiled streams
+    where it can (:func:`attach_streaming`)."""
     if not config.tiling_enabled():
         kernel.attrs["tiling"] = f"tiling is off ({config.TILING}=off)"
+        if not plan.collapse:
+            attach_streaming(module, kernel)
         return
     try:
         nest = recognise(kernel, plan, clones)
@@ -237,18 +278,23 @@ def tile_kernel(module: Module, kernel: Function, plan: LoopPlan, clones: dict[B
         col_bytes = sum(op.results[0].type.bits // 8 for op, axis in nest.loads if axis == "j")
         carried = sum(-(-nest.header.args[p].type.bits // 32) for p in nest.carried)
         counts = (sum(axis == "i" for _, axis in nest.loads), sum(axis == "j" for _, axis in nest.loads))
-        shape = choose_tile(row_bytes, col_bytes, carried, counts)
+        if nest.dims == 1:
+            shape, host_shape = row_shape(nest.row_stride, row_bytes, col_bytes), ROW_HOST_SHAPE
+        else:
+            shape, host_shape = choose_tile(row_bytes, col_bytes, carried, counts), HOST_SHAPE
         if shape is None:
             raise NotTileable("no tile fits the device model's shared memory and registers")
     except NotTileable as exc:
         kernel.attrs["tiling"] = str(exc)
+        if not plan.collapse:
+            attach_streaming(module, kernel)  # a 1-D kernel: several iterations per thread where it streams
         return
     blocks = resident_blocks(
         shape, shape.shared_bytes(row_bytes, col_bytes), estimated_registers(shape, carried, *counts)
     )
     gpu_fn = TileBuilder(module, nest, shape, on_gpu=True).build()
-    host_fn = TileBuilder(module, nest, HOST_SHAPE, on_gpu=False).build()
-    kernel.attrs["tiled"] = TiledKernel(gpu_fn.index, shape, host_fn.index, HOST_SHAPE, blocks)
+    host_fn = TileBuilder(module, nest, host_shape, on_gpu=False).build()
+    kernel.attrs["tiled"] = TiledKernel(gpu_fn.index, shape, host_fn.index, host_shape, blocks)
     kernel.attrs["tiling"] = "tiled"
 
 
@@ -260,11 +306,17 @@ def _allowed(op: Op) -> bool:
 
 
 def recognise(kernel: Function, plan: LoopPlan, clones: dict[Block, Block]) -> Nest:
-    """The gemm shape of a 2-D loop kernel, or :class:`NotTileable` naming what differs."""
-    if len(plan.collapse) != 1:
-        raise NotTileable(f"tiling covers 2-D grids, this one has {len(plan.collapse) + 1} dimensions")
+    """The gemm shape of a 2-D loop kernel, or the gemv shape of a 1-D one, or
+    :class:`NotTileable` naming what differs."""
+    if len(plan.collapse) > 1:
+        raise NotTileable(
+            f"tiling covers 1-D and 2-D grids, this one has {len(plan.collapse) + 1} dimensions"
+        )
     if plan.reductions:
         raise NotTileable("the nest has reductions")
+    dims = len(plan.collapse) + 1
+    if dims == 1 and (plan.phases or plan.fission or plan.rotations or plan.vector_ivs):
+        raise NotTileable("the loop's kernel runs phases, rotations or vector counters")
     order = reverse_postorder(kernel)
     size = sum(len(blk.ops) for blk in order)
     if size > MAX_KERNEL_OPS:
@@ -284,7 +336,7 @@ def recognise(kernel: Function, plan: LoopPlan, clones: dict[Block, Block]) -> N
     if term.name != "cf.cond_br" or header.successors.count(header) != 1:
         raise NotTileable("the inner loop does not end in a two-way branch")
     origin = {copy: blk for blk, copy in clones.items()}[header]
-    counters = {plan.counter: "i", plan.collapse[0].counter: "j"}
+    counters = {plan.counter: "i"} | ({plan.collapse[0].counter: "j"} if dims == 2 else {})
     live = {sym for _, sym, _, _ in plan.live_ins}
     ivs = {}
     for p, arg in enumerate(origin.args):
@@ -303,16 +355,21 @@ def recognise(kernel: Function, plan: LoopPlan, clones: dict[Block, Block]) -> N
             raise NotTileable(
                 f"the inner loop's body has {op.name}{_where(op)}, not pure arithmetic and proven loads"
             )
-    deps = _Dependence(kernel, header, ivs, counters)
+    deps = _Dependence(kernel, header, ivs, counters, dims)
     loads = []
+    row_stride = 0
     for op in header.ops:
         if op.name == "mem.load":
             axes = deps.of(op.operands[0], f"the address of the load{_where(op)}")
             if axes == {"i", "j"}:
                 raise NotTileable(f"the load{_where(op)} reads an element that follows both grid counters")
-            loads.append((op, "j" if axes == {"j"} else "i"))
+            if dims == 1 and axes:
+                row_stride = max(row_stride, _row_stride(deps, op))
+            loads.append((op, "j" if axes == {"j"} or (dims == 1 and not axes) else "i"))
     if not loads:
         raise NotTileable("the inner loop loads nothing")
+    if dims == 1 and not row_stride:
+        raise NotTileable("the inner loop reads no row")
     for v in _outside_values(header):
         deps.of(v, "a value the inner loop reads from before it")
     prefix = _prefix(order, header)
@@ -327,7 +384,27 @@ def recognise(kernel: Function, plan: LoopPlan, clones: dict[Block, Block]) -> N
         uniform = not deps.of(term.operands[0], "the loop's exit test")
     except NotTileable:  # it reads a carried value: tested per cell
         uniform = False
-    return Nest(kernel, plan, header, ivs, loads, prefix, back, _nan_checked(header, ivs), uniform)
+    return Nest(
+        kernel, plan, header, ivs, loads, prefix, back, _nan_checked(header, ivs), uniform, dims, row_stride
+    )
+
+
+# A row load of a 1-D nest is staged where its address advances at most this many bytes an
+# iteration (a row read in order, a few elements per step of an unrolled loop).
+MAX_ROW_STRIDE = 64
+
+
+def _row_stride(deps: _Dependence, load: Op) -> int:
+    """The bytes the address of ``load`` (a 1-D nest's load that follows its row) advances
+    an iteration, or :class:`NotTileable` where that is not a constant of at most
+    :data:`MAX_ROW_STRIDE` bytes: a load that walks down a column as the loop runs is read
+    at neighbouring addresses by neighbouring threads already."""
+    stride = deps.stride(load.operands[0])
+    if stride is None or not 0 < abs(stride) <= MAX_ROW_STRIDE:
+        raise NotTileable(
+            f"the load{_where(load)} does not read along its row (a 1-D kernel's row loads must)"
+        )
+    return abs(stride)
 
 
 # Ops whose float operands' NaN bits never show in a result that is not a NaN: arithmetic
@@ -388,11 +465,14 @@ class _Dependence:
     the kernel follows, through pure arithmetic, block arguments of one incoming edge,
     and the inner loop's induction variables (by their start's symbols)."""
 
-    def __init__(self, kernel: Function, header: Block, ivs: dict[int, tuple[Poly, Poly]], counters: dict):
+    def __init__(
+        self, kernel: Function, header: Block, ivs: dict[int, tuple[Poly, Poly]], counters: dict, dims: int
+    ):
         self.kernel = kernel
         self.header = header
         self.ivs = ivs
         self.counters = counters
+        self.dims = dims  # the kernel's first ``dims`` parameters are its grid counters
         self.incoming: dict[Block, list[Successor]] = {}
         for blk in kernel.blocks:
             for succ in blk.terminator.successors if blk.terminator else ():
@@ -410,7 +490,7 @@ class _Dependence:
         owner = value.owner
         if isinstance(owner, Block):
             if owner is self.kernel.entry:
-                return {("i", "j")[value.index]} if value.index < 2 else set()
+                return {("i", "j")[value.index]} if value.index < self.dims else set()
             if owner is self.header:
                 if value.index not in self.ivs:
                     raise NotTileable(f"{what} follows a value the loop carries")
@@ -425,6 +505,58 @@ class _Dependence:
         if owner.name.startswith("arith.") and _allowed(owner):
             return set().union(*(self.of(v, what) for v in owner.operands))
         raise NotTileable(f"{what} comes from {owner.name}")
+
+    def stride(self, value: Value) -> int | None:
+        """What ``value`` (an address the walk of :meth:`of` accepted) gains from one
+        iteration of the inner loop to the next, where that is a constant: the steps of the
+        induction variables it adds, scaled by constants; None otherwise."""
+        owner = value.owner
+        if isinstance(owner, Block):
+            if owner is self.kernel.entry:
+                return 0
+            if owner is self.header:
+                step = self.ivs[value.index][1]
+                return step.constant if step.is_constant() else None
+            return self.stride(self.incoming[owner][0].args[value.index])
+        if owner.name == "arith.constant" or not any(map(self._moves, owner.operands)):
+            return 0
+        parts = [self.stride(v) for v in owner.operands]
+        if None in parts:
+            return None
+        if owner.name == "arith.add":
+            return parts[0] + parts[1]
+        if owner.name == "arith.sub":
+            return parts[0] - parts[1]
+        constant = [_constant(v) for v in owner.operands]
+        if owner.name == "arith.mul" and None not in (constant[0], parts[1]) and parts[0] == 0:
+            return constant[0] * parts[1]
+        if owner.name == "arith.mul" and None not in (constant[1], parts[0]) and parts[1] == 0:
+            return constant[1] * parts[0]
+        if owner.name == "arith.shl" and constant[1] is not None and 0 <= constant[1] < 32:
+            return parts[0] << constant[1]
+        if owner.name in ("arith.zext", "arith.sext", "arith.trunc"):
+            return parts[0]
+        return None
+
+    def _moves(self, value: Value) -> bool:
+        """Whether ``value`` follows an induction variable of the inner loop."""
+        owner = value.owner
+        if isinstance(owner, Block):
+            if owner is self.kernel.entry:
+                return False
+            if owner is self.header:
+                return True
+            return self._moves(self.incoming[owner][0].args[value.index])
+        return any(self._moves(v) for v in owner.operands)
+
+
+def _constant(value: Value) -> int | None:
+    """The signed value of an integer constant op's result, or None."""
+    owner = value.owner
+    if isinstance(owner, Block) or owner.name != "arith.constant" or not value.type.is_int:
+        return None
+    bits = owner.attrs["value"] & ((1 << value.type.bits) - 1)
+    return bits - (1 << value.type.bits) if bits >> (value.type.bits - 1) else bits
 
 
 class _Steps:
@@ -551,7 +683,7 @@ class TileBuilder(_Steps):
         self.shape = shape
         self.on_gpu = on_gpu
         kernel = nest.kernel
-        params = (I32, I32, I32, I32, *kernel.params[2:])
+        params = (I32, I32, I32, I32, *kernel.params[nest.dims :])
         name = f"tile_{kernel.name}_{'gpu' if on_gpu else 'host'}"
         self.fn = Function(name, len(module.functions), params, ())
         module.functions.append(self.fn)
@@ -563,10 +695,15 @@ class TileBuilder(_Steps):
         self.i0, self.j0, self.i_end, self.j_end, *self.live = self.entry.args
         self.symbols = {sym: v for (_, sym, _, _), v in zip(nest.plan.live_ins, self.live, strict=True)}
         self.counter_i = nest.plan.counter
-        self.counter_j = nest.plan.collapse[0].counter
+        self.counter_j = nest.plan.collapse[0].counter if nest.dims == 2 else None
         self.cells = [(cy, cx) for cy in range(shape.cells_y) for cx in range(shape.cells_x)]
 
     # -- small helpers ----------------------------------------------------------------
+
+    def entry_values(self, i: Value, j: Value) -> list[Value]:
+        """What the kernel's parameters hold for the cell ``(i, j)``: its grid counters (the
+        row alone in a 1-D nest) and the live-ins."""
+        return [i, j, *self.live] if self.nest.dims == 2 else [i, *self.live]
 
     def const(self, b: Builder, value: int, ty: Type = I32) -> Value:
         return b.constant(ty, value)
@@ -672,7 +809,7 @@ class TileBuilder(_Steps):
         nest = self.nest
         row, col, inside = self.place(b, cell)
         zeros = [b.constant(nest.header.args[p].type, 0) for p in nest.carried]
-        values = dict(zip(nest.kernel.entry.args, [row, col, *self.live], strict=True))
+        values = dict(zip(nest.kernel.entry.args, self.entry_values(row, col), strict=True))
         in_prefix = set(nest.prefix)
 
         def edge(op, succ, copies):
@@ -789,7 +926,7 @@ class TileBuilder(_Steps):
         owner = value.owner
         if isinstance(owner, Block):
             if owner is nest.kernel.entry:
-                result = (i, j, *self.live)[value.index]
+                result = self.entry_values(i, j)[value.index]
             elif owner is nest.header:
                 start = self.poly(b, nest.ivs[value.index][0], value.type, i, j)
                 result = self.iv_at(b, value.index, start, m)
@@ -818,7 +955,7 @@ class TileBuilder(_Steps):
         entering = [
             ivs[p] if p in ivs else carried[nest.carried.index(p)] for p in range(len(nest.header.args))
         ]
-        values = dict(zip(nest.kernel.entry.args, [row, col, *self.live], strict=True))
+        values = dict(zip(nest.kernel.entry.args, self.entry_values(row, col), strict=True))
         in_prefix = set(nest.prefix)
 
         def edge(op, succ, copies):

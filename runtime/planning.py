@@ -682,7 +682,7 @@ def launch_grid(
     or x over a nest's innermost counter (rounded to whole warps) and y over the next one
     out, in blocks of up to :data:`NEST_ROWS` rows of a warp, and z over the outermost of a
     3-D nest. A tiled kernel (``tile``: rows, columns,
-    threads across, threads down) gets a block per tile; a 1-D kernel whose threads run
+    threads across, threads down; a 1-D kernel's tiles are one column wide) gets a block per tile; a 1-D kernel whose threads run
     ``per_thread`` iterations each (compiler.stream) that many times fewer blocks."""
     if launch.spread:  # a split loop: a thread per iteration of its widest phase (no more
         # blocks than can be resident at once: the device's launch caps them, resident_grid)
@@ -693,9 +693,9 @@ def launch_grid(
         # vector steps leave the rest of a full block idle, and fewer blocks resident)
         threads = min(BLOCK_THREADS, 32 * -(-launch.lanes // 32)) if launch.lanes else BLOCK_THREADS
         return (max(1, min(launch.trip * math.prod(launch.nest), 65535)), 1, 1), (max(threads, 32), 1, 1)
-    if tile is not None and len(launch.nest) == 1:
+    if tile is not None and len(launch.nest) <= 1:  # (a 1-D kernel's tiles: one column)
         rows, cols, threads_x, threads_y = tile
-        tiles_x, tiles_y = -(-launch.nest[0] // cols), -(-launch.trip // rows)
+        tiles_x, tiles_y = -(-(launch.nest or (1,))[0] // cols), -(-launch.trip // rows)
         return (max(1, min(tiles_x, 65535)), max(1, min(tiles_y, MAX_GRID_Y)), 1), (threads_x, threads_y, 1)
     if not launch.nest:
         most = REDUCTION_BLOCKS if reductions else 65535

@@ -1,9 +1,10 @@
 """Launch entries of tiled loop kernels (:mod:`compiler.tile`).
 
 A tiled kernel keeps its loop kernel's entry signature, so the runtime launches it as any
-2-D nest; only the launch shape differs (``TiledKernel.gpu_shape``: a block per tile of
-``rows x cols`` cells). GPU: ``tw_kernel_<index>(ctx, params, trip, trip2, out)``, each
-block walking the tiles ``(blockIdx.y + k * gridDim.y, blockIdx.x + l * gridDim.x)``. Every
+2-D nest (or 1-D loop); only the launch shape differs (``TiledKernel.gpu_shape``: a block per
+tile of ``rows x cols`` cells). GPU: ``tw_kernel_<index>(ctx, params, trip, trip2, out)``
+(``trip2`` absent for a 1-D kernel: one column), each block walking the tiles
+``(blockIdx.y + k * gridDim.y, blockIdx.x + l * gridDim.x)``. Every
 thread of a block calls the tile function for the same tiles (its barriers need the whole
 block), so a thread whose cell trapped goes on with the block; the trap code reaches the
 context at the end. Host: ``tw_loop_<index>(ctx, params, begin, end, trip2, out)``, the
@@ -54,12 +55,13 @@ def lower_tiled_entry(lowering: ModuleLowering, index: int, tiled: TiledKernel) 
     tile_index = tiled.gpu_index if gpu else tiled.host_index
     shape = tiled.gpu_shape if gpu else tiled.host_shape
     FunctionLowering(lowering, lowering.dialect.functions[tile_index]).lower()
-    frame = entry_frame(lowering, index, 2)
+    dims = 1 + len(kernel.attrs["loop_plan"].collapse)
+    frame = entry_frame(lowering, index, dims)
     fn, b, ctx, slots, begin, own = frame.fn, frame.b, frame.ctx, frame.slots, frame.begin, frame.own
     if gpu:
         launch_bounds(lowering.llvm, fn, (shape.threads_x, shape.threads_y, 1), tiled.gpu_blocks)
-    trip, trip2 = frame.bounds
-    args = _live_in_args(b, kernel, slots, 2)
+    trip, trip2 = frame.bounds if dims == 2 else (*frame.bounds, i64_const(1))
+    args = _live_in_args(b, kernel, slots, dims)
     tile = lowering.function_for(tile_index)
     done = fn.append_basic_block("done")
 

@@ -16,7 +16,14 @@ import wasmtime
 
 from tensorwasm.compiler.prepare import compile_loop_kernels, prepare_offload
 from tensorwasm.compiler.target import ARCH_PTX, NVPTXTarget
-from tensorwasm.compiler.tile import DeviceModel, TileShape, choose_tile, estimated_registers, resident_blocks
+from tensorwasm.compiler.tile import (
+    DeviceModel,
+    TileShape,
+    choose_tile,
+    estimated_registers,
+    resident_blocks,
+    row_shape,
+)
 from tensorwasm.runtime.offload import OffloadModule
 from tensorwasm.support import config
 from tensorwasm.support.errors import ConfigError
@@ -65,16 +72,64 @@ def test_gemm_shaped_nests_are_tiled(path: Path, func: str) -> None:
 @pytest.mark.parametrize(
     ("path", "func", "reason"),
     [
-        (NESTS, "skew", "the load at +0x493 reads an element that follows both grid counters"),
-        (NESTS, "inplace", "the inner loop's body has mem.store at +0x5d7"),
+        (NESTS, "skew", "the load at +0x4cb reads an element that follows both grid counters"),
+        (NESTS, "inplace", "the inner loop's body has mem.store at +0x60f"),
         (STENCIL, "jacobi2d", "no sequential loop runs inside the thread"),
-        (STENCIL, "jacobi3d", "tiling covers 2-D grids, this one has 3 dimensions"),
+        (STENCIL, "jacobi3d", "tiling covers 1-D and 2-D grids, this one has 3 dimensions"),
     ],
 )
 def test_near_misses_keep_their_kernel_and_say_why(path: Path, func: str, reason: str) -> None:
     verdict, tiled = tiling_of(path)[func]
     assert tiled is None
     assert verdict.startswith(reason)
+
+
+def row_tiling_of(path: Path) -> dict[str, tuple[str, object, int]]:
+    """Each function's outermost 1-D kernel -> (the tiler's verdict, its TiledKernel, the
+    depth of its GPU stage or 0)."""
+    preparation = prepare_offload(path.read_bytes())
+    module = preparation.state.dialect.module
+    found = {}
+    for lp in preparation.prepared.loops:
+        kernel = module.functions[lp.kernel_index]
+        if not lp.plan.collapse and lp.plan.func.name not in found:
+            tiled = kernel.attrs.get("tiled")
+            found[lp.plan.func.name] = (
+                kernel.attrs.get("tiling"),
+                tiled,
+                tiled.gpu_shape.depth if tiled else 0,
+            )
+    return found
+
+
+@pytest.mark.parametrize(("func", "depth"), [("gemv_rows", 32), ("dmv_rows", 32), ("irows", 32)])
+def test_row_nests_are_tiled_one_warp_of_rows_a_block(func: str, depth: int) -> None:
+    """A 1-D kernel reading rows along its inner loop: 32 rows a block, a thread each, and
+    as many iterations a stage as 256 bytes of its widest row step hold (clang unrolls
+    gemv_rows and irows by two: 8 bytes a step; dmv_rows reads 8-byte elements)."""
+    verdict, tiled, got = row_tiling_of(NESTS)[func]
+    assert verdict == "tiled"
+    shape = tiled.gpu_shape
+    assert (shape.threads_x, shape.threads_y, shape.cells_x, shape.cells_y) == (1, 32, 1, 1)
+    assert got == depth
+    assert (tiled.host_shape.cols, tiled.host_shape.threads) == (1, 1)
+
+
+def test_a_row_nest_walking_down_a_column_keeps_its_kernel() -> None:
+    """``A^T x``: neighbouring threads already read neighbouring elements at each step."""
+    verdict, tiled, _ = row_tiling_of(NESTS)["gemv_cols"]
+    assert tiled is None
+    assert verdict == "the load at +0xa1b does not read along its row (a 1-D kernel's row loads must)"
+
+
+def test_the_row_stage_depth_follows_the_row_step_and_shared_memory() -> None:
+    assert row_shape(4, 4, 4).depth == 64
+    assert row_shape(8, 8, 8).depth == 32
+    assert row_shape(1, 1, 1).depth == 128
+    assert row_shape(24, 24, 8).depth == 32  # 256 // 24 = 10, at least 32
+    # 64 iterations of 33 rows of 24 bytes do not fit 48 KB; 32 do
+    assert row_shape(4, 24, 0).depth == 32
+    assert row_shape(4, 48, 0) is None
 
 
 def test_a_kernel_too_large_to_copy_per_cell_is_not_tiled(monkeypatch) -> None:
@@ -178,8 +233,13 @@ NEST_CALLS = {
     "gemm_ab": ("f32", ["m", "n", "p", "alpha", "beta", ("a", "mp"), ("b", "pn"), ("c", "mn")]),
     "syrk": ("f64", ["n", "p", ("a", "np"), ("c", "nn")]),
     "imix": ("i32", ["m", "n", "p", ("a", "mp"), ("b", "pn"), ("c", "mn")]),
+    # 1-D kernels: a row of p elements per thread (ROW_NESTS)
+    "gemv_rows": ("f32", ["m", "p", ("a", "mp"), ("x", "p"), ("y", "m")]),
+    "dmv_rows": ("f64", ["m", "p", "alpha", ("a", "mp"), ("x", "p"), ("y", "m")]),
+    "irows": ("i32", ["m", "p", ("a", "mp"), ("b", "mp"), ("c", "m")]),
 }
-SIZES = [(37, 37, 37), (33, 70, 9), (1, 1, 1), (65, 64, 17), (5, 3, 2), (70, 66, 1)]
+ROW_NESTS = frozenset({"gemv_rows", "dmv_rows", "irows"})
+SIZES = [(37, 37, 37), (33, 70, 9), (1, 1, 1), (65, 64, 17), (5, 3, 2), (70, 66, 1), (40, 8, 150)]
 
 
 def _values(rng: random.Random, elem: str, count: int, nans: bool) -> bytes:
@@ -247,7 +307,9 @@ def offload_for(device: str, tiled: bool, monkeypatch) -> OffloadModule:
 
 def check_nests(device: str, tiled: bool, func: str, monkeypatch) -> None:
     offload = offload_for(device, tiled, monkeypatch)
-    nests = [lp for lp in offload.loops if lp.plan.func.name == func and lp.plan.collapse]
+    nests = [
+        lp for lp in offload.loops if lp.plan.func.name == func and (lp.plan.collapse or func in ROW_NESTS)
+    ]
     assert [lp.tile is not None for lp in nests] == [tiled]
     before = sum(lp.stats.offloaded for lp in offload.loops)
     for n, sizes in enumerate(SIZES):

@@ -53,3 +53,45 @@ void EXPORT(inplace)(int n, int p, const float *a, const float *b, float *c) {
     for (int j = 0; j < n; j++)
       for (int k = 0; k < p; k++) c[i * n + j] += a[i * p + k] * b[k * n + j];
 }
+
+/* 1-D: one row per thread, the inner loop along the row (gemv). */
+void EXPORT(gemv_rows)(int m, int p, const float *restrict a, const float *restrict x,
+                       float *restrict y) {
+  for (int i = 0; i < m; i++) {
+    float s = 0.0f;
+    for (int k = 0; k < p; k++) s += a[i * p + k] * x[k];
+    y[i] = s;
+  }
+}
+
+/* 1-D, f64: two rows of the same matrix, a scaling after the loop. */
+void EXPORT(dmv_rows)(int m, int p, double alpha, const double *restrict a,
+                      const double *restrict x, double *restrict y) {
+  for (int i = 0; i < m; i++) {
+    double s = 0.0, t = 1.0;
+    for (int k = 0; k < p; k++) {
+      s = s + a[i * p + k] * x[k];
+      t = t * 0.5 + a[i * p + k];
+    }
+    y[i] = alpha * s - t;
+  }
+}
+
+/* 1-D, integers: rows of two matrices, no load shared by the rows. */
+void EXPORT(irows)(int m, int p, const int *restrict a, const int *restrict b, int *restrict c) {
+  for (int i = 0; i < m; i++) {
+    int s = 7;
+    for (int k = 0; k < p; k++) s = (s * 3) ^ (a[i * p + k] + b[i * p + k]);
+    c[i] = s;
+  }
+}
+
+/* Near miss, 1-D: the inner loop walks down a column (A^T x). */
+void EXPORT(gemv_cols)(int m, int p, const float *restrict a, const float *restrict x,
+                       float *restrict y) {
+  for (int i = 0; i < m; i++) {
+    float s = 0.0f;
+    for (int k = 0; k < p; k++) s += a[k * m + i] * x[k];
+    y[i] = s;
+  }
+}
