@@ -397,10 +397,15 @@ MAX_ROW_STRIDE = 64
 def _row_stride(deps: _Dependence, load: Op) -> int:
     """The bytes the address of ``load`` (a 1-D nest's load that follows its row) advances
     an iteration, or :class:`NotTileable` where that is not a constant of at most
-    :data:`MAX_ROW_STRIDE` bytes: a load that walks down a column as the loop runs is read
-    at neighbouring addresses by neighbouring threads already."""
-    stride = deps.stride(load.operands[0])
-    if stride is None or not 0 < abs(stride) <= MAX_ROW_STRIDE:
+    :data:`MAX_ROW_STRIDE` bytes, or is no less than what it advances from one row to the
+    next (where that is a constant): a load that walks down a column as the loop runs is
+    read at neighbouring addresses by neighbouring threads already."""
+    stride, across = deps.stride(load.operands[0]), deps.stride(load.operands[0], along="i")
+    if (
+        stride is None
+        or not 0 < abs(stride) <= MAX_ROW_STRIDE
+        or (across is not None and abs(across) <= abs(stride))
+    ):
         raise NotTileable(
             f"the load{_where(load)} does not read along its row (a 1-D kernel's row loads must)"
         )
@@ -506,23 +511,31 @@ class _Dependence:
             return set().union(*(self.of(v, what) for v in owner.operands))
         raise NotTileable(f"{what} comes from {owner.name}")
 
-    def stride(self, value: Value) -> int | None:
+    def stride(self, value: Value, along: str = "k") -> int | None:
         """What ``value`` (an address the walk of :meth:`of` accepted) gains from one
-        iteration of the inner loop to the next, where that is a constant: the steps of the
-        induction variables it adds, scaled by constants; None otherwise."""
+        iteration of the inner loop to the next (``along="k"``: the steps of the induction
+        variables it adds), or from one row to the next (``"i"``: the grid counter's
+        coefficient in those variables' starts, and the counter itself), scaled by
+        constants; None where that is not a constant."""
         owner = value.owner
         if isinstance(owner, Block):
             if owner is self.kernel.entry:
-                return 0
+                return int(along == "i" and value.index == 0)
             if owner is self.header:
-                step = self.ivs[value.index][1]
-                return step.constant if step.is_constant() else None
-            return self.stride(self.incoming[owner][0].args[value.index])
-        if owner.name == "arith.constant" or not any(map(self._moves, owner.operands)):
+                start, step = self.ivs[value.index]
+                if along == "k":
+                    return step.constant if step.is_constant() else None
+                counter = next(s for s, axis in self.counters.items() if axis == "i")
+                parts = start.split(counter)
+                return parts[1].constant if parts is not None and parts[1].is_constant() else None
+            return self.stride(self.incoming[owner][0].args[value.index], along)
+        if owner.name == "arith.constant":
             return 0
-        parts = [self.stride(v) for v in owner.operands]
+        parts = [self.stride(v, along) for v in owner.operands]
         if None in parts:
             return None
+        if not any(parts):
+            return 0
         if owner.name == "arith.add":
             return parts[0] + parts[1]
         if owner.name == "arith.sub":
@@ -537,17 +550,6 @@ class _Dependence:
         if owner.name in ("arith.zext", "arith.sext", "arith.trunc"):
             return parts[0]
         return None
-
-    def _moves(self, value: Value) -> bool:
-        """Whether ``value`` follows an induction variable of the inner loop."""
-        owner = value.owner
-        if isinstance(owner, Block):
-            if owner is self.kernel.entry:
-                return False
-            if owner is self.header:
-                return True
-            return self._moves(self.incoming[owner][0].args[value.index])
-        return any(self._moves(v) for v in owner.operands)
 
 
 def _constant(value: Value) -> int | None:

@@ -1088,7 +1088,9 @@ def _range(var: str, start: str, bound: str, body: str, indent: str, test: str =
 # kernel takes ``(n, m, s)``: the outer trip count, the inner one, and (stencils) the time
 # steps. Accesses are :class:`Access` over the counters ``i``, ``j``, ``k``.
 
-SHAPES = ("triangular", "imperfect", "stencil", "unrolled", "privatised", "midexit", "columns", "split")
+SHAPES = (
+    "triangular", "imperfect", "stencil", "unrolled", "privatised", "midexit", "columns", "split", "rows",
+)  # fmt: skip
 # Inner bounds of a triangular or trapezoidal nest, as (start, end) in i, n, m and c.
 TRIANGLES = (("0", "i"), ("i", "n"), ("i+1", "n"), ("0", "i+c"), ("i", "i+c"), ("i", "m"))
 _ROW = st.sampled_from([4, 8, 16, 5])  # the row stride of a 2-D array, in elements
@@ -1722,6 +1724,41 @@ def _columns(draw: st.DrawFn) -> _Shape:
     return shape
 
 
+@st.composite
+def _rows(draw: st.DrawFn) -> _Shape:
+    """gemv's and gemm's shapes as the tiler takes them (``compiler/tile.py``): ``for i in
+    [0, n) { r = c0; for k in [0, K): r = f(r, a[i][k], x[k]); w[i] = r }`` (``rows``: a
+    row per thread), or ``for i in [0, n): for j in [0, m) { r = c0; for k: r = f(r, a[i][k],
+    d[k][j]); w[i][j] = r }`` (``cells``), the ``k`` loop tested at its bottom as clang leaves
+    it, ``K`` a constant from 1 to 40 (several stages of a tile where the rows are short),
+    ``f`` two drawn operations (float ones without Wasm's NaN rules in the tile's engine
+    where each propagates a NaN)."""
+    kinds, lengths, layout, bases = draw(_buffers(3))  # a, x or d, then w
+    variant = draw(st.sampled_from(["rows", "cells"]))
+    row = draw(st.sampled_from([8, 16, 40, 5]))
+    count = draw(st.integers(1, min(row, 40)))
+    off = draw(st.sampled_from([0, 0, 1]))
+    a = Access(0, row, 0, off, 1)
+    other = Access(1, 0, 0, 0, 1) if variant == "rows" else Access(1, 0, 1, 0, row)
+    out = Access(2, 1, 0, 0) if variant == "rows" else Access(2, row, 1, 0)
+    shape = _Shape("rows", kinds, lengths, bases, layout, [a, other, out], lambda n, m: [
+        (i, j, k) for i in range(n) for j in (_ends(0, m) if variant == "cells" else [0])
+        for k in (0, count - 1)
+    ])  # fmt: skip
+    ty = ELEMENTS[kinds[2]][0]
+    kept = f"(local.get $r{ty})"
+    term = f"({ty}.{draw(st.sampled_from(BINARY[ty]))} {shape.load(a, ty, COUNTERS)} {shape.load(other, ty, COUNTERS)})"
+    step = f"(local.set $r{ty} ({ty}.{draw(st.sampled_from(BINARY[ty]))} {kept} {term}))"
+    start = const_text(ty, draw_values(draw, (ty,))[0])
+    cell = (f"(local.set $r{ty} ({start}))\n          {_rotated('$k', count, step, '          ')}\n"
+            f"          {shape.store(out, kept, ty, COUNTERS)}")  # fmt: skip
+    if variant == "cells":
+        cell = _range("$j", "(i32.const 0)", "(local.get $m)", cell, "          ")
+    shape.body = _range("$i", "(i32.const 0)", "(local.get $n)", cell, "      ")
+    shape.meta = {"variant": variant, "row": row, "count": count}
+    return shape
+
+
 # Locals of every type for values kept across iterations (``$r``, ``$u``, ``$v`` + type).
 SHAPE_LOCALS = "\n".join(
     f"    (local $r{ty} {ty}) (local $u{ty} {ty}) (local $v{ty} {ty})" for ty in NUMBER_TYPES
@@ -1735,6 +1772,7 @@ SHAPE_STRATEGIES = {
     "midexit": _midexit,
     "columns": _columns,
     "split": _split,
+    "rows": _rows,
 }
 
 
