@@ -35,7 +35,7 @@ block (:data:`HOST_SHAPE`), so the CPU tests check its exactness.
 A 1-D kernel whose thread runs such a loop along a row (gemv: ``y[i] = sum_k A[i][k] *
 x[k]``) reads, at each iteration, elements a row apart in neighbouring threads: every load
 of a warp touches as many memory lines as it has threads. Tiled as a grid of one column
-(:data:`ROW_SHAPE`), a block stages ``depth`` iterations of its rows with neighbouring
+(:func:`row_shape`), a block stages ``depth`` iterations of its rows with neighbouring
 threads reading neighbouring elements of a row, and the loads that follow no row
 (``x[k]``) once for the block; each thread then runs its row's iterations from shared
 memory in the row's order. Only loads that walk their row by a constant stride are staged
@@ -267,11 +267,15 @@ def tile_kernel(module: Module, kernel: Function, plan: LoopPlan, clones: dict[B
     :class:`TiledKernel`), or say why not (``kernel.attrs["tiling"]``). ``clones`` maps the
     loop's blocks to the kernel's copies of them. A 1-D kernel that is not tiled streams
     where it can (:func:`attach_streaming`)."""
+    kernel.attrs["tiling"] = _tile(module, kernel, plan, clones)
+    if kernel.attrs["tiling"] != "tiled" and not plan.collapse:
+        attach_streaming(module, kernel)  # several iterations per thread where it streams
+
+
+def _tile(module: Module, kernel: Function, plan: LoopPlan, clones: dict[Block, Block]) -> str:
+    """Attach ``kernel``'s tiled variants; "tiled", or why not."""
     if not config.tiling_enabled():
-        kernel.attrs["tiling"] = f"tiling is off ({config.TILING}=off)"
-        if not plan.collapse:
-            attach_streaming(module, kernel)
-        return
+        return f"tiling is off ({config.TILING}=off)"
     try:
         nest = recognise(kernel, plan, clones)
         row_bytes = sum(op.results[0].type.bits // 8 for op, axis in nest.loads if axis == "i")
@@ -285,17 +289,14 @@ def tile_kernel(module: Module, kernel: Function, plan: LoopPlan, clones: dict[B
         if shape is None:
             raise NotTileable("no tile fits the device model's shared memory and registers")
     except NotTileable as exc:
-        kernel.attrs["tiling"] = str(exc)
-        if not plan.collapse:
-            attach_streaming(module, kernel)  # a 1-D kernel: several iterations per thread where it streams
-        return
+        return str(exc)
     blocks = resident_blocks(
         shape, shape.shared_bytes(row_bytes, col_bytes), estimated_registers(shape, carried, *counts)
     )
     gpu_fn = TileBuilder(module, nest, shape, on_gpu=True).build()
     host_fn = TileBuilder(module, nest, host_shape, on_gpu=False).build()
     kernel.attrs["tiled"] = TiledKernel(gpu_fn.index, shape, host_fn.index, host_shape, blocks)
-    kernel.attrs["tiling"] = "tiled"
+    return "tiled"
 
 
 def _allowed(op: Op) -> bool:

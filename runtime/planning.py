@@ -681,9 +681,9 @@ def launch_grid(
     body; at most :data:`REDUCTION_BLOCKS` blocks where the kernel folds ``reductions``),
     or x over a nest's innermost counter (rounded to whole warps) and y over the next one
     out, in blocks of up to :data:`NEST_ROWS` rows of a warp, and z over the outermost of a
-    3-D nest. A tiled kernel (``tile``: rows, columns,
-    threads across, threads down; a 1-D kernel's tiles are one column wide) gets a block per tile; a 1-D kernel whose threads run
-    ``per_thread`` iterations each (compiler.stream) that many times fewer blocks."""
+    3-D nest. A tiled kernel (``tile``: rows, columns, threads across, threads down; a 1-D
+    kernel's tiles are one column wide) gets a block per tile; a 1-D kernel whose threads
+    run ``per_thread`` iterations each (compiler.stream) that many times fewer blocks."""
     if launch.spread:  # a split loop: a thread per iteration of its widest phase (no more
         # blocks than can be resident at once: the device's launch caps them, resident_grid)
         blocks = -(-max(launch.lanes, 1) // BLOCK_THREADS)
