@@ -20,6 +20,7 @@ from tensorwasm.compiler.lower import abi
 from tensorwasm.runtime import hostfunc
 from tensorwasm.runtime.device_replay import DeviceReplays, ReplayRecord
 from tensorwasm.runtime.planning import RegionLost, trap_reason, words
+from tensorwasm.runtime.profit import region_decline_seconds
 from tensorwasm.runtime.spans import union
 from tensorwasm.support import logs
 from tensorwasm.support.errors import TensorWasmError
@@ -105,6 +106,17 @@ class DeviceLaunches:
         else:
             nbytes = mirror.missing_bytes(ready.needed)
         return nbytes, self.prepared.pin and not (mirror is not None and mirror.pin_failed)
+
+    def decline_seconds(self, lp: OffloadedLoop, ready: PreparedLaunch) -> float:
+        """What wasmtime's run of this arrival costs beyond its own time: inside a region
+        whose device holds results or has work queued, the wait and the copies of a partial
+        flush and of the next launch (:func:`runtime.profit.region_decline_seconds`); else 0."""
+        mirror = self.mirror
+        if lp.region is None or mirror is None or not (mirror.queued or mirror.holds_results):
+            return 0.0
+        return region_decline_seconds(
+            mirror.dirty_bytes(ready.needed), sum(s.hi - s.lo for s in ready.written)
+        )
 
     def record_replay(self, ready: PreparedLaunch, arrival: LaunchArguments, live: tuple[int, ...],
                       memory: tuple[int, int], results: list[int]) -> ReplayRecord:  # fmt: skip

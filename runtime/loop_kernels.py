@@ -462,6 +462,7 @@ class CompileFirst:
     def __init__(self, runner: LaunchRunner, kernels: LoopKernels) -> None:
         self.runner, self.kernels = runner, kernels
         self.transfer_estimate = runner.transfer_estimate
+        self.decline_seconds = getattr(runner, "decline_seconds", None)
         self.record_replay = runner.record_replay
         self.startup_seconds = getattr(runner, "startup_seconds", _no_startup)
         self.startup_for = getattr(runner, "startup_for", None)

@@ -136,6 +136,9 @@ class LaunchRunner(Protocol):
     def transfer_estimate(self, lp: OffloadedLoop, ready: PreparedLaunch) -> tuple[int, bool]:
         """The bytes a launch would copy and whether from page-locked memory (the cost model's)."""
 
+    # Optional: ``decline_seconds(lp, ready)``, what running the arrival on wasmtime would
+    # cost beyond its own time (a region's results brought back; 0 where nothing is held).
+
     def record_replay(self, ready: PreparedLaunch, arrival: LaunchArguments, live: tuple[int, ...],
                       memory: tuple[int, int], results: list[int]):  # fmt: skip
         """What replays this arrival's launch as it was (see ``LaunchArguments.replay``)."""
@@ -326,6 +329,7 @@ class ArrivalPlanner:
         self.guard_reads: dict[int, object] = {}  # per loop: the live-ins the guards read
         self.run = runner.run
         self.transfer_estimate = runner.transfer_estimate
+        self.decline_seconds = getattr(runner, "decline_seconds", None)
         self.record_replay = runner.record_replay
         self.startup_seconds = getattr(runner, "startup_seconds", None)
         self.startup_for = getattr(runner, "startup_for", None)  # the same, for a given loop's launch
@@ -429,9 +433,12 @@ class ArrivalPlanner:
         estimate = None
         if self.mode == "auto" and launch.trip:
             nbytes, pinned = self.transfer_estimate(lp, ready)
+            declining = (
+                self.decline_seconds(lp, ready) if lp.region is not None and self.decline_seconds else 0.0
+            )
             go, why, model, cpu = lp.estimate.decide(
                 self.device, ready.ops, nbytes, pinned, ready.cells, touched=ready.moved,
-                serial_ops=ready.serial_ops, steps=ready.steps,
+                serial_ops=ready.serial_ops, steps=ready.steps, declining=declining,
             )
             self.arrival_seconds = cpu
             if go:

@@ -154,6 +154,17 @@ def _measure_seconds_per_op(ops: int) -> float:
     return best / (iterations * ops)
 
 
+def region_decline_seconds(back: int, written: int) -> float:
+    """What wasmtime's run of a loop inside a device-resident region costs beyond its own
+    time while the device holds the region's results or has work queued: a wait for the
+    device and the ``back`` dirty bytes the loop touches copied back (a round trip), then the
+    ``written`` bytes copied in again at the region's next launch (a second). PolyBench's
+    fdtd-2d sets one row of ``ey`` in Wasm at each of its 500 time steps (1,200 iterations,
+    well under a launch's fixed cost): each decline waited for the step's three queued
+    kernels and copied the row both ways."""
+    return 2 * FIXED_SECONDS["gpu"] + (back + written) / COPY_BYTES_PER_SECOND["pinned"]
+
+
 def work(plan: LoopPlan, launch: Launch, entries: list | None = None) -> int:
     """Dialect ops the arrival runs: per-iteration ops times the loops' trip counts (of
     ``entries``: a part of ``plan.work``)."""
@@ -191,18 +202,22 @@ class Estimate:
 
     def decide(
         self, device: str, ops: int, nbytes: int, pinned: bool = True, iterations: int = 1 << 62,
-        touched: int = 0, serial_ops: int = 0, steps: int = 0,
+        touched: int = 0, serial_ops: int = 0, steps: int = 0, declining: float = 0.0,
     ) -> tuple[bool, str, float, float]:  # fmt: skip
         """(offload?, reason if not, modelled device seconds, estimated CPU seconds) for an
         arrival running ``ops`` dialect ops (:func:`work`) over ``iterations`` parallel
         iterations (grid cells), copying ``nbytes`` (from page-locked linear memory when
         ``pinned``), its loads and stores covering ``touched`` bytes. A stepped loop
         (``steps`` phases in all, each followed by a grid-wide barrier) runs ``serial_ops``
-        of them on one thread, the rest over at most ``iterations`` threads at a time."""
+        of them on one thread, the rest over at most ``iterations`` threads at a time.
+        ``declining``: what running the arrival on wasmtime costs beyond its own time (inside
+        a device-resident region, the device's results brought back: see
+        :func:`region_decline_seconds`), counted in its CPU seconds."""
         per_op = cpu_seconds_per_op()
         cpu = ops * per_op
         if touched > CPU_CACHE_BYTES:  # streaming from memory on the CPU too
             cpu = max(cpu, touched / CPU_STREAM_BYTES_PER_SECOND)
+        cpu += declining
         copies = nbytes / COPY_BYTES_PER_SECOND["pinned" if pinned else "pageable"] if nbytes else 0.0
         spread = ops * per_op * OP_SHARE[device]
         serial = ops / max(1, iterations) * per_op * THREAD_SLOWDOWN[device]

@@ -17,6 +17,7 @@ from tensorwasm.compiler.frontend import load
 from tensorwasm.dialect.types import I32
 from tensorwasm.oracle.offload import OffloadInstance
 from tensorwasm.oracle.simulated import HostAllocator, HostContext, SimulatedDevice
+from tensorwasm.runtime import profit
 from tensorwasm.runtime.driver import KernelParams
 from tensorwasm.runtime.mirror import DeviceMirror, Span, union
 from tensorwasm.runtime.offload import OffloadModule
@@ -343,6 +344,53 @@ def test_a_loop_wasmtime_runs_after_a_launch_not_waited_for_leaves_its_input_alo
     assert actual.call("run", args) == expected_instance.call("run", args)
     assert actual.memory() == expected_instance.memory("memory"), "linear memory differs from wasmtime's"
     assert sweep.stats.offloaded == 6 and touch_up.stats.offloaded == 0 and len(unwaited) == 6
+    actual.close()
+
+
+@pytest.mark.parametrize("device", DEVICES[1:])
+def test_a_small_loop_inside_a_region_launches_where_declining_would_bring_results_back(
+    device: str, monkeypatch
+) -> None:
+    """The touch-up loop (four iterations, far less work than a launch's fixed cost) arrives
+    while the sweep's launch is queued and its results are on the device: running it on
+    wasmtime would wait for the device and copy its bytes both ways, so the cost model
+    counts that in and it launches too (PolyBench's fdtd-2d: one row of ``ey`` set at each of
+    500 steps). Nothing comes back until the region ends."""
+    monkeypatch.setenv("TENSORWASM_COMPILE", "sync")
+    wasm = time_loop(body=TOUCH_UP)
+    actual = OffloadInstance(wasm, device=SimulatedDevice() if device == "simulated" else device, mode="auto")
+    sweep, touch_up = actual.offload.loops
+    monkeypatch.setattr(actual.offload.planner, "_started", lambda gain, lp=None: None)
+    monkeypatch.setattr(sweep.estimate, "decide", lambda *a, **k: (True, "", 1e-6, 1e-3))
+    expected_instance = ReferenceInstance(wasm)
+    args = [(I32, 1000), (I32, 12), (I32, 0)]
+    assert actual.call("run", args) == expected_instance.call("run", args)
+    assert actual.memory() == expected_instance.memory("memory"), "linear memory differs from wasmtime's"
+    assert sweep.stats.offloaded == 12 and touch_up.stats.offloaded == 12
+    (region,) = actual.offload.region_stats
+    assert region.bytes_out <= 2 * 4000  # (the region's end alone)
+    assert sweep.stats.bytes_in <= 2 * 4000  # (the first launch's; nothing was written in Wasm)
+    actual.close()
+
+
+def test_a_region_s_decline_costs_nothing_extra_where_the_device_holds_nothing(monkeypatch) -> None:
+    """Outside a region, or before the region's first launch, wasmtime's run of a loop
+    costs only its own time: the cost model adds nothing, and the small loop declines."""
+    monkeypatch.setenv("TENSORWASM_COMPILE", "sync")
+    actual = OffloadInstance(time_loop(body=TOUCH_UP), device=SimulatedDevice(), mode="auto")
+    _, touch_up = actual.offload.loops
+    launches = actual.offload.launches
+    assert launches.mirror is None
+    ready = actual.offload.planner.guards(touch_up, (0, 4096), 65536)
+    assert not isinstance(ready, str)
+    assert launches.decline_seconds(touch_up, ready) == 0.0
+    go, why, model, cpu = touch_up.estimate.decide("gpu", ready.ops, 0, True, ready.cells)
+    assert not go and "too little work" in why
+    declining = profit.region_decline_seconds(16, 16)
+    go, _, model2, cpu2 = touch_up.estimate.decide(
+        "gpu", ready.ops, 0, True, ready.cells, declining=declining
+    )
+    assert go and cpu2 == pytest.approx(cpu + declining) and model2 == model
     actual.close()
 
 
