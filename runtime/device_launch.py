@@ -114,9 +114,7 @@ class DeviceLaunches:
         mirror = self.mirror
         if lp.region is None or mirror is None or not (mirror.queued or mirror.holds_results):
             return 0.0
-        return region_decline_seconds(
-            mirror.dirty_bytes(ready.needed), sum(s.hi - s.lo for s in ready.written)
-        )
+        return region_decline_seconds(ready.moved)
 
     def record_replay(self, ready: PreparedLaunch, arrival: LaunchArguments, live: tuple[int, ...],
                       memory: tuple[int, int], results: list[int]) -> ReplayRecord:  # fmt: skip

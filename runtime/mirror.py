@@ -318,12 +318,6 @@ class DeviceMirror:
         """How many bytes of ``spans`` a launch inside a region would copy in."""
         return sum(s.hi - s.lo for s in self.missing(tuple(spans)))
 
-    def dirty_bytes(self, spans) -> int:
-        """How many bytes of ``spans`` the device holds newer than linear memory."""
-        if not self.dirty:
-            return 0
-        return sum(hi - lo for lo, hi in self.dirty.inside(union([(s.lo, s.hi) for s in spans], [])))
-
     def keep(self, spans) -> None:
         """Inside a region: a launch wrote ``spans``; the device now has them newer."""
         spans = tuple(spans)

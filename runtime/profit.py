@@ -154,15 +154,16 @@ def _measure_seconds_per_op(ops: int) -> float:
     return best / (iterations * ops)
 
 
-def region_decline_seconds(back: int, written: int) -> float:
+def region_decline_seconds(touched: int) -> float:
     """What wasmtime's run of a loop inside a device-resident region costs beyond its own
     time while the device holds the region's results or has work queued: a wait for the
-    device and the ``back`` dirty bytes the loop touches copied back (a round trip), then the
-    ``written`` bytes copied in again at the region's next launch (a second). PolyBench's
-    fdtd-2d sets one row of ``ey`` in Wasm at each of its 500 time steps (1,200 iterations,
-    well under a launch's fixed cost): each decline waited for the step's three queued
-    kernels and copied the row both ways."""
-    return 2 * FIXED_SECONDS["gpu"] + (back + written) / COPY_BYTES_PER_SECOND["pinned"]
+    work queued (the host idles while it runs, where it would have gone on), the dirty bytes
+    among the ``touched`` ones copied back (a round trip), then those it writes copied in
+    again at the region's next launch (a second): a launch's fixed cost each, and at most
+    the ``touched`` bytes both ways. PolyBench's fdtd-2d sets one row of ``ey`` in Wasm at
+    each of its 500 time steps (1,200 iterations, well under a launch's fixed cost): each
+    decline waited for the step's three queued kernels and copied the row both ways."""
+    return 3 * FIXED_SECONDS["gpu"] + 2 * touched / COPY_BYTES_PER_SECOND["pinned"]
 
 
 def work(plan: LoopPlan, launch: Launch, entries: list | None = None) -> int:

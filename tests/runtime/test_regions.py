@@ -386,7 +386,7 @@ def test_a_region_s_decline_costs_nothing_extra_where_the_device_holds_nothing(m
     assert launches.decline_seconds(touch_up, ready) == 0.0
     go, why, model, cpu = touch_up.estimate.decide("gpu", ready.ops, 0, True, ready.cells)
     assert not go and "too little work" in why
-    declining = profit.region_decline_seconds(16, 16)
+    declining = profit.region_decline_seconds(32)
     go, _, model2, cpu2 = touch_up.estimate.decide(
         "gpu", ready.ops, 0, True, ready.cells, declining=declining
     )
