@@ -289,6 +289,23 @@ TOUCH_UP = """(local.set $i (i32.const 0))
           (br_if $fix (i32.lt_s (local.get $i) (i32.const 4))))"""
 
 
+def _touch_up_instance(wasm: bytes, device: str, monkeypatch, touch_up_declines: bool = True):
+    """The time loop with a touch-up loop after its sweep, in auto mode with the device
+    started: the sweep always launches; the touch-up declines as too little work, or (not
+    ``touch_up_declines``) decides by the cost model. Returns (instance, sweep, touch-up)."""
+    monkeypatch.setenv("TENSORWASM_COMPILE", "sync")
+    actual = OffloadInstance(wasm, device=SimulatedDevice() if device == "simulated" else device, mode="auto")
+    sweep, touch_up = actual.offload.loops
+    assert sweep.region == touch_up.region == 0
+    monkeypatch.setattr(actual.offload.planner, "_started", lambda gain, lp=None: None)
+    monkeypatch.setattr(sweep.estimate, "decide", lambda *a, **k: (True, "", 1e-6, 1e-3))
+    if touch_up_declines:
+        monkeypatch.setattr(
+            touch_up.estimate, "decide", lambda *a, **k: (False, "too little work", 1e-3, 1e-6)
+        )
+    return actual, sweep, touch_up
+
+
 @pytest.mark.parametrize("device", DEVICES[1:])
 def test_a_loop_wasmtime_runs_inside_a_region_brings_back_only_what_it_touches(
     device: str, monkeypatch
@@ -296,14 +313,8 @@ def test_a_loop_wasmtime_runs_inside_a_region_brings_back_only_what_it_touches(
     """PolyBench's fdtd-2d sets a row of ``ey`` on wasmtime each step between three launches:
     the region's results stay on the device but for what that loop reads and writes (each
     step brought back every array, and the next launches copied them in again)."""
-    monkeypatch.setenv("TENSORWASM_COMPILE", "sync")
     wasm = time_loop(body=TOUCH_UP)
-    actual = OffloadInstance(wasm, device=SimulatedDevice() if device == "simulated" else device, mode="auto")
-    sweep, touch_up = actual.offload.loops
-    assert sweep.region == touch_up.region == 0
-    monkeypatch.setattr(actual.offload.planner, "_started", lambda gain, lp=None: None)
-    monkeypatch.setattr(sweep.estimate, "decide", lambda *a, **k: (True, "", 1e-6, 1e-3))
-    monkeypatch.setattr(touch_up.estimate, "decide", lambda *a, **k: (False, "too little work", 1e-3, 1e-6))
+    actual, sweep, touch_up = _touch_up_instance(wasm, device, monkeypatch)
     expected_instance = ReferenceInstance(wasm)
     args = [(I32, 1000), (I32, 12), (I32, 0)]
     assert actual.call("run", args) == expected_instance.call("run", args)
@@ -327,13 +338,8 @@ def test_a_loop_wasmtime_runs_after_a_launch_not_waited_for_leaves_its_input_alo
     the first step nothing comes back for it). The host waits for the queue before wasmtime
     runs that loop: on the simulated device, whose queue runs only at a wait, the sweep
     would otherwise read a[0:4) as wasmtime left it afterwards."""
-    monkeypatch.setenv("TENSORWASM_COMPILE", "sync")
     wasm = time_loop(body=TOUCH_UP.replace("$b", "$a").replace("(local.get $t)))", "(i32.const 7)))"))
-    actual = OffloadInstance(wasm, device=SimulatedDevice() if device == "simulated" else device, mode="auto")
-    sweep, touch_up = actual.offload.loops
-    monkeypatch.setattr(actual.offload.planner, "_started", lambda gain, lp=None: None)
-    monkeypatch.setattr(sweep.estimate, "decide", lambda *a, **k: (True, "", 1e-6, 1e-3))
-    monkeypatch.setattr(touch_up.estimate, "decide", lambda *a, **k: (False, "too little work", 1e-3, 1e-6))
+    actual, sweep, touch_up = _touch_up_instance(wasm, device, monkeypatch)
     unwaited = []
     queue = DeviceMirror.launch_unwaited
     monkeypatch.setattr(
@@ -356,12 +362,8 @@ def test_a_small_loop_inside_a_region_launches_where_declining_would_bring_resul
     wasmtime would wait for the device and copy its bytes both ways, so the cost model
     counts that in and it launches too (PolyBench's fdtd-2d: one row of ``ey`` set at each of
     500 steps). Nothing comes back until the region ends."""
-    monkeypatch.setenv("TENSORWASM_COMPILE", "sync")
     wasm = time_loop(body=TOUCH_UP)
-    actual = OffloadInstance(wasm, device=SimulatedDevice() if device == "simulated" else device, mode="auto")
-    sweep, touch_up = actual.offload.loops
-    monkeypatch.setattr(actual.offload.planner, "_started", lambda gain, lp=None: None)
-    monkeypatch.setattr(sweep.estimate, "decide", lambda *a, **k: (True, "", 1e-6, 1e-3))
+    actual, sweep, touch_up = _touch_up_instance(wasm, device, monkeypatch, touch_up_declines=False)
     expected_instance = ReferenceInstance(wasm)
     args = [(I32, 1000), (I32, 12), (I32, 0)]
     assert actual.call("run", args) == expected_instance.call("run", args)
