@@ -28,7 +28,11 @@ It writes ``build/polybench/polybench-<dataset>-<device>.json``, the markdown ta
 with ``--docs`` the PolyBench section of ``docs/benchmarks.md`` (between its markers) and
 its plot, drawn by :func:`svg_plot` into ``docs/img/`` (an SVG: no plotting library), and
 the JSON both come from into ``docs/data/``. ``--from-json FILE --docs`` writes the section
-and the plot again from a JSON this command wrote, running nothing.
+and the plot again from a JSON this command wrote, running nothing; given several (the parts
+of one sitting, each run in a device command of its own with ``--only``), it merges them
+(:func:`merged`: one settings and one commit, each program once) and writes the merged JSON
+to ``--out``. The commit recorded is ``git describe --dirty``'s (``benchmarks.source_commit``):
+a tree whose files are not its HEAD's says so.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from benchmarks import source_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 SUPPORT = ROOT / "benchmarks" / "polybench-support"
@@ -446,12 +452,7 @@ def environment() -> dict:
                 break
     except OSError:
         pass
-    commit = os.environ.get("TENSORWASM_COMMIT")
-    if commit is None:
-        done = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, cwd=ROOT
-        )
-        commit = done.stdout.strip() or None
+    commit = source_commit()
     gpu = None
     if shutil.which("nvidia-smi"):
         done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
@@ -482,8 +483,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--docs", action="store_true", help="write the section of docs/benchmarks.md and the plot"
     )
-    parser.add_argument("--from-json", type=Path, metavar="FILE",
-                        help="run nothing: write the docs (with --docs) from a JSON this command wrote")  # fmt: skip
+    parser.add_argument("--from-json", type=Path, metavar="FILE", nargs="+",
+                        help="run nothing: write the docs (with --docs) from a JSON this command wrote, or "
+                             "from several, merged (a program's later row replaces an earlier one; the "
+                             "merged JSON goes to --out)")  # fmt: skip
     parser.add_argument("--md", type=Path, default=MD_PATH, help=argparse.SUPPRESS)
     parser.add_argument("--img", type=Path, default=IMG_DIR, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -539,24 +542,64 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _from_json(args: argparse.Namespace) -> int:
-    """``--from-json``: the docs written again from a JSON of an earlier run."""
+    """``--from-json``: the docs written again from the JSON of an earlier run, or of several
+    runs merged (one sitting run in parts, each a command of its own)."""
+    docs = []
+    for path in args.from_json:
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            print(f"benchmarks.polybench: cannot read {path}: {exc}", file=sys.stderr)
+            return 2
+        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+            print(f"benchmarks.polybench: {path} is not a results file of schema {SCHEMA}", file=sys.stderr)
+            return 2
+        docs.append(doc)
     try:
-        doc = json.loads(args.from_json.read_text())
-    except (OSError, ValueError) as exc:
-        print(f"benchmarks.polybench: cannot read {args.from_json}: {exc}", file=sys.stderr)
+        doc = merged(docs)
+    except ValueError as exc:
+        print(f"benchmarks.polybench: {exc}", file=sys.stderr)
         return 2
-    if doc.get("schema") != SCHEMA:
-        print(
-            f"benchmarks.polybench: {args.from_json} is not a results file of schema {SCHEMA}",
-            file=sys.stderr,
-        )
-        return 2
+    if len(docs) > 1:
+        args.out.mkdir(parents=True, exist_ok=True)
+        out = args.out / f"polybench-{doc['dataset'].lower()}-{doc['device']}-merged.json"
+        out.write_text(json.dumps(doc, indent=1))
+        print(f"merged {len(doc['results'])} programs from {len(docs)} files into {out}", file=sys.stderr)
     if not args.docs:
         print(markdown(doc, None), end="")
         return 0
     plot = write_docs(doc, args.md, args.img)
-    print(f"wrote {args.md} and {args.img / plot} from {args.from_json}")
+    print(f"wrote {args.md} and {args.img / plot} from {', '.join(map(str, args.from_json))}")
     return 0
+
+
+# What parts of one sitting must share to be merged.
+SITTING_KEYS = ("dataset", "device", "offload", "repeat", "warmup", "short_seconds")
+
+
+def merged(docs: list[dict]) -> dict:
+    """One results document from ``docs``, the parts of one sitting: the first's settings and
+    environment, every program's row (a later part's row for a program replaces an earlier
+    one's), the summary over them all. ValueError where the parts' settings differ or their
+    commits do (their numbers are not of one tree)."""
+    first = docs[0]
+    for doc in docs[1:]:
+        for key in (*SITTING_KEYS, "commit"):
+            ours = first["environment"].get(key) if key == "commit" else first.get(key)
+            theirs = doc["environment"].get(key) if key == "commit" else doc.get(key)
+            if ours != theirs:
+                raise ValueError(f"cannot merge parts whose {key} differs ({ours!r} against {theirs!r})")
+    rows: dict[str, dict] = {}
+    for doc in docs:
+        for row in doc["results"]:
+            rows.pop(row["program"], None)  # (a later part's row, in that part's order)
+            rows[row["program"]] = row
+    if len(docs) == 1:
+        return first
+    out = dict(first)
+    out["results"] = list(rows.values())
+    out["summary"] = summary(out["results"])
+    return out
 
 
 if __name__ == "__main__":

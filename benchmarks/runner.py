@@ -38,6 +38,7 @@ from typing import Any
 
 import wasmtime
 
+from benchmarks import source_commit
 from benchmarks.peers import FAMILIES, KERNEL_PEERS
 from benchmarks.programs import ROOT, SIZE_SETS, Params, Program, select
 
@@ -88,9 +89,7 @@ def environment(device: str) -> dict:
         "cpu_count": os.cpu_count(),
         "tensorwasm": {
             "compiler_version": COMPILER_VERSION,
-            # A copy of the tree without its history (a GPU machine) names it in TENSORWASM_COMMIT.
-            "commit": os.environ.get("TENSORWASM_COMMIT")
-            or _command(["git", "rev-parse", "--short=12", "HEAD"]),
+            "commit": source_commit(),
         },
         "packages": {name: _version(name) for name in PACKAGES},
     }

@@ -209,3 +209,55 @@ def _md(folder):
     md = folder / "benchmarks.md"
     md.write_text("# Benchmarks\n")
     return md
+
+
+def test_the_parts_of_one_sitting_merge_into_one_table(tmp_path, capsys) -> None:
+    """A sitting run in two commands (each under the device's time limit) is one table: every
+    program's row once, a later part's row in place of an earlier one, the summary over all;
+    parts of different settings or trees do not merge."""
+    import json
+
+    first, second = _small_doc(), _small_doc()
+    second["results"] = [dict(r, program="b" + r["program"]) for r in second["results"][:2]]
+    second["results"].append(dict(first["results"][0], kernel_speedup=50.0))  # gemm measured again
+    paths = []
+    for k, doc in enumerate((first, second)):
+        paths.append(tmp_path / f"part{k}.json")
+        paths[-1].write_text(json.dumps(doc))
+    assert polybench.main(["--from-json", *map(str, paths), "--out", str(tmp_path / "out")]) == 0
+    table = capsys.readouterr().out
+    doc = json.loads((tmp_path / "out" / "polybench-mini-gpu-merged.json").read_text())
+    names = [r["program"] for r in doc["results"]]
+    assert sorted(names) == sorted(["a<b&c", "no-timer", "bgemm", "ba<b&c", "gemm"]) and len(set(names)) == 5
+    assert next(r for r in doc["results"] if r["program"] == "gemm")["kernel_speedup"] == 50.0
+    assert doc["summary"] == polybench.summary(doc["results"]) and doc["summary"]["programs"] == 5
+    assert "| bgemm |" in table and "| gemm |" in table
+    second["environment"]["commit"] = "y"
+    paths[1].write_text(json.dumps(second))
+    assert polybench.main(["--from-json", *map(str, paths), "--out", str(tmp_path / "out")]) == 2
+    assert "commit differs" in capsys.readouterr().err
+
+
+def test_the_commit_recorded_says_when_the_files_are_not_head_s(tmp_path, monkeypatch) -> None:
+    """A tree whose tracked files differ from its HEAD (uncommitted changes, or a copy whose
+    history is older than its files) is recorded as HEAD's hash with ``-dirty``; a name given
+    in TENSORWASM_COMMIT is taken as it is."""
+    import subprocess
+
+    import benchmarks
+
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "f.txt").write_text("one\n")
+    subprocess.run([*git, "add", "f.txt"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], check=True)
+    head = subprocess.run(
+        [*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    monkeypatch.setattr(benchmarks, "ROOT", tmp_path)
+    monkeypatch.delenv("TENSORWASM_COMMIT", raising=False)
+    assert benchmarks.source_commit() == head
+    (tmp_path / "f.txt").write_text("two\n")
+    assert benchmarks.source_commit() == f"{head}-dirty"
+    monkeypatch.setenv("TENSORWASM_COMMIT", "abc")
+    assert benchmarks.source_commit() == "abc"
