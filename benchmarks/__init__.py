@@ -18,20 +18,22 @@ def compile_bytecode() -> None:
         compileall.compile_dir(ROOT / package, quiet=1)
 
 
+def first_line(args: list[str]) -> str | None:
+    """The first line of a tool's output (run in the checkout), or None where it is missing
+    or fails."""
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=30, cwd=ROOT)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.strip().splitlines()
+    return lines[0].strip() if done.returncode == 0 and lines else None
+
+
 def source_commit() -> str | None:
     """The commit the measured tree is: ``TENSORWASM_COMMIT`` where set (a copy of the tree
     without its history), else HEAD's short hash with ``-dirty`` after it where tracked files
     differ from HEAD (a copy whose history is not its files', or uncommitted changes: its
     numbers are not that commit's); None without git."""
-    named = os.environ.get("TENSORWASM_COMMIT")
-    if named:
-        return named
-    try:
-        done = subprocess.run(
-            ["git", "describe", "--always", "--dirty", "--abbrev=12"],
-            capture_output=True, text=True, timeout=30, cwd=ROOT,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return None
-    lines = done.stdout.strip().splitlines()
-    return lines[0].strip() if done.returncode == 0 and lines else None
+    return os.environ.get("TENSORWASM_COMMIT") or first_line(
+        ["git", "describe", "--always", "--dirty", "--abbrev=12"]
+    )

@@ -583,23 +583,30 @@ def merged(docs: list[dict]) -> dict:
     one's), the summary over them all. ValueError where the parts' settings differ or their
     commits do (their numbers are not of one tree)."""
     first = docs[0]
+    if len(docs) == 1:
+        return first
+    ours = _sitting(first)
     for doc in docs[1:]:
-        for key in (*SITTING_KEYS, "commit"):
-            ours = first["environment"].get(key) if key == "commit" else first.get(key)
-            theirs = doc["environment"].get(key) if key == "commit" else doc.get(key)
-            if ours != theirs:
-                raise ValueError(f"cannot merge parts whose {key} differs ({ours!r} against {theirs!r})")
+        theirs = _sitting(doc)
+        for key, value in ours.items():
+            if theirs[key] != value:
+                raise ValueError(
+                    f"cannot merge parts whose {key} differs ({value!r} against {theirs[key]!r})"
+                )
     rows: dict[str, dict] = {}
     for doc in docs:
         for row in doc["results"]:
             rows.pop(row["program"], None)  # (a later part's row, in that part's order)
             rows[row["program"]] = row
-    if len(docs) == 1:
-        return first
     out = dict(first)
     out["results"] = list(rows.values())
     out["summary"] = summary(out["results"])
     return out
+
+
+def _sitting(doc: dict) -> dict:
+    """What parts of one sitting share: its settings and the tree's commit."""
+    return {**{key: doc.get(key) for key in SITTING_KEYS}, "commit": doc["environment"].get("commit")}
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from typing import Any
 
 import wasmtime
 
-from benchmarks import source_commit
+from benchmarks import first_line, source_commit
 from benchmarks.peers import FAMILIES, KERNEL_PEERS
 from benchmarks.programs import ROOT, SIZE_SETS, Params, Program, select
 
@@ -55,16 +55,6 @@ def _version(package: str) -> str | None:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return None
-
-
-def _command(args: list[str]) -> str | None:
-    """The first line of a tool's output, or None where it is missing or fails."""
-    try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=30, cwd=ROOT)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    lines = done.stdout.strip().splitlines()
-    return lines[0].strip() if done.returncode == 0 and lines else None
 
 
 def _cpu_model() -> str:
@@ -106,7 +96,7 @@ def environment(device: str) -> dict:
             "multiprocessors": info.multiprocessor_count,
             "memory_bytes": info.total_memory,
             "cuda_driver_api": f"{major}.{minor}",
-            "driver": _command(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
+            "driver": first_line(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
             "nvcc": _nvcc_release(nvcc) if nvcc else None,
         }
     return env
