@@ -2,8 +2,10 @@
 z counters count the block's threads as x does (a block of several rows, as nvcc's
 stencils launch: ``runtime.planning.launch_grid``), and the grid's counters are i32 (the
 guards launch no level of more than 2**31 - 1 iterations), so that a thread's loop tests
-are 32-bit compares and its addresses take no mask of the zero-extended counter. Results
-stay wasmtime's on the GPU (the suite's stencils at sizes no block shape divides)."""
+are 32-bit compares and its addresses take no mask of the zero-extended counter. Where
+the grid has a thread for every cell, a thread runs its cell without the loops. Results
+stay wasmtime's on the GPU (the suite's stencils at sizes no block shape divides, with
+grids that cover the nest and grids short of it)."""
 
 from __future__ import annotations
 
@@ -111,3 +113,36 @@ def test_the_suite_stencils_print_what_wasmtime_prints_on_the_gpu(
     assert run_program(path, [program, *argv], tmp_path, "gpu") == run_program(
         path, [program, *argv], tmp_path, None
     )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("program", "argv"), [("stencil2d", ["77", "3"]), ("stencil3d", ["41", "2"])])
+@pytest.mark.parametrize("grid", ["whole", "short"])
+def test_a_nest_runs_each_cell_once_whether_or_not_the_grid_covers_it(
+    program: str, argv: list[str], grid: str, tmp_path, monkeypatch
+) -> None:
+    """The runtime launches a thread for every cell of a nest where the device's grid
+    limits allow (``whole``): each thread then runs its own cell, or none, without the
+    levels' loops. A grid short of the nest in every dimension (``short``: a third of the
+    blocks, as where the limits cut it) takes the loops, each thread striding over
+    several cells. Both print what wasmtime prints."""
+    from tensorwasm.runtime import planning
+
+    real = planning.launch_grid
+    covered = []
+
+    def launch_grid(launch, *args, **kwargs):
+        shape, block = real(launch, *args, **kwargs)
+        if launch.nest:
+            if grid == "short":
+                shape = tuple(max(1, g // 3) for g in shape)
+            counts = (*reversed(launch.nest), launch.trip)  # x, y[, z]
+            covered.append(all(g * t >= c for g, t, c in zip(shape, block, counts)))
+        return shape, block
+
+    monkeypatch.setattr(planning, "launch_grid", launch_grid)
+    path = SUITE / f"{program}.wasm"
+    assert run_program(path, [program, *argv], tmp_path, "gpu") == run_program(
+        path, [program, *argv], tmp_path, None
+    )
+    assert covered and set(covered) == {grid == "whole"}, covered
