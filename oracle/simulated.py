@@ -202,8 +202,11 @@ class HostKernel:
     def launch(self, grid, block, args, stream=None) -> None:
         self.run(args.values if isinstance(args, KernelParams) else [value for _, value in args])
 
-    def run(self, values: list[int]) -> None:
+    def run(self, values: list) -> None:
         ctx, params, trip, *nest, out = values
+        if isinstance(params, bytes):  # live-ins by value: the host's entry reads them at an address
+            held = (ctypes.c_uint64 * (len(params) // 8)).from_buffer_copy(params)
+            params = ctypes.addressof(held)
         self.entry(ctx, params, 0, trip, *nest, out)
         self.launches += 1
 

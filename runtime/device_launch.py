@@ -190,6 +190,11 @@ class DeviceLaunches:
         # the buffers (which the mirror adds to the key); copies in part only do not.
         whole = copies is needed or copies is ready.copies_in
         key = (ready.token, bool(copies), bool(upload), staged) if whole or not copies else None
+        if key is not None and isinstance(params.slots[1], ctypes.Array):
+            # A recording keeps the live-ins it was made with: one for each set of them,
+            # made at the set's second launch (a time step's counter makes a set a step).
+            arrival.launches += 1
+            key = (*key, arrival.param_bytes) if arrival.launches > 1 else None
         launched = time.perf_counter()
         graph = mirror.launch(
             key, base, copies, upload, self.prepared.kernels[lp.entry], ready.grid, ready.block, params,
@@ -379,10 +384,18 @@ def device_arguments(
         )  # fmt: skip
         tail = [*ready.out_words, *ready.range_words]
         counts = (ready.launch.trip, *ready.launch.nest)
-        params = driver.KernelParams([U64, U64, *(ctypes.c_int64 for _ in counts), U64])
-        params.set([scratch, scratch + 8 * abi.CTX_SLOTS, *counts, scratch + 8 * ready.out_at])
+        # The live-ins by value where they fit, else the scratch image's copy (see abi).
+        count = len(arrival.param_bytes) // 8
+        by_value = abi.params_by_value(count)
+        live_ins = arrival.param_bytes if by_value else scratch + 8 * abi.CTX_SLOTS
+        params = driver.KernelParams(
+            [U64, U64 * count if by_value else U64, *(ctypes.c_int64 for _ in counts), U64]
+        )
+        params.set([scratch, live_ins, *counts, scratch + 8 * ready.out_at])
         found = ready.device_arguments = (buffers, bytes(ctx), words(tail), params)
     _, head, tail, params = found
     if arrival.image[0] is not params:  # made for other buffers
         arrival.image = (params, head + arrival.param_bytes + tail)
+    if isinstance(params.slots[1], ctypes.Array):  # this arrival's live-ins (a launch copies them)
+        driver.set_bytes(params.slots[1], arrival.param_bytes)
     return arrival.image[1], params

@@ -851,20 +851,32 @@ def _kernel_arg(arg: KernelArg) -> ctypes._SimpleCData:
 
 class KernelParams:
     """A kernel's arguments kept in place between launches: the storage of each and the
-    ``void**`` array of their addresses are made once; a launch only changes values."""
+    ``void**`` array of their addresses are made once; a launch only changes values. An
+    argument is a ctypes scalar, or a ctypes array passed by value (a ``byval`` parameter
+    of as many bytes), whose value is its bytes."""
 
-    def __init__(self, types: Sequence[type[ctypes._SimpleCData]]) -> None:
+    def __init__(self, types: Sequence[type[ctypes._SimpleCData] | type[ctypes.Array]]) -> None:
         self.slots = [ctype() for ctype in types]
         self._pointers = (ctypes.c_void_p * max(1, len(self.slots)))(*map(ctypes.addressof, self.slots))
         self.address = ctypes.addressof(self._pointers) if self.slots else 0
 
     def set(self, values: Sequence[Any]) -> None:
         for slot, value in zip(self.slots, values, strict=True):
-            slot.value = value
+            if isinstance(slot, ctypes.Array):
+                set_bytes(slot, value)
+            else:
+                slot.value = value
 
     @property
     def values(self) -> list[Any]:
-        return [slot.value for slot in self.slots]
+        return [bytes(slot) if isinstance(slot, ctypes.Array) else slot.value for slot in self.slots]
+
+
+def set_bytes(slot: ctypes.Array, value: bytes) -> None:
+    """An array argument's bytes, all of them."""
+    if len(value) != ctypes.sizeof(slot):
+        raise TensorWasmError(f"a {ctypes.sizeof(slot)}-byte kernel argument given {len(value)} bytes")
+    ctypes.memmove(slot, value, len(value))
 
 
 def _dims(what: str, dims: Sequence[int]) -> tuple[int, int, int]:

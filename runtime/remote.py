@@ -55,6 +55,8 @@ log = logs.get_logger(__name__)
 
 _LENGTH = struct.Struct("<Q")
 
+# A kernel argument of 64-bit words passed by value (a loop kernel's live-ins), by its code.
+WORDS = "words"
 # ctypes scalar types of kernel arguments by their type code, to rebuild them in the child.
 _SCALARS = {
     t._type_: t
@@ -412,7 +414,12 @@ def _wire_args(args) -> list[tuple[str, bytes]]:
     """Kernel arguments as (ctypes type code, bytes), taken now (bytes: a float's bits cross
     unchanged, a signalling NaN's too)."""
     scalars = args.slots if isinstance(args, KernelParams) else [driver._kernel_arg(a) for a in args]
-    return [(type(s)._type_, bytes(s)) for s in scalars]
+    return [(WORDS if isinstance(s, ctypes.Array) else type(s)._type_, bytes(s)) for s in scalars]
+
+
+def _argument_type(code: str, raw: bytes) -> type:
+    """The ctypes type a wired kernel argument (:func:`_wire_args`) is rebuilt as."""
+    return ctypes.c_uint64 * (len(raw) // 8) if code == WORDS else _SCALARS[code]
 
 
 class _Shared:
@@ -664,7 +671,7 @@ class _Child:
                     stream.copy_dtoh(base + at, src, nbytes)
                 elif kind == "launch":
                     _, handle, _name, grid, block, shared_mem, args = op
-                    params = KernelParams([_SCALARS[code] for code, _ in args])
+                    params = KernelParams([_argument_type(code, raw) for code, raw in args])
                     for slot, (_, raw) in zip(params.slots, args, strict=True):
                         ctypes.memmove(ctypes.addressof(slot), raw, len(raw))
                     kept.append(params)

@@ -16,6 +16,12 @@ a v128 takes two slots there, low half first (:func:`value_slots`).
 The runtime keeps the context block, and the parameter and result blocks of a loop
 kernel, apart from each other and from everything the code reaches through them (linear
 memory, globals, tables, segments): the lowering marks pointers to them ``noalias``.
+
+A loop kernel's live-ins are 64-bit slots, one each (:func:`param_words`). On the GPU it
+takes them by value, as one kernel parameter of that many words (:func:`params_by_value`):
+the launch's constant bank holds them, so a thread reads them without a load from device
+memory before its first access (and ptxas uses them as operands, in no register). Beyond
+:data:`PARAM_WORDS_BY_VALUE` words, and on the host, it takes a pointer to them.
 """
 
 from __future__ import annotations
@@ -124,6 +130,20 @@ ENTRY_PREFIX = "tw_call_"
 
 def entry_name(func_index: int) -> str:
     return f"{ENTRY_PREFIX}{func_index}"
+
+
+# A kernel's parameters take at most 4 KiB on every target: its live-ins by value take 2.
+PARAM_WORDS_BY_VALUE = 256
+
+
+def param_words(live_ins: int) -> int:
+    """The 64-bit words a loop kernel's ``live_ins`` take: one each, and at least one."""
+    return max(1, live_ins)
+
+
+def params_by_value(words: int) -> bool:
+    """Whether a GPU loop kernel of ``words`` live-in words takes them by value."""
+    return words <= PARAM_WORDS_BY_VALUE
 
 
 def loop_entry_name(index: int, gpu: bool) -> str:

@@ -598,15 +598,23 @@ class EntryFrame:
 
 def entry_frame(lowering: ModuleLowering, index: int, bounds: int) -> EntryFrame:
     """Declare kernel ``index``'s launch entry with ``bounds`` trip-count arguments and start
-    its body: the context arguments marked, the private context made."""
+    its body: the context arguments marked, the private context made. On the GPU the
+    live-ins come by value where they fit (``abi.params_by_value``): ``params`` is then a
+    ``byval`` array, which NVPTX reads from the kernel's parameter space."""
     gpu = lowering.target.is_gpu
-    params = [PTR_T, PTR_T, *[I64_T] * (bounds if gpu else bounds + 1), PTR_T]
+    words = abi.param_words(len(lowering.dialect.functions[index].attrs["loop_plan"].live_ins))
+    by_value = gpu and abi.params_by_value(words)
+    live_ins = ir.PointerType(ir.ArrayType(I64_T, words)) if by_value else PTR_T
+    params = [PTR_T, live_ins, *[I64_T] * (bounds if gpu else bounds + 1), PTR_T]
     fn = ir.Function(lowering.llvm, ir.FunctionType(VOID_T, params), name=abi.loop_entry_name(index, gpu))
     lowering.target.mark_entry(fn)
     ctx, slots, *middle, out = fn.args
     begin = None if gpu else middle.pop(0)
-    for block in (ctx, slots, out):
+    for block in (ctx, out) if by_value else (ctx, slots, out):
         _mark_context(block)
+    if by_value:  # the live-ins in the kernel's parameter space (see abi)
+        slots.add_attribute("byval")
+        slots.attributes.align = 8
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     return EntryFrame(fn, b, ctx, slots, begin, middle, out, _private_context(b, ctx))
 

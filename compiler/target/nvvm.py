@@ -318,6 +318,23 @@ def _intrinsic7(name: str) -> str:
     return re.sub(r"\.p(\d+)(?=\.|$)", r".p\1i8", name)
 
 
+_BYVAL = re.compile(rf"^ptr byval\((.*)\)((?: \w+(?: \d+)?)*) (%{_NAME})$")
+
+
+def _param7(param: str) -> tuple[str, str, str | None]:
+    """A parameter (today's) in LLVM 7's dialect, its type there, and the instruction that
+    makes its value where it is a ``byval`` one: LLVM 7 writes ``[N x i64]* byval``, not
+    ``ptr byval([N x i64])``, and the body, which reads every pointer as an ``i8*``, gets the
+    parameter cast to one under its own name."""
+    m = _BYVAL.match(param.strip())
+    if m is None:
+        return _type7(param), _type7(param[: _type_end(param)]) if param != "..." else "", None
+    pointer = f"{_type7(m[1])}*"
+    name = m[3]
+    held = f'{name[:-1]}.byval"' if name.endswith('"') else f"{name}.byval"
+    return f"{pointer} byval{m[2]} {held}", pointer, f"{name} = bitcast {pointer} {held} to i8*"
+
+
 def _return_type(head: str) -> str:
     """The LLVM 7 return type at the end of a call's or a function's head."""
     head = _LINKAGE.sub("", _DROPPED_ATTRS.sub("", head).strip())
@@ -336,6 +353,7 @@ class _Downgrade:
         self.counter = 0
         self.metadata = 0  # the first free metadata number
         self.declarations: dict[str, str] = {}  # intrinsics the rewrite itself calls
+        self.entry: list[str] = []  # instructions the next function body starts with
         self.handlers = {
             "load": self._load, "store": self._store, "getelementptr": self._getelementptr,
             "alloca": self._alloca, "atomicrmw": self._atomicrmw, "cmpxchg": self._cmpxchg,
@@ -362,7 +380,7 @@ class _Downgrade:
                 value_type = _type7(m[4][: _type_end(m[4])])
                 self.symbols[m[1]] = f"{value_type} addrspace({space[1]})*" if space else f"{value_type}*"
             elif m := _FUNCTION.match(line):
-                params = [_type7(p[: _type_end(p)]) for p in _split(m[4]) if p != "..."]
+                params = [_param7(p)[1] for p in _split(m[4]) if p != "..."]
                 self.symbols[m[3]] = f"{_return_type(m[2])} ({', '.join(params)})*"
             elif m := re.match(r"^attributes (#\d+) = \{ (.*) \}$", line):
                 kept = [_MEMORY_ATTRS.get(a, a) for a in re.findall(r"memory\([^)]*\)|\S+", m[2])]
@@ -382,6 +400,9 @@ class _Downgrade:
         elif line.startswith("@"):
             self.out.append(self._operands7(line))
         elif m := _INSTRUCTION.match(line):
+            if self.entry:  # the function's first instruction: its byval parameters as i8*s first
+                self.out.extend(f"{m[1]}{line}" for line in self.entry)
+                self.entry.clear()
             self._instruction(m[1], m[2], m[3], m[4] or "")
         else:
             self.out.append(line)
@@ -397,7 +418,12 @@ class _Downgrade:
         if "ptx_kernel" in head:
             head = head.replace("ptx_kernel ", "")
             self.kernels.append(name)
-        params = ", ".join(self._strip_attrs(_type7(p)) for p in _split(m[4]))
+        params = []
+        for p in _split(m[4]):
+            text, _, entry = _param7(p)
+            params.append(self._strip_attrs(text))
+            self.entry.extend([entry] if entry else [])
+        params = ", ".join(params)
         tail = " ".join(a for a in m[5].split() if not a.startswith("#") or self.attributes.get(a))
         self.out.append(f"{m[1]} {_type7(head)}@{name}({params}){' ' + tail if tail else ''}{m[6] or ''}")
 
