@@ -730,18 +730,43 @@ def _grid_covers(b: ir.IRBuilder, sreg, letters: str, bounds: list[ir.Value]) ->
     return functools.reduce(b.and_, found)
 
 
+def _cell_once(b: ir.IRBuilder, fn: ir.Function, sreg, letters: str, bounds: list, cell, done) -> None:
+    """Where the grid has a thread for every cell (:func:`_grid_covers`; the runtime
+    launches such a grid where the device's limits allow), each thread runs its own cell
+    (``cell(counters)``) or none, then goes to ``done``, without the loops' tests and steps;
+    otherwise the builder is left where the loops over the cells begin."""
+    single, looped = fn.append_basic_block("cell.once"), fn.append_basic_block("cells")
+    b.cbranch(_grid_covers(b, sreg, letters, bounds), single, looped)
+    b.position_at_end(single)
+    firsts = [b.add(b.mul(sreg(f"ctaid.{d}"), sreg(f"ntid.{d}")), sreg(f"tid.{d}")) for d in letters]
+    inside = functools.reduce(
+        b.and_, (b.icmp_unsigned("<", k, bound) for k, bound in zip(firsts, bounds, strict=True))
+    )
+    run = fn.append_basic_block("cell.run")
+    b.cbranch(inside, run, done)
+    b.position_at_end(run)
+    cell(firsts)
+    b.branch(done)
+    b.position_at_end(looped)
+
+
 def _lower_nest_entry(lowering: ModuleLowering, index: int) -> str:
     """The launch entry of a collapsed nest (no reductions): ``(ctx, params, trip, trip2,
     [trip3,] out)`` on the GPU, ``(ctx, params, begin, end, trip2, [trip3,] out)`` on the
     host. On the GPU, x covers the innermost counter, y the next one out and z the
     outermost of a 3-D nest, each striding over what the grid's threads do not cover; where
-    the grid covers every level (:func:`_grid_covers`), each thread runs its one cell
-    without the loops, whose tests, steps and convergence points were a quarter of what a
-    thread of the suite's stencil3d runs (107 SASS instructions, 81 without them; nvcc's
-    kernel 53)."""
+    the grid covers every level and a cell has no loops of its own (:func:`_cell_once`),
+    each thread runs its one cell without the loops, whose tests, steps and convergence
+    points were a quarter of what a thread of the suite's stencil3d runs (107 SASS
+    instructions, 81 without them; nvcc's kernel 53)."""
     kernel = lowering.dialect.functions[index]
-    dims = len(kernel.attrs["loop_plan"].collapse) + 1
+    plan = kernel.attrs["loop_plan"]
+    dims = len(plan.collapse) + 1
     gpu = lowering.target.is_gpu
+    # A cell without loops of its own is a short thread, whose loops' tests and steps are a
+    # large part of it: where the grid covers the nest, it runs without them. (A cell that
+    # loops, doitgen's, gains nothing and ran slower so: its body is lowered once.)
+    once = gpu and len(plan.inner_trips) == len(plan.collapse)
     frame = entry_frame(lowering, index, dims)
     fn, b, ctx, slots, begin, bounds, own = (
         frame.fn,
@@ -765,28 +790,11 @@ def _lower_nest_entry(lowering: ModuleLowering, index: int) -> str:
 
     if gpu:
         sreg = functools.partial(_read_sreg, lowering.llvm, b)
-        i32_sreg = functools.partial(read_sreg, lowering.llvm, b)
-        letters = "zyx"[3 - dims :]
         bounds = [b.trunc(bound, I32_T) for bound in bounds]  # at most MAX_TRIP each
-        covers = _grid_covers(b, i32_sreg, letters, bounds)
-        # A grid with a thread for every cell (as the runtime launches one where the
-        # device's grid limits allow): each thread runs its own cell or none, without the
-        # loops' tests and steps.
-        once, looped = fn.append_basic_block("cell.once"), fn.append_basic_block("cells")
-        b.cbranch(covers, once, looped)
-        b.position_at_end(once)
-        firsts = [
-            b.add(b.mul(i32_sreg(f"ctaid.{d}"), i32_sreg(f"ntid.{d}")), i32_sreg(f"tid.{d}")) for d in letters
-        ]
-        inside = functools.reduce(
-            b.and_, (b.icmp_unsigned("<", k, bound) for k, bound in zip(firsts, bounds, strict=True))
-        )
-        run = fn.append_basic_block("cell.run")
-        b.cbranch(inside, run, done)
-        b.position_at_end(run)
-        cell(firsts)
-        b.branch(done)
-        b.position_at_end(looped)
+        if once:
+            _cell_once(
+                b, fn, functools.partial(read_sreg, lowering.llvm, b), "zyx"[3 - dims :], bounds, cell, done
+            )
         # y and z count threads too: a block of several rows (32 x 8, as a hand-written
         # stencil launches) shares its rows' neighbours in L1 (runtime.planning.launch_grid).
         x, y, z = (_thread_range(b, sreg, d) for d in "xyz")
