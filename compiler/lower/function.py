@@ -685,10 +685,11 @@ def _slot(b: ir.IRBuilder, base, i: int):
 
 
 def _live_in_args(b: ir.IRBuilder, kernel, slots, counters: int) -> list:
-    return [
-        from_slot(b, b.load(_slot(b, slots, i), typ=I64_T), llvm_type(t))
-        for i, t in enumerate(kernel.params[counters:])
-    ]
+    live_ins = kernel.params[counters:]
+    held = getattr(getattr(slots.type, "pointee", None), "count", None)  # words by value
+    if held is not None and len(live_ins) > held:
+        raise CompileError(f"kernel {kernel.name} reads {len(live_ins)} live-ins from {held} words")
+    return [from_slot(b, b.load(_slot(b, slots, i), typ=I64_T), llvm_type(t)) for i, t in enumerate(live_ins)]
 
 
 def _thread_range(b: ir.IRBuilder, sreg, d: str) -> tuple[ir.Value, ir.Value]:
