@@ -43,6 +43,17 @@ def test_past_the_limit_a_kernel_takes_a_pointer(monkeypatch) -> None:
         assert f"{name}_param_1[" not in body
 
 
+def test_a_kernel_that_would_read_past_its_words_is_refused(monkeypatch) -> None:
+    """The words a kernel takes by value and the live-ins it reads are counted apart (the
+    runtime passes one word a live-in): a kernel reading more than it declared would read
+    whatever follows in its parameter space, so the lowering refuses it, naming both."""
+    from tensorwasm.compiler.errors import CompileError
+
+    monkeypatch.setattr(abi, "param_words", lambda live_ins: 1)
+    with pytest.raises(CompileError, match=r"reads [2-9]\d* live-ins from 1 words"):
+        loop_kernels_ptx(SWEEP, "sm_90")
+
+
 @pytest.mark.parametrize("device", ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("by_value", [True, False])
 def test_each_arrival_runs_with_its_own_live_ins(device: str, by_value: bool, monkeypatch, tmp_path) -> None:
