@@ -622,7 +622,7 @@ class LaunchArguments:
         bits = [v & MASKS[64] for v in live] or [0]
         self.param_bytes = words(bits)
         self.image = (None, b"")  # (kernel arguments, scratch image) of its last GPU launch
-        self.launches = 0  # GPU launches of a kernel that takes them by value (see DeviceLaunches.launch)
+        self.launches = 0  # GPU launches with these live-ins by value (DeviceLaunches.launch)
         self.replay: tuple | None = None  # set by a device launch that can replay (ReplayRecord)
         self.params = (U64 * len(bits))(*bits)  # the host backend's
         k_exit = launch.trip if plan.trip.top else launch.trip - 1
