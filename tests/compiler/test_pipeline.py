@@ -132,19 +132,15 @@ def test_inspect_loops_prints_the_analysis_the_offload_preparation_runs(capsys) 
 
 
 @pytest.mark.parametrize("program", ["blas1", "stencil", "reductions"])
-def test_the_offload_preparation_matches_the_runtimes_own(program: str) -> None:
+def test_the_offload_preparation_matches_the_runtimes_own(program: str, monkeypatch) -> None:
     """Same loops, kernels, host calls, regions, rewritten module and host code as
-    OffloadModule's preparation (the cache off: it prepares and compiles afresh)."""
-    from tensorwasm.runtime.cache import default_cache
+    OffloadModule's preparation (the cache off, ``TENSORWASM_CACHE=off``, until the last
+    kernel is compared: it prepares and compiles afresh, each kernel at its first need)."""
     from tensorwasm.runtime.offload import OffloadModule
 
+    monkeypatch.setenv("TENSORWASM_CACHE", "off")
     data = module_bytes(program, "O2")
-    cache = default_cache()
-    enabled, cache.enabled = cache.enabled, False
-    try:
-        runtime = OffloadModule(data, device="cpu")
-    finally:
-        cache.enabled = enabled
+    runtime = OffloadModule(data, device="cpu")
     preparation = prepare_offload(data, AnalysisOptions(distribute=False))  # (as the host backend prepares)
     ours = preparation.prepared
     assert ours.loops, "the example must offload something"
