@@ -176,9 +176,12 @@ def outline(module: Module, plan: LoopPlan) -> Function:
     # An op's own access comes first: a rotated load's reload (the previous iteration's
     # address, made in the entry block) follows as an access of the same op.
     proven: dict[int, Access] = {}
-    for access in plan.accesses:
+    numbered: dict[int, int] = {}  # the index of each op's own access in plan.accesses
+    for n, access in enumerate(plan.accesses):
         if access.address is not None:
             proven.setdefault(id(access.op), access)
+            numbered.setdefault(id(access.op), n)
+    accesses: dict[int, int] = {}  # the same, by the id of the kernel's copy of the op
     held = {plan.counter: k, **by_symbol}
     held.update((level.counter, arg) for level, arg in zip(nest, entry.args[1:], strict=False))
     copies = _PrivateCopies(kernel, b, plan, entry.args, emit_poly) if plan.private else None
@@ -216,6 +219,8 @@ def outline(module: Module, plan: LoopPlan) -> Function:
                     operands[0] = wide
                     attrs["wide_address"] = True
             new = Op(op.opdef, operands, tuple(r.type for r in op.results), attrs, succs, op.offset)
+            if id(op) in numbered:
+                accesses[id(new)] = numbered[id(op)]
             results = new.results
             if copies is not None and id(op) in copies.ops:  # a privatised temporary's access
                 clone, results = copies.redirect(clone, new, op, value_of(op.operands[0]))
@@ -232,7 +237,7 @@ def outline(module: Module, plan: LoopPlan) -> Function:
     if plan.private:  # (a tiled or streaming kernel would share a thread's copy)
         kernel.attrs["tiling"] = "its temporaries are privatised: a copy per thread"
     else:
-        tile_kernel(module, kernel, plan, clones)  # gemm-shaped 2-D nests: tiled variants too
+        tile_kernel(module, kernel, plan, clones, accesses)  # gemm-shaped 2-D nests: tiled variants too
     return kernel
 
 

@@ -15,12 +15,24 @@ so an iteration's own memory ops keep their order.
 :func:`attach_streaming` builds ``stream_<kernel>(k, lanes, live-ins...)``, which runs
 iterations ``k + u * lanes`` for ``u < ITERATIONS_PER_THREAD`` and returns their results
 (reduction partials) one iteration after the other. Each iteration's ops are copied as they
-are; an op's *level* is the number of its iteration's stores before it. The function emits,
-level by level: every iteration's loads of that level (with the address arithmetic they
-need), then every iteration's other ops of that level, then every iteration's store that
-ends the level. Every operation and every rounding is the kernel's; only the order of
-independent memory accesses of different iterations changes, so each load is in flight
-before the first store of the chunk.
+are; an op's *level* says which of its iteration's stores it must follow: a store's is the
+number of stores before it, a load's the number up to the last of them it may meet, and
+any other op's the highest of the ops it reads. The function emits, level by level: every
+iteration's loads of that level (with the address arithmetic they need), then every
+iteration's other ops of that level, then every iteration's store that ends the level; where
+only stores are left, each iteration's stores together, in their order. Every operation and
+every rounding is the kernel's; only the order of memory accesses that do not meet changes,
+so each load is in flight before the first store of the chunk.
+
+A load passes a store of its own iteration only where the two never meet. The analysis
+settles it where the two addresses differ by a constant (clang's two-way unrolled
+``y[i] = a * x[i] + y[i]`` reads ``y[i + 1]`` after it stores ``y[i]``); where live-ins
+separate them (``x[i + 1]`` and ``y[i]``), the pair joins ``LoopPlan.row_guarded``, which
+the guards test before each launch: a launch whose pair meets within an iteration runs on
+the CPU. So an iteration's stores leave the thread one after the other, and the two halves of
+a 32-byte sector reach the device's cache together: stored with a load round trip between
+them, each half was written to it on its own (the suite's saxpy on an H200: twice the L2
+write sectors of nvcc's kernel).
 
 Only kernels that cannot trap take this form (a thread would otherwise stop between its
 iterations at the first trap), whose blocks run one after the other with no branch that
@@ -32,6 +44,9 @@ calls it for whole chunks and the kernel itself for the rest.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from tensorwasm.compiler.analysis.plan import LoopPlan
 from tensorwasm.dialect import arith
 from tensorwasm.dialect.builder import Builder
 from tensorwasm.dialect.ir import Block, Function, Module, Op, Value
@@ -58,9 +73,11 @@ class StreamingKernel:
     iterations: int
 
 
-def attach_streaming(module: Module, kernel: Function) -> None:
+def attach_streaming(module: Module, kernel: Function, accesses: Mapping[int, int] | None = None) -> None:
     """Attach ``kernel.attrs["streaming"]`` (a :class:`StreamingKernel`) to a 1-D loop kernel
-    that streams (see the module docstring); leave other kernels as they are."""
+    that streams (see the module docstring); leave other kernels as they are. ``accesses``
+    gives, by the id of each of the kernel's loads and stores, the index of its access in
+    the plan (``LoopPlan.accesses``); a load not in it passes no store."""
     from tensorwasm.compiler.prepare import kernel_may_trap
 
     plan = kernel.attrs.get("loop_plan")
@@ -71,7 +88,10 @@ def attach_streaming(module: Module, kernel: Function) -> None:
         return
     if any(op.name in LONG_OPS for op in ops):
         return
-    fn = _build(module, kernel, ops, ITERATIONS_PER_THREAD)
+    edges = {succ.block: succ for blk in kernel.blocks for succ in blk.terminator.successors}
+    levels, guarded = _levels(ops[:-1], edges, plan, accesses or {})
+    fn = _build(module, kernel, ops, levels, edges, ITERATIONS_PER_THREAD)
+    plan.row_guarded.extend(pair for pair in guarded if pair not in plan.row_guarded)
     kernel.attrs["streaming"] = StreamingKernel(fn.index, ITERATIONS_PER_THREAD)
 
 
@@ -106,29 +126,65 @@ def _straight_line(kernel: Function) -> list[Op] | None:
         block = term.successors[0].block
 
 
-def _levels(ops: list[Op]) -> list[int]:
-    """Each op's level: how many stores come before it."""
-    levels, stores = [], 0
-    for op in ops:
-        levels.append(stores)
-        stores += op.name == "mem.store"
-    return levels
+def _levels(
+    body: list[Op], edges: dict, plan: LoopPlan, accesses: Mapping[int, int]
+) -> tuple[list[int], list[tuple[int, int]]]:
+    """Each op's level (see the module docstring), and the (store, load) pairs of
+    ``plan.accesses`` that the guards must find apart within an iteration for a load to
+    pass a store of its own iteration."""
+    position = {op: n for n, op in enumerate(body)}
+    levels: list[int] = []
+    stores: list[Op] = []
+    guarded: list[tuple[int, int]] = []
+    for op in body:
+        read = [levels[position[v.owner]] for v in _defining_values(op, edges) if v.owner in position]
+        level = max(read, default=0)
+        if op.name == "mem.store":
+            level = len(stores)
+            stores.append(op)
+        elif op.name == "mem.load":
+            apart = [_apart(store, op, plan, accesses) for store in stores]
+            level = max(level, max((t + 1 for t, how in enumerate(apart) if how is None), default=0))
+            guarded += [
+                (accesses[id(stores[t])], accesses[id(op)])
+                for t in range(level, len(stores))
+                if apart[t] == "guard"
+            ]
+        levels.append(level)
+    return levels, guarded
 
 
-def _build(module: Module, kernel: Function, ops: list[Op], count: int) -> Function:
+def _apart(store: Op, load: Op, plan: LoopPlan, accesses: Mapping[int, int]) -> str | None:
+    """Whether ``load`` never meets ``store`` of the same iteration: "static" where their
+    addresses differ by a constant that keeps the two apart, "guard" where live-ins decide
+    (both affine), None where they may meet."""
+    i, j = accesses.get(id(store)), accesses.get(id(load))
+    if i is None or j is None:
+        return None
+    s, a = plan.accesses[i], plan.accesses[j]
+    if s.address is None or a.address is None:
+        return None
+    gap = a.address - s.address
+    if gap.is_constant():
+        return "static" if gap.constant >= s.width or -gap.constant >= a.width else None
+    return "guard"
+
+
+def _build(
+    module: Module, kernel: Function, ops: list[Op], levels: list[int], edges: dict, count: int
+) -> Function:
     params = (I32, I32, *kernel.params[1:])
     fn = Function(f"stream_{kernel.name}", len(module.functions), params, tuple(kernel.results) * count)
     module.functions.append(fn)
     entry = fn.add_block(params)
     b = Builder(fn, entry)
     k, lanes, *live = entry.args
-    edges = {succ.block: succ for blk in kernel.blocks for succ in blk.terminator.successors}
     copies: list[dict[Value, Value]] = []
     for u in range(count):
         at = b.value(arith.add, k, b.value(arith.mul, lanes, b.constant(I32, u)))
         values = dict(zip(kernel.entry.args, [at, *live], strict=True))
         copies.append(values)
-    body, levels = ops[:-1], _levels(ops[:-1])
+    body = ops[:-1]
     emitted: set[tuple[int, int]] = set()
 
     def value_of(values: dict[Value, Value], v: Value) -> Value:
@@ -156,8 +212,13 @@ def _build(module: Module, kernel: Function, ops: list[Op], count: int) -> Funct
                 found.add(m)
                 needs(m, found)
 
-    for level in range(max(levels, default=0) + 1):
-        here = [n for n in range(len(body)) if levels[n] == level]
+    top = max(levels, default=0)
+    at = [[n for n in range(len(body)) if levels[n] == level] for level in range(top + 1)]
+    last = top  # from this level up, an iteration's stores leave together
+    while last > 0 and all(body[n].name == "mem.store" for n in at[last]):
+        last -= 1
+    for level in range(last + 1):
+        here = at[level]
         for u in range(count):  # loads first, with the arithmetic their addresses need
             wanted: set[int] = set()
             for n in here:
@@ -171,7 +232,7 @@ def _build(module: Module, kernel: Function, ops: list[Op], count: int) -> Funct
                 if body[n].name != "mem.store":
                     emit(u, n)
         for u in range(count):
-            for n in here:
+            for n in here if level < last else [n for later in at[last:] for n in later]:
                 if body[n].name == "mem.store":
                     emit(u, n)
     ret = ops[-1]

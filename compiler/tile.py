@@ -262,14 +262,21 @@ class Nest:
         return [p for p in range(len(self.header.args)) if p not in self.ivs]
 
 
-def tile_kernel(module: Module, kernel: Function, plan: LoopPlan, clones: dict[Block, Block]) -> None:
+def tile_kernel(
+    module: Module,
+    kernel: Function,
+    plan: LoopPlan,
+    clones: dict[Block, Block],
+    accesses: dict[int, int] | None = None,
+) -> None:
     """Attach tiled variants to the outlined ``kernel`` (``kernel.attrs["tiled"]``, a
     :class:`TiledKernel`), or say why not (``kernel.attrs["tiling"]``). ``clones`` maps the
     loop's blocks to the kernel's copies of them. A 1-D kernel that is not tiled streams
-    where it can (:func:`attach_streaming`)."""
+    where it can (:func:`attach_streaming`, given ``accesses``: the index in
+    ``plan.accesses`` of each of the kernel's affine loads and stores, by the op's id)."""
     kernel.attrs["tiling"] = _tile(module, kernel, plan, clones)
     if kernel.attrs["tiling"] != "tiled" and not plan.collapse:
-        attach_streaming(module, kernel)  # several iterations per thread where it streams
+        attach_streaming(module, kernel, accesses)  # several iterations per thread where it streams
 
 
 def _tile(module: Module, kernel: Function, plan: LoopPlan, clones: dict[Block, Block]) -> str:
