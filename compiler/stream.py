@@ -57,11 +57,13 @@ from tensorwasm.support.records import record
 ITERATIONS_PER_THREAD = 4
 # Ops of a kernel copied per iteration: a streaming body is a few dozen; more is not one.
 MAX_KERNEL_OPS = 120
-# Ops after which a body is not streamed: correctly rounded square roots and divisions are
-# long sequences on the GPU, and four of them in flight per thread cost more than the loads
-# gain (the suite's condmap on an H100, kernel time against nvcc's at n = 2^24 / 2^26: 1.04x
-# / 0.96x one iteration a thread, 1.30x / 1.22x four; saxpy: 2.27x / 2.43x one, 1.17x /
-# 1.13x four).
+# Ops that keep a body to one iteration a thread: correctly rounded square roots and
+# divisions are long sequences on the GPU, and four of them in flight per thread cost more
+# than the loads gain (the suite's condmap on an H100, kernel time against nvcc's at n =
+# 2^24 / 2^26: 1.04x / 0.96x one iteration a thread, 1.30x / 1.22x four; saxpy: 2.27x /
+# 2.43x one, 1.17x / 1.13x four; on an H200, condmap's kernel under Nsight Compute: 222 us
+# one, 290 us two, 305 us four). Such a body still streams, one iteration a call, where a
+# load passes a store of its iteration (clang's two-way unrolled condmap).
 LONG_OPS = frozenset({"arith.fsqrt", "arith.fdiv"})
 
 
@@ -86,13 +88,16 @@ def attach_streaming(module: Module, kernel: Function, accesses: Mapping[int, in
     ops = _straight_line(kernel)
     if ops is None or len(ops) > MAX_KERNEL_OPS or kernel_may_trap(module, kernel.index):
         return
-    if any(op.name in LONG_OPS for op in ops):
-        return
     edges = {succ.block: succ for blk in kernel.blocks for succ in blk.terminator.successors}
     levels, guarded = _levels(ops[:-1], edges, plan, accesses or {})
-    fn = _build(module, kernel, ops, levels, edges, ITERATIONS_PER_THREAD)
+    count = ITERATIONS_PER_THREAD
+    if any(op.name in LONG_OPS for op in ops):
+        if not _passes(ops[:-1], levels):
+            return  # one iteration in its own order: the kernel itself
+        count = 1
+    fn = _build(module, kernel, ops, levels, edges, count)
     plan.row_guarded.extend(pair for pair in guarded if pair not in plan.row_guarded)
-    kernel.attrs["streaming"] = StreamingKernel(fn.index, ITERATIONS_PER_THREAD)
+    kernel.attrs["streaming"] = StreamingKernel(fn.index, count)
 
 
 def _allowed(op: Op) -> bool:
@@ -152,6 +157,17 @@ def _levels(
             ]
         levels.append(level)
     return levels, guarded
+
+
+def _passes(body: list[Op], levels: list[int]) -> bool:
+    """Whether a load of ``body`` passes a store before it (its level is lower than the
+    number of stores before it)."""
+    stores = 0
+    for op, level in zip(body, levels, strict=True):
+        if op.name == "mem.load" and level < stores:
+            return True
+        stores += op.name == "mem.store"
+    return False
 
 
 def _apart(store: Op, load: Op, plan: LoopPlan, accesses: Mapping[int, int]) -> str | None:

@@ -237,6 +237,10 @@ class SimulatedDevice(CudaDevice):
         grid in one host call, whatever the grid)."""
         return 2
 
+    def wave_blocks(self, kernel: Any, threads: int) -> int | None:
+        """No occupancy to fill: a kernel runs its whole grid in one host call."""
+        return None
+
     def load_kernels(self, prepared: Any) -> dict[str, Any]:
         host = HostDevice().load_kernels(prepared)
         return {name: self.kernel(entry) for name, entry in host.items()}

@@ -154,6 +154,12 @@ class CudaDevice:
         resources (one per multiprocessor): a split loop's grid waits for all of them."""
         return self.context.info.multiprocessor_count
 
+    def wave_blocks(self, kernel, threads: int) -> int | None:
+        """Blocks of ``kernel``, ``threads`` threads each, that the device holds at once: one
+        wave. None where the kernel cannot say (one loaded in the GPU's own process)."""
+        per = getattr(kernel, "blocks_per_multiprocessor", None)
+        return None if per is None else per(threads) * self.context.info.multiprocessor_count
+
     def allocate(self, limit: int | None):
         from tensorwasm.runtime.mirror import DeviceMirror
 

@@ -83,6 +83,13 @@ class MemoryDevice(Device, Protocol):
     def watch(self, listener: Any) -> None:
         """Tell ``listener.context_reset(context)`` when its context is reset, by anyone."""
 
+    def resident_blocks(self) -> int:
+        """Blocks a launch may have that are all resident at once, whatever the kernel."""
+
+    def wave_blocks(self, kernel: Any, threads: int) -> int | None:
+        """Blocks of ``kernel``, ``threads`` threads each, resident at once (one wave); None
+        where it cannot say."""
+
     def code_ready(self, ptx: bytes) -> bool:
         """Where its code is PTX: whether a kernel's first load finds its machine code made."""
 

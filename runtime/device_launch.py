@@ -173,6 +173,12 @@ class DeviceLaunches:
         start = time.perf_counter()
         if ready.launch.spread:  # a split loop's grid waits for all its blocks: no more than are resident
             ready.grid = (min(ready.grid[0], self.device.resident_blocks()), 1, 1)
+        elif ready.reductions and not (ready.launch.nest or ready.launch.rows or lp.tile):
+            # A 1-D fold's threads stride: one wave of resident blocks, no tail of a second
+            # (REDUCTION_BLOCKS assumes 8 a multiprocessor; 40 registers a thread fit 6).
+            wave = self.device.wave_blocks(self.prepared.kernels[lp.entry], ready.block[0])
+            if wave is not None:
+                ready.grid = (min(ready.grid[0], wave), 1, 1)
         resident = lp.region is not None
         staged = not resident and not ready.rows_out and ready.out_bytes <= STAGED_RESULT_BYTES
         mirror.ensure(size, ready.slots, ready.out_bytes if staged else 0)

@@ -893,6 +893,20 @@ class Kernel:
         self.module = module
         self.name = name
         self._handle = handle
+        self._resident: dict[int, int] = {}  # threads per block -> blocks a multiprocessor holds
+
+    def blocks_per_multiprocessor(self, threads: int) -> int:
+        """Blocks of ``threads`` threads that one multiprocessor holds at once with this
+        kernel's registers and shared memory (the driver's occupancy calculator; at least 1)."""
+        found = self._resident.get(threads)
+        if found is None:
+            self.module.ensure_live()
+            call = "cuOccupancyMaxActiveBlocksPerMultiprocessor"
+            found = max(
+                1, check(call, cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(self._handle, threads, 0))
+            )
+            self._resident[threads] = found
+        return found
 
     def launch(
         self,

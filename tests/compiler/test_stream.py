@@ -90,6 +90,19 @@ UNROLLED = """(module (memory (export "memory") 4)
       (br_if $l (i32.lt_u (local.get $i) (local.get $n))))))"""
 
 
+# The same with a square root: y[2i] = sqrt(x[2i]), then the same at 2i + 1.
+UNROLLED_SQRT = """(module (memory (export "memory") 4)
+  (func (export "roots2") (param $n i32) (param $x i32) (param $y i32) (local $i i32) (local $o i32)
+    (loop $l
+      (local.set $o (i32.shl (local.get $i) (i32.const 3)))
+      (f32.store (i32.add (local.get $y) (local.get $o))
+        (f32.sqrt (f32.load (i32.add (local.get $x) (local.get $o)))))
+      (f32.store offset=4 (i32.add (local.get $y) (local.get $o))
+        (f32.sqrt (f32.load offset=4 (i32.add (local.get $x) (local.get $o)))))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $l (i32.lt_u (local.get $i) (local.get $n))))))"""
+
+
 def _kinds(stream) -> str:
     return "".join({"mem.load": "L", "mem.store": "S"}.get(op.name, "") for op in stream.ops())
 
@@ -151,6 +164,14 @@ LONG = """(module (memory (export "memory") 4)
       (f32.store offset=65536 (local.get $o) (f32.div (f32.load (local.get $o)) (f32.const 3)))
       (local.set $i (i32.add (local.get $i) (i32.const 1)))
       (br_if $l (i32.lt_u (local.get $i) (local.get $n))))))"""
+
+
+def test_a_body_with_square_roots_streams_one_iteration_a_call_where_a_load_passes_a_store() -> None:
+    """Unrolled square roots: one iteration a thread, both loads before both stores."""
+    ((lp, stream),) = _streams(UNROLLED_SQRT).values()
+    assert lp.per_thread == 1 and stream is not None and _kinds(stream) == "LLSS"
+    ((s, a),) = lp.plan.row_guarded
+    assert lp.plan.accesses[s].store and not lp.plan.accesses[a].store
 
 
 def test_bodies_with_square_roots_or_divisions_keep_one_iteration_per_thread() -> None:
@@ -220,6 +241,8 @@ CASES = [
     (TWO_STORES, "run", [(I32, 7), (I32, 64), (I32, 1024), (I32, 64), (I32, 2048)]),
     (UNROLLED, "saxpy2", [(I32, 1003), (F32, 0x3FC00000), (I32, 16), (I32, 8192)]),
     (UNROLLED, "saxpy2", [(I32, 1001), (F32, 0xBF800000), (I32, 4000), (I32, 4000)]),
+    (UNROLLED_SQRT, "roots2", [(I32, 1003), (I32, 16), (I32, 8192)]),
+    (UNROLLED_SQRT, "roots2", [(I32, 1001), (I32, 4000), (I32, 4000)]),
 ]
 DATA_AT = [0, 8192, 65536, 131072, 196608]
 
@@ -235,6 +258,8 @@ DATA_AT = [0, 8192, 65536, 131072, 196608]
         "two-stores-a-is-x",
         "unrolled",
         "unrolled-x-is-y",
+        "roots",
+        "roots-x-is-y",
     ],
 )
 def test_streaming_kernels_match_wasmtime(device: str, text: str, export: str, args: list) -> None:
@@ -244,7 +269,8 @@ def test_streaming_kernels_match_wasmtime(device: str, text: str, export: str, a
     assert instance.call(export, args) == reference.call(export, args)
     assert instance.memory("memory") == reference.memory("memory")
     ran = [lp for lp in offload.loops if lp.stats.offloaded]
-    assert len(ran) == 1 and ran[0].per_thread == ITERATIONS_PER_THREAD, "the streaming kernel did not run"
+    expected = 1 if text is UNROLLED_SQRT else ITERATIONS_PER_THREAD
+    assert len(ran) == 1 and ran[0].per_thread == expected, "the streaming kernel did not run"
     offload.close()
 
 
