@@ -222,6 +222,8 @@ class FunctionLowering:
         try:
             if op.name in numeric.PLAIN_FLOAT and not op.attrs.get("nan_free") and self._defer(op):
                 return
+            if self._deferred_select(op) and self._defer(op):
+                return
             if op.name in numeric.NAN_BLIND and (op.name == "arith.cmpf" or op.attrs.get("nan_free")):
                 args = [self.values[v] for v in op.operands]
             else:
@@ -259,20 +261,30 @@ class FunctionLowering:
     # and remembered; a use that reads a value's bits (anything but another such op or a
     # compare) asks for ``exact``: one NaN test on the fast value and, out of line where it
     # is a NaN, the op's tree rebuilt with the rule at every step, from the same operands.
+    # A float select of a deferred value is deferred too: it picks a NaN exactly where it
+    # picks one from the exact values, so one test of what it picked serves both arms
+    # (condmap's ``x > 0 ? sqrt(x) * 2 : x * x - 0.25``, tested once at its store, not
+    # twice at the select, which also kept the next element's work behind the tests).
     # A tree stops growing at MAX_DEFERRED ops: the op past it is lowered with the rule.
 
     MAX_DEFERRED = 32
 
     def _defer(self, op: Op) -> bool:
-        """Lower ``op`` (a ``numeric.PLAIN_FLOAT`` op) as the one instruction, remembering it,
-        if its tree stays within MAX_DEFERRED ops; False where it must take the rule now."""
+        """Lower ``op`` (a ``numeric.PLAIN_FLOAT`` op, or a float select of a deferred value)
+        as the one instruction, remembering it, if its tree stays within MAX_DEFERRED ops;
+        False where it must take the rule now."""
         size = 1 + sum(self.deferred[v][1] for v in op.operands if v in self.deferred)
         if size > self.MAX_DEFERRED:
             return False
         args = [self.values[v] for v in op.operands]
-        self.values[op.results[0]] = numeric.PLAIN_FLOAT[op.name](self, op, args)
+        fast = numeric.PLAIN_FLOAT.get(op.name, LOWERINGS[op.name])
+        self.values[op.results[0]] = fast(self, op, args)
         self.deferred[op.results[0]] = (op, size)
         return True
+
+    def _deferred_select(self, op: Op) -> bool:
+        """Whether ``op`` is a float select with a deferred arm."""
+        return op.name == "arith.select" and any(v in self.deferred for v in op.operands[1:])
 
     def exact(self, value: Value) -> ir.Value:
         """The LLVM value of dialect ``value`` with Wasm's NaN rule applied (a deferred

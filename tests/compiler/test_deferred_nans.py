@@ -57,10 +57,14 @@ CHAINS = (
     """
     + "(local.set $x (f32.add (f32.mul (local.get $x) (local.get 1)) (local.get 2)))\n" * 40
     + """
-    (local.get $x)))
+    (local.get $x))
+  (func (export "chosen") (param f32 f32 f32) (result f32)
+    (select (f32.mul (f32.sqrt (local.get 0)) (f32.const 2))
+            (f32.sub (f32.mul (local.get 1) (local.get 1)) (local.get 2))
+            (f32.gt (local.get 0) (f32.const 0)))))
 """
 )
-NAMES = ("chain", "stored", "reinterpret", "carried", "compared", "rooted", "minimum", "wide", "long")
+NAMES = ("chain", "stored", "reinterpret", "carried", "compared", "rooted", "minimum", "wide", "long", "chosen")
 # Numbers, infinities, and NaNs: quiet and signalling, either sign, with payloads.
 VALUES = (0x3FC00000, 0x80000000, 0x7F800000, 0xFF800000, 0x40400000,
           0x7FA00001, 0xFFC00123, 0x7FC00000, 0xFF812345)  # fmt: skip
@@ -117,3 +121,19 @@ def test_one_nan_test_per_observed_value_with_the_rule_out_of_line(module_bytes)
     assert sum(t.count("select") for t in hot) == 0
     assert sum(t.count(" fmul ") + t.count(" fadd ") for t in hot) == 2
     assert rule[0].count("fcmp uno") >= 4 and rule[0].count("select") >= 4
+
+
+def test_a_select_of_deferred_values_is_tested_once_for_what_it_picked(module_bytes) -> None:
+    """``chosen``: a select between two deferred trees (condmap's body), returned. The hot
+    path holds the four instructions, the select and one NaN test (of what it picked), not
+    one test per arm; the rule for both arms is out of line."""
+    request = pipeline.Request(
+        module_bytes, entries=pipeline.FUNCTIONS, target=nvptx_for_device((9, 0), 13000)
+    )
+    state = pipeline.run(request, "llvm")
+    blocks = _blocks(state.llvm.text, "wasm_f9")
+    hot = [text for label, text in blocks.items() if not label.startswith("nan.rule")]
+    rule = [text for label, text in blocks.items() if label.startswith("nan.rule")]
+    assert sum(t.count("fcmp uno") for t in hot) == 1
+    assert sum(t.count(" fmul ") + t.count(" fsub ") for t in hot) == 3
+    assert len(rule) == 1 and rule[0].count("fcmp uno") >= 4
