@@ -64,7 +64,8 @@ CHAINS = (
             (f32.gt (local.get 0) (f32.const 0)))))
 """
 )
-NAMES = ("chain", "stored", "reinterpret", "carried", "compared", "rooted", "minimum", "wide", "long", "chosen")
+NAMES = ("chain", "stored", "reinterpret", "carried", "compared", "rooted", "minimum", "wide", "long",
+         "chosen")  # fmt: skip
 # Numbers, infinities, and NaNs: quiet and signalling, either sign, with payloads.
 VALUES = (0x3FC00000, 0x80000000, 0x7F800000, 0xFF800000, 0x40400000,
           0x7FA00001, 0xFFC00123, 0x7FC00000, 0xFF812345)  # fmt: skip
