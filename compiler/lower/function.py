@@ -30,6 +30,7 @@ from tensorwasm.compiler.lower.types import (
     constant,
     from_slot,
     from_slots,
+    int_of,
     llvm_type,
     slot_count,
     to_slots,
@@ -194,7 +195,9 @@ class FunctionLowering:
         for block in func.blocks:
             self.b.position_at_end(self.blocks[block])
             self.made_exact = {}
-            for op in block.ops:
+            for n, op in enumerate(block.ops):
+                if op.name == "mem.store":
+                    self._exact_ahead(block.ops, n)
                 self._lower_op(op)
 
     def _enter_depth(self) -> None:
@@ -281,6 +284,47 @@ class FunctionLowering:
         self.values[op.results[0]] = fast(self, op, args)
         self.deferred[op.results[0]] = (op, size)
         return True
+
+    def _exact_ahead(self, ops: list[Op], n: int) -> None:
+        """Before the run of stores at ``ops[n]`` (with the pure ops among them: addresses):
+        the exact value of every deferred value made so far that the run stores, from one
+        NaN test of them all (out of line where any is a NaN: each one
+        rebuilt with the rule, and taken where it is the NaN). The stores then follow one
+        another with no test between them, and every value they store is computed before the
+        test: on the GPU the halves of a 32-byte sector leave a thread together (tested
+        between its stores, condmap's unrolled body wrote each sector to L2 twice), and no
+        load is sunk past a test to where its value is first used."""
+        group: list[Value] = []
+        for op in ops[n:]:  # the stores up to the next op other than a pure one (an address)
+            if op.name == "mem.store":
+                group += [v for v in op.operands if v in self.deferred and v not in self.made_exact]
+            elif not op.opdef.pure or op.opdef.terminator:
+                break
+        group = list(dict.fromkeys(group))
+        if len(group) < 2:
+            return  # (one value: exact's own test)
+        b = self.b
+        fast = [self.values[v] for v in group]
+        nans = [b.fcmp_unordered("uno", f, f) for f in fast]
+        before = b.block
+        slow = self.fn.append_basic_block("nan.rule")
+        after = self.fn.append_basic_block("nan.done")
+        any_nan = functools.reduce(b.or_, nans)
+        b.cbranch(any_nan, slow, after).set_weights([1, 1 << 20])
+        b.position_at_end(slow)
+        chosen = []
+        for value, f, nan in zip(group, fast, nans, strict=True):
+            ity = int_of(f.type)
+            rebuilt = b.bitcast(self._rebuild(value), ity)
+            chosen.append(b.bitcast(b.select(nan, rebuilt, b.bitcast(f, ity)), f.type))
+        slow_end = b.block
+        b.branch(after)
+        b.position_at_end(after)
+        for value, f, picked in zip(group, fast, chosen, strict=True):
+            made = b.phi(f.type)
+            made.add_incoming(f, before)
+            made.add_incoming(picked, slow_end)
+            self.made_exact[value] = made
 
     def _deferred_select(self, op: Op) -> bool:
         """Whether ``op`` is a float select with a deferred arm."""

@@ -61,11 +61,17 @@ CHAINS = (
   (func (export "chosen") (param f32 f32 f32) (result f32)
     (select (f32.mul (f32.sqrt (local.get 0)) (f32.const 2))
             (f32.sub (f32.mul (local.get 1) (local.get 1)) (local.get 2))
-            (f32.gt (local.get 0) (f32.const 0)))))
+            (f32.gt (local.get 0) (f32.const 0))))
+  (func (export "paired") (param f32 f32 f32) (result i64) (local f32 f32)
+    (local.set 3 (f32.add (local.get 0) (local.get 1)))
+    (local.set 4 (f32.mul (local.get 1) (local.get 2)))
+    (f32.store (i32.const 8) (local.get 3))
+    (f32.store (i32.const 12) (local.get 4))
+    (i64.load (i32.const 8))))
 """
 )
 NAMES = ("chain", "stored", "reinterpret", "carried", "compared", "rooted", "minimum", "wide", "long",
-         "chosen")  # fmt: skip
+         "chosen", "paired")  # fmt: skip
 # Numbers, infinities, and NaNs: quiet and signalling, either sign, with payloads.
 VALUES = (0x3FC00000, 0x80000000, 0x7F800000, 0xFF800000, 0x40400000,
           0x7FA00001, 0xFFC00123, 0x7FC00000, 0xFF812345)  # fmt: skip
@@ -138,3 +144,17 @@ def test_a_select_of_deferred_values_is_tested_once_for_what_it_picked(module_by
     assert sum(t.count("fcmp uno") for t in hot) == 1
     assert sum(t.count(" fmul ") + t.count(" fsub ") for t in hot) == 3
     assert len(rule) == 1 and rule[0].count("fcmp uno") >= 4
+
+
+def test_a_run_of_stores_takes_one_nan_test_of_all_it_stores(module_bytes) -> None:
+    """``paired``: two deferred values stored one after the other (an address between). One
+    test of both, a branch to the one out-of-line block that rebuilds them."""
+    request = pipeline.Request(
+        module_bytes, entries=pipeline.FUNCTIONS, target=nvptx_for_device((9, 0), 13000)
+    )
+    state = pipeline.run(request, "llvm")
+    blocks = _blocks(state.llvm.text, "wasm_f10")
+    rule = [text for label, text in blocks.items() if label.startswith("nan.rule")]
+    hot = "".join(text for label, text in blocks.items() if not label.startswith("nan.rule"))
+    assert len(rule) == 1 and hot.count('label %"nan.rule') == 1
+    assert hot.count("fcmp uno") == 2 and hot.count("fadd") + hot.count("fmul") == 2

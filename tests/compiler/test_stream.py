@@ -195,6 +195,27 @@ def test_a_chunks_loads_are_all_issued_before_its_first_store(arch: str, ptxas: 
     assert len(loads) == 2 * ITERATIONS_PER_THREAD
 
 
+@pytest.mark.parametrize("arch", ARCHES)
+def test_unrolled_saxpys_chunk_loads_all_then_tests_once_then_stores_all(
+    arch: str, ptxas: str, tmp_path: Path
+) -> None:
+    """The unrolled saxpy's entry, in the chunk's loop: its 16 loads, then one NaN test of
+    the 8 values (one branch), then its 8 stores one after the other, no branch among them:
+    each sector's two halves leave the thread together."""
+    ptx = loop_kernels_ptx(UNROLLED, arch)
+    assemble(ptxas, ptx, arch, tmp_path)
+    ((_, body),) = kernels(ptx).items()
+    lines = [line.strip() for line in body.splitlines()]
+    stores = [n for n, line in enumerate(lines) if line.startswith("st.global")]
+    loads = [n for n, line in enumerate(lines) if re.match(r"ld\.global\.b32", line)]
+    branches = [n for n, line in enumerate(lines) if re.match(r"@%p\d+ bra", line)]
+    chunk_stores = stores[: 2 * ITERATIONS_PER_THREAD]
+    assert len(loads) >= 4 * ITERATIONS_PER_THREAD
+    assert max(loads[: 4 * ITERATIONS_PER_THREAD]) < min(b for b in branches if b > loads[0])
+    assert not [b for b in branches if chunk_stores[0] < b < chunk_stores[-1]]
+    assert chunk_stores[-1] - chunk_stores[0] < 8 * len(chunk_stores)
+
+
 def test_the_launch_has_per_thread_times_fewer_blocks() -> None:
     launch = Launch(1_000_000, {}, [], [])
     grid, block = launch_grid(launch, per_thread=ITERATIONS_PER_THREAD)
