@@ -183,12 +183,14 @@ def test_proven_accesses_carry_no_bounds_or_alignment_test(arch: str) -> None:
     trip = re.search(rf"ld\.param\.[bus]64\s+(%rd\d+), \[{name}_param_2\];", body).group(1)
     loop = body[re.search(r"^\$L__BB\w+:", body, re.M).start() :]
     loop = loop[: loop.index("ret;")]
-    # Besides the counters, one NaN test per stored float (Wasm's NaN rule, out of line where
-    # it is a NaN: FunctionLowering.exact); setp.nan picks the NaN in that rule, a select.
+    # Besides the counters, at most one NaN test per stored float (Wasm's NaN rule, out of
+    # line where it is a NaN: FunctionLowering.exact; a run of stores tests its values at
+    # once, which LLVM may fold into setp.nan of two values); setp.nan also picks the NaN in
+    # that rule, a select.
     tests = re.findall(r"\bsetp\.(?!nan|num)\S+\s+%p\d+, %rd\d+, (%rd\d+);", body)
     assert tests and set(tests) == {trip}, body
     assert len(re.findall(r"\bsetp\.(?!nan|num)", body)) == len(tests), body
-    assert len(re.findall(r"\bsetp\.num", loop)) == len(re.findall(r"\bst\.global", loop)), loop
+    assert len(re.findall(r"\bsetp\.num", loop)) <= len(re.findall(r"\bst\.global", loop)), loop
     assert "call" not in loop and "_bytes" not in ptx
 
 
