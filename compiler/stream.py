@@ -75,7 +75,7 @@ class StreamingKernel:
     iterations: int
 
 
-def attach_streaming(module: Module, kernel: Function, accesses: Mapping[int, int] | None = None) -> None:
+def attach_streaming(module: Module, kernel: Function, accesses: Mapping[int, int]) -> None:
     """Attach ``kernel.attrs["streaming"]`` (a :class:`StreamingKernel`) to a 1-D loop kernel
     that streams (see the module docstring); leave other kernels as they are. ``accesses``
     gives, by the id of each of the kernel's loads and stores, the index of its access in
@@ -89,7 +89,7 @@ def attach_streaming(module: Module, kernel: Function, accesses: Mapping[int, in
     if ops is None or len(ops) > MAX_KERNEL_OPS or kernel_may_trap(module, kernel.index):
         return
     edges = {succ.block: succ for blk in kernel.blocks for succ in blk.terminator.successors}
-    levels, guarded = _levels(ops[:-1], edges, plan, accesses or {})
+    levels, guarded = _levels(ops[:-1], edges, plan, accesses)
     count = ITERATIONS_PER_THREAD
     if any(op.name in LONG_OPS for op in ops):
         if not _passes(ops[:-1], levels):
@@ -142,12 +142,13 @@ def _levels(
     stores: list[Op] = []
     guarded: list[tuple[int, int]] = []
     for op in body:
+        if op.name == "mem.store":
+            levels.append(len(stores))
+            stores.append(op)
+            continue
         read = [levels[position[v.owner]] for v in _defining_values(op, edges) if v.owner in position]
         level = max(read, default=0)
-        if op.name == "mem.store":
-            level = len(stores)
-            stores.append(op)
-        elif op.name == "mem.load":
+        if op.name == "mem.load":
             apart = [_apart(store, op, plan, accesses) for store in stores]
             level = max(level, max((t + 1 for t, how in enumerate(apart) if how is None), default=0))
             guarded += [

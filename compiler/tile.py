@@ -267,7 +267,7 @@ def tile_kernel(
     kernel: Function,
     plan: LoopPlan,
     clones: dict[Block, Block],
-    accesses: dict[int, int] | None = None,
+    accesses: dict[int, int],
 ) -> None:
     """Attach tiled variants to the outlined ``kernel`` (``kernel.attrs["tiled"]``, a
     :class:`TiledKernel`), or say why not (``kernel.attrs["tiling"]``). ``clones`` maps the

@@ -195,9 +195,10 @@ class FunctionLowering:
         for block in func.blocks:
             self.b.position_at_end(self.blocks[block])
             self.made_exact = {}
+            ahead = (0, -1)  # where the last look-ahead's run ends, and the deferred values then
             for n, op in enumerate(block.ops):
-                if op.name == "mem.store":
-                    self._exact_ahead(block.ops, n)
+                if op.name == "mem.store" and (n >= ahead[0] or len(self.deferred) != ahead[1]):
+                    ahead = (self._exact_ahead(block.ops, n), len(self.deferred))
                 self._lower_op(op)
 
     def _enter_depth(self) -> None:
@@ -285,46 +286,27 @@ class FunctionLowering:
         self.deferred[op.results[0]] = (op, size)
         return True
 
-    def _exact_ahead(self, ops: list[Op], n: int) -> None:
+    def _exact_ahead(self, ops: list[Op], n: int) -> int:
         """Before the run of stores at ``ops[n]`` (with the pure ops among them: addresses):
         the exact value of every deferred value made so far that the run stores, from one
-        NaN test of them all (out of line where any is a NaN: each one
-        rebuilt with the rule, and taken where it is the NaN). The stores then follow one
-        another with no test between them, and every value they store is computed before the
-        test: on the GPU the halves of a 32-byte sector leave a thread together (tested
-        between its stores, condmap's unrolled body wrote each sector to L2 twice), and no
-        load is sunk past a test to where its value is first used."""
+        NaN test of them all (:meth:`_make_exact`). The stores then follow one another with
+        no test between them, and every value they store is computed before the test: on
+        the GPU the halves of a 32-byte sector leave a thread together (tested between its
+        stores, condmap's unrolled body wrote each sector to L2 twice), and no load is sunk
+        past a test to where its value is first used. Returns where the run ends."""
         group: list[Value] = []
-        for op in ops[n:]:  # the stores up to the next op other than a pure one (an address)
+        end = n
+        while end < len(ops):  # the stores up to the next op other than a pure one
+            op = ops[end]
             if op.name == "mem.store":
                 group += [v for v in op.operands if v in self.deferred and v not in self.made_exact]
             elif not op.opdef.pure or op.opdef.terminator:
                 break
+            end += 1
         group = list(dict.fromkeys(group))
-        if len(group) < 2:
-            return  # (one value: exact's own test)
-        b = self.b
-        fast = [self.values[v] for v in group]
-        nans = [b.fcmp_unordered("uno", f, f) for f in fast]
-        before = b.block
-        slow = self.fn.append_basic_block("nan.rule")
-        after = self.fn.append_basic_block("nan.done")
-        any_nan = functools.reduce(b.or_, nans)
-        b.cbranch(any_nan, slow, after).set_weights([1, 1 << 20])
-        b.position_at_end(slow)
-        chosen = []
-        for value, f, nan in zip(group, fast, nans, strict=True):
-            ity = int_of(f.type)
-            rebuilt = b.bitcast(self._rebuild(value), ity)
-            chosen.append(b.bitcast(b.select(nan, rebuilt, b.bitcast(f, ity)), f.type))
-        slow_end = b.block
-        b.branch(after)
-        b.position_at_end(after)
-        for value, f, picked in zip(group, fast, chosen, strict=True):
-            made = b.phi(f.type)
-            made.add_incoming(f, before)
-            made.add_incoming(picked, slow_end)
-            self.made_exact[value] = made
+        if len(group) > 1:  # (one value: exact's own test, at its store)
+            self._make_exact(group)
+        return end
 
     def _deferred_select(self, op: Op) -> bool:
         """Whether ``op`` is a float select with a deferred arm."""
@@ -338,23 +320,37 @@ class FunctionLowering:
         made = self.made_exact.get(value)
         if made is not None:
             return made
+        self._make_exact([value])
+        return self.made_exact[value]
+
+    def _make_exact(self, group: list[Value]) -> None:
+        """The exact values of the deferred values ``group`` into ``made_exact``: one NaN
+        test of their fast values and, out of line where any is a NaN, each tree rebuilt
+        with the rule (taken, in a group of several, where its own value is the NaN)."""
         b = self.b
-        fast = self.values[value]
+        fast = [self.values[v] for v in group]
+        nans = [b.fcmp_unordered("uno", f, f) for f in fast]
         before = b.block
         slow = self.fn.append_basic_block("nan.rule")
         after = self.fn.append_basic_block("nan.done")
-        branch = b.cbranch(b.fcmp_unordered("uno", fast, fast), slow, after)
+        branch = b.cbranch(functools.reduce(b.or_, nans), slow, after)
         branch.set_weights([1, 1 << 20])  # a NaN is rare: keep the rebuild out of line
         b.position_at_end(slow)
-        rebuilt = self._rebuild(value)
+        chosen = []
+        for value, f, nan in zip(group, fast, nans, strict=True):
+            rebuilt = self._rebuild(value)
+            if len(group) > 1:
+                ity = int_of(f.type)
+                rebuilt = b.bitcast(b.select(nan, b.bitcast(rebuilt, ity), b.bitcast(f, ity)), f.type)
+            chosen.append(rebuilt)
         slow_end = b.block
         b.branch(after)
         b.position_at_end(after)
-        made = b.phi(fast.type)
-        made.add_incoming(fast, before)
-        made.add_incoming(rebuilt, slow_end)
-        self.made_exact[value] = made
-        return made
+        for value, f, picked in zip(group, fast, chosen, strict=True):
+            made = b.phi(f.type)
+            made.add_incoming(f, before)
+            made.add_incoming(picked, slow_end)
+            self.made_exact[value] = made
 
     def _rebuild(self, root: Value) -> ir.Value:
         """The deferred ``root``'s tree lowered with Wasm's NaN rule at every op, operands
