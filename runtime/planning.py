@@ -33,6 +33,7 @@ from tensorwasm.runtime.known_host import Gains
 from tensorwasm.runtime.profit import (
     CONTEXT_SECONDS,
     FIXED_SECONDS,
+    PROBING,
     STARTUP_SECONDS,
     Estimate,
     wave_steps,
@@ -348,6 +349,9 @@ class ArrivalPlanner:
         self.banked = 0.0  # the gain of the arrivals that would have paid, before the device started
         self.banked_late = 0.0  # of it, the arrivals' once a context begun with the program would be made
         self.gains = Gains()  # per kernel: what its arrivals that paid gained (runtime.known_host)
+        # An arrival left to wasmtime to time it (profit.PROBING): its loop, its CPU
+        # estimate, and when the host call returned (0.0: not yet), until the next arrival.
+        self.probing: tuple[OffloadedLoop, float, float] | None = None
         # Per region: the gates of its loops in every instance bound (see ArrivalGate.reopen).
         self.region_gates: dict[int, list[ArrivalGate]] = {}
 
@@ -391,6 +395,8 @@ class ArrivalPlanner:
         values of the locals it returns; the result is the flag (1: the loop ran here), then
         those locals' values after the loop. A decline may close the loop's gate in the
         calling instance (:class:`ArrivalGate`)."""
+        if self.probing is not None:
+            self._timed(lp)
         gate = lp.gate
         if gate is None or gate.context != context:
             results = self._arrive(lp, caller, args, context)
@@ -406,7 +412,21 @@ class ArrivalPlanner:
         if results[0] and lp.region is not None:  # its data may now be resident: no loop of it skips the host
             for other in self.region_gates.get(lp.region, ()):
                 other.reopen()
+        if self.probing is not None and not self.probing[2]:  # wasmtime runs the loop from here
+            self.probing = (*self.probing[:2], time.perf_counter())
         return results
+
+    def _timed(self, lp: OffloadedLoop) -> None:
+        """An arrival at ``lp`` ends the timing of the one left to wasmtime to time it: where
+        ``lp`` is that loop or one of the same function outside it, wasmtime's run of the
+        loop lies between the two host calls (a loop inside it, or in another function,
+        which the loop may call, may arrive while it runs: no measure then)."""
+        probed, cpu, since = self.probing
+        self.probing = None
+        at, here = probed.insertion, lp.insertion
+        outside = here.func_index == at.func_index and (here.start > at.end or here.end < at.start)
+        if since and (lp is probed or outside):
+            probed.estimate.measured(time.perf_counter() - since, cpu)
 
     def _arrive(
         self, lp: OffloadedLoop, caller: int, args: tuple[int, ...], context: int | None
@@ -438,9 +458,12 @@ class ArrivalPlanner:
             )
             go, why, model, cpu = lp.estimate.decide(
                 self.device, ready.ops, nbytes, pinned, ready.cells, touched=ready.moved,
-                serial_ops=ready.serial_ops, steps=ready.steps, declining=declining,
+                serial_ops=ready.serial_ops, steps=ready.steps, declining=declining, probe=True,
             )
             self.arrival_seconds = cpu
+            if why == PROBING:
+                lp.estimate.probed = True
+                self.probing = (lp, cpu, 0.0)
             if go:
                 self.gains.would_have(lp.kernel_index, cpu - model)
                 not_yet = self._started(cpu - model, lp)
