@@ -256,8 +256,8 @@ class Estimate:
             if self.parked % RETRY_EVERY:
                 return False, "its launches ran slower than the CPU would", model, cpu
             return True, "", model, cpu
-        timed = self.probed or declining or self.gain >= PROBE_MARGIN
-        if probe and self.launches >= PROBE_AFTER and not timed:
+        settled = self.probed or declining or self.gain >= PROBE_MARGIN
+        if probe and self.launches >= PROBE_AFTER and not settled:
             return False, PROBING, model, cpu
         if not pays:
             if serial > spread and FIXED_SECONDS[device] + copies + spread < cpu:
