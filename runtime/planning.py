@@ -417,15 +417,19 @@ class ArrivalPlanner:
         return results
 
     def _timed(self, lp: OffloadedLoop) -> None:
-        """An arrival at ``lp`` ends the timing of the one left to wasmtime to time it: where
-        ``lp`` is that loop or one of the same function outside it, wasmtime's run of the
-        loop lies between the two host calls (a loop inside it, or in another function,
-        which the loop may call, may arrive while it runs: no measure then)."""
+        """An arrival at ``lp`` ends the timing of the one left to wasmtime to time it where
+        ``lp`` is that loop or one of the same function outside it: wasmtime's run of the
+        loop (with whatever the loops inside it did: what declining it cost) lies between the
+        two host calls. A loop inside it, or in another function, which the loop may call,
+        may arrive while it runs: the timing goes on (PolyBench's heat-3d: the timed loop's
+        inner loops arrive at once)."""
         probed, cpu, since = self.probing
-        self.probing = None
         at, here = probed.insertion, lp.insertion
         outside = here.func_index == at.func_index and (here.start > at.end or here.end < at.start)
-        if since and (lp is probed or outside):
+        if lp is not probed and not outside:
+            return
+        self.probing = None
+        if since:
             probed.estimate.measured(time.perf_counter() - since, cpu)
 
     def _arrive(
