@@ -264,6 +264,26 @@ def _intrinsic(name: str):
     return lower
 
 
+def lower_sqrt(fl: FunctionLowering, op: Op, args) -> ir.Value:
+    """IEEE's square root. On the GPU, ``sqrt.rn`` calls an out-of-line slow path for any
+    input outside the normal positive range, negative ones included, so a root whose NaN
+    is discarded (clang's branch-free ``x > 0 ? sqrt(x) * 2 : x * x - 0.25``, which takes
+    the root of every element) ran that call for every negative element: there the root
+    is of 1.0 (fast), and a NaN takes its place where the input is not ``>= 0`` (negative,
+    or a NaN), which is where IEEE's is a NaN. The NaN's payload is not IEEE's; Wasm's rule
+    replaces it (:func:`wasm_nan_result`, or the deferred rule's rebuild). The input passes
+    through an opaque move, so that LLVM does not fold the root back into one of ``x``."""
+    (x,) = args
+    if not fl.target.is_gpu or not isinstance(x.type, (ir.FloatType, ir.DoubleType)):
+        return intrinsic(fl, "llvm.sqrt", x.type, args)
+    b = fl.b
+    ity = int_of(x.type)
+    inside = b.fcmp_ordered(">=", x, ir.Constant(x.type, 0.0))
+    safe = b.select(inside, b.bitcast(x, ity), b.bitcast(ir.Constant(x.type, 1.0), ity))
+    root = intrinsic(fl, "llvm.sqrt", x.type, [b.bitcast(fl.target.opaque(b, safe), x.type)])
+    return b.select(inside, root, ir.Constant(x.type, float("nan")))
+
+
 # Float ops whose result differs from IEEE's only where it is a NaN (its payload), and
 # is a NaN exactly where IEEE's is: without Wasm's NaN rule, one instruction each. The
 # function lowering defers the rule to where a value's bits are observed (a store, a
@@ -271,6 +291,7 @@ def _intrinsic(name: str):
 PLAIN_FLOAT = {
     **{name: _direct(method) for name, method in FLOAT_ARITHMETIC.items()},
     **{name: _intrinsic(intr) for name, intr in INTRINSICS.items()},
+    "arith.fsqrt": lower_sqrt,
 }
 # Ops that read no NaN payload of their float operands, only whether one is a NaN: they
 # take a deferred value as it is.
