@@ -466,7 +466,6 @@ class ArrivalPlanner:
             )
             self.arrival_seconds = cpu
             if why == PROBING:
-                lp.estimate.probed = True
                 self.probing = (lp, cpu, 0.0)
             if go:
                 self.gains.would_have(lp.kernel_index, cpu - model)

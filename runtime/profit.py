@@ -258,6 +258,7 @@ class Estimate:
             return True, "", model, cpu
         settled = self.probed or declining or self.gain >= PROBE_MARGIN
         if probe and self.launches >= PROBE_AFTER and not settled:
+            self.probed = True  # (once, whether or not the caller's timing ends in a measure)
             return False, PROBING, model, cpu
         if not pays:
             if serial > spread and FIXED_SECONDS[device] + copies + spread < cpu:

@@ -274,7 +274,7 @@ def lower_sqrt(fl: FunctionLowering, op: Op, args) -> ir.Value:
     replaces it (:func:`wasm_nan_result`, or the deferred rule's rebuild). The input passes
     through an opaque move, so that LLVM does not fold the root back into one of ``x``."""
     (x,) = args
-    if not fl.target.is_gpu or not isinstance(x.type, (ir.FloatType, ir.DoubleType)):
+    if not fl.target.is_gpu:
         return intrinsic(fl, "llvm.sqrt", x.type, args)
     b = fl.b
     ity = int_of(x.type)
