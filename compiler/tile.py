@@ -27,8 +27,8 @@ Each cell runs its own code, copied from the kernel, in three phases:
    and everything after it: the store of ``C[i][j]``, any scaling, traps.
 
 Staging reads ahead of the loop (rows past the grid, iterations past the last): those
-loads are ``speculative`` (zero outside linear memory, never a trap), and their values
-reach no cell that commits. The tile shape comes from a small model of the device
+loads are ``speculative`` (never a trap; outside linear memory they read what address 0
+holds), and their values reach no cell that commits. The tile shape comes from a small model of the device
 (:func:`choose_tile`). The host backend runs the same construction with one thread per
 block (:data:`HOST_SHAPE`), so the CPU tests check its exactness.
 
@@ -82,6 +82,9 @@ class TileShape:
     cells_x: int
     cells_y: int
     depth: int
+    # On the GPU, each stage's global loads are issued a stage ahead, into registers, and
+    # are in flight while the block computes the stage before (see TileBuilder.engine).
+    prefetch: bool = False
 
     @property
     def threads(self) -> int:
@@ -188,7 +191,7 @@ def row_shape(
     fit = max(1, ROW_STAGE_BYTES // max(1, row_stride))
     depth = min(128, max(32, 1 << (fit.bit_length() - 1)))  # (a power of two: see TileBuilder.stage)
     while depth >= 32:
-        shape = TileShape(1, ROW_THREADS, 1, 1, depth)
+        shape = TileShape(1, ROW_THREADS, 1, 1, depth, prefetch=True)
         if shape.shared_bytes(row_bytes, col_bytes) <= model.shared_bytes:
             return shape
         depth //= 2
@@ -854,12 +857,16 @@ class TileBuilder(_Steps):
             entered = b.value(arith.cmpi, joins[n].args[0], b.constant(I32, 0), pred="ne")
             counts.append(b.value(arith.select, entered, b.constant(I32, 0), b.constant(I32, -1)))
         state_types = [I32] * cells + carried_types * cells
-        head = self.fn.add_block([I32, *state_types])
+        prefetch = self.on_gpu and shape.prefetch
+        layout = self.stage_layout(b) if prefetch else []
+        ahead = self.stage_loads(b, layout, b.constant(I32, 0)) if prefetch else []
+        head = self.fn.add_block([I32, *state_types, *(v.type for v in ahead)])
         exits = self.fn.add_block(state_types)
         initial = counts + [v for join in joins for v in join.args[1:]]
-        b.br(head, [b.constant(I32, 0), *initial])
+        b.br(head, [b.constant(I32, 0), *initial, *ahead])
         b = Builder(self.fn, head)
         m0, *state = head.args
+        state, ahead = state[: len(state_types)], state[len(state_types) :]
         state_at_head = state
         busy = None
         for count in state[:cells]:
@@ -870,9 +877,14 @@ class TileBuilder(_Steps):
         stage = self.fn.add_block()
         b.cond_br(b.value(arith.cmpi, busy, b.constant(I32, 0), pred="ne"), stage, [], exits, state)
         b = Builder(self.fn, stage)
-        self.stage(b, m0)
+        if not prefetch:
+            layout = self.stage_layout(b)
+        self.stage_stores(b, layout, ahead if prefetch else self.stage_loads(b, layout, m0))
         if self.on_gpu:
             b.op(gpu.barrier, ())
+        if prefetch:  # the next stage's loads, in flight while this one computes
+            ahead = self.stage_loads(b, layout, self.add(b, m0, b.constant(I32, shape.depth)))
+            b.op(gpu.issued, ahead)
         step = self.fn.add_block([I32, *state_types])
         tail = self.fn.add_block(state_types)
         if nest.uniform_exit:
@@ -898,13 +910,15 @@ class TileBuilder(_Steps):
         new_state = list(tail.args)
         if nest.nan_checked:
             new_state = self.redo_nans(b, state_at_head, new_state)
-        b.br(head, [self.add(b, m0, b.constant(I32, shape.depth)), *new_state])
+        b.br(head, [self.add(b, m0, b.constant(I32, shape.depth)), *new_state, *ahead])
         return head, exits
 
-    def stage(self, b: Builder, m0: Value) -> None:
-        """Every thread of the block loads its share of the next ``depth`` iterations of
-        each staged load into shared memory."""
+    def stage_layout(self, b: Builder) -> list[tuple[int, Op, Value, Value, Value, Value]]:
+        """Each thread's share of a stage: per staged load and share, the load's number, the
+        load, the iteration of the stage and grid counters its element is read at, and its
+        slot in the load's shared array."""
         nest, shape = self.nest, self.shape
+        layout = []
         flat = self.add(b, b.value(arith.mul, self.ty, b.constant(I32, shape.threads_x)), self.tx)
         for q, (load, axis) in enumerate(nest.loads):
             across = shape.rows if axis == "i" else shape.cols
@@ -921,11 +935,24 @@ class TileBuilder(_Steps):
                     mm = b.value(arith.shr_u, at, b.constant(I32, shape.cols.bit_length() - 1))
                     i, j = self.i0, self.add(b, self.j0, c)
                     slot = self.add(b, b.value(arith.mul, mm, b.constant(I32, shape.cols)), c)
-                m = self.add(b, m0, mm)
-                address = self.slice(b, load.operands[0], i, j, m, {})
-                attrs = {k: v for k, v in load.attrs.items() if k != "proven"}
-                value = b.op(mem.load, [address], {**attrs, "speculative": True}).results[0]
-                b.op(gpu.shared_store, [slot, value], {"array": f"s{q}"})
+                layout.append((q, load, mm, i, j, slot))
+        return layout
+
+    def stage_loads(self, b: Builder, layout: list, m0: Value) -> list[Value]:
+        """This thread's share of the ``depth`` iterations from ``m0`` of each staged load,
+        read from linear memory (speculatively: past the grid or the loop they may read
+        outside memory, and reach no cell that commits)."""
+        values = []
+        for _, load, mm, i, j, _ in layout:
+            address = self.slice(b, load.operands[0], i, j, self.add(b, m0, mm), {})
+            attrs = {k: v for k, v in load.attrs.items() if k != "proven"}
+            values.append(b.op(mem.load, [address], {**attrs, "speculative": True}).results[0])
+        return values
+
+    def stage_stores(self, b: Builder, layout: list, values: list[Value]) -> None:
+        """This thread's share of a stage (:meth:`stage_loads`) into shared memory."""
+        for (q, *_, slot), value in zip(layout, values, strict=True):
+            b.op(gpu.shared_store, [slot, value], {"array": f"s{q}"})
 
     def slice(self, b: Builder, value: Value, i: Value, j: Value, m: Value, memo: dict) -> Value:
         """``value`` of the kernel recomputed for grid counters ``(i, j)`` at iteration ``m``

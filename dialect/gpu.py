@@ -46,6 +46,12 @@ def _shared_store(op, operands, attrs):
     return ()
 
 
+def _issued(op, operands, attrs):
+    if not operands or any(t not in NUMBERS for t in operands):
+        raise op.fail("needs one or more numbers")
+    return ()
+
+
 barrier = Fixed("gpu.barrier", "`gpu.barrier`: every thread of the block waits here.", (), ())
 barrier_or = Fixed(
     "gpu.barrier_or",
@@ -65,6 +71,14 @@ shared_store = Custom(
     _shared_store,
 )
 
+issued = Custom(
+    "gpu.issued",
+    "`gpu.issued %0, %1`: %0 and %1 are computed before this point (loads among them are "
+    "issued here, and may still be in flight after it); it emits no instruction.",
+    _issued,
+)
+
 GPU = Dialect(
-    "gpu", [thread_id, block_id, block_dim, grid_dim, barrier, barrier_or, shared_load, shared_store]
+    "gpu",
+    [thread_id, block_id, block_dim, grid_dim, barrier, barrier_or, shared_load, shared_store, issued],
 )

@@ -74,31 +74,31 @@ def _exact_index(fl: FunctionLowering, op: Op) -> ir.Value | None:
 
 def speculative_load(fl: FunctionLowering, addr: ir.Value, offset: int, ty: ir.Type, nbytes: int) -> ir.Value:
     """A load that never traps: the value at ``addr + offset`` where it lies in linear
-    memory, else zero (read at address 0 instead, which a memory of at least one page
-    holds). For the tiled kernels' staging (:mod:`compiler.tile`), which read ahead of the
-    loop: a value read out of range is one that no iteration of the loop uses.
+    memory, else whatever address 0 holds (a memory of at least one page has it). For the
+    tiled kernels' staging (:mod:`compiler.tile`), which reads ahead of the loop: a value
+    read out of range is one that no iteration of the loop uses, so it need not be zero,
+    and nothing after the load waits for it (a kernel issues a stage's loads while it
+    computes the stage before).
 
-    On a strict-alignment target (the GPU) a misaligned address reads zero too, with one
-    load of the full width and no byte-wise path: the staged loads stand for proven loads,
-    which the guards checked aligned on every iteration, so a misaligned address is not one
-    an iteration reads (the byte-wise call in the staging loop cost the tiled kernel its
-    registers and a stack frame)."""
+    On a strict-alignment target (the GPU) a misaligned address reads at address 0 too, with
+    one load of the full width and no byte-wise path: the staged loads stand for proven
+    loads, which the guards checked aligned on every iteration, so a misaligned address is
+    not one an iteration reads (the byte-wise call in the staging loop cost the tiled kernel
+    its registers and a stack frame)."""
     b = fl.b
     ea = b.zext(addr, I64_T)
     if offset:
         ea = b.add(ea, i64_const(offset))
     inside = b.icmp_unsigned("<=", b.add(ea, i64_const(nbytes)), fl.env.mem_size())
-    zero = ir.Constant(ty, 0 if isinstance(ty, ir.IntType) else 0.0)
     if fl.target.strict_alignment and nbytes > 1:
         low_bits = b.and_(ea, i64_const(nbytes - 1))
         inside = b.and_(inside, b.icmp_unsigned("==", low_bits, i64_const(0)))
         ptr = b.gep(fl.env.mem_base(), [b.select(inside, ea, i64_const(0))], source_etype=I8_T)
-        return b.select(inside, b.load(ptr, typ=ty, align=nbytes), zero)
+        return b.load(ptr, typ=ty, align=nbytes)
     ptr = b.gep(fl.env.mem_base(), [b.select(inside, ea, i64_const(0))], source_etype=I8_T)
-    value = by_alignment(
+    return by_alignment(
         fl, ptr, nbytes, lambda align: b.load(ptr, typ=ty, align=align), lambda: load_bytes(fl, ptr, ty)
     )
-    return b.select(inside, value, zero)
 
 
 def gather_check(fl: FunctionLowering, addr: ir.Value, offset: int, nbytes: int) -> None:

@@ -1,4 +1,5 @@
-"""Shared memory and barriers: ``gpu.shared_load``, ``gpu.shared_store``, ``gpu.barrier``, ``gpu.barrier_or``.
+"""Shared memory and barriers: ``gpu.shared_load``, ``gpu.shared_store``, ``gpu.barrier``,
+``gpu.barrier_or``; and ``gpu.issued``, which keeps loads where the kernel issues them.
 
 A function declares its shared arrays in its ``shared`` attribute (name -> (element type,
 count)). On the GPU each array is a module global in address space 3 (PTX ``.shared``),
@@ -99,9 +100,28 @@ def lower_barrier(fl: FunctionLowering, op: Op, args) -> None:
     fl.b.call(fn, [ir.Constant(I32_T, 0)])
 
 
+# PTX inline-asm constraints by LLVM type, for gpu.issued's operands.
+_CONSTRAINTS = {"i8": "h", "i16": "h", "i32": "r", "i64": "l", "float": "f", "double": "d"}
+
+
+def lower_issued(fl: FunctionLowering, op: Op, args) -> None:
+    """GPU: an empty inline asm with side effects that takes each value, so that the code
+    generator keeps their computation (a load issued a stage ahead, in flight while the
+    block computes: :mod:`compiler.tile`) before this point; LLVM's machine sinking would
+    otherwise move such a load next to its use, past the work it is to overlap. It emits
+    nothing, so no instruction waits for the value here. Host: nothing."""
+    if not fl.target.is_gpu:
+        return
+    for value in args:
+        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [value.type]), "", _CONSTRAINTS[str(value.type)],
+                           side_effect=True)  # fmt: skip
+        fl.b.call(asm, [value])
+
+
 LOWERINGS = {
     "gpu.shared_load": lower_shared_load,
     "gpu.shared_store": lower_shared_store,
     "gpu.barrier_or": lower_barrier_or,
     "gpu.barrier": lower_barrier,
+    "gpu.issued": lower_issued,
 }

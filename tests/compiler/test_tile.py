@@ -194,8 +194,8 @@ def test_a_tiled_gemm_kernel_assembles_for_sm_90(ptxas: str, tmp_path: Path, mon
 def test_tiled_gemm_asks_for_two_blocks_per_multiprocessor_and_fits(ptxas: str, tmp_path: Path) -> None:
     """The tiled kernel's launch bounds (its 16 x 16 block, two blocks per multiprocessor)
     make ptxas fit it in 128 registers, so one block computes while the other stages; the
-    staging loads are one load each (a misaligned address reads zero), with no byte-wise
-    call in the staging loop."""
+    staging loads are one load each (a misaligned address reads at address 0), with no
+    byte-wise call in the staging loop."""
     target = NVPTXTarget("sm_90", ARCH_PTX["sm_90"])
     preparation = prepare_offload(GEMM.read_bytes())
     tiled_loop = next(lp for lp in preparation.prepared.loops if lp.tile is not None)
@@ -216,6 +216,35 @@ def test_tiled_gemm_asks_for_two_blocks_per_multiprocessor_and_fits(ptxas: str, 
     assert proc.returncode == 0, proc.stderr
     registers = [int(r) for r in re.findall(r"Used (\d+) registers", proc.stderr)]
     assert registers and max(registers) <= 128, proc.stderr
+
+
+def test_a_row_tiled_kernel_loads_the_next_stage_while_it_computes(ptxas: str, tmp_path: Path) -> None:
+    """gemv's block (one warp of rows) issues the global loads of its next stage right after
+    the barrier that publishes this one, before the stage's shared-memory reads: the loads
+    are in flight while the warp computes, and the code generator has not sunk them to
+    their use (the shared-memory stores at the next stage). The 2-D gemm tile stages the
+    plain way: its loads come before its stores."""
+    target = NVPTXTarget("sm_90", ARCH_PTX["sm_90"])
+    preparation = prepare_offload(NESTS.read_bytes())
+    row = next(lp for lp in preparation.prepared.loops if lp.plan.func.name == "gemv_rows" and lp.tile)
+    tiled = preparation.state.dialect.module.functions[row.kernel_index].attrs["tiled"]
+    assert tiled.gpu_shape.prefetch and not tiled.host_shape.prefetch
+    ptx = compile_loop_kernels(preparation, target, [row.kernel_index]).text
+    accesses = re.findall(r"^\s*(st\.shared|ld\.shared|ld\.global|barrier\.sync)", ptx, re.M)
+    barrier = accesses.index("barrier.sync")
+    stores = accesses[:barrier].count("st.shared")
+    after = accesses[barrier + 1 :]
+    ahead = after[: after.index("ld.shared")]
+    # 2 row loads (clang unrolled the loop by two) x 32 iterations + 2 loads of x
+    assert stores == 66 and ahead == ["ld.global"] * stores
+    src = tmp_path / "gemv.ptx"
+    src.write_text(ptx)
+    proc = subprocess.run(
+        [ptxas, "-arch=sm_90", "-v", str(src), "-o", str(tmp_path / "gemv.cubin")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "bytes spill" in proc.stderr, proc.stderr
+    assert all(n == "0" for n in re.findall(r"(\d+) bytes spill", proc.stderr)), proc.stderr
 
 
 def test_resident_blocks_by_the_device_model() -> None:
