@@ -198,6 +198,13 @@ def row_shape(
     return None
 
 
+# A row tile's prefetch hints run this many stages ahead of the stage being computed (its
+# loads run one ahead, into registers): a warp's stage takes about as long as a load from
+# memory, so the lines are in the L2 cache by the time the loads ask for them. A hint is one
+# per 128-byte line (LINE_BYTES) of each row load.
+L2_AHEAD = 3
+LINE_BYTES = 128
+
 # Blocks per multiprocessor a tiled kernel asks for. With one, the multiprocessor idles
 # while its block stages the next tile (global loads, then a barrier); with two, one block
 # computes while the other loads. ptxas meets the request by capping each thread's
@@ -256,8 +263,10 @@ class Nest:
     uniform_exit: bool = False
     # The grid's dimensions: 2 (cells (i, j)), or 1 (rows i; its "j" loads follow no counter).
     dims: int = 2
-    # A 1-D nest: the most bytes a row load's address advances an iteration.
+    # A 1-D nest: the most bytes a row load's address advances an iteration, and each load's
+    # own (0 for a load that follows no row).
     row_stride: int = 0
+    strides: tuple[int, ...] = ()
 
     @property
     def carried(self) -> list[int]:
@@ -368,15 +377,15 @@ def recognise(kernel: Function, plan: LoopPlan, clones: dict[Block, Block]) -> N
             )
     deps = _Dependence(kernel, header, ivs, counters, dims)
     loads = []
-    row_stride = 0
+    strides = []
     for op in header.ops:
         if op.name == "mem.load":
             axes = deps.of(op.operands[0], f"the address of the load{_where(op)}")
             if axes == {"i", "j"}:
                 raise NotTileable(f"the load{_where(op)} reads an element that follows both grid counters")
-            if dims == 1 and axes:
-                row_stride = max(row_stride, _row_stride(deps, op))
+            strides.append(_row_stride(deps, op) if dims == 1 and axes else 0)
             loads.append((op, "j" if axes == {"j"} or (dims == 1 and not axes) else "i"))
+    row_stride = max(strides, default=0)
     if not loads:
         raise NotTileable("the inner loop loads nothing")
     if dims == 1 and not row_stride:
@@ -396,8 +405,9 @@ def recognise(kernel: Function, plan: LoopPlan, clones: dict[Block, Block]) -> N
     except NotTileable:  # it reads a carried value: tested per cell
         uniform = False
     return Nest(
-        kernel, plan, header, ivs, loads, prefix, back, _nan_checked(header, ivs), uniform, dims, row_stride
-    )
+        kernel, plan, header, ivs, loads, prefix, back, _nan_checked(header, ivs), uniform, dims, row_stride,
+        tuple(strides),
+    )  # fmt: skip
 
 
 # A row load of a 1-D nest is staged where its address advances at most this many bytes an
@@ -885,6 +895,8 @@ class TileBuilder(_Steps):
         if prefetch:  # the next stage's loads, in flight while this one computes
             ahead = self.stage_loads(b, layout, self.add(b, m0, b.constant(I32, shape.depth)))
             b.op(gpu.issued, ahead)
+            if nest.dims == 1:
+                self.prefetch_rows(b, self.add(b, m0, b.constant(I32, L2_AHEAD * shape.depth)))
         step = self.fn.add_block([I32, *state_types])
         tail = self.fn.add_block(state_types)
         if nest.uniform_exit:
@@ -912,6 +924,19 @@ class TileBuilder(_Steps):
             new_state = self.redo_nans(b, state_at_head, new_state)
         b.br(head, [self.add(b, m0, b.constant(I32, shape.depth)), *new_state, *ahead])
         return head, exits
+
+    def prefetch_rows(self, b: Builder, m: Value) -> None:
+        """Hints that bring into the L2 cache the lines of this thread's own row that the stage
+        from iteration ``m`` reads (a row tile: one row a thread), so that the stage's loads,
+        issued a stage ahead, find them there (:data:`L2_AHEAD`)."""
+        nest, shape = self.nest, self.shape
+        row = self.add(b, self.i0, self.ty)
+        for (load, axis), stride in zip(nest.loads, nest.strides, strict=True):
+            if axis != "i" or not stride:
+                continue
+            for k in range(0, shape.depth, max(1, LINE_BYTES // stride)):
+                address = self.slice(b, load.operands[0], row, self.j0, self.add(b, m, b.constant(I32, k)), {})
+                b.op(gpu.prefetch, [address], {"offset": load.attrs["offset"]})
 
     def stage_layout(self, b: Builder) -> list[tuple[int, Op, Value, Value, Value, Value]]:
         """Each thread's share of a stage: per staged load and share, the load's number, the

@@ -52,6 +52,15 @@ def _issued(op, operands, attrs):
     return ()
 
 
+def _prefetch(op, operands, attrs):
+    op.expect_count(operands, 1)
+    if operands[0] is not I32:
+        raise op.fail(f"the address must be i32, got {operands[0]}")
+    if not isinstance(attrs.get("offset"), int) or attrs["offset"] < 0:
+        raise op.fail("needs a non-negative offset")
+    return ()
+
+
 barrier = Fixed("gpu.barrier", "`gpu.barrier`: every thread of the block waits here.", (), ())
 barrier_or = Fixed(
     "gpu.barrier_or",
@@ -78,7 +87,15 @@ issued = Custom(
     _issued,
 )
 
+prefetch = Custom(
+    "gpu.prefetch",
+    "`gpu.prefetch %0 {offset = 0}`: a hint to bring the 128-byte line of linear memory at "
+    "%0 + offset into the L2 cache (PTX prefetch.global.L2); nothing where that is outside "
+    "memory, and nothing on the host.",
+    _prefetch,
+)
+
 GPU = Dialect(
     "gpu",
-    [thread_id, block_id, block_dim, grid_dim, barrier, barrier_or, shared_load, shared_store, issued],
+    [thread_id, block_id, block_dim, grid_dim, barrier, barrier_or, shared_load, shared_store, issued, prefetch],
 )

@@ -1,5 +1,6 @@
 """Shared memory and barriers: ``gpu.shared_load``, ``gpu.shared_store``, ``gpu.barrier``,
-``gpu.barrier_or``; and ``gpu.issued``, which keeps loads where the kernel issues them.
+``gpu.barrier_or``; ``gpu.issued``, which keeps loads where the kernel issues them; and
+``gpu.prefetch``, a hint that brings a line of linear memory into the L2 cache.
 
 A function declares its shared arrays in its ``shared`` attribute (name -> (element type,
 count)). On the GPU each array is a module global in address space 3 (PTX ``.shared``),
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from tensorwasm.compiler.errors import CompileError
-from tensorwasm.compiler.lower.types import I32_T, llvm_type
+from tensorwasm.compiler.lower.types import I8_T, I32_T, I64_T, llvm_type
 from tensorwasm.dialect.ir import Op
 
 if TYPE_CHECKING:
@@ -118,10 +119,28 @@ def lower_issued(fl: FunctionLowering, op: Op, args) -> None:
         fl.b.call(asm, [value])
 
 
+def lower_prefetch(fl: FunctionLowering, op: Op, args) -> None:
+    """GPU: PTX ``prefetch.global.L2`` of the address, where the line lies in linear memory
+    (elsewhere of address 0, which a memory of a page holds: a hint never faults here); an
+    asm with side effects, which LLVM neither drops nor moves. Host: nothing."""
+    if not fl.target.is_gpu:
+        return
+    b = fl.b
+    ea = b.zext(args[0], I64_T)
+    if op.attrs["offset"]:
+        ea = b.add(ea, ir.Constant(I64_T, op.attrs["offset"]))
+    inside = b.icmp_unsigned("<", ea, fl.env.mem_size())
+    ptr = b.gep(fl.env.mem_base(), [b.select(inside, ea, ir.Constant(I64_T, 0))], source_etype=I8_T)
+    asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [I64_T]), "prefetch.global.L2 [$0];", "l",
+                       side_effect=True)  # fmt: skip
+    b.call(asm, [b.ptrtoint(ptr, I64_T)])
+
+
 LOWERINGS = {
     "gpu.shared_load": lower_shared_load,
     "gpu.shared_store": lower_shared_store,
     "gpu.barrier_or": lower_barrier_or,
     "gpu.barrier": lower_barrier,
     "gpu.issued": lower_issued,
+    "gpu.prefetch": lower_prefetch,
 }

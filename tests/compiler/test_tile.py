@@ -222,8 +222,8 @@ def test_a_row_tiled_kernel_loads_the_next_stage_while_it_computes(ptxas: str, t
     """gemv's block (one warp of rows) issues the global loads of its next stage right after
     the barrier that publishes this one, before the stage's shared-memory reads: the loads
     are in flight while the warp computes, and the code generator has not sunk them to
-    their use (the shared-memory stores at the next stage). The 2-D gemm tile stages the
-    plain way: its loads come before its stores."""
+    their use (the shared-memory stores at the next stage). Each thread also hints its
+    row's lines for a later stage into the L2 cache."""
     target = NVPTXTarget("sm_90", ARCH_PTX["sm_90"])
     preparation = prepare_offload(NESTS.read_bytes())
     row = next(lp for lp in preparation.prepared.loops if lp.plan.func.name == "gemv_rows" and lp.tile)
@@ -237,6 +237,11 @@ def test_a_row_tiled_kernel_loads_the_next_stage_while_it_computes(ptxas: str, t
     ahead = after[: after.index("ld.shared")]
     # 2 row loads (clang unrolled the loop by two) x 32 iterations + 2 loads of x
     assert stores == 66 and ahead == ["ld.global"] * stores
+    # ... and hints for the L2 cache, L2_AHEAD stages ahead: a stage reads 32 iterations x 8
+    # bytes of each row load, two 128-byte lines, after the next stage's loads
+    hints = [m.start() for m in re.finditer(r"prefetch\.global\.L2", ptx)]
+    assert len(hints) == 2 * 2
+    assert ptx.rindex("ld.global", 0, hints[0]) > ptx.index("barrier.sync")
     src = tmp_path / "gemv.ptx"
     src.write_text(ptx)
     proc = subprocess.run(
