@@ -935,7 +935,9 @@ class TileBuilder(_Steps):
             if axis != "i" or not stride:
                 continue
             for k in range(0, shape.depth, max(1, LINE_BYTES // stride)):
-                address = self.slice(b, load.operands[0], row, self.j0, self.add(b, m, b.constant(I32, k)), {})
+                address = self.slice(
+                    b, load.operands[0], row, self.j0, self.add(b, m, b.constant(I32, k)), {}
+                )
                 b.op(gpu.prefetch, [address], {"offset": load.attrs["offset"]})
 
     def stage_layout(self, b: Builder) -> list[tuple[int, Op, Value, Value, Value, Value]]:

@@ -97,5 +97,16 @@ prefetch = Custom(
 
 GPU = Dialect(
     "gpu",
-    [thread_id, block_id, block_dim, grid_dim, barrier, barrier_or, shared_load, shared_store, issued, prefetch],
+    [
+        thread_id,
+        block_id,
+        block_dim,
+        grid_dim,
+        barrier,
+        barrier_or,
+        shared_load,
+        shared_store,
+        issued,
+        prefetch,
+    ],
 )

@@ -168,6 +168,16 @@ def test_the_device_model_picks_the_largest_register_block_that_fits() -> None:
     assert choose_tile(4000, 4000, 1, (1, 1), model) is None
 
 
+def assemble(ptxas: str, ptx: str, stem: Path) -> subprocess.CompletedProcess:
+    """ptxas -v on ``ptx`` for sm_90, written beside ``stem``."""
+    src = stem.with_suffix(".ptx")
+    src.write_text(ptx)
+    return subprocess.run(
+        [ptxas, "-arch=sm_90", "-v", str(src), "-o", str(stem.with_suffix(".cubin"))],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
 def test_a_tiled_gemm_kernel_assembles_for_sm_90(ptxas: str, tmp_path: Path, monkeypatch) -> None:
     target = NVPTXTarget("sm_90", ARCH_PTX["sm_90"])
     preparation = prepare_offload(GEMM.read_bytes())
@@ -179,12 +189,7 @@ def test_a_tiled_gemm_kernel_assembles_for_sm_90(ptxas: str, tmp_path: Path, mon
     assert "barrier.red.or.pred" in ptx and "barrier.sync" in ptx
     assert "fma." not in ptx and ".ftz" not in ptx
     assert "call.uni" in entry  # the entry walks the tiles, calling the tile function
-    src = tmp_path / "gemm.ptx"
-    src.write_text(ptx)
-    proc = subprocess.run(
-        [ptxas, "-arch=sm_90", "-v", str(src), "-o", str(tmp_path / "gemm.cubin")],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    proc = assemble(ptxas, ptx, tmp_path / "gemm")
     assert proc.returncode == 0, proc.stderr
     monkeypatch.setenv(config.TILING, "off")
     untiled = compile_loop_kernels(prepare_offload(GEMM.read_bytes()), target).text
@@ -207,12 +212,7 @@ def test_tiled_gemm_asks_for_two_blocks_per_multiprocessor_and_fits(ptxas: str, 
     # Byte-wise loads remain only for the kernel's two gathered loads (the k loop's
     # remainder, at addresses the analysis cannot follow), once per cell: 2 x 16.
     assert ptx.count("call.uni (retval0), tw_load32_bytes") == 2 * 16
-    src = tmp_path / "gemm.ptx"
-    src.write_text(ptx)
-    proc = subprocess.run(
-        [ptxas, "-arch=sm_90", "-v", str(src), "-o", str(tmp_path / "gemm.cubin")],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    proc = assemble(ptxas, ptx, tmp_path / "gemm")
     assert proc.returncode == 0, proc.stderr
     registers = [int(r) for r in re.findall(r"Used (\d+) registers", proc.stderr)]
     assert registers and max(registers) <= 128, proc.stderr
@@ -242,12 +242,7 @@ def test_a_row_tiled_kernel_loads_the_next_stage_while_it_computes(ptxas: str, t
     hints = [m.start() for m in re.finditer(r"prefetch\.global\.L2", ptx)]
     assert len(hints) == 2 * 2
     assert ptx.rindex("ld.global", 0, hints[0]) > ptx.index("barrier.sync")
-    src = tmp_path / "gemv.ptx"
-    src.write_text(ptx)
-    proc = subprocess.run(
-        [ptxas, "-arch=sm_90", "-v", str(src), "-o", str(tmp_path / "gemv.cubin")],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    proc = assemble(ptxas, ptx, tmp_path / "gemv")
     assert proc.returncode == 0 and "bytes spill" in proc.stderr, proc.stderr
     assert all(n == "0" for n in re.findall(r"(\d+) bytes spill", proc.stderr)), proc.stderr
 
