@@ -295,16 +295,25 @@ def _values(rng: random.Random, elem: str, count: int, nans: bool) -> bytes:
 
 
 def run_nest(
-    wasm: bytes, func: str, sizes: tuple[int, int, int], seed: int, offload=None, nans=False
+    wasm: bytes,
+    func: str,
+    sizes: tuple[int, int, int],
+    seed: int,
+    offload=None,
+    nans=False,
+    last: str | None = None,
 ) -> bytes:
-    """Call ``func`` of the nests module on arrays of random values; the memory after it."""
+    """Call ``func`` of the nests module on arrays of random values; the memory after it.
+    ``last`` names an array to place at the very end of linear memory (the others from
+    64 KiB on), so that a tile's staging, which reads rows past the grid and iterations past
+    the loop, reads outside memory."""
     elem, params = NEST_CALLS[func]
     dims = dict(zip("mnp", sizes, strict=True)) | {"n": sizes[1] if func != "syrk" else sizes[0]}
     store, inst = instantiate(wasm, offload)
     exports = inst.exports(store)
     memory = exports["memory"]
     rng = random.Random(seed)
-    at, args = 1 << 16, []
+    at, args, arrays = 1 << 16, [], {}
     width = 8 if elem == "f64" else 4
     for param in params:
         if isinstance(param, tuple):
@@ -312,13 +321,26 @@ def run_nest(
             for d in param[1]:
                 count *= dims[d]
             raw = _values(rng, elem, count, nans)
-            memory.write(store, raw, at)
+            arrays[param[0]] = (len(args), raw)
             args.append(at)
             at += len(raw) + width * rng.randrange(0, 3)  # arrays not always on a tile's boundary
         elif param in ("alpha", "beta"):
             args.append(rng.choice([1.5, -0.25, 3.0]))
         else:
             args.append(dims[param])
+    if last is not None:
+        index, raw = arrays[last]
+        at = 1 << 16
+        for name, (k, other) in arrays.items():
+            if name != last:
+                args[k] = at
+                at += len(other)
+        pages = -(-(at + len(raw)) // (1 << 16))
+        if pages > memory.size(store):
+            memory.grow(store, pages - memory.size(store))
+        args[index] = memory.data_len(store) - len(raw)
+    for index, raw in arrays.values():
+        memory.write(store, raw, args[index])
     exports[func](store, *args)
     return bytes(memory.read(store, 0, memory.data_len(store)))
 
@@ -354,6 +376,37 @@ def check_nests(device: str, tiled: bool, func: str, monkeypatch) -> None:
 @pytest.mark.parametrize("func", sorted(NEST_CALLS))
 def test_tiled_nests_match_wasmtime_on_the_host(func: str, tiled: bool, monkeypatch) -> None:
     check_nests("cpu", tiled, func, monkeypatch)
+
+
+# (function, the array placed at the end of memory): the row loads' array of each 1-D nest,
+# and gemm's row and column arrays
+AT_THE_END = [("gemv_rows", "a"), ("dmv_rows", "a"), ("irows", "b"), ("gemm_ab", "a"), ("gemm_ab", "b")]
+
+
+def check_at_the_end(device: str, func: str, last: str, monkeypatch) -> None:
+    """A tiled nest whose staged array ends where linear memory does: the stages read past
+    the grid's last row and the loop's last iteration, outside memory (address 0 instead),
+    and no cell uses those values: memory equals wasmtime's."""
+    offload = offload_for(device, True, monkeypatch)
+    launched = sum(lp.stats.offloaded for lp in offload.loops)
+    for n, sizes in enumerate(SIZES):
+        expected = run_nest(NESTS.read_bytes(), func, sizes, seed=n, nans=n % 2 == 1, last=last)
+        got = run_nest(offload.rewritten, func, sizes, seed=n, offload=offload, nans=n % 2 == 1, last=last)
+        assert got == expected, sizes
+    assert sum(lp.stats.offloaded for lp in offload.loops) >= launched + sum(
+        m * n >= 100 for m, n, _ in SIZES
+    )
+
+
+@pytest.mark.parametrize(("func", "last"), AT_THE_END)
+def test_tiles_staging_past_the_end_of_memory_match_wasmtime_on_the_host(func, last, monkeypatch) -> None:
+    check_at_the_end("cpu", func, last, monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("func", "last"), AT_THE_END)
+def test_tiles_staging_past_the_end_of_memory_match_wasmtime_on_the_gpu(func, last, monkeypatch) -> None:
+    check_at_the_end("gpu", func, last, monkeypatch)
 
 
 @pytest.mark.gpu
