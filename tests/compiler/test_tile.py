@@ -393,9 +393,8 @@ def check_at_the_end(device: str, func: str, last: str, monkeypatch) -> None:
         expected = run_nest(NESTS.read_bytes(), func, sizes, seed=n, nans=n % 2 == 1, last=last)
         got = run_nest(offload.rewritten, func, sizes, seed=n, offload=offload, nans=n % 2 == 1, last=last)
         assert got == expected, sizes
-    assert sum(lp.stats.offloaded for lp in offload.loops) >= launched + sum(
-        m * n >= 100 for m, n, _ in SIZES
-    )
+    large = sum(m * n >= 100 for m, n, _ in SIZES)  # the smallest may stay on wasmtime
+    assert sum(lp.stats.offloaded for lp in offload.loops) >= launched + large
 
 
 @pytest.mark.parametrize(("func", "last"), AT_THE_END)
