@@ -28,9 +28,9 @@ Each cell runs its own code, copied from the kernel, in three phases:
 
 Staging reads ahead of the loop (rows past the grid, iterations past the last): those
 loads are ``speculative`` (never a trap; outside linear memory they read what address 0
-holds), and their values reach no cell that commits. The tile shape comes from a small model of the device
-(:func:`choose_tile`). The host backend runs the same construction with one thread per
-block (:data:`HOST_SHAPE`), so the CPU tests check its exactness.
+holds), and their values reach no cell that commits. The tile shape comes from a small
+model of the device (:func:`choose_tile`). The host backend runs the same construction
+with one thread per block (:data:`HOST_SHAPE`), so the CPU tests check its exactness.
 
 A 1-D kernel whose thread runs such a loop along a row (gemv: ``y[i] = sum_k A[i][k] *
 x[k]``) reads, at each iteration, elements a row apart in neighbouring threads: every load
@@ -38,7 +38,10 @@ of a warp touches as many memory lines as it has threads. Tiled as a grid of one
 (:func:`row_shape`), a block stages ``depth`` iterations of its rows with neighbouring
 threads reading neighbouring elements of a row, and the loads that follow no row
 (``x[k]``) once for the block; each thread then runs its row's iterations from shared
-memory in the row's order. Only loads that walk their row by a constant stride are staged
+memory in the row's order. With one warp a block, little else hides a stage's loads, so on
+the GPU a row tile issues the loads of the next stage while it computes this one (held in
+registers: :attr:`TileShape.prefetch`), and hints its row's lines further ahead into the
+L2 cache (:data:`L2_AHEAD`). Only loads that walk their row by a constant stride are staged
 so: a load that moves down a column as the loop runs (``A[k][i]``) is already read by
 neighbouring threads at neighbouring addresses, and the kernel keeps its plain form.
 """
@@ -848,7 +851,9 @@ class TileBuilder(_Steps):
 
     def engine(self, b: Builder, joins: list[Block]) -> tuple[Block, Block]:
         """The lock-step loop over tiles of ``depth`` iterations; returns its head and its
-        exit block, whose arguments are each cell's iteration count then its carried values."""
+        exit block, whose arguments are each cell's iteration count then its carried values.
+        With the shape's ``prefetch`` (GPU), the head also carries the thread's share of the
+        stage it is about to store, loaded during the stage before."""
         nest, shape = self.nest, self.shape
         cells = len(self.cells)
         carried = nest.carried
