@@ -976,7 +976,8 @@ class TileBuilder(_Steps):
         outside memory, and reach no cell that commits)."""
         values = []
         for _, load, mm, i, j, _ in layout:
-            address = self.slice(b, load.operands[0], i, j, self.add(b, m0, mm), {})
+            m = self.add(b, m0, mm)
+            address = self.slice(b, load.operands[0], i, j, m, {})
             attrs = {k: v for k, v in load.attrs.items() if k != "proven"}
             values.append(b.op(mem.load, [address], {**attrs, "speculative": True}).results[0])
         return values

@@ -42,5 +42,5 @@ def test_a_tile_staging_the_next_step_is_found(monkeypatch: pytest.MonkeyPatch, 
     """A stage that loads, for each of its steps, what the loop reads one step later: the
     cells' sums then take the wrong operands (the last step, which the cells' own code
     runs, aside), on the simulated device."""
-    _planted_is_found(monkeypatch, "rows", tile.TileBuilder, "stage", "m = self.add(b, m0, mm)",
+    _planted_is_found(monkeypatch, "rows", tile.TileBuilder, "stage_loads", "m = self.add(b, m0, mm)",
                       "m = self.add(b, m0, self.add(b, mm, b.constant(I32, 1)))", "offload-sim", tmp_path)  # fmt: skip
