@@ -266,10 +266,14 @@ class Nest:
     uniform_exit: bool = False
     # The grid's dimensions: 2 (cells (i, j)), or 1 (rows i; its "j" loads follow no counter).
     dims: int = 2
-    # A 1-D nest: the most bytes a row load's address advances an iteration, and each load's
-    # own (0 for a load that follows no row).
-    row_stride: int = 0
+    # A 1-D nest: the bytes each load's address advances an iteration (0 for a load that
+    # follows no row).
     strides: tuple[int, ...] = ()
+
+    @property
+    def row_stride(self) -> int:
+        """A 1-D nest: the most bytes a row load's address advances an iteration."""
+        return max(self.strides, default=0)
 
     @property
     def carried(self) -> list[int]:
@@ -388,10 +392,9 @@ def recognise(kernel: Function, plan: LoopPlan, clones: dict[Block, Block]) -> N
                 raise NotTileable(f"the load{_where(op)} reads an element that follows both grid counters")
             strides.append(_row_stride(deps, op) if dims == 1 and axes else 0)
             loads.append((op, "j" if axes == {"j"} or (dims == 1 and not axes) else "i"))
-    row_stride = max(strides, default=0)
     if not loads:
         raise NotTileable("the inner loop loads nothing")
-    if dims == 1 and not row_stride:
+    if dims == 1 and not any(strides):
         raise NotTileable("the inner loop reads no row")
     for v in _outside_values(header):
         deps.of(v, "a value the inner loop reads from before it")
@@ -407,10 +410,8 @@ def recognise(kernel: Function, plan: LoopPlan, clones: dict[Block, Block]) -> N
         uniform = not deps.of(term.operands[0], "the loop's exit test")
     except NotTileable:  # it reads a carried value: tested per cell
         uniform = False
-    return Nest(
-        kernel, plan, header, ivs, loads, prefix, back, _nan_checked(header, ivs), uniform, dims, row_stride,
-        tuple(strides),
-    )  # fmt: skip
+    nan_checked = _nan_checked(header, ivs)
+    return Nest(kernel, plan, header, ivs, loads, prefix, back, nan_checked, uniform, dims, tuple(strides))
 
 
 # A row load of a 1-D nest is staged where its address advances at most this many bytes an

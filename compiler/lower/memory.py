@@ -86,19 +86,28 @@ def speculative_load(fl: FunctionLowering, addr: ir.Value, offset: int, ty: ir.T
     not one an iteration reads (the byte-wise call in the staging loop cost the tiled kernel
     its registers and a stack frame)."""
     b = fl.b
+    aligned = fl.target.strict_alignment and nbytes > 1
+    ptr = inside_or_zero(fl, addr, offset, nbytes, aligned)
+    if aligned:
+        return b.load(ptr, typ=ty, align=nbytes)
+    return by_alignment(
+        fl, ptr, nbytes, lambda align: b.load(ptr, typ=ty, align=align), lambda: load_bytes(fl, ptr, ty)
+    )
+
+
+def inside_or_zero(fl: FunctionLowering, addr: ir.Value, offset: int, nbytes: int, aligned: bool) -> ir.Value:
+    """A pointer to ``addr + offset`` where its ``nbytes`` lie in linear memory (and, with
+    ``aligned``, the address is a multiple of ``nbytes``), else to address 0: what a
+    speculative load or a prefetch hint reads, which never faults."""
+    b = fl.b
     ea = b.zext(addr, I64_T)
     if offset:
         ea = b.add(ea, i64_const(offset))
     inside = b.icmp_unsigned("<=", b.add(ea, i64_const(nbytes)), fl.env.mem_size())
-    if fl.target.strict_alignment and nbytes > 1:
+    if aligned:
         low_bits = b.and_(ea, i64_const(nbytes - 1))
         inside = b.and_(inside, b.icmp_unsigned("==", low_bits, i64_const(0)))
-        ptr = b.gep(fl.env.mem_base(), [b.select(inside, ea, i64_const(0))], source_etype=I8_T)
-        return b.load(ptr, typ=ty, align=nbytes)
-    ptr = b.gep(fl.env.mem_base(), [b.select(inside, ea, i64_const(0))], source_etype=I8_T)
-    return by_alignment(
-        fl, ptr, nbytes, lambda align: b.load(ptr, typ=ty, align=align), lambda: load_bytes(fl, ptr, ty)
-    )
+    return b.gep(fl.env.mem_base(), [b.select(inside, ea, i64_const(0))], source_etype=I8_T)
 
 
 def gather_check(fl: FunctionLowering, addr: ir.Value, offset: int, nbytes: int) -> None:

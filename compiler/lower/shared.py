@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from tensorwasm.compiler.errors import CompileError
-from tensorwasm.compiler.lower.types import I8_T, I32_T, I64_T, llvm_type
+from tensorwasm.compiler.lower.memory import inside_or_zero
+from tensorwasm.compiler.lower.types import I32_T, I64_T, llvm_type
 from tensorwasm.dialect.ir import Op
 
 if TYPE_CHECKING:
@@ -101,8 +102,8 @@ def lower_barrier(fl: FunctionLowering, op: Op, args) -> None:
     fl.b.call(fn, [ir.Constant(I32_T, 0)])
 
 
-# PTX inline-asm constraints by LLVM type, for gpu.issued's operands.
-_CONSTRAINTS = {"i8": "h", "i16": "h", "i32": "r", "i64": "l", "float": "f", "double": "d"}
+# PTX inline-asm constraints by LLVM type, for gpu.issued's operands (the dialect's numbers).
+_CONSTRAINTS = {"i32": "r", "i64": "l", "float": "f", "double": "d"}
 
 
 def lower_issued(fl: FunctionLowering, op: Op, args) -> None:
@@ -126,11 +127,7 @@ def lower_prefetch(fl: FunctionLowering, op: Op, args) -> None:
     if not fl.target.is_gpu:
         return
     b = fl.b
-    ea = b.zext(args[0], I64_T)
-    if op.attrs["offset"]:
-        ea = b.add(ea, ir.Constant(I64_T, op.attrs["offset"]))
-    inside = b.icmp_unsigned("<", ea, fl.env.mem_size())
-    ptr = b.gep(fl.env.mem_base(), [b.select(inside, ea, ir.Constant(I64_T, 0))], source_etype=I8_T)
+    ptr = inside_or_zero(fl, args[0], op.attrs["offset"], 1, aligned=False)
     asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [I64_T]), "prefetch.global.L2 [$0];", "l",
                        side_effect=True)  # fmt: skip
     b.call(asm, [b.ptrtoint(ptr, I64_T)])
