@@ -184,7 +184,7 @@ def gpu_tile(module: Module, index: int) -> tuple[int, int, int, int] | None:
     if tiled is None:
         return None
     shape = tiled.gpu_shape
-    return (shape.rows, shape.cols, shape.threads_x, shape.threads_y)
+    return (shape.rows, shape.cols, shape.threads_x, shape.launch_y)
 
 
 def per_thread(module: Module, index: int) -> int:

@@ -38,7 +38,8 @@ of a warp touches as many memory lines as it has threads. Tiled as a grid of one
 (:func:`row_shape`), a block stages ``depth`` iterations of its rows with neighbouring
 threads reading neighbouring elements of a row, and the loads that follow no row
 (``x[k]``) once for the block; each thread then runs its row's iterations from shared
-memory in the row's order. With one warp a block, little else hides a stage's loads, so on
+memory in the row's order. Its block has more threads than rows (:attr:`TileShape.block_y`):
+all of them load each stage, and those past the rows leave the computing to the others. On
 the GPU a row tile issues the loads of the next stage while it computes this one (held in
 registers: :attr:`TileShape.prefetch`), and hints its row's lines further ahead into the
 L2 cache (:data:`L2_AHEAD`). Only loads that walk their row by a constant stride are staged
@@ -88,10 +89,23 @@ class TileShape:
     # On the GPU, each stage's global loads are issued a stage ahead, into registers, and
     # are in flight while the block computes the stage before (see TileBuilder.engine).
     prefetch: bool = False
+    # Threads the block has down, where more than ``threads_y``: those past ``threads_y``
+    # only stage (a row tile: ROW_THREADS threads for ROW_CELLS rows).
+    block_y: int = 0
 
     @property
     def threads(self) -> int:
         return self.threads_x * self.threads_y
+
+    @property
+    def launch_y(self) -> int:
+        """Threads the block has down, the staging-only ones included."""
+        return max(self.threads_y, self.block_y)
+
+    @property
+    def block_threads(self) -> int:
+        """Threads the block has, the staging-only ones included: they share each stage."""
+        return self.threads_x * self.launch_y
 
     @property
     def rows(self) -> int:
@@ -108,13 +122,20 @@ class TileShape:
 
 
 HOST_SHAPE = TileShape(1, 1, 4, 4, 16)  # the host backend: one thread per block
-# 1-D kernels: a block of one warp, one row per thread, ``depth`` iterations of each row
-# staged at a time (:func:`row_shape`); the host runs four rows a tile.
-ROW_THREADS = 32
+# 1-D kernels (:func:`row_shape`): a block of ROW_THREADS threads (four warps) that all load
+# each stage, ``depth`` iterations of each row, and of which the first ROW_CELLS run a row
+# each; the host runs four rows a tile. A warp that stages its rows alone spends most of
+# each stage on its loads' addresses. gemv on an H200 at n = 2048 / 4096 / 8192, kernel us,
+# with a full stage's loop rolled: 32 rows in one warp 58.8 / 115.7 / 236, 16 rows in four
+# warps 43.6 / 86.5 / 185; unrolled (MAX_UNROLL): 32 rows in four warps 32.7 / 61.9 / 134,
+# 16 in two warps 33.0 / 62.1 / 142.6, 16 in four warps 28.7 / 56.7 / 126.3.
+ROW_THREADS = 128
+ROW_CELLS = 16
 ROW_HOST_SHAPE = TileShape(1, 1, 1, 4, 16)
-# Bytes of each row a stage reads: 256, two 128-byte lines, so that a block has many loads
-# in flight (one warp per block leaves the multiprocessor little else to hide latency with).
+# Bytes of each row a stage reads: 256, two 128-byte lines. 512 was faster at n = 2048 and
+# 4096 (28.1 and 53.5 us) but not at 8192 (204 us: the blocks' registers no longer fit one wave).
 ROW_STAGE_BYTES = 256
+MAX_ROW_DEPTH = 128
 _CANDIDATES = tuple(
     TileShape(16, 16, cx, cy, depth)
     for cx, cy in ((4, 4), (4, 2), (2, 2), (2, 1), (1, 1))
@@ -186,15 +207,16 @@ def row_shape(
 ) -> TileShape | None:
     """The tile of a 1-D kernel whose rows advance ``row_stride`` bytes an iteration (the
     widest of its row loads' strides) and whose loop reads ``row_bytes`` (row loads) and
-    ``col_bytes`` (loads that follow no row) an iteration: :data:`ROW_THREADS` rows of
-    one thread each, and as many iterations a stage as :data:`ROW_STAGE_BYTES` of a row
-    hold (at least 32, so that the broadcast loads' staging fills the warp, at most 128),
-    fewer where the model's shared memory asks; None where not even 32 fit."""
+    ``col_bytes`` (loads that follow no row) an iteration: :data:`ROW_CELLS` rows of one
+    thread each in a block of :data:`ROW_THREADS` threads that all stage, and as many
+    iterations a stage as :data:`ROW_STAGE_BYTES` of a row hold (a power of two from 32,
+    so that the broadcast loads' staging fills the warp, to :data:`MAX_ROW_DEPTH`), fewer
+    where the model's shared memory asks; None where not even 32 fit."""
     model = model or DeviceModel()
     fit = max(1, ROW_STAGE_BYTES // max(1, row_stride))
-    depth = min(128, max(32, 1 << (fit.bit_length() - 1)))  # (a power of two: see TileBuilder.stage)
+    depth = min(MAX_ROW_DEPTH, max(32, 1 << (fit.bit_length() - 1)))  # (a power of two: see stage_layout)
     while depth >= 32:
-        shape = TileShape(1, ROW_THREADS, 1, 1, depth, prefetch=True)
+        shape = TileShape(1, ROW_CELLS, 1, 1, depth, prefetch=True, block_y=ROW_THREADS)
         if shape.shared_bytes(row_bytes, col_bytes) <= model.shared_bytes:
             return shape
         depth //= 2
@@ -207,6 +229,11 @@ def row_shape(
 # per 128-byte line (LINE_BYTES) of each row load.
 L2_AHEAD = 3
 LINE_BYTES = 128
+
+# A full stage's loop runs up to MAX_UNROLL iterations a trip, as long as the copies of the
+# loop body (one per cell of the thread) stay within UNROLLED_OPS ops (TileBuilder.fast_unroll).
+MAX_UNROLL = 8
+UNROLLED_OPS = 128
 
 # Blocks per multiprocessor a tiled kernel asks for. With one, the multiprocessor idles
 # while its block stages the next tile (global loads, then a barrier); with two, one block
@@ -224,7 +251,7 @@ def resident_blocks(
     ``registers`` estimated per thread (:func:`estimated_registers`)."""
     model = model or DeviceModel()
     for blocks in range(RESIDENT_BLOCKS, 1, -1):
-        threads = blocks * shape.threads
+        threads = blocks * shape.block_threads
         if (
             threads <= model.max_threads_per_sm
             and blocks * shared_bytes <= 2 * model.shared_bytes
@@ -724,6 +751,9 @@ class TileBuilder(_Steps):
         self.counter_i = nest.plan.counter
         self.counter_j = nest.plan.collapse[0].counter if nest.dims == 2 else None
         self.cells = [(cy, cx) for cy in range(shape.cells_y) for cx in range(shape.cells_x)]
+        # Threads that only stage (TileShape.block_y): they leave each stage to the others
+        # once its loads are issued.
+        self.stagers = on_gpu and shape.launch_y > shape.threads_y
 
     # -- small helpers ----------------------------------------------------------------
 
@@ -800,6 +830,9 @@ class TileBuilder(_Steps):
         inside = b.value(arith.select, b.value(arith.cmpi, row, self.i_end, pred="ult"),
                          b.value(arith.cmpi, col, self.j_end, pred="ult"),
                          b.constant(I1, 0))  # fmt: skip
+        if self.stagers:  # a thread that only stages has no cell
+            mine = b.value(arith.cmpi, self.ty, self.const(b, shape.threads_y), pred="ult")
+            inside = b.value(arith.select, mine, inside, b.constant(I1, 0))
         return row, col, inside
 
     # -- the function ------------------------------------------------------------------
@@ -901,21 +934,28 @@ class TileBuilder(_Steps):
         if prefetch:  # the next stage's loads, in flight while this one computes
             ahead = self.stage_loads(b, layout, self.add(b, m0, b.constant(I32, shape.depth)))
             b.op(gpu.issued, ahead)
-            if nest.dims == 1:
-                self.prefetch_rows(b, self.add(b, m0, b.constant(I32, L2_AHEAD * shape.depth)))
         step = self.fn.add_block([I32, *state_types])
         tail = self.fn.add_block(state_types)
+        if self.stagers:  # a thread without a cell is done with the stage
+            work = self.fn.add_block()
+            staging = b.value(arith.cmpi, self.ty, self.const(b, shape.threads_y), pred="uge")
+            b.cond_br(staging, tail, state, work, [])
+            b = Builder(self.fn, work)
+        if prefetch and nest.dims == 1:
+            self.prefetch_rows(b, self.add(b, m0, b.constant(I32, L2_AHEAD * shape.depth)))
         if nest.uniform_exit:
             fast = self.fn.add_block([I32, *carried_types * cells])
             full = self.full_tile(b, m0, state[:cells])
             b.cond_br(full, fast, [b.constant(I32, 0), *state[cells:]], step, [b.constant(I32, 0), *state])
             b = Builder(self.fn, fast)
-            mm, *carried_now = fast.args
-            new_carried = self.fast_iteration(b, m0, mm, carried_now)
-            more = b.value(arith.cmpi, mm, b.constant(I32, shape.depth - 1), pred="ult")
+            mm, *new_carried = fast.args
+            unroll = self.fast_unroll()
+            for u in range(unroll):  # (each iteration's shared loads need not wait for the last's sums)
+                new_carried = self.fast_iteration(b, m0, self.add(b, mm, b.constant(I32, u)), new_carried)
+            more = b.value(arith.cmpi, mm, b.constant(I32, shape.depth - unroll), pred="ult")
             done = [self.add(b, m0, b.constant(I32, shape.depth))] * cells
             b.cond_br(
-                more, fast, [self.add(b, mm, b.constant(I32, 1)), *new_carried], tail, done + new_carried
+                more, fast, [self.add(b, mm, b.constant(I32, unroll)), *new_carried], tail, done + new_carried
             )
         else:
             b.br(step, [b.constant(I32, 0), *state])
@@ -930,6 +970,17 @@ class TileBuilder(_Steps):
             new_state = self.redo_nans(b, state_at_head, new_state)
         b.br(head, [self.add(b, m0, b.constant(I32, shape.depth)), *new_state, *ahead])
         return head, exits
+
+    def fast_unroll(self) -> int:
+        """Iterations a trip of a full stage's loop runs: as many as keep the copies of the
+        loop body within :data:`UNROLLED_OPS` (at most :data:`MAX_UNROLL`, a power of two,
+        so a divisor of the stage's depth). A thread of few cells otherwise waits, at each
+        iteration, for its shared loads and then for its sums in turn."""
+        body = sum(op.name != "mem.load" for op in self.nest.header.ops[:-1]) * len(self.cells)
+        unroll = 1
+        while unroll < MAX_UNROLL and body * unroll * 2 <= UNROLLED_OPS:
+            unroll *= 2
+        return unroll if self.shape.depth % unroll == 0 else 1
 
     def prefetch_rows(self, b: Builder, m: Value) -> None:
         """Hints that bring into the L2 cache the lines of this thread's own row that the stage
@@ -949,25 +1000,37 @@ class TileBuilder(_Steps):
     def stage_layout(self, b: Builder) -> list[tuple[int, Op, Value, Value, Value, Value]]:
         """Each thread's share of a stage: per staged load and share, the load's number, the
         load, the iteration of the stage and grid counters its element is read at, and its
-        slot in the load's shared array."""
+        slot in the load's shared array. Share ``u`` of a thread is element ``flat + u *
+        threads`` of the stage (row by row, or iteration by iteration for column loads), so
+        neighbouring threads read neighbouring elements; a stage of fewer elements than the
+        block has threads is read by its first threads, the others reading its last element
+        again (and storing the same value to the same slot)."""
         nest, shape = self.nest, self.shape
         layout = []
         flat = self.add(b, b.value(arith.mul, self.ty, b.constant(I32, shape.threads_x)), self.tx)
+        threads = shape.block_threads if self.stagers else shape.threads
         for q, (load, axis) in enumerate(nest.loads):
-            across = shape.rows if axis == "i" else shape.cols
-            total = across * shape.depth
-            for u in range(total // shape.threads):
-                at = self.add(b, flat, b.constant(I32, u * shape.threads))
-                if axis == "i":  # neighbouring threads read neighbouring iterations of a row
-                    mm = b.value(arith.and_, at, b.constant(I32, shape.depth - 1))
-                    r = b.value(arith.shr_u, at, b.constant(I32, shape.depth.bit_length() - 1))
-                    i, j = self.add(b, self.i0, r), self.j0
-                    slot = self.add(b, b.value(arith.mul, mm, b.constant(I32, shape.rows + 1)), r)
-                else:  # neighbouring threads read neighbouring columns
-                    c = b.value(arith.and_, at, b.constant(I32, shape.cols - 1))
-                    mm = b.value(arith.shr_u, at, b.constant(I32, shape.cols.bit_length() - 1))
-                    i, j = self.i0, self.add(b, self.j0, c)
-                    slot = self.add(b, b.value(arith.mul, mm, b.constant(I32, shape.cols)), c)
+            # ``inner`` elements of the stage are contiguous: a row's iterations, or an iteration's columns
+            inner, across = (shape.depth, shape.rows) if axis == "i" else (shape.cols, shape.depth)
+            total = inner * across
+            assert total % threads == 0 or threads % total == 0, "powers of two"
+            mine = flat
+            if total < threads:
+                last = b.constant(I32, total - 1)
+                mine = b.value(arith.select, b.value(arith.cmpi, flat, last, pred="ult"), flat, last)
+            # The thread's own position, then each share's constant offset from it.
+            low = b.value(arith.and_, mine, b.constant(I32, inner - 1))
+            high = b.value(arith.shr_u, mine, b.constant(I32, inner.bit_length() - 1))
+            for u in range(max(1, total // threads)):
+                first = u * threads
+                a = self.add(b, low, b.constant(I32, first % inner))
+                c = self.add(b, high, b.constant(I32, first // inner))
+                if axis == "i":  # a: the iteration, c: the row
+                    mm, i, j = a, self.add(b, self.i0, c), self.j0
+                    slot = self.add(b, b.value(arith.mul, a, b.constant(I32, shape.rows + 1)), c)
+                else:  # a: the column, c: the iteration
+                    mm, i, j = c, self.i0, self.add(b, self.j0, a)
+                    slot = self.add(b, b.value(arith.mul, c, b.constant(I32, shape.cols)), a)
                 layout.append((q, load, mm, i, j, slot))
         return layout
 

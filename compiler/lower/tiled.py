@@ -59,7 +59,7 @@ def lower_tiled_entry(lowering: ModuleLowering, index: int, tiled: TiledKernel) 
     frame = entry_frame(lowering, index, dims)
     fn, b, ctx, slots, begin, own = frame.fn, frame.b, frame.ctx, frame.slots, frame.begin, frame.own
     if gpu:
-        launch_bounds(lowering.llvm, fn, (shape.threads_x, shape.threads_y, 1), tiled.gpu_blocks)
+        launch_bounds(lowering.llvm, fn, (shape.threads_x, shape.launch_y, 1), tiled.gpu_blocks)
     trip, trip2 = frame.bounds if dims == 2 else (*frame.bounds, i64_const(1))
     args = _live_in_args(b, kernel, slots, dims)
     tile = lowering.function_for(tile_index)

@@ -103,14 +103,16 @@ def row_tiling_of(path: Path) -> dict[str, tuple[str, object, int]]:
 
 
 @pytest.mark.parametrize(("func", "depth"), [("gemv_rows", 32), ("dmv_rows", 32), ("irows", 32)])
-def test_row_nests_are_tiled_one_warp_of_rows_a_block(func: str, depth: int) -> None:
-    """A 1-D kernel reading rows along its inner loop: 32 rows a block, a thread each, and
-    as many iterations a stage as 256 bytes of its widest row step hold (clang unrolls
-    gemv_rows and irows by two: 8 bytes a step; dmv_rows reads 8-byte elements)."""
+def test_row_nests_are_tiled_sixteen_rows_a_block_of_four_warps(func: str, depth: int) -> None:
+    """A 1-D kernel reading rows along its inner loop: 16 rows a block, a thread each, in a
+    block of 128 threads that all stage, and as many iterations a stage as 256 bytes of its
+    widest row step hold (clang unrolls gemv_rows and irows by two: 8 bytes a step; dmv_rows
+    reads 8-byte elements)."""
     verdict, tiled, got = row_tiling_of(NESTS)[func]
     assert verdict == "tiled"
     shape = tiled.gpu_shape
-    assert (shape.threads_x, shape.threads_y, shape.cells_x, shape.cells_y) == (1, 32, 1, 1)
+    assert (shape.threads_x, shape.threads_y, shape.cells_x, shape.cells_y) == (1, 16, 1, 1)
+    assert (shape.launch_y, shape.block_threads, shape.rows) == (128, 128, 16)
     assert got == depth
     assert (tiled.host_shape.cols, tiled.host_shape.threads) == (1, 1)
 
@@ -127,9 +129,10 @@ def test_the_row_stage_depth_follows_the_row_step_and_shared_memory() -> None:
     assert row_shape(8, 8, 8).depth == 32
     assert row_shape(1, 1, 1).depth == 128
     assert row_shape(24, 24, 8).depth == 32  # 256 // 24 = 10, at least 32
-    # 64 iterations of 33 rows of 24 bytes do not fit 48 KB; 32 do
-    assert row_shape(4, 24, 0).depth == 32
-    assert row_shape(4, 48, 0) is None
+    # 64 iterations of 17 rows (16 and the padding) of 48 bytes do not fit 48 KB; 32 do
+    assert row_shape(4, 24, 0).depth == 64
+    assert row_shape(4, 48, 0).depth == 32
+    assert row_shape(4, 96, 0) is None
 
 
 def test_a_kernel_too_large_to_copy_per_cell_is_not_tiled(monkeypatch) -> None:
@@ -219,11 +222,12 @@ def test_tiled_gemm_asks_for_two_blocks_per_multiprocessor_and_fits(ptxas: str, 
 
 
 def test_a_row_tiled_kernel_loads_the_next_stage_while_it_computes(ptxas: str, tmp_path: Path) -> None:
-    """gemv's block (one warp of rows) issues the global loads of its next stage right after
-    the barrier that publishes this one, before the stage's shared-memory reads: the loads
-    are in flight while the warp computes, and the code generator has not sunk them to
-    their use (the shared-memory stores at the next stage). Each thread also hints its
-    row's lines for a later stage into the L2 cache."""
+    """gemv's block (16 rows, 128 threads) issues the global loads of its next stage right
+    after the barrier that publishes this one, before the stage's shared-memory reads: the
+    loads are in flight while the block computes, and the code generator has not sunk them
+    to their use (the shared-memory stores at the next stage). Each thread of a row also
+    hints its row's lines for a later stage into the L2 cache. A full stage's loop runs
+    eight iterations a trip, their shared-memory reads in one basic block."""
     target = NVPTXTarget("sm_90", ARCH_PTX["sm_90"])
     preparation = prepare_offload(NESTS.read_bytes())
     row = next(lp for lp in preparation.prepared.loops if lp.plan.func.name == "gemv_rows" and lp.tile)
@@ -235,13 +239,18 @@ def test_a_row_tiled_kernel_loads_the_next_stage_while_it_computes(ptxas: str, t
     stores = accesses[:barrier].count("st.shared")
     after = accesses[barrier + 1 :]
     ahead = after[: after.index("ld.shared")]
-    # 2 row loads (clang unrolled the loop by two) x 32 iterations + 2 loads of x
-    assert stores == 66 and ahead == ["ld.global"] * stores
+    # 2 row loads (clang unrolled the loop by two) x 32 iterations x 16 rows over 128
+    # threads, and 2 loads of x (32 iterations: a thread each, the others repeat the last)
+    assert stores == 10 and ahead == ["ld.global"] * stores
     # ... and hints for the L2 cache, L2_AHEAD stages ahead: a stage reads 32 iterations x 8
     # bytes of each row load, two 128-byte lines, after the next stage's loads
     hints = [m.start() for m in re.finditer(r"prefetch\.global\.L2", ptx)]
     assert len(hints) == 2 * 2
     assert ptx.rindex("ld.global", 0, hints[0]) > ptx.index("barrier.sync")
+    # the threads past the 16 rows leave the stage between its loads and the hints
+    assert re.search(r"@%p\d+ bra", ptx[ptx.rindex("ld.global", 0, hints[0]) : hints[0]])
+    blocks = re.split(r"^\$L__BB\S*:", ptx, flags=re.M)
+    assert max(block.count("ld.shared") for block in blocks) == 8 * 4  # 2 row loads and 2 of x
     proc = assemble(ptxas, ptx, tmp_path / "gemv")
     assert proc.returncode == 0 and "bytes spill" in proc.stderr, proc.stderr
     assert all(n == "0" for n in re.findall(r"(\d+) bytes spill", proc.stderr)), proc.stderr

@@ -17,7 +17,7 @@ from tests.oracle.test_polybench_shapes import _draws, _planted_is_found
 
 
 def test_drawn_rows_and_cells_are_tiled() -> None:
-    """``rows``: the ``i`` loop's 1-D kernel is tiled a warp of rows a block. ``cells``: the
+    """``rows``: the ``i`` loop's 1-D kernel is tiled 16 rows a block of 128 threads. ``cells``: the
     2-D grid over ``(i, j)`` is tiled 16 x 16 threads a block, and the ``j`` loop's own
     kernel (launched where the ``i`` loop declines) is not: ``d[k][j]`` walks down a
     column, which neighbouring threads read at neighbouring addresses already."""
@@ -32,7 +32,7 @@ def test_drawn_rows_and_cells_are_tiled() -> None:
             assert bool(lp.plan.collapse) == (variant == "cells")
             seen[variant] += 1
             if variant == "rows":
-                assert lp.tile == (32, 1, 1, 32)
+                assert lp.tile == (16, 1, 1, 128)
             else:
                 assert lp.tile is not None and lp.tile[2:] == (16, 16)
     assert seen["rows"] >= 8 and seen["cells"] >= 8, seen
