@@ -209,9 +209,9 @@ def row_shape(
     widest of its row loads' strides) and whose loop reads ``row_bytes`` (row loads) and
     ``col_bytes`` (loads that follow no row) an iteration: :data:`ROW_CELLS` rows of one
     thread each in a block of :data:`ROW_THREADS` threads that all stage, and as many
-    iterations a stage as :data:`ROW_STAGE_BYTES` of a row hold (a power of two from 32,
-    so that the broadcast loads' staging fills the warp, to :data:`MAX_ROW_DEPTH`), fewer
-    where the model's shared memory asks; None where not even 32 fit."""
+    iterations a stage as :data:`ROW_STAGE_BYTES` of a row hold (a power of two from 32 to
+    :data:`MAX_ROW_DEPTH`: see :meth:`TileBuilder.stage_layout`), fewer where the model's
+    shared memory asks; None where not even 32 fit."""
     model = model or DeviceModel()
     fit = max(1, ROW_STAGE_BYTES // max(1, row_stride))
     depth = min(MAX_ROW_DEPTH, max(32, 1 << (fit.bit_length() - 1)))  # (a power of two: see stage_layout)
@@ -831,9 +831,13 @@ class TileBuilder(_Steps):
                          b.value(arith.cmpi, col, self.j_end, pred="ult"),
                          b.constant(I1, 0))  # fmt: skip
         if self.stagers:  # a thread that only stages has no cell
-            mine = b.value(arith.cmpi, self.ty, self.const(b, shape.threads_y), pred="ult")
-            inside = b.value(arith.select, mine, inside, b.constant(I1, 0))
+            inside = b.value(arith.select, self.holds_cells(b), inside, b.constant(I1, 0))
         return row, col, inside
+
+    def holds_cells(self, b: Builder) -> Value:
+        """Whether this thread computes cells (i1): with staging-only threads
+        (:attr:`stagers`), the first ``threads_y`` rows of threads do."""
+        return b.value(arith.cmpi, self.ty, self.const(b, self.shape.threads_y), pred="ult")
 
     # -- the function ------------------------------------------------------------------
 
@@ -938,8 +942,7 @@ class TileBuilder(_Steps):
         tail = self.fn.add_block(state_types)
         if self.stagers:  # a thread without a cell is done with the stage
             work = self.fn.add_block()
-            staging = b.value(arith.cmpi, self.ty, self.const(b, shape.threads_y), pred="uge")
-            b.cond_br(staging, tail, state, work, [])
+            b.cond_br(self.holds_cells(b), work, [], tail, state)
             b = Builder(self.fn, work)
         if prefetch and nest.dims == 1:
             self.prefetch_rows(b, self.add(b, m0, b.constant(I32, L2_AHEAD * shape.depth)))
