@@ -92,6 +92,9 @@ class TileShape:
     # Threads the block has down, where more than ``threads_y``: those past ``threads_y``
     # only stage (a row tile: ROW_THREADS threads for ROW_CELLS rows).
     block_y: int = 0
+    # Where above 0: the threads from this one on (flat index) stage, and those before it
+    # do not (they compute: the first ``threads`` of them hold the cells).
+    stage_from: int = 0
 
     @property
     def threads(self) -> int:
@@ -129,8 +132,9 @@ HOST_SHAPE = TileShape(1, 1, 4, 4, 16)  # the host backend: one thread per block
 # with a full stage's loop rolled: 32 rows in one warp 58.8 / 115.7 / 236, 16 rows in four
 # warps 43.6 / 86.5 / 185; unrolled (MAX_UNROLL): 32 rows in four warps 32.7 / 61.9 / 134,
 # 16 in two warps 33.0 / 62.1 / 142.6, 16 in four warps 28.7 / 56.7 / 126.3.
-ROW_THREADS = 128
+ROW_THREADS = 160
 ROW_CELLS = 16
+ROW_STAGE_FROM = 32  # the first warp computes (its first ROW_CELLS threads), the other four stage
 ROW_HOST_SHAPE = TileShape(1, 1, 1, 4, 16)
 # Bytes of each row a stage reads: 256, two 128-byte lines. 512 was faster at n = 2048 and
 # 4096 (28.1 and 53.5 us) but not at 8192 (204 us: the blocks' registers no longer fit one wave).
@@ -216,7 +220,9 @@ def row_shape(
     fit = max(1, ROW_STAGE_BYTES // max(1, row_stride))
     depth = min(MAX_ROW_DEPTH, max(32, 1 << (fit.bit_length() - 1)))  # (a power of two: see stage_layout)
     while depth >= 32:
-        shape = TileShape(1, ROW_CELLS, 1, 1, depth, prefetch=True, block_y=ROW_THREADS)
+        shape = TileShape(
+            1, ROW_CELLS, 1, 1, depth, prefetch=True, block_y=ROW_THREADS, stage_from=ROW_STAGE_FROM
+        )
         if shape.shared_bytes(row_bytes, col_bytes) <= model.shared_bytes:
             return shape
         depth //= 2
@@ -754,6 +760,8 @@ class TileBuilder(_Steps):
         # Threads that only stage (TileShape.block_y): they leave each stage to the others
         # once its loads are issued.
         self.stagers = on_gpu and shape.launch_y > shape.threads_y
+        # Threads that only compute, where the shape says (TileShape.stage_from).
+        self.split = self.stagers and shape.stage_from > 0
 
     # -- small helpers ----------------------------------------------------------------
 
@@ -930,20 +938,41 @@ class TileBuilder(_Steps):
         stage = self.fn.add_block()
         b.cond_br(b.value(arith.cmpi, busy, b.constant(I32, 0), pred="ne"), stage, [], exits, state)
         b = Builder(self.fn, stage)
-        if not prefetch:
-            layout = self.stage_layout(b)
-        self.stage_stores(b, layout, ahead if prefetch else self.stage_loads(b, layout, m0))
-        if self.on_gpu:
-            b.op(gpu.barrier, ())
-        if prefetch:  # the next stage's loads, in flight while this one computes
-            ahead = self.stage_loads(b, layout, self.add(b, m0, b.constant(I32, shape.depth)))
-            b.op(gpu.issued, ahead)
         step = self.fn.add_block([I32, *state_types])
-        tail = self.fn.add_block(state_types)
-        if self.stagers:  # a thread without a cell is done with the stage
-            work = self.fn.add_block()
-            b.cond_br(self.holds_cells(b), work, [], tail, state)
+        ahead_types = [v.type for v in ahead]
+        tail = self.fn.add_block([*state_types, *ahead_types])
+        if self.split:  # the staging threads store, all meet, the staging threads load
+            flat = self.add(b, b.value(arith.mul, self.ty, b.constant(I32, shape.threads_x)), self.tx)
+            staging = b.value(arith.cmpi, flat, self.const(b, shape.stage_from), pred="uge")
+            store, sync, load, work = (self.fn.add_block() for _ in range(4))
+            b.cond_br(staging, store, [], sync, [])
+            b = Builder(self.fn, store)
+            self.stage_stores(b, layout, ahead)
+            b.br(sync)
+            b = Builder(self.fn, sync)
+            b.op(gpu.barrier, ())
+            b.cond_br(staging, load, [], work, [])
+            b = Builder(self.fn, load)
+            loaded = self.stage_loads(b, layout, self.add(b, m0, b.constant(I32, shape.depth)))
+            b.op(gpu.issued, loaded)
+            b.br(tail, [*state, *loaded])
             b = Builder(self.fn, work)
+            cells_of_mine = self.fn.add_block()  # (the computing warp's threads past the rows: none)
+            b.cond_br(self.holds_cells(b), cells_of_mine, [], tail, [*state, *ahead])
+            b = Builder(self.fn, cells_of_mine)
+        else:
+            if not prefetch:
+                layout = self.stage_layout(b)
+            self.stage_stores(b, layout, ahead if prefetch else self.stage_loads(b, layout, m0))
+            if self.on_gpu:
+                b.op(gpu.barrier, ())
+            if prefetch:  # the next stage's loads, in flight while this one computes
+                ahead = self.stage_loads(b, layout, self.add(b, m0, b.constant(I32, shape.depth)))
+                b.op(gpu.issued, ahead)
+            if self.stagers:  # a thread without a cell is done with the stage
+                work = self.fn.add_block()
+                b.cond_br(self.holds_cells(b), work, [], tail, [*state, *ahead])
+                b = Builder(self.fn, work)
         if prefetch and nest.dims == 1:
             self.prefetch_rows(b, self.add(b, m0, b.constant(I32, L2_AHEAD * shape.depth)))
         if nest.uniform_exit:
@@ -958,7 +987,11 @@ class TileBuilder(_Steps):
             more = b.value(arith.cmpi, mm, b.constant(I32, shape.depth - unroll), pred="ult")
             done = [self.add(b, m0, b.constant(I32, shape.depth))] * cells
             b.cond_br(
-                more, fast, [self.add(b, mm, b.constant(I32, unroll)), *new_carried], tail, done + new_carried
+                more,
+                fast,
+                [self.add(b, mm, b.constant(I32, unroll)), *new_carried],
+                tail,
+                [*done, *new_carried, *ahead],
             )
         else:
             b.br(step, [b.constant(I32, 0), *state])
@@ -966,9 +999,9 @@ class TileBuilder(_Steps):
         mm, *state = step.args
         new_state = self.iteration(b, m0, mm, state)
         more = b.value(arith.cmpi, mm, b.constant(I32, shape.depth - 1), pred="ult")
-        b.cond_br(more, step, [self.add(b, mm, b.constant(I32, 1)), *new_state], tail, new_state)
+        b.cond_br(more, step, [self.add(b, mm, b.constant(I32, 1)), *new_state], tail, [*new_state, *ahead])
         b = Builder(self.fn, tail)
-        new_state = list(tail.args)
+        new_state, ahead = list(tail.args[: len(state_types)]), list(tail.args[len(state_types) :])
         if nest.nan_checked:
             new_state = self.redo_nans(b, state_at_head, new_state)
         b.br(head, [self.add(b, m0, b.constant(I32, shape.depth)), *new_state, *ahead])
@@ -1012,6 +1045,9 @@ class TileBuilder(_Steps):
         layout = []
         flat = self.add(b, b.value(arith.mul, self.ty, b.constant(I32, shape.threads_x)), self.tx)
         threads = shape.block_threads if self.stagers else shape.threads
+        if self.split:  # (the threads that compute have no share)
+            flat = b.value(arith.sub, flat, b.constant(I32, shape.stage_from))
+            threads -= shape.stage_from
         for q, (load, axis) in enumerate(nest.loads):
             # ``inner`` elements of the stage are contiguous: a row's iterations, or an iteration's columns
             inner, across = (shape.depth, shape.rows) if axis == "i" else (shape.cols, shape.depth)
