@@ -112,7 +112,7 @@ def test_row_nests_are_tiled_sixteen_rows_a_block_of_four_warps(func: str, depth
     assert verdict == "tiled"
     shape = tiled.gpu_shape
     assert (shape.threads_x, shape.threads_y, shape.cells_x, shape.cells_y) == (1, 16, 1, 1)
-    assert (shape.launch_y, shape.block_threads, shape.rows) == (128, 128, 16)
+    assert (shape.launch_y, shape.block_threads, shape.rows, shape.stage_from) == (160, 160, 16, 32)
     assert got == depth
     assert (tiled.host_shape.cols, tiled.host_shape.threads) == (1, 1)
 
