@@ -707,16 +707,22 @@ class _Steps:
                 carried[n * width + w] = b.value(arith.select, commit, new[w], mine[w])
         return counts + carried
 
-    def full_tile(self, b: Builder, m0: Value, counts: list[Value]) -> Value:
+    def full_tile(self, b: Builder, m0: Value, counts: list[Value], goes_on: Value | None = None) -> Value:
         """Whether every cell of this thread is at iteration ``m0`` and the loop goes on after
         each of the stage's iterations, by its exit test, which no cell's value enters
-        (``Nest.uniform_exit``): then the stage runs without a test per cell and iteration."""
-        nest, shape = self.nest, self.shape
-        full = b.constant(I1, 1)
+        (``Nest.uniform_exit``): then the stage runs without a test per cell and iteration.
+        ``goes_on``: the second half, where another thread found it (:meth:`stage_goes_on`)."""
+        full = self.stage_goes_on(b, m0) if goes_on is None else goes_on
         for count in counts:
             full = b.value(arith.select, b.value(arith.cmpi, count, m0, pred="eq"), full, b.constant(I1, 0))
-        condition = nest.header.terminator.operands[0]
-        for mm in range(shape.depth):
+        return full
+
+    def stage_goes_on(self, b: Builder, m0: Value) -> Value:
+        """Whether the loop goes on after each of the stage's iterations from ``m0``, by its
+        exit test (``Nest.uniform_exit``: the same in every thread)."""
+        condition = self.nest.header.terminator.operands[0]
+        full = b.constant(I1, 1)
+        for mm in range(self.shape.depth):
             m = self.add(b, m0, b.constant(I32, mm))
             goes_on = self.goes_on(b, self.slice(b, condition, self.i0, self.j0, m, {}))
             full = b.value(arith.select, goes_on, full, b.constant(I1, 0))
@@ -760,8 +766,11 @@ class TileBuilder(_Steps):
         # Threads that only stage (TileShape.block_y): they leave each stage to the others
         # once its loads are issued.
         self.stagers = on_gpu and shape.launch_y > shape.threads_y
-        # Threads that only compute, where the shape says (TileShape.stage_from).
+        # Threads that only compute, where the shape says (TileShape.stage_from); the
+        # staging threads then also tell them whether a stage runs in full (array "full").
         self.split = self.stagers and shape.stage_from > 0
+        if self.split and nest.uniform_exit:
+            self.fn.attrs["shared"]["full"] = (I32, 1)
 
     # -- small helpers ----------------------------------------------------------------
 
@@ -948,6 +957,9 @@ class TileBuilder(_Steps):
             b.cond_br(staging, store, [], sync, [])
             b = Builder(self.fn, store)
             self.stage_stores(b, layout, ahead)
+            if nest.uniform_exit:  # (the same value from every staging thread)
+                goes_on = b.value(arith.zext, self.stage_goes_on(b, m0), to=I32)
+                b.op(gpu.shared_store, [b.constant(I32, 0), goes_on], {"array": "full"})
             b.br(sync)
             b = Builder(self.fn, sync)
             b.op(gpu.barrier, ())
@@ -977,7 +989,11 @@ class TileBuilder(_Steps):
             self.prefetch_rows(b, self.add(b, m0, b.constant(I32, L2_AHEAD * shape.depth)))
         if nest.uniform_exit:
             fast = self.fn.add_block([I32, *carried_types * cells])
-            full = self.full_tile(b, m0, state[:cells])
+            told = None
+            if self.split:  # what the staging threads found
+                found = b.op(gpu.shared_load, [b.constant(I32, 0)], {"array": "full", "type": I32}).results[0]
+                told = b.value(arith.cmpi, found, b.constant(I32, 0), pred="ne")
+            full = self.full_tile(b, m0, state[:cells], told)
             b.cond_br(full, fast, [b.constant(I32, 0), *state[cells:]], step, [b.constant(I32, 0), *state])
             b = Builder(self.fn, fast)
             mm, *new_carried = fast.args
