@@ -120,8 +120,10 @@ class TileShape:
 
     def shared_bytes(self, row_bytes: int, col_bytes: int) -> int:
         """Shared memory for ``row_bytes`` of row loads and ``col_bytes`` of column loads
-        per iteration (row arrays padded by one element against bank conflicts)."""
-        return self.depth * ((self.rows + 1) * row_bytes + self.cols * col_bytes)
+        per iteration (row arrays padded by one element against bank conflicts), in two
+        buffers where some threads only stage (``stage_from``)."""
+        buffers = 2 if self.stage_from else 1
+        return buffers * self.depth * ((self.rows + 1) * row_bytes + self.cols * col_bytes)
 
 
 HOST_SHAPE = TileShape(1, 1, 4, 4, 16)  # the host backend: one thread per block
@@ -627,6 +629,7 @@ class _Steps:
     nest: Nest
     shape: TileShape
     cells: list[tuple[int, int]]
+    split = False  # (see TileBuilder.split)
 
     def redo_nans(self, b: Builder, before: list[Value], after: list[Value]) -> list[Value]:
         """A cell whose carried floats hold a NaN after a tile run without Wasm's NaN rules
@@ -647,10 +650,11 @@ class _Steps:
                 carried[n * width + w] = b.value(arith.select, nan, before[k], carried[n * width + w])
         return counts + carried
 
-    def read_staged(self, b: Builder, mm: Value) -> dict[tuple[int, int], Value]:
-        """Iteration ``mm`` of the stage, each staged load's values for this thread's rows or
-        columns, keyed (load, row or column of the register block)."""
+    def read_staged(self, b: Builder, m0: Value, mm: Value) -> dict[tuple[int, int], Value]:
+        """Iteration ``mm`` of the stage from ``m0``, each staged load's values for this
+        thread's rows or columns, keyed (load, row or column of the register block)."""
         nest, shape = self.nest, self.shape
+        mm = self.add(b, mm, self.buffer(b, m0))
         staged: dict[tuple[int, int], Value] = {}
         for q, (load, axis) in enumerate(nest.loads):
             for k in range(shape.cells_y if axis == "i" else shape.cells_x):
@@ -683,6 +687,13 @@ class _Steps:
         back_args = term.successors[nest.back].args
         return [values[back_args[p]] for p in nest.carried], self.goes_on(b, values[term.operands[0]])
 
+    def buffer(self, b: Builder, m0: Value) -> Value:
+        """Where the stage from ``m0`` lies in the shared arrays, in iterations: 0, or with
+        two buffers (:attr:`TileBuilder.split`), ``depth`` for every other stage."""
+        if not self.split:
+            return b.constant(I32, 0)
+        return b.value(arith.and_, m0, b.constant(I32, self.shape.depth))
+
     def goes_on(self, b: Builder, condition: Value) -> Value:
         """The header's branch condition as "the loop goes round again" (i1)."""
         if self.nest.back == 0:
@@ -694,7 +705,7 @@ class _Steps:
         the new values only where it is at this iteration and the loop goes on after it."""
         cells, width = len(self.cells), len(self.nest.carried)
         m = self.add(b, m0, mm)
-        staged = self.read_staged(b, mm)
+        staged = self.read_staged(b, m0, mm)
         counts, carried = list(state[:cells]), list(state[cells:])
         next_m = self.add(b, m, b.constant(I32, 1))
         for n, cell in enumerate(self.cells):
@@ -721,18 +732,20 @@ class _Steps:
         """Whether the loop goes on after each of the stage's iterations from ``m0``, by its
         exit test (``Nest.uniform_exit``: the same in every thread)."""
         condition = self.nest.header.terminator.operands[0]
-        full = b.constant(I1, 1)
-        for mm in range(self.shape.depth):
-            m = self.add(b, m0, b.constant(I32, mm))
-            goes_on = self.goes_on(b, self.slice(b, condition, self.i0, self.j0, m, {}))
-            full = b.value(arith.select, goes_on, full, b.constant(I1, 0))
-        return full
+        tests = [
+            self.goes_on(b, self.slice(b, condition, self.i0, self.j0, self.add(b, m0, b.constant(I32, mm)), {}))
+            for mm in range(self.shape.depth)
+        ]
+        while len(tests) > 1:  # pairwise, so that no test waits for more than log2(depth) others
+            pairs = zip(tests[0::2], tests[1::2], strict=False)
+            tests = [b.value(arith.select, x, y, b.constant(I1, 0)) for x, y in pairs] + tests[len(tests) & ~1 :]
+        return tests[0]
 
     def fast_iteration(self, b: Builder, m0: Value, mm: Value, carried: list[Value]) -> list[Value]:
         """One iteration of every cell of a full stage (see :meth:`full_tile`)."""
         width = len(self.nest.carried)
         m = self.add(b, m0, mm)
-        staged = self.read_staged(b, mm)
+        staged = self.read_staged(b, m0, mm)
         out = []
         for n, cell in enumerate(self.cells):
             out += self.body(b, cell, m, staged, carried[n * width : (n + 1) * width])[0]
@@ -753,24 +766,27 @@ class TileBuilder(_Steps):
         name = f"tile_{kernel.name}_{'gpu' if on_gpu else 'host'}"
         self.fn = Function(name, len(module.functions), params, ())
         module.functions.append(self.fn)
+        # Threads that only stage (TileShape.block_y): they leave each stage to the others
+        # once its loads are issued.
+        self.stagers = on_gpu and shape.launch_y > shape.threads_y
+        # Threads that only compute, where the shape says (TileShape.stage_from). The
+        # staging threads then store each stage while the others compute the one before, in
+        # two buffers (:meth:`buffer`), and tell them whether a stage runs in full (array
+        # "full", a word a buffer).
+        self.split = self.stagers and shape.stage_from > 0
+        buffers = 2 if self.split else 1
         self.fn.attrs["shared"] = {
-            f"s{q}": (op.results[0].type, shape.depth * (shape.rows + 1 if axis == "i" else shape.cols))
+            f"s{q}": (op.results[0].type, buffers * shape.depth * (shape.rows + 1 if axis == "i" else shape.cols))
             for q, (op, axis) in enumerate(nest.loads)
         }
+        if self.split and nest.uniform_exit:
+            self.fn.attrs["shared"]["full"] = (I32, buffers)
         self.entry = self.fn.add_block(params)
         self.i0, self.j0, self.i_end, self.j_end, *self.live = self.entry.args
         self.symbols = {sym: v for (_, sym, _, _), v in zip(nest.plan.live_ins, self.live, strict=True)}
         self.counter_i = nest.plan.counter
         self.counter_j = nest.plan.collapse[0].counter if nest.dims == 2 else None
         self.cells = [(cy, cx) for cy in range(shape.cells_y) for cx in range(shape.cells_x)]
-        # Threads that only stage (TileShape.block_y): they leave each stage to the others
-        # once its loads are issued.
-        self.stagers = on_gpu and shape.launch_y > shape.threads_y
-        # Threads that only compute, where the shape says (TileShape.stage_from); the
-        # staging threads then also tell them whether a stage runs in full (array "full").
-        self.split = self.stagers and shape.stage_from > 0
-        if self.split and nest.uniform_exit:
-            self.fn.attrs["shared"]["full"] = (I32, 1)
 
     # -- small helpers ----------------------------------------------------------------
 
@@ -930,6 +946,14 @@ class TileBuilder(_Steps):
         prefetch = self.on_gpu and shape.prefetch
         layout = self.stage_layout(b) if prefetch else []
         ahead = self.stage_loads(b, layout, b.constant(I32, 0)) if prefetch else []
+        if self.split:  # the staging threads store the first stage, and load the second
+            first, joined = self.fn.add_block(), self.fn.add_block()
+            b.cond_br(self.staging(b), first, [], joined, [])
+            b = Builder(self.fn, first)
+            self.publish(b, layout, ahead, b.constant(I32, 0))
+            b.br(joined)
+            b = Builder(self.fn, joined)
+            ahead = self.stage_loads(b, layout, b.constant(I32, shape.depth))
         head = self.fn.add_block([I32, *state_types, *(v.type for v in ahead)])
         exits = self.fn.add_block(state_types)
         initial = counts + [v for join in joins for v in join.args[1:]]
@@ -950,22 +974,12 @@ class TileBuilder(_Steps):
         step = self.fn.add_block([I32, *state_types])
         ahead_types = [v.type for v in ahead]
         tail = self.fn.add_block([*state_types, *ahead_types])
-        if self.split:  # the staging threads store, all meet, the staging threads load
-            flat = self.add(b, b.value(arith.mul, self.ty, b.constant(I32, shape.threads_x)), self.tx)
-            staging = b.value(arith.cmpi, flat, self.const(b, shape.stage_from), pred="uge")
-            store, sync, load, work = (self.fn.add_block() for _ in range(4))
-            b.cond_br(staging, store, [], sync, [])
+        if self.split:  # the staging threads store the next stage and load the one after
+            store, work = self.fn.add_block(), self.fn.add_block()
+            b.cond_br(self.staging(b), store, [], work, [])
             b = Builder(self.fn, store)
-            self.stage_stores(b, layout, ahead)
-            if nest.uniform_exit:  # (the same value from every staging thread)
-                goes_on = b.value(arith.zext, self.stage_goes_on(b, m0), to=I32)
-                b.op(gpu.shared_store, [b.constant(I32, 0), goes_on], {"array": "full"})
-            b.br(sync)
-            b = Builder(self.fn, sync)
-            b.op(gpu.barrier, ())
-            b.cond_br(staging, load, [], work, [])
-            b = Builder(self.fn, load)
-            loaded = self.stage_loads(b, layout, self.add(b, m0, b.constant(I32, shape.depth)))
+            self.publish(b, layout, ahead, self.add(b, m0, b.constant(I32, shape.depth)))
+            loaded = self.stage_loads(b, layout, self.add(b, m0, b.constant(I32, 2 * shape.depth)))
             b.op(gpu.issued, loaded)
             b.br(tail, [*state, *loaded])
             b = Builder(self.fn, work)
@@ -991,7 +1005,7 @@ class TileBuilder(_Steps):
             fast = self.fn.add_block([I32, *carried_types * cells])
             told = None
             if self.split:  # what the staging threads found
-                found = b.op(gpu.shared_load, [b.constant(I32, 0)], {"array": "full", "type": I32}).results[0]
+                found = b.op(gpu.shared_load, [self.full_word(b, m0)], {"array": "full", "type": I32}).results[0]
                 told = b.value(arith.cmpi, found, b.constant(I32, 0), pred="ne")
             full = self.full_tile(b, m0, state[:cells], told)
             b.cond_br(full, fast, [b.constant(I32, 0), *state[cells:]], step, [b.constant(I32, 0), *state])
@@ -1101,10 +1115,34 @@ class TileBuilder(_Steps):
             values.append(b.op(mem.load, [address], {**attrs, "speculative": True}).results[0])
         return values
 
-    def stage_stores(self, b: Builder, layout: list, values: list[Value]) -> None:
-        """This thread's share of a stage (:meth:`stage_loads`) into shared memory."""
+    def stage_stores(self, b: Builder, layout: list, values: list[Value], m0: Value | None = None) -> None:
+        """This thread's share of a stage (:meth:`stage_loads`) into shared memory; with
+        two buffers, into the one of the stage from ``m0``."""
+        shape = self.shape
+        buffer = None if m0 is None else self.buffer(b, m0)
         for (q, *_, slot), value in zip(layout, values, strict=True):
+            if buffer is not None:
+                across = shape.rows + 1 if self.nest.loads[q][1] == "i" else shape.cols
+                slot = self.add(b, slot, b.value(arith.mul, buffer, b.constant(I32, across)))
             b.op(gpu.shared_store, [slot, value], {"array": f"s{q}"})
+
+    def staging(self, b: Builder) -> Value:
+        """Whether this thread stages (i1): with :attr:`split`, those from ``stage_from`` on."""
+        flat = self.add(b, b.value(arith.mul, self.ty, b.constant(I32, self.shape.threads_x)), self.tx)
+        return b.value(arith.cmpi, flat, self.const(b, self.shape.stage_from), pred="uge")
+
+    def publish(self, b: Builder, layout: list, values: list[Value], m0: Value) -> None:
+        """A staging thread's share of the stage from ``m0`` into its buffer, and (the same
+        from every staging thread) whether that stage runs in full by the loop's exit test;
+        the next barrier shows both to the threads that compute."""
+        self.stage_stores(b, layout, values, m0)
+        if self.nest.uniform_exit:
+            goes_on = b.value(arith.zext, self.stage_goes_on(b, m0), to=I32)
+            b.op(gpu.shared_store, [self.full_word(b, m0), goes_on], {"array": "full"})
+
+    def full_word(self, b: Builder, m0: Value) -> Value:
+        """The word of array "full" for the stage from ``m0`` (its buffer's)."""
+        return b.value(arith.shr_u, self.buffer(b, m0), b.constant(I32, self.shape.depth.bit_length() - 1))
 
     def slice(self, b: Builder, value: Value, i: Value, j: Value, m: Value, memo: dict) -> Value:
         """``value`` of the kernel recomputed for grid counters ``(i, j)`` at iteration ``m``
