@@ -134,7 +134,7 @@ HOST_SHAPE = TileShape(1, 1, 4, 4, 16)  # the host backend: one thread per block
 # with a full stage's loop rolled: 32 rows in one warp 58.8 / 115.7 / 236, 16 rows in four
 # warps 43.6 / 86.5 / 185; unrolled (MAX_UNROLL): 32 rows in four warps 32.7 / 61.9 / 134,
 # 16 in two warps 33.0 / 62.1 / 142.6, 16 in four warps 28.7 / 56.7 / 126.3.
-ROW_THREADS = 160
+ROW_THREADS = 96
 ROW_CELLS = 16
 ROW_STAGE_FROM = 32  # the first warp computes (its first ROW_CELLS threads), the other four stage
 ROW_HOST_SHAPE = TileShape(1, 1, 1, 4, 16)

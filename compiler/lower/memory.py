@@ -72,6 +72,11 @@ def _exact_index(fl: FunctionLowering, op: Op) -> ir.Value | None:
     return fl.values[owner.operands[0]]
 
 
+# The largest ``offset + size`` that a speculative access outside memory may read at
+# (address ``offset``): inside a memory of one page, which address 0 assumes as well.
+SAFE_OFFSET = 65536
+
+
 def speculative_load(fl: FunctionLowering, addr: ir.Value, offset: int, ty: ir.Type, nbytes: int) -> ir.Value:
     """A load that never traps: the value at ``addr + offset`` where it lies in linear
     memory, else whatever address 0 holds (a memory of at least one page has it). For the
@@ -97,17 +102,32 @@ def speculative_load(fl: FunctionLowering, addr: ir.Value, offset: int, ty: ir.T
 
 def inside_or_zero(fl: FunctionLowering, addr: ir.Value, offset: int, nbytes: int, aligned: bool) -> ir.Value:
     """A pointer to ``addr + offset`` where its ``nbytes`` lie in linear memory (and, with
-    ``aligned``, the address is a multiple of ``nbytes``), else to address 0: what a
-    speculative load or a prefetch hint reads, which never faults."""
+    ``aligned``, the address is a multiple of ``nbytes``), else to address ``offset`` (0
+    where the offset reaches past the first page, :data:`SAFE_OFFSET`): what a speculative
+    load or a prefetch hint reads, which never faults.
+
+    The test is on the 32-bit ``addr`` against a limit that only the memory's size and the
+    constants set, so a loop computes the limit once and each access costs one comparison
+    (and one for the alignment) and a 32-bit select, and the offset stays a constant of
+    the address."""
     b = fl.b
-    ea = b.zext(addr, I64_T)
-    if offset:
-        ea = b.add(ea, i64_const(offset))
-    inside = b.icmp_unsigned("<=", b.add(ea, i64_const(nbytes)), fl.env.mem_size())
-    if aligned:
-        low_bits = b.and_(ea, i64_const(nbytes - 1))
-        inside = b.and_(inside, b.icmp_unsigned("==", low_bits, i64_const(0)))
-    return b.gep(fl.env.mem_base(), [b.select(inside, ea, i64_const(0))], source_etype=I8_T)
+    i32 = ir.IntType(32)
+    # The addresses below ``limit`` are inside: the memory's size less the access's end,
+    # clamped to the 32-bit range (no address of 2^32 - 1 is inside a 4 GiB memory).
+    room = b.sub(fl.env.mem_size(), i64_const(offset + nbytes - 1))
+    room = b.select(b.icmp_signed("<", room, i64_const(0)), i64_const(0), room)
+    room = b.select(b.icmp_unsigned("<", room, i64_const(0xFFFFFFFF)), room, i64_const(0xFFFFFFFF))
+    inside = b.icmp_unsigned("<", addr, b.trunc(room, i32))
+    if aligned and offset % nbytes == 0:  # a misaligned address reads the aligned one below it
+        addr = b.and_(addr, i32_const(-nbytes))
+    elif aligned:
+        low_bits = b.and_(addr, i32_const(nbytes - 1))
+        inside = b.and_(inside, b.icmp_unsigned("==", low_bits, i32_const(-offset & (nbytes - 1))))
+    if offset + nbytes <= SAFE_OFFSET:
+        ea = b.add(b.zext(b.select(inside, addr, i32_const(0)), I64_T), i64_const(offset))
+    else:
+        ea = b.select(inside, b.add(b.zext(addr, I64_T), i64_const(offset)), i64_const(0))
+    return b.gep(fl.env.mem_base(), [ea], source_etype=I8_T)
 
 
 def gather_check(fl: FunctionLowering, addr: ir.Value, offset: int, nbytes: int) -> None:
