@@ -412,7 +412,11 @@ class Cache:
             self.damaged(path, "not a folder")
         except FileNotFoundError:
             pass
-        os.mkdir(path, 0o700)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:  # made meanwhile by another thread of this process, or another process
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                raise
 
     def _key(self) -> bytes | None:
         """The MAC's secret: read from the directory, or made there (None, warned of,

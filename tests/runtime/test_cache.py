@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,25 @@ def test_entries_are_written_atomically(cache_dir: Path) -> None:
     cache.put("ptx", "k", b"payload")
     assert Cache(cache_dir).get("ptx", "k") == b"payload"
     assert not [p for p in (cache_dir / "ptx").iterdir() if p.name.startswith(".tmp")]
+
+
+def test_an_entry_is_written_where_another_writer_makes_its_folder_first(cache_dir: Path, monkeypatch) -> None:
+    """Two compiles that finish together both find the entry's folder missing; the one
+    whose ``mkdir`` comes second still writes its entry (it warned and wrote nothing)."""
+    import tensorwasm.runtime.cache as cache_module
+
+    real_mkdir = os.mkdir
+
+    def mkdir_after_another_writer(path, mode=0o777):
+        real_mkdir(path, mode)  # the other writer's
+        real_mkdir(path, mode)  # ours: FileExistsError
+
+    cache = Cache(cache_dir)
+    cache.put("ptx", "first", b"one")  # the directory and its key exist
+    monkeypatch.setattr(cache_module.os, "mkdir", mkdir_after_another_writer)
+    assert cache.write_file(Path("obj") / "entry.bin", b"payload")
+    monkeypatch.undo()
+    assert (cache_dir / "obj" / "entry.bin").read_bytes() == b"payload"
 
 
 def test_cache_info_and_clear(cache_dir: Path, capsys) -> None:
