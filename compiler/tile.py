@@ -90,10 +90,11 @@ class TileShape:
     # are in flight while the block computes the stage before (see TileBuilder.engine).
     prefetch: bool = False
     # Threads the block has down, where more than ``threads_y``: those past ``threads_y``
-    # only stage (a row tile: ROW_THREADS threads for ROW_CELLS rows).
+    # hold no cell (a row tile: ROW_THREADS threads for ROW_CELLS rows).
     block_y: int = 0
-    # Where above 0: the threads from this one on (flat index) stage, and those before it
-    # do not (they compute: the first ``threads`` of them hold the cells).
+    # Where above 0: the threads from this one on (flat index) only stage, and those
+    # before it only compute (the first ``threads`` of them hold the cells), a stage ahead
+    # of them in a second shared buffer (see TileBuilder.split).
     stage_from: int = 0
 
     @property
@@ -127,16 +128,20 @@ class TileShape:
 
 
 HOST_SHAPE = TileShape(1, 1, 4, 4, 16)  # the host backend: one thread per block
-# 1-D kernels (:func:`row_shape`): a block of ROW_THREADS threads (four warps) that all load
-# each stage, ``depth`` iterations of each row, and of which the first ROW_CELLS run a row
-# each; the host runs four rows a tile. A warp that stages its rows alone spends most of
-# each stage on its loads' addresses. gemv on an H200 at n = 2048 / 4096 / 8192, kernel us,
-# with a full stage's loop rolled: 32 rows in one warp 58.8 / 115.7 / 236, 16 rows in four
-# warps 43.6 / 86.5 / 185; unrolled (MAX_UNROLL): 32 rows in four warps 32.7 / 61.9 / 134,
-# 16 in two warps 33.0 / 62.1 / 142.6, 16 in four warps 28.7 / 56.7 / 126.3.
+# 1-D kernels (:func:`row_shape`): a block of ROW_THREADS threads of which the first warp
+# computes (its first ROW_CELLS threads run a row each) and the other two stage, ``depth``
+# iterations of each row a stage, one stage ahead of it (ROW_STAGE_FROM); the host runs
+# four rows a tile. A warp that stages its rows alone spends most of each stage on its
+# loads' addresses. gemv on an H200 at n = 2048 / 4096 / 8192, kernel us, all threads
+# staging and a full stage's loop rolled: 32 rows in one warp 58.8 / 115.7 / 236, 16 rows
+# in four warps 43.6 / 86.5 / 185; unrolled (MAX_UNROLL): 32 rows in four warps 32.7 / 61.9
+# / 134, 16 in four warps 28.7 / 56.7 / 126.3. A warp that only computes and others that
+# only stage, in two buffers: 16 rows and four staging warps 21.5 / 43.7 / 156 (a second
+# wave: three blocks a multiprocessor), two 21.1 / 45.2 / 106.9, one 36.8 / 74.6 / 152;
+# 32 rows and two 34.4 / 70.4 / 149.7.
 ROW_THREADS = 96
 ROW_CELLS = 16
-ROW_STAGE_FROM = 32  # the first warp computes (its first ROW_CELLS threads), the other four stage
+ROW_STAGE_FROM = 32  # the first warp computes (its first ROW_CELLS threads), the other two stage
 ROW_HOST_SHAPE = TileShape(1, 1, 1, 4, 16)
 # Bytes of each row a stage reads: 256, two 128-byte lines. 512 was faster at n = 2048 and
 # 4096 (28.1 and 53.5 us) but not at 8192 (204 us: the blocks' registers no longer fit one wave).
@@ -214,7 +219,8 @@ def row_shape(
     """The tile of a 1-D kernel whose rows advance ``row_stride`` bytes an iteration (the
     widest of its row loads' strides) and whose loop reads ``row_bytes`` (row loads) and
     ``col_bytes`` (loads that follow no row) an iteration: :data:`ROW_CELLS` rows of one
-    thread each in a block of :data:`ROW_THREADS` threads that all stage, and as many
+    thread each of a warp that computes, in a block of :data:`ROW_THREADS` threads whose
+    others stage (:data:`ROW_STAGE_FROM`), and as many
     iterations a stage as :data:`ROW_STAGE_BYTES` of a row hold (a power of two from 32 to
     :data:`MAX_ROW_DEPTH`: see :meth:`TileBuilder.stage_layout`), fewer where the model's
     shared memory asks; None where not even 32 fit."""
@@ -733,12 +739,15 @@ class _Steps:
         exit test (``Nest.uniform_exit``: the same in every thread)."""
         condition = self.nest.header.terminator.operands[0]
         tests = [
-            self.goes_on(b, self.slice(b, condition, self.i0, self.j0, self.add(b, m0, b.constant(I32, mm)), {}))
+            self.goes_on(
+                b, self.slice(b, condition, self.i0, self.j0, self.add(b, m0, b.constant(I32, mm)), {})
+            )
             for mm in range(self.shape.depth)
         ]
         while len(tests) > 1:  # pairwise, so that no test waits for more than log2(depth) others
+            odd = tests[len(tests) & ~1 :]
             pairs = zip(tests[0::2], tests[1::2], strict=False)
-            tests = [b.value(arith.select, x, y, b.constant(I1, 0)) for x, y in pairs] + tests[len(tests) & ~1 :]
+            tests = [b.value(arith.select, x, y, b.constant(I1, 0)) for x, y in pairs] + odd
         return tests[0]
 
     def fast_iteration(self, b: Builder, m0: Value, mm: Value, carried: list[Value]) -> list[Value]:
@@ -776,7 +785,10 @@ class TileBuilder(_Steps):
         self.split = self.stagers and shape.stage_from > 0
         buffers = 2 if self.split else 1
         self.fn.attrs["shared"] = {
-            f"s{q}": (op.results[0].type, buffers * shape.depth * (shape.rows + 1 if axis == "i" else shape.cols))
+            f"s{q}": (
+                op.results[0].type,
+                buffers * shape.depth * (shape.rows + 1 if axis == "i" else shape.cols),
+            )
             for q, (op, axis) in enumerate(nest.loads)
         }
         if self.split and nest.uniform_exit:
@@ -924,7 +936,9 @@ class TileBuilder(_Steps):
         """The lock-step loop over tiles of ``depth`` iterations; returns its head and its
         exit block, whose arguments are each cell's iteration count then its carried values.
         With the shape's ``prefetch`` (GPU), the head also carries the thread's share of the
-        stage it is about to store, loaded during the stage before."""
+        stage it is about to store, loaded during the stage before. With :attr:`split`, the
+        staging threads store the next stage into the other buffer while the others
+        compute this one, and the vote at the head is the stage's only barrier."""
         nest, shape = self.nest, self.shape
         cells = len(self.cells)
         carried = nest.carried
@@ -1005,7 +1019,9 @@ class TileBuilder(_Steps):
             fast = self.fn.add_block([I32, *carried_types * cells])
             told = None
             if self.split:  # what the staging threads found
-                found = b.op(gpu.shared_load, [self.full_word(b, m0)], {"array": "full", "type": I32}).results[0]
+                found = b.op(
+                    gpu.shared_load, [self.full_word(b, m0)], {"array": "full", "type": I32}
+                ).results[0]
                 told = b.value(arith.cmpi, found, b.constant(I32, 0), pred="ne")
             full = self.full_tile(b, m0, state[:cells], told)
             b.cond_br(full, fast, [b.constant(I32, 0), *state[cells:]], step, [b.constant(I32, 0), *state])

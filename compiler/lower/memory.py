@@ -85,10 +85,11 @@ def speculative_load(fl: FunctionLowering, addr: ir.Value, offset: int, ty: ir.T
     and nothing after the load waits for it (a kernel issues a stage's loads while it
     computes the stage before).
 
-    On a strict-alignment target (the GPU) a misaligned address reads at address 0 too, with
-    one load of the full width and no byte-wise path: the staged loads stand for proven
-    loads, which the guards checked aligned on every iteration, so a misaligned address is
-    not one an iteration reads (the byte-wise call in the staging loop cost the tiled kernel
+    On a strict-alignment target (the GPU) a misaligned address reads the aligned address
+    below it (or at address 0, where the offset is not a multiple of the width), with one
+    load of the full width and no byte-wise path: the staged loads stand for proven loads,
+    which the guards checked aligned on every iteration, so a misaligned address is not
+    one an iteration reads (the byte-wise call in the staging loop cost the tiled kernel
     its registers and a stack frame)."""
     b = fl.b
     aligned = fl.target.strict_alignment and nbytes > 1

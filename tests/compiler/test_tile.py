@@ -103,16 +103,18 @@ def row_tiling_of(path: Path) -> dict[str, tuple[str, object, int]]:
 
 
 @pytest.mark.parametrize(("func", "depth"), [("gemv_rows", 32), ("dmv_rows", 32), ("irows", 32)])
-def test_row_nests_are_tiled_sixteen_rows_a_block_of_four_warps(func: str, depth: int) -> None:
-    """A 1-D kernel reading rows along its inner loop: 16 rows a block, a thread each, in a
-    block of 128 threads that all stage, and as many iterations a stage as 256 bytes of its
-    widest row step hold (clang unrolls gemv_rows and irows by two: 8 bytes a step; dmv_rows
-    reads 8-byte elements)."""
+def test_row_nests_are_tiled_sixteen_rows_a_warp_that_computes_and_two_that_stage(
+    func: str, depth: int
+) -> None:
+    """A 1-D kernel reading rows along its inner loop: 16 rows a block, a thread each of
+    its first warp, in a block of 96 threads whose last 64 stage, and as many iterations a
+    stage as 256 bytes of its widest row step hold (clang unrolls gemv_rows and irows by
+    two: 8 bytes a step; dmv_rows reads 8-byte elements)."""
     verdict, tiled, got = row_tiling_of(NESTS)[func]
     assert verdict == "tiled"
     shape = tiled.gpu_shape
     assert (shape.threads_x, shape.threads_y, shape.cells_x, shape.cells_y) == (1, 16, 1, 1)
-    assert (shape.launch_y, shape.block_threads, shape.rows, shape.stage_from) == (160, 160, 16, 32)
+    assert (shape.launch_y, shape.block_threads, shape.rows, shape.stage_from) == (96, 96, 16, 32)
     assert got == depth
     assert (tiled.host_shape.cols, tiled.host_shape.threads) == (1, 1)
 
@@ -129,10 +131,11 @@ def test_the_row_stage_depth_follows_the_row_step_and_shared_memory() -> None:
     assert row_shape(8, 8, 8).depth == 32
     assert row_shape(1, 1, 1).depth == 128
     assert row_shape(24, 24, 8).depth == 32  # 256 // 24 = 10, at least 32
-    # 64 iterations of 17 rows (16 and the padding) of 48 bytes do not fit 48 KB; 32 do
-    assert row_shape(4, 24, 0).depth == 64
-    assert row_shape(4, 48, 0).depth == 32
-    assert row_shape(4, 96, 0) is None
+    # two buffers of 64 iterations of 17 rows (16 and the padding) of 24 bytes do not fit
+    # 48 KB; of 32 they do; of 32 iterations of 48 bytes they do not
+    assert row_shape(4, 12, 0).depth == 64
+    assert row_shape(4, 24, 0).depth == 32
+    assert row_shape(4, 48, 0) is None
 
 
 def test_a_kernel_too_large_to_copy_per_cell_is_not_tiled(monkeypatch) -> None:
@@ -202,7 +205,7 @@ def test_a_tiled_gemm_kernel_assembles_for_sm_90(ptxas: str, tmp_path: Path, mon
 def test_tiled_gemm_asks_for_two_blocks_per_multiprocessor_and_fits(ptxas: str, tmp_path: Path) -> None:
     """The tiled kernel's launch bounds (its 16 x 16 block, two blocks per multiprocessor)
     make ptxas fit it in 128 registers, so one block computes while the other stages; the
-    staging loads are one load each (a misaligned address reads at address 0), with no
+    staging loads are one load each (a misaligned address reads the aligned one below it), with no
     byte-wise call in the staging loop."""
     target = NVPTXTarget("sm_90", ARCH_PTX["sm_90"])
     preparation = prepare_offload(GEMM.read_bytes())
@@ -221,35 +224,34 @@ def test_tiled_gemm_asks_for_two_blocks_per_multiprocessor_and_fits(ptxas: str, 
     assert registers and max(registers) <= 128, proc.stderr
 
 
-def test_a_row_tiled_kernel_loads_the_next_stage_while_it_computes(ptxas: str, tmp_path: Path) -> None:
-    """gemv's block (16 rows, 128 threads) issues the global loads of its next stage right
-    after the barrier that publishes this one, before the stage's shared-memory reads: the
-    loads are in flight while the block computes, and the code generator has not sunk them
-    to their use (the shared-memory stores at the next stage). Each thread of a row also
-    hints its row's lines for a later stage into the L2 cache. A full stage's loop runs
-    eight iterations a trip, their shared-memory reads in one basic block."""
+def test_a_row_tiled_kernel_stages_the_next_stage_while_a_warp_computes(ptxas: str, tmp_path: Path) -> None:
+    """gemv's block (16 rows: one warp computes, two stage) meets once a stage, at the vote
+    that starts it. After it the staging threads store the next stage into the other shared
+    buffer, with the word that says whether it runs in full, and issue the global loads of
+    the stage after it, which are in flight while the block computes: the code generator
+    has not sunk them to their use (the stores a stage later). The computing warp hints
+    its rows' lines for a later stage into the L2 cache, and a full stage's loop runs eight
+    iterations a trip, their shared-memory reads in one basic block."""
     target = NVPTXTarget("sm_90", ARCH_PTX["sm_90"])
     preparation = prepare_offload(NESTS.read_bytes())
     row = next(lp for lp in preparation.prepared.loops if lp.plan.func.name == "gemv_rows" and lp.tile)
     tiled = preparation.state.dialect.module.functions[row.kernel_index].attrs["tiled"]
     assert tiled.gpu_shape.prefetch and not tiled.host_shape.prefetch
     ptx = compile_loop_kernels(preparation, target, [row.kernel_index]).text
-    accesses = re.findall(r"^\s*(st\.shared|ld\.shared|ld\.global|barrier\.sync)", ptx, re.M)
-    barrier = accesses.index("barrier.sync")
-    stores = accesses[:barrier].count("st.shared")
-    after = accesses[barrier + 1 :]
-    ahead = after[: after.index("ld.shared")]
-    # 2 row loads (clang unrolled the loop by two) x 32 iterations x 16 rows over 128
-    # threads, and 2 loads of x (32 iterations: a thread each, the others repeat the last)
-    assert stores == 10 and ahead == ["ld.global"] * stores
-    # ... and hints for the L2 cache, L2_AHEAD stages ahead: a stage reads 32 iterations x 8
-    # bytes of each row load, two 128-byte lines, after the next stage's loads
-    hints = [m.start() for m in re.finditer(r"prefetch\.global\.L2", ptx)]
-    assert len(hints) == 2 * 2
-    assert ptx.rindex("ld.global", 0, hints[0]) > ptx.index("barrier.sync")
-    # the threads past the 16 rows leave the stage between its loads and the hints
-    assert re.search(r"@%p\d+ bra", ptx[ptx.rindex("ld.global", 0, hints[0]) : hints[0]])
-    blocks = re.split(r"^\$L__BB\S*:", ptx, flags=re.M)
+    assert ptx.count("barrier.red.or") == 1 and "barrier.sync" not in ptx
+    blocks = [
+        re.findall(r"^\s*(st\.shared|ld\.shared|ld\.global|prefetch\.global\.L2)", block, re.M)
+        for block in re.split(r"^\$L__BB\S*:", ptx, flags=re.M)
+    ]
+    # 2 row loads (clang unrolled the loop by two) x 32 iterations x 16 rows over 64
+    # staging threads, and 2 loads of x (32 iterations: a thread each, the others repeat
+    # the last); the stores also write the stage's word. The loads follow in the same block.
+    staged = 2 * 32 * 16 // 64 + 2
+    assert ["st.shared"] * (staged + 1) + ["ld.global"] * staged in blocks
+    # the computing warp's hints for the L2 cache, L2_AHEAD stages ahead: a stage reads 32
+    # iterations x 8 bytes of each row load, two 128-byte lines
+    (hints,) = [block for block in blocks if "prefetch.global.L2" in block]
+    assert hints.count("prefetch.global.L2") == 2 * 2 and "ld.global" not in hints
     assert max(block.count("ld.shared") for block in blocks) == 8 * 4  # 2 row loads and 2 of x
     proc = assemble(ptxas, ptx, tmp_path / "gemv")
     assert proc.returncode == 0 and "bytes spill" in proc.stderr, proc.stderr

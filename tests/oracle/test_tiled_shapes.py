@@ -32,7 +32,7 @@ def test_drawn_rows_and_cells_are_tiled() -> None:
             assert bool(lp.plan.collapse) == (variant == "cells")
             seen[variant] += 1
             if variant == "rows":
-                assert lp.tile == (16, 1, 1, 160)
+                assert lp.tile == (16, 1, 1, 96)
             else:
                 assert lp.tile is not None and lp.tile[2:] == (16, 16)
     assert seen["rows"] >= 8 and seen["cells"] >= 8, seen
