@@ -761,7 +761,120 @@ class _Steps:
         return out
 
 
-class TileBuilder(_Steps):
+class _Staging:
+    """How :class:`TileBuilder`'s threads stage: each thread's share of a stage, its loads
+    from linear memory and stores to shared memory, the L2 hints, and (with staging-only
+    threads) the handing of each stage to the threads that compute. Apart only to keep
+    each class readable at one sitting."""
+
+    nest: Nest
+    shape: TileShape
+    split: bool
+    stagers: bool
+    fn: Function
+    ty: Value
+    tx: Value
+    i0: Value
+    j0: Value
+
+    def prefetch_rows(self, b: Builder, m: Value) -> None:
+        """Hints that bring into the L2 cache the lines of this thread's own row that the stage
+        from iteration ``m`` reads (a row tile: one row a thread), so that the stage's loads,
+        issued a stage ahead, find them there (:data:`L2_AHEAD`)."""
+        nest, shape = self.nest, self.shape
+        row = self.add(b, self.i0, self.ty)
+        for (load, axis), stride in zip(nest.loads, nest.strides, strict=True):
+            if axis != "i" or not stride:
+                continue
+            for k in range(0, shape.depth, max(1, LINE_BYTES // stride)):
+                address = self.slice(
+                    b, load.operands[0], row, self.j0, self.add(b, m, b.constant(I32, k)), {}
+                )
+                b.op(gpu.prefetch, [address], {"offset": load.attrs["offset"]})
+
+    def stage_layout(self, b: Builder) -> list[tuple[int, Op, Value, Value, Value, Value]]:
+        """Each thread's share of a stage: per staged load and share, the load's number, the
+        load, the iteration of the stage and grid counters its element is read at, and its
+        slot in the load's shared array. Share ``u`` of a thread is element ``flat + u *
+        threads`` of the stage (row by row, or iteration by iteration for column loads), so
+        neighbouring threads read neighbouring elements; a stage of fewer elements than the
+        block has threads is read by its first threads, the others reading its last element
+        again (and storing the same value to the same slot)."""
+        nest, shape = self.nest, self.shape
+        layout = []
+        flat = self.add(b, b.value(arith.mul, self.ty, b.constant(I32, shape.threads_x)), self.tx)
+        threads = shape.block_threads if self.stagers else shape.threads
+        if self.split:  # (the threads that compute have no share)
+            flat = b.value(arith.sub, flat, b.constant(I32, shape.stage_from))
+            threads -= shape.stage_from
+        for q, (load, axis) in enumerate(nest.loads):
+            # ``inner`` elements of the stage are contiguous: a row's iterations, or an iteration's columns
+            inner, across = (shape.depth, shape.rows) if axis == "i" else (shape.cols, shape.depth)
+            total = inner * across
+            assert total % threads == 0 or threads % total == 0, "powers of two"
+            mine = flat
+            if total < threads:
+                last = b.constant(I32, total - 1)
+                mine = b.value(arith.select, b.value(arith.cmpi, flat, last, pred="ult"), flat, last)
+            # The thread's own position, then each share's constant offset from it.
+            low = b.value(arith.and_, mine, b.constant(I32, inner - 1))
+            high = b.value(arith.shr_u, mine, b.constant(I32, inner.bit_length() - 1))
+            for u in range(max(1, total // threads)):
+                first = u * threads
+                a = self.add(b, low, b.constant(I32, first % inner))
+                c = self.add(b, high, b.constant(I32, first // inner))
+                if axis == "i":  # a: the iteration, c: the row
+                    mm, i, j = a, self.add(b, self.i0, c), self.j0
+                    slot = self.add(b, b.value(arith.mul, a, b.constant(I32, shape.rows + 1)), c)
+                else:  # a: the column, c: the iteration
+                    mm, i, j = c, self.i0, self.add(b, self.j0, a)
+                    slot = self.add(b, b.value(arith.mul, c, b.constant(I32, shape.cols)), a)
+                layout.append((q, load, mm, i, j, slot))
+        return layout
+
+    def stage_loads(self, b: Builder, layout: list, m0: Value) -> list[Value]:
+        """This thread's share of the ``depth`` iterations from ``m0`` of each staged load,
+        read from linear memory (speculatively: past the grid or the loop they may read
+        outside memory, and reach no cell that commits)."""
+        values = []
+        for _, load, mm, i, j, _ in layout:
+            m = self.add(b, m0, mm)
+            address = self.slice(b, load.operands[0], i, j, m, {})
+            attrs = {k: v for k, v in load.attrs.items() if k != "proven"}
+            values.append(b.op(mem.load, [address], {**attrs, "speculative": True}).results[0])
+        return values
+
+    def stage_stores(self, b: Builder, layout: list, values: list[Value], m0: Value | None = None) -> None:
+        """This thread's share of a stage (:meth:`stage_loads`) into shared memory; with
+        two buffers, into the one of the stage from ``m0``."""
+        shape = self.shape
+        buffer = None if m0 is None else self.buffer(b, m0)
+        for (q, *_, slot), value in zip(layout, values, strict=True):
+            if buffer is not None:
+                across = shape.rows + 1 if self.nest.loads[q][1] == "i" else shape.cols
+                slot = self.add(b, slot, b.value(arith.mul, buffer, b.constant(I32, across)))
+            b.op(gpu.shared_store, [slot, value], {"array": f"s{q}"})
+
+    def staging(self, b: Builder) -> Value:
+        """Whether this thread stages (i1): with :attr:`split`, those from ``stage_from`` on."""
+        flat = self.add(b, b.value(arith.mul, self.ty, b.constant(I32, self.shape.threads_x)), self.tx)
+        return b.value(arith.cmpi, flat, self.const(b, self.shape.stage_from), pred="uge")
+
+    def publish(self, b: Builder, layout: list, values: list[Value], m0: Value) -> None:
+        """A staging thread's share of the stage from ``m0`` into its buffer, and (the same
+        from every staging thread) whether that stage runs in full by the loop's exit test;
+        the next barrier shows both to the threads that compute."""
+        self.stage_stores(b, layout, values, m0)
+        if self.nest.uniform_exit:
+            goes_on = b.value(arith.zext, self.stage_goes_on(b, m0), to=I32)
+            b.op(gpu.shared_store, [self.full_word(b, m0), goes_on], {"array": "full"})
+
+    def full_word(self, b: Builder, m0: Value) -> Value:
+        """The word of array "full" for the stage from ``m0`` (its buffer's)."""
+        return b.value(arith.shr_u, self.buffer(b, m0), b.constant(I32, self.shape.depth.bit_length() - 1))
+
+
+class TileBuilder(_Steps, _Staging):
     """Builds the tiled function ``tile_<kernel>_<gpu|host>(i0, j0, i_end, j_end, live-ins...)``
     computing the cells ``[i0, min(i0 + rows, i_end)) x [j0, min(j0 + cols, j_end))``."""
 
@@ -1063,102 +1176,6 @@ class TileBuilder(_Steps):
         while unroll < MAX_UNROLL and body * unroll * 2 <= UNROLLED_OPS:
             unroll *= 2
         return unroll if self.shape.depth % unroll == 0 else 1
-
-    def prefetch_rows(self, b: Builder, m: Value) -> None:
-        """Hints that bring into the L2 cache the lines of this thread's own row that the stage
-        from iteration ``m`` reads (a row tile: one row a thread), so that the stage's loads,
-        issued a stage ahead, find them there (:data:`L2_AHEAD`)."""
-        nest, shape = self.nest, self.shape
-        row = self.add(b, self.i0, self.ty)
-        for (load, axis), stride in zip(nest.loads, nest.strides, strict=True):
-            if axis != "i" or not stride:
-                continue
-            for k in range(0, shape.depth, max(1, LINE_BYTES // stride)):
-                address = self.slice(
-                    b, load.operands[0], row, self.j0, self.add(b, m, b.constant(I32, k)), {}
-                )
-                b.op(gpu.prefetch, [address], {"offset": load.attrs["offset"]})
-
-    def stage_layout(self, b: Builder) -> list[tuple[int, Op, Value, Value, Value, Value]]:
-        """Each thread's share of a stage: per staged load and share, the load's number, the
-        load, the iteration of the stage and grid counters its element is read at, and its
-        slot in the load's shared array. Share ``u`` of a thread is element ``flat + u *
-        threads`` of the stage (row by row, or iteration by iteration for column loads), so
-        neighbouring threads read neighbouring elements; a stage of fewer elements than the
-        block has threads is read by its first threads, the others reading its last element
-        again (and storing the same value to the same slot)."""
-        nest, shape = self.nest, self.shape
-        layout = []
-        flat = self.add(b, b.value(arith.mul, self.ty, b.constant(I32, shape.threads_x)), self.tx)
-        threads = shape.block_threads if self.stagers else shape.threads
-        if self.split:  # (the threads that compute have no share)
-            flat = b.value(arith.sub, flat, b.constant(I32, shape.stage_from))
-            threads -= shape.stage_from
-        for q, (load, axis) in enumerate(nest.loads):
-            # ``inner`` elements of the stage are contiguous: a row's iterations, or an iteration's columns
-            inner, across = (shape.depth, shape.rows) if axis == "i" else (shape.cols, shape.depth)
-            total = inner * across
-            assert total % threads == 0 or threads % total == 0, "powers of two"
-            mine = flat
-            if total < threads:
-                last = b.constant(I32, total - 1)
-                mine = b.value(arith.select, b.value(arith.cmpi, flat, last, pred="ult"), flat, last)
-            # The thread's own position, then each share's constant offset from it.
-            low = b.value(arith.and_, mine, b.constant(I32, inner - 1))
-            high = b.value(arith.shr_u, mine, b.constant(I32, inner.bit_length() - 1))
-            for u in range(max(1, total // threads)):
-                first = u * threads
-                a = self.add(b, low, b.constant(I32, first % inner))
-                c = self.add(b, high, b.constant(I32, first // inner))
-                if axis == "i":  # a: the iteration, c: the row
-                    mm, i, j = a, self.add(b, self.i0, c), self.j0
-                    slot = self.add(b, b.value(arith.mul, a, b.constant(I32, shape.rows + 1)), c)
-                else:  # a: the column, c: the iteration
-                    mm, i, j = c, self.i0, self.add(b, self.j0, a)
-                    slot = self.add(b, b.value(arith.mul, c, b.constant(I32, shape.cols)), a)
-                layout.append((q, load, mm, i, j, slot))
-        return layout
-
-    def stage_loads(self, b: Builder, layout: list, m0: Value) -> list[Value]:
-        """This thread's share of the ``depth`` iterations from ``m0`` of each staged load,
-        read from linear memory (speculatively: past the grid or the loop they may read
-        outside memory, and reach no cell that commits)."""
-        values = []
-        for _, load, mm, i, j, _ in layout:
-            m = self.add(b, m0, mm)
-            address = self.slice(b, load.operands[0], i, j, m, {})
-            attrs = {k: v for k, v in load.attrs.items() if k != "proven"}
-            values.append(b.op(mem.load, [address], {**attrs, "speculative": True}).results[0])
-        return values
-
-    def stage_stores(self, b: Builder, layout: list, values: list[Value], m0: Value | None = None) -> None:
-        """This thread's share of a stage (:meth:`stage_loads`) into shared memory; with
-        two buffers, into the one of the stage from ``m0``."""
-        shape = self.shape
-        buffer = None if m0 is None else self.buffer(b, m0)
-        for (q, *_, slot), value in zip(layout, values, strict=True):
-            if buffer is not None:
-                across = shape.rows + 1 if self.nest.loads[q][1] == "i" else shape.cols
-                slot = self.add(b, slot, b.value(arith.mul, buffer, b.constant(I32, across)))
-            b.op(gpu.shared_store, [slot, value], {"array": f"s{q}"})
-
-    def staging(self, b: Builder) -> Value:
-        """Whether this thread stages (i1): with :attr:`split`, those from ``stage_from`` on."""
-        flat = self.add(b, b.value(arith.mul, self.ty, b.constant(I32, self.shape.threads_x)), self.tx)
-        return b.value(arith.cmpi, flat, self.const(b, self.shape.stage_from), pred="uge")
-
-    def publish(self, b: Builder, layout: list, values: list[Value], m0: Value) -> None:
-        """A staging thread's share of the stage from ``m0`` into its buffer, and (the same
-        from every staging thread) whether that stage runs in full by the loop's exit test;
-        the next barrier shows both to the threads that compute."""
-        self.stage_stores(b, layout, values, m0)
-        if self.nest.uniform_exit:
-            goes_on = b.value(arith.zext, self.stage_goes_on(b, m0), to=I32)
-            b.op(gpu.shared_store, [self.full_word(b, m0), goes_on], {"array": "full"})
-
-    def full_word(self, b: Builder, m0: Value) -> Value:
-        """The word of array "full" for the stage from ``m0`` (its buffer's)."""
-        return b.value(arith.shr_u, self.buffer(b, m0), b.constant(I32, self.shape.depth.bit_length() - 1))
 
     def slice(self, b: Builder, value: Value, i: Value, j: Value, m: Value, memo: dict) -> Value:
         """``value`` of the kernel recomputed for grid counters ``(i, j)`` at iteration ``m``
