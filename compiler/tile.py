@@ -220,10 +220,10 @@ def row_shape(
     widest of its row loads' strides) and whose loop reads ``row_bytes`` (row loads) and
     ``col_bytes`` (loads that follow no row) an iteration: :data:`ROW_CELLS` rows of one
     thread each of a warp that computes, in a block of :data:`ROW_THREADS` threads whose
-    others stage (:data:`ROW_STAGE_FROM`), and as many
-    iterations a stage as :data:`ROW_STAGE_BYTES` of a row hold (a power of two from 32 to
-    :data:`MAX_ROW_DEPTH`: see :meth:`TileBuilder.stage_layout`), fewer where the model's
-    shared memory asks; None where not even 32 fit."""
+    others stage (:data:`ROW_STAGE_FROM`), and as many iterations a stage as
+    :data:`ROW_STAGE_BYTES` of a row hold (a power of two from 32 to :data:`MAX_ROW_DEPTH`:
+    see :meth:`TileBuilder.stage_layout`), fewer where the model's shared memory asks; None
+    where not even 32 fit."""
     model = model or DeviceModel()
     fit = max(1, ROW_STAGE_BYTES // max(1, row_stride))
     depth = min(MAX_ROW_DEPTH, max(32, 1 << (fit.bit_length() - 1)))  # (a power of two: see stage_layout)
@@ -802,7 +802,7 @@ class _Staging:
         again (and storing the same value to the same slot)."""
         nest, shape = self.nest, self.shape
         layout = []
-        flat = self.add(b, b.value(arith.mul, self.ty, b.constant(I32, shape.threads_x)), self.tx)
+        flat = self.flat(b)
         threads = shape.block_threads if self.stagers else shape.threads
         if self.split:  # (the threads that compute have no share)
             flat = b.value(arith.sub, flat, b.constant(I32, shape.stage_from))
@@ -855,10 +855,13 @@ class _Staging:
                 slot = self.add(b, slot, b.value(arith.mul, buffer, b.constant(I32, across)))
             b.op(gpu.shared_store, [slot, value], {"array": f"s{q}"})
 
+    def flat(self, b: Builder) -> Value:
+        """This thread's position in its block."""
+        return self.add(b, b.value(arith.mul, self.ty, b.constant(I32, self.shape.threads_x)), self.tx)
+
     def staging(self, b: Builder) -> Value:
         """Whether this thread stages (i1): with :attr:`split`, those from ``stage_from`` on."""
-        flat = self.add(b, b.value(arith.mul, self.ty, b.constant(I32, self.shape.threads_x)), self.tx)
-        return b.value(arith.cmpi, flat, self.const(b, self.shape.stage_from), pred="uge")
+        return b.value(arith.cmpi, self.flat(b), self.const(b, self.shape.stage_from), pred="uge")
 
     def publish(self, b: Builder, layout: list, values: list[Value], m0: Value) -> None:
         """A staging thread's share of the stage from ``m0`` into its buffer, and (the same

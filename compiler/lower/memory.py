@@ -79,7 +79,7 @@ SAFE_OFFSET = 65536
 
 def speculative_load(fl: FunctionLowering, addr: ir.Value, offset: int, ty: ir.Type, nbytes: int) -> ir.Value:
     """A load that never traps: the value at ``addr + offset`` where it lies in linear
-    memory, else whatever address 0 holds (a memory of at least one page has it). For the
+    memory, else whatever :func:`inside_or_zero`'s stand-in address holds. For the
     tiled kernels' staging (:mod:`compiler.tile`), which reads ahead of the loop: a value
     read out of range is one that no iteration of the loop uses, so it need not be zero,
     and nothing after the load waits for it (a kernel issues a stage's loads while it
@@ -109,8 +109,8 @@ def inside_or_zero(fl: FunctionLowering, addr: ir.Value, offset: int, nbytes: in
 
     The test is on the 32-bit ``addr`` against a limit that only the memory's size and the
     constants set, so a loop computes the limit once and each access costs one comparison
-    (and one for the alignment) and a 32-bit select, and the offset stays a constant of
-    the address."""
+    (and a mask or a test for the alignment) and a 32-bit select, and the offset stays a
+    constant of the address."""
     b = fl.b
     i32 = ir.IntType(32)
     # The addresses below ``limit`` are inside: the memory's size less the access's end,
