@@ -50,9 +50,11 @@ def run(command: list[str], tree: Path, timeout: float, extra: dict[str, str] | 
 
 
 def compare(name: str, wasm: Path, trees: dict[str, Path], device: str, repeat: int, plain: bool,
-            timeout: float, envs: dict[str, dict[str, str]] | None = None) -> dict:  # fmt: skip
+            timeout: float, envs: dict[str, dict[str, str]] | None = None, idle: float = 0.0) -> dict:  # fmt: skip
     """One program under every tree (and plain wasmtime where ``plain``): the row. ``envs``:
-    per tree's label, variables its processes run with."""
+    per tree's label, variables its processes run with; ``idle``: seconds slept before each
+    timed run (the device left idle, as while plain wasmtime runs between a benchmark's runs:
+    a CUDA context then takes longer to make)."""
     envs = envs or {}
     wasm = wasm.resolve()
     reference = run([sys.executable, "-c", PLAIN, str(wasm)], ROOT, timeout) if plain else None
@@ -62,6 +64,7 @@ def compare(name: str, wasm: Path, trees: dict[str, Path], device: str, repeat: 
         run(command, tree, timeout, envs.get(label))  # untimed: fills the caches
     for _ in range(repeat):
         for label, tree in trees.items():
+            time.sleep(idle)
             runs[label].append(run(command, tree, timeout, envs.get(label)))
     row: dict = {"program": name, "wasmtime_kernel": reference["kernel"] if reference else None}
     dumps = {r["dump"] for done in runs.values() for r in done}
@@ -103,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=2, help="timed rounds (each tree once a round)")
     parser.add_argument("--plain", action="store_true", help="plain wasmtime first: its kernel time and dump")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--idle", type=float, default=0.0, help="seconds slept before each timed run")
     parser.add_argument("--out", type=Path, help="the rows as JSON")
     parser.add_argument("--base-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a variable the base's processes alone run with (repeatable)")  # fmt: skip
@@ -127,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.programs:
         row = compare(name, args.wasm_dir / f"{name}.wasm", trees, args.device, max(1, args.repeat), args.plain,
-                      args.timeout, {"base": base_env})  # fmt: skip
+                      args.timeout, {"base": base_env}, args.idle)  # fmt: skip
         rows.append(row)
         print(line(row), flush=True)
     if args.out is not None:
