@@ -14,15 +14,14 @@ wasmtime's thread, once the arrivals it would have sped up gain what that start 
 (``profit.STARTUP_SECONDS["cpu"]``), and where this machine links libraries an arrival
 short of that has the kernel compiled, with its library, for the next run. Kernels the
 last run found slower here than on wasmtime are parked (:mod:`runtime.known_host`). Once
-the context is made every launch goes to the GPU. A launch that would rather wait for the
-context (it gains more than the wait) runs here instead where the host's model finishes it
-before the rest of the start and the device's launch would, and its kernel is loaded or in
-the code cache (else it is compiled, for the next run; PolyBench's doitgen: its one launch
-arrives ~150 ms before a context begun with the program is made, after the host's threads
-ran its initialisation). ``TENSORWASM_HOST_WHILE_STARTING``
-(:func:`tensorwasm.support.config.host_while_starting`) leaves the loops of
-device-resident regions out by default: their time steps gained nothing here on the H100's host,
-and fdtd-2d's lost.
+the context is made every launch goes to the GPU. A launch that would rather wait for
+the context (it gains more than the wait) runs here instead where the host's model finishes
+it before the rest of the start and the device's launch would, and its kernel is loaded or
+in the code cache (PolyBench's doitgen: its one launch arrives ~150 ms before a context
+begun with the program is made, after the host's threads ran its initialisation).
+``TENSORWASM_HOST_WHILE_STARTING`` (:func:`tensorwasm.support.config.host_while_starting`) leaves the loops of device-resident
+regions out by default: their time steps gained nothing here on the H100's host, and
+fdtd-2d's lost.
 
 Nothing of the GPU's side changes: a launch in linear memory leaves it as wasmtime would
 have, so a device-resident region whose first launches ran here copies in, at its first
@@ -95,8 +94,7 @@ class HostWhileStarting:
         wasmtime, or a kernel that trapped. With ``beat``, a launch that would rather wait
         for the device (for the rest of its start and its launch, ``beat`` seconds): it
         runs here only where the host's model is faster than that and its kernel is loaded
-        or loads at once from the code cache (None: it waits; where this machine links
-        libraries, the kernel is compiled on a worker meanwhile, for the next run)."""
+        or loads at once from the code cache (None: it waits)."""
         distributed = lp.plan.phases and not lp.plan.collapse and not lp.plan.fission
         if distributed or lp.plan.stepped or (lp.region is not None and not self.regions):
             return None
@@ -106,12 +104,7 @@ class HostWhileStarting:
         if not go or (beat is not None and model * estimate.correction >= beat):
             return None
         if beat is not None and index not in self._kernels.units:
-            loop = self._loop_of[index]
-            if not self._kernels.loads_cheaply(index):
-                if find_linker() is not None and index not in self._kernels.pending:
-                    self._kernels.prefetch(loop)  # (its library, to load at once next time)
-                return None
-            if self._kernels.compile(loop, wait=True) is not None:
+            if not self._kernels.loads_cheaply(index) or self._kernels.compile(self._loop_of[index], wait=True):
                 return None
         elif index not in self._kernels.units:
             # The host's own start (LLVM's JIT loaded, the kernel read or compiled), paid only

@@ -327,27 +327,3 @@ def test_a_launch_the_host_would_take_longer_over_than_the_wait_waits_for_the_de
     assert loop.stats.offloaded == 1 and loop.stats.on_host == 0 and not loop.stats.declined
     assert device.made is not None
     offload.close()
-
-
-def test_a_launch_worth_waiting_for_whose_host_kernel_is_not_ready_waits_and_has_it_compiled(
-    monkeypatch, tmp_path
-) -> None:
-    # As two tests above, but the host kernel neither loaded nor in the code cache: the launch
-    # waits for the device, and where this machine links libraries the kernel is compiled on
-    # a worker meanwhile (its library for the next run).
-    from tensorwasm.compiler.target.shared import find_linker
-
-    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
-    device, offload, loop = _saxpy_on_a_slow_start(monkeypatch, 1e-4, 1.0, 1.05, host_while_starting=True)
-    monkeypatch.setitem(profit.OP_SHARE, "cpu", 1 / 8)
-    monkeypatch.setenv("TENSORWASM_COMPILE", "background")
-    device.starter.begin(device.make_context)
-    spec, case = _saxpy_case()
-    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
-    threading.Timer(0.2, device.release.set).start()
-    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
-    assert loop.stats.offloaded == 1 and loop.stats.on_host == 0 and device.made is not None
-    host = _host_side(offload)
-    assert bool(host._kernels.pending or host._kernels.units) == (find_linker() is not None)
-    host._kernels.wait()
-    offload.close()
