@@ -200,14 +200,10 @@ class OffloadModule:
             for r in self.reports
         ]  # fmt: skip
 
-    def _launch_while_starting(
-        self, lp, ready, arrival, base: int, size: int, beat: float | None = None
-    ) -> list[int] | None:
-        """A launch the device's start keeps from the GPU (or one that would wait ``beat``
-        seconds for it and its launch), on the host's threads where that pays
-        (:class:`runtime.while_starting.HostWhileStarting`); None: wasmtime runs it (or,
-        with ``beat``, the launch waits for the device)."""
-        return self._stand_in().run(lp, ready, arrival, base, size, beat)
+    def _launch_while_starting(self, lp, ready, arrival, base: int, size: int) -> list[int] | None:
+        """A launch the device's start keeps from the GPU, on the host's threads where that
+        pays (:class:`runtime.while_starting.HostWhileStarting`); None: wasmtime runs it."""
+        return self._stand_in().run(lp, ready, arrival, base, size)
 
     def _stand_in(self):
         if self._while_starting is None:

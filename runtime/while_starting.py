@@ -14,12 +14,8 @@ wasmtime's thread, once the arrivals it would have sped up gain what that start 
 (``profit.STARTUP_SECONDS["cpu"]``), and where this machine links libraries an arrival
 short of that has the kernel compiled, with its library, for the next run. Kernels the
 last run found slower here than on wasmtime are parked (:mod:`runtime.known_host`). Once
-the context is made every launch goes to the GPU. A launch that would rather wait for
-the context (it gains more than the wait) runs here instead where the host's model finishes
-it before the rest of the start and the device's launch would, and its kernel is loaded or
-in the code cache (PolyBench's doitgen: its one launch arrives ~150 ms before a context
-begun with the program is made, after the host's threads ran its initialisation).
-``TENSORWASM_HOST_WHILE_STARTING`` (:func:`tensorwasm.support.config.host_while_starting`) leaves the loops of device-resident
+the context is made every launch goes to the GPU. ``TENSORWASM_HOST_WHILE_STARTING``
+(:func:`tensorwasm.support.config.host_while_starting`) leaves the loops of device-resident
 regions out by default: their time steps gained nothing here on the H100's host, and
 fdtd-2d's lost.
 
@@ -84,29 +80,22 @@ class HostWhileStarting:
         return self.module.preparation()
 
     def run(
-        self, lp: OffloadedLoop, ready: PreparedLaunch, arrival: LaunchArguments, base: int, size: int,
-        beat: float | None = None,
+        self, lp: OffloadedLoop, ready: PreparedLaunch, arrival: LaunchArguments, base: int, size: int
     ) -> list[int] | None:
         """The reductions' partial results of ``lp``'s launch on the host's threads, or None
         where it does not run here (wasmtime runs it): a distributed schedule or a stepped
         loop (its iterations in order: one host thread would gain nothing), a kernel not
         ready yet (its compile is begun), a launch the host's cost model finds slower than
-        wasmtime, or a kernel that trapped. With ``beat``, a launch that would rather wait
-        for the device (for the rest of its start and its launch, ``beat`` seconds): it
-        runs here only where the host's model is faster than that and its kernel is loaded
-        or loads at once from the code cache (None: it waits)."""
+        wasmtime, or a kernel that trapped."""
         distributed = lp.plan.phases and not lp.plan.collapse and not lp.plan.fission
         if distributed or lp.plan.stepped or (lp.region is not None and not self.regions):
             return None
         index = lp.kernel_index
         estimate = self.estimates.setdefault(index, Estimate())
         go, _, model, cpu = estimate.decide("cpu", ready.ops, 0, False, ready.cells, touched=ready.moved)
-        if not go or (beat is not None and model * estimate.correction >= beat):
+        if not go:
             return None
-        if beat is not None and index not in self._kernels.units:
-            if not self._kernels.loads_cheaply(index) or self._kernels.compile(self._loop_of[index], wait=True):
-                return None
-        elif index not in self._kernels.units:
+        if index not in self._kernels.units:
             # The host's own start (LLVM's JIT loaded, the kernel read or compiled), paid only
             # once the arrivals it would have sped up gain as much: a program whose loops gain
             # less loads nothing, unless its last run here remembered the kernel (then it is

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from tensorwasm.dialect.types import I32
@@ -160,8 +158,8 @@ def test_a_region_whose_first_steps_ran_on_the_host_leaves_memory_as_wasmtime_do
     (loop,) = actual.offload.loops
     host_run = HostWhileStarting.run
 
-    def run_then_make_the_context(self, lp, ready, arrival, base, size, beat=None):
-        partials = host_run(self, lp, ready, arrival, base, size, beat)
+    def run_then_make_the_context(self, lp, ready, arrival, base, size):
+        partials = host_run(self, lp, ready, arrival, base, size)
         if lp.stats.on_host == 3 and device.made is None:  # the context is made after 3 steps
             device.release.set()
             device.starter.thread.join()
@@ -286,44 +284,3 @@ for _ in range(2):
     gpu_start.STARTER.thread.join()
 actual.close()
 """
-
-
-def _arrival_worth_waiting_for(monkeypatch, seconds_per_op: float):
-    """saxpy (~20,000 ops an arrival at ``seconds_per_op``) on a GPU whose context a thread
-    began making and has ~1 s left of: an arrival gains more than that wait on the device;
-    its host kernel is loaded."""
-    device, offload, loop = _saxpy_on_a_slow_start(monkeypatch, seconds_per_op, 1.0, 1.05, host_while_starting=True)
-    monkeypatch.setitem(profit.OP_SHARE, "cpu", 1 / 8)  # eight threads' worth, whatever this machine has
-    host = offload._stand_in()
-    assert host._kernels.compile(host._loop_of[loop.kernel_index], wait=True) is None
-    device.starter.begin(device.make_context)  # as the command line begins it
-    return device, offload, loop
-
-
-def test_a_launch_worth_waiting_for_runs_on_the_host_where_its_threads_finish_before_the_wait_ends(
-    monkeypatch,
-) -> None:
-    # ~2 s on wasmtime an arrival: the device would gain that less its 1 s wait, but the
-    # host's threads take ~2/8 s, less than the wait alone.
-    device, offload, loop = _arrival_worth_waiting_for(monkeypatch, 1e-4)
-    spec, case = _saxpy_case()
-    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
-    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
-    assert loop.stats.on_host == loop.stats.offloaded == 1 and not loop.stats.declined
-    assert device.starter.running() and device.made is None  # nothing waited for the context
-    device.release.set()
-    device.starter.thread.join()
-    offload.close()
-
-
-def test_a_launch_the_host_would_take_longer_over_than_the_wait_waits_for_the_device(monkeypatch) -> None:
-    # ~20 s on wasmtime an arrival: the host's threads would take ~2.5 s, the device ~1 s of
-    # wait and its launch. The context is made (released here) while the launch waits for it.
-    device, offload, loop = _arrival_worth_waiting_for(monkeypatch, 1e-3)
-    spec, case = _saxpy_case()
-    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
-    threading.Timer(0.2, device.release.set).start()
-    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
-    assert loop.stats.offloaded == 1 and loop.stats.on_host == 0 and not loop.stats.declined
-    assert device.made is not None
-    offload.close()
