@@ -87,3 +87,16 @@ def test_a_variable_given_to_the_base_reaches_its_process() -> None:
     given = trees.run(probe, ROOT, 60, {"TW_TREES_PROBE": "base only"})
     assert given["status"] == 0 and given["dump"] == hashlib.sha256(b"base only\n").hexdigest()
     assert trees.run(probe, ROOT, 60)["dump"] == hashlib.sha256(b"unset\n").hexdigest()
+
+
+def test_idle_sleeps_before_each_timed_run_and_not_before_the_untimed_ones(monkeypatch) -> None:
+    events = []
+
+    def run(command, tree, timeout, extra=None):
+        events.append("run")
+        return {"status": 0, "kernel": 0.01, "process": 0.1, "dump": "same", "stderr": ""}
+
+    monkeypatch.setattr(trees, "run", run)
+    monkeypatch.setattr(trees.time, "sleep", lambda seconds: events.append(seconds))
+    trees.compare("atax", MINI / "atax-mini.wasm", {"base": ROOT, "this": ROOT}, "cpu", 2, False, 300, idle=1.5)
+    assert events == ["run", "run"] + [1.5, "run"] * 4  # two untimed runs, then two rounds of two trees
