@@ -15,6 +15,14 @@ loops come instead of after the arrivals that paid for them. Where each of those
 has its shared library in the code cache (:mod:`compiler.target.shared`: no LLVM to load),
 the bar is that library's start (:data:`CHEAP_EARLY_GAIN_SECONDS`), and the libraries load
 on a thread of their own. A run whose loops gain less forgets them.
+
+The record also keeps each kernel's measured pace on the host's threads standing in for a
+GPU that had not started (what its last launch there took over what the host's cost model
+said, :meth:`Gains.paced`): the model is a fixed share of wasmtime's time, off by 3x to 6x
+for PolyBench's 2mm on an H200's host, and a launch that could wait for the CUDA context
+instead runs on the host's threads only where they finish it first
+(:class:`runtime.while_starting.HostWhileStarting`): the next run starts from the
+measured pace, not the model's.
 """
 
 from __future__ import annotations
@@ -52,6 +60,11 @@ class Gains:
     def __init__(self) -> None:
         self.modelled: dict[int, float] = {}
         self.measured: dict[int, float] = {}
+        self.paces: dict[int, float] = {}  # per kernel: its last launch's measured / modelled time
+
+    def paced(self, index: int, ratio: float) -> None:
+        """Kernel ``index``'s launch took ``ratio`` times what the host's model said."""
+        self.paces[index] = ratio
 
     def would_have(self, index: int, seconds: float) -> None:
         self.modelled[index] = self.modelled.get(index, 0.0) + seconds
@@ -66,21 +79,27 @@ class Gains:
 PARKED_RUNS = 8
 
 
-def last_run(module_key: str) -> tuple[tuple[int, ...], set[int]]:
+def last_run(module_key: str) -> tuple[tuple[int, ...], set[int], dict[int, float]]:
     """What the last runs of the prepared module ``module_key`` left for this one, from one
     read of its record: the kernels (by index) to load early (none where no run chose any),
-    and those whose launches on the host's threads were measured slower than wasmtime (by
-    the cost model's estimate of it) in the last run that launched them. A run parks those
-    on wasmtime from their first arrival (see :meth:`runtime.offload.OffloadModule.
+    those whose launches on the host's threads were measured slower than wasmtime (by
+    the cost model's estimate of it) in the last run that launched them, and the kernels'
+    measured paces there (:meth:`Gains.paced`). A run parks the slower ones on wasmtime
+    from their first arrival (see :meth:`runtime.offload.OffloadModule.
     load_host_kernels_early`), where within a run it takes two slower launches."""
     kept = _kept(module_key)
     slower = {index for index, (gain, measured, _) in kept["seconds"].items() if measured and gain < 0.0}
-    return tuple(kept["load"]), slower
+    return tuple(kept["load"]), slower, dict(kept["pace"])
 
 
 def kernels_last_time(module_key: str) -> tuple[int, ...]:
     """The kernels to load early, of :func:`last_run`."""
     return last_run(module_key)[0]
+
+
+def paces_last_time(module_key: str) -> dict[int, float]:
+    """The kernels' measured paces on the host's threads, of :func:`last_run`."""
+    return last_run(module_key)[2]
 
 
 def slower_last_time(module_key: str) -> set[int]:
@@ -95,7 +114,7 @@ def remember_kernels(module_key: str, gains: Gains, cheap: Callable[[int], bool]
     library); else none. A kernel's measured gain (or loss) stands until it is measured
     again, or for :data:`PARKED_RUNS` runs that did not launch it: a kernel the model
     favours that ran slower on the host's threads is neither loaded nor launched for it, run
-    after run."""
+    after run. A kernel's pace stands until a launch measures it again."""
     kept = _kept(module_key)
     seconds = {index: (gain, False, 0) for index, gain in gains.modelled.items()}
     for index, (gain, measured, parked) in kept["seconds"].items():
@@ -107,16 +126,22 @@ def remember_kernels(module_key: str, gains: Gains, cheap: Callable[[int], bool]
     if paying and cheap is not None and all(cheap(index) for index in paying):
         least = CHEAP_EARLY_GAIN_SECONDS
     load = paying if sum(seconds[index][0] for index in paying) >= least else []
-    record = {"load": load, "seconds": seconds}
+    pace = {**kept["pace"], **gains.paces}
+    record = {"load": load, "seconds": seconds, "pace": pace}
     if record != kept:
-        blob = {"load": load, "seconds": {str(k): list(v) for k, v in seconds.items()}}
+        blob = {
+            "load": load,
+            "seconds": {str(k): list(v) for k, v in seconds.items()},
+            "pace": {str(k): v for k, v in pace.items()},
+        }
         default_cache().put("host-kernels", _key(module_key), json.dumps(blob).encode())
 
 
 def _kept(module_key: str) -> dict:
     """The record of the last run (``load``: the kernels chosen; ``seconds``: per kernel,
-    its gain, whether it was measured, and the runs since that parked it)."""
-    empty: dict = {"load": [], "seconds": {}}
+    its gain, whether it was measured, and the runs since that parked it; ``pace``: per
+    kernel, its measured pace on the host's threads)."""
+    empty: dict = {"load": [], "seconds": {}, "pace": {}}
     blob = default_cache().get("host-kernels", _key(module_key))
     if blob is None:
         return empty
@@ -128,11 +153,20 @@ def _kept(module_key: str) -> dict:
                 int(k): (float(gain), bool(measured), int(parked))
                 for k, (gain, measured, parked) in found["seconds"].items()
             },
+            "pace": {int(k): _pace(v) for k, v in found.get("pace", {}).items()},
         }
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         log.info("dropping an unreadable record of host kernels: %s", exc)
         default_cache().drop("host-kernels", _key(module_key))
         return empty
+
+
+def _pace(value: object) -> float:
+    """A remembered pace: a positive finite ratio (ValueError otherwise)."""
+    ratio = float(value)  # type: ignore[arg-type]
+    if not 0.0 < ratio < float("inf"):
+        raise ValueError(f"a pace of {ratio}")
+    return ratio
 
 
 def _key(module_key: str) -> str:

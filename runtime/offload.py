@@ -119,6 +119,7 @@ class OffloadModule:
         self.launches = self.backend.runner(self)
         first = CompileFirst(self.launches, self._kernels)
         self._while_starting = None  # runtime.while_starting.HostWhileStarting, made at its first need
+        self._host_paces: dict[int, float] = {}  # its kernels' paces there in the last runs (known_host)
         self._host_while_starting = config.host_while_starting() if self.device == "gpu" and mode == "auto" else "off"
         if self._host_while_starting != "off":
             first.while_starting = self._launch_while_starting
@@ -200,16 +201,21 @@ class OffloadModule:
             for r in self.reports
         ]  # fmt: skip
 
-    def _launch_while_starting(self, lp, ready, arrival, base: int, size: int) -> list[int] | None:
-        """A launch the device's start keeps from the GPU, on the host's threads where that
-        pays (:class:`runtime.while_starting.HostWhileStarting`); None: wasmtime runs it."""
-        return self._stand_in().run(lp, ready, arrival, base, size)
+    def _launch_while_starting(
+        self, lp, ready, arrival, base: int, size: int, beat: float | None = None
+    ) -> list[int] | None:
+        """A launch the device's start keeps from the GPU (or one that would wait ``beat``
+        seconds for it and its launch), on the host's threads where that pays
+        (:class:`runtime.while_starting.HostWhileStarting`); None: wasmtime runs it (or,
+        with ``beat``, the launch waits for the device)."""
+        return self._stand_in().run(lp, ready, arrival, base, size, beat)
 
     def _stand_in(self):
         if self._while_starting is None:
             from tensorwasm.runtime.while_starting import HostWhileStarting
 
             self._while_starting = HostWhileStarting(self, regions=self._host_while_starting == "on")
+            self._while_starting.pace(self._host_paces)
         return self._while_starting
 
     def load_host_kernels_early(self) -> bool:
@@ -217,21 +223,24 @@ class OffloadModule:
         here would have run on the host's threads (:mod:`runtime.known_host`): on the host
         backend, or standing in for a GPU whose start does not pay yet; and park on wasmtime
         those whose launches there ran slower than wasmtime in the run that last launched
-        them. Whether any load was begun (not where kernels compile as their launches need
-        them). Their launch threads are started meanwhile, on a thread of their own: a
+        them; and keep their measured paces there for the host's threads standing in for a GPU
+        (:meth:`runtime.while_starting.HostWhileStarting.pace`). Whether any load was begun
+        (not where kernels compile as their launches need them). Their launch threads are started meanwhile, on a thread of their own: a
         launch that started them took 10 to 25 ms to start 16 on the H100 machine's host, to
         run ~2 ms of work."""
         if self.mode != "auto" or (self.device == "gpu" and self._host_while_starting == "off"):
             return False
         from tensorwasm.runtime import known_host
 
-        load, slower = known_host.last_run(self.key)
+        load, slower, self._host_paces = known_host.last_run(self.key)
         wanted = set(load)
         if wanted:
             from tensorwasm.runtime.host_device import warm_launch_threads
 
             warm_launch_threads()
         if self.device == "gpu":
+            if self._while_starting is not None:  # (made before: else it takes them when it is)
+                self._while_starting.pace(self._host_paces)
             if slower:
                 self._stand_in().park(slower)
             return bool(wanted) and self._stand_in().load_early(wanted)

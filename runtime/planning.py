@@ -470,17 +470,24 @@ class ArrivalPlanner:
             if go:
                 self.gains.would_have(lp.kernel_index, cpu - model)
                 not_yet = self._started(cpu - model, lp)
+                partials = None
                 if not_yet is not None:
                     go, why = False, not_yet
                     if self.prefetch is not None:  # ready when the device is (in this run or the next)
                         self.prefetch(lp)
-                    partials = (
-                        self.while_starting(lp, ready, arrival, base, size) if self.while_starting else None
-                    )
-                    if partials is not None:  # ran on the host's threads meanwhile (no replay of it)
-                        stats.offloaded += 1
-                        stats.iterations += launch.trip
-                        return [1, *arrival.live_outs(partials)]
+                    if self.while_starting is not None:
+                        partials = self.while_starting(lp, ready, arrival, base, size)
+                elif self.while_starting is not None:
+                    # Worth waiting for the context: unless the host's threads would be done
+                    # sooner than the wait and the device's launch.
+                    wait = self.startup_wait() if self.startup_wait is not None else 0.0
+                    if wait > 0.0:
+                        beat = wait + model * lp.estimate.correction
+                        partials = self.while_starting(lp, ready, arrival, base, size, beat)
+                if partials is not None:  # ran on the host's threads meanwhile (no replay of it)
+                    stats.offloaded += 1
+                    stats.iterations += launch.trip
+                    return [1, *arrival.live_outs(partials)]
             if not go:
                 stats.decline(why)
                 self.declined_launch = ready

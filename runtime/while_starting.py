@@ -14,10 +14,19 @@ wasmtime's thread, once the arrivals it would have sped up gain what that start 
 (``profit.STARTUP_SECONDS["cpu"]``), and where this machine links libraries an arrival
 short of that has the kernel compiled, with its library, for the next run. Kernels the
 last run found slower here than on wasmtime are parked (:mod:`runtime.known_host`). Once
-the context is made every launch goes to the GPU. ``TENSORWASM_HOST_WHILE_STARTING``
-(:func:`tensorwasm.support.config.host_while_starting`) leaves the loops of device-resident
-regions out by default: their time steps gained nothing here on the H100's host, and
-fdtd-2d's lost.
+the context is made every launch goes to the GPU. A launch that would rather wait for the
+context (it gains more than the wait) runs here instead where the host's estimate finishes
+it before the rest of the start and the device's launch would, and its kernel is loaded or
+in the code cache (else it is compiled, for the next run; PolyBench's doitgen: its one
+launch arrives 130 to 180 ms before a context begun with the program is made, after the GPU
+sat idle for two seconds). That estimate is the host's model at the kernel's pace measured
+here by the last runs (:mod:`runtime.known_host`), where they launched it: the model alone
+took PolyBench's 2mm's first kernel for 2.5x to 6x faster than it ran here (121 to 168 ms,
+against 27 to 48 ms waiting for the device, on an H200), so a run launches it here at most
+once before its pace is known. ``TENSORWASM_HOST_WHILE_STARTING``
+(:func:`tensorwasm.support.config.host_while_starting`) leaves the loops of
+device-resident regions out by default: their time steps gained nothing here on the H100's host,
+and fdtd-2d's lost.
 
 Nothing of the GPU's side changes: a launch in linear memory leaves it as wasmtime would
 have, so a device-resident region whose first launches ran here copies in, at its first
@@ -80,22 +89,41 @@ class HostWhileStarting:
         return self.module.preparation()
 
     def run(
-        self, lp: OffloadedLoop, ready: PreparedLaunch, arrival: LaunchArguments, base: int, size: int
+        self,
+        lp: OffloadedLoop,
+        ready: PreparedLaunch,
+        arrival: LaunchArguments,
+        base: int,
+        size: int,
+        beat: float | None = None,
     ) -> list[int] | None:
         """The reductions' partial results of ``lp``'s launch on the host's threads, or None
         where it does not run here (wasmtime runs it): a distributed schedule or a stepped
         loop (its iterations in order: one host thread would gain nothing), a kernel not
         ready yet (its compile is begun), a launch the host's cost model finds slower than
-        wasmtime, or a kernel that trapped."""
+        wasmtime, or a kernel that trapped. With ``beat``, a launch that would rather wait
+        for the device (for the rest of its start and its launch, ``beat`` seconds): it
+        runs here only where the host's estimate (its model at the kernel's pace measured
+        here, in this run or the last ones: :meth:`pace`) is below that and its kernel is
+        loaded or loads at once from the code cache (None: it waits; where this machine links
+        libraries, the kernel is compiled on a worker meanwhile, for the next run)."""
         distributed = lp.plan.phases and not lp.plan.collapse and not lp.plan.fission
         if distributed or lp.plan.stepped or (lp.region is not None and not self.regions):
             return None
         index = lp.kernel_index
         estimate = self.estimates.setdefault(index, Estimate())
         go, _, model, cpu = estimate.decide("cpu", ready.ops, 0, False, ready.cells, touched=ready.moved)
-        if not go:
+        if not go or (beat is not None and model * estimate.correction >= beat):
             return None
-        if index not in self._kernels.units:
+        if beat is not None and index not in self._kernels.units:
+            loop = self._loop_of[index]
+            if not self._kernels.loads_cheaply(index):
+                if find_linker() is not None and index not in self._kernels.pending:
+                    self._kernels.prefetch(loop)  # (its library, to load at once next time)
+                return None
+            if self._kernels.compile(loop, wait=True) is not None:
+                return None
+        elif index not in self._kernels.units:
             # The host's own start (LLVM's JIT loaded, the kernel read or compiled), paid only
             # once the arrivals it would have sped up gain as much: a program whose loops gain
             # less loads nothing, unless its last run here remembered the kernel (then it is
@@ -121,12 +149,21 @@ class HostWhileStarting:
             took = time.perf_counter() - started - self.launches.take_threads_seconds()  # (once per process)
             estimate.record(took, model, cpu)
             self.gains.launched(index, cpu - took)
+            if model > 0.0:
+                self.gains.paced(index, took / model)
             lp.stats.on_host += 1
         return partials
 
     def loads_cheaply(self, index: int) -> bool:
         """Whether kernel ``index``'s host code loads from its shared library in the code cache."""
         return self._kernels.loads_cheaply(index)
+
+    def pace(self, paces: Mapping[int, float]) -> None:
+        """Start the kernels of ``paces`` from their paces measured here in the last runs (their
+        launch's time over the host's model, :meth:`runtime.known_host.Gains.paced`) instead
+        of the model alone."""
+        for index, ratio in paces.items():
+            self.estimates.setdefault(index, Estimate()).correction = ratio
 
     def park(self, indices: set[int]) -> None:
         """Leave the kernels ``indices`` to wasmtime from their first arrival, as if two of

@@ -298,3 +298,35 @@ def test_a_launch_is_measured_without_its_wait_for_the_host_threads_to_start(mon
     assert waits and waits[0] >= 0.3  # the launch waited for its threads...
     assert module.planner.gains.measured[loop.kernel_index] > -0.1  # ...which its measure leaves out
     module.close()
+
+
+def test_a_kernels_pace_on_the_host_is_remembered_until_a_launch_measures_it_again() -> None:
+    key = "a module whose kernels ran on the host's threads"
+    assert known_host.last_run(key)[2] == {}
+    gains = _gains(measured={4: 0.02})
+    gains.paced(4, 3.5)
+    known_host.remember_kernels(key, gains)
+    assert known_host.paces_last_time(key) == {4: 3.5}
+    again = _gains(measured={6: 0.01})
+    again.paced(6, 0.8)
+    known_host.remember_kernels(key, again)  # kernel 4 did not launch: its pace stands
+    assert known_host.paces_last_time(key) == {4: 3.5, 6: 0.8}
+    third = _gains(measured={4: 0.03})
+    third.paced(4, 1.25)
+    known_host.remember_kernels(key, third)
+    assert known_host.paces_last_time(key) == {4: 1.25, 6: 0.8}
+
+
+@pytest.mark.parametrize("pace", ["-1", "0", '"fast"', "1e999"])
+def test_a_record_with_a_pace_that_is_no_positive_ratio_is_dropped(pace: str) -> None:
+    from tensorwasm.runtime.cache import default_cache
+
+    key = f"a module whose record was damaged ({pace})"
+    gains = _gains(measured={1: 0.5})
+    gains.paced(1, 2.0)
+    known_host.remember_kernels(key, gains)
+    record = known_host._key(key)
+    blob = default_cache().get("host-kernels", record).replace(b'"1": 2.0', b'"1": ' + pace.encode())
+    default_cache().put("host-kernels", record, blob)
+    assert known_host.last_run(key) == ((), set(), {})
+    assert default_cache().get("host-kernels", record) is None

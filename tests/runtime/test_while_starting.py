@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from tensorwasm.dialect.types import I32
 from tensorwasm.oracle.offload import OffloadInstance
-from tensorwasm.runtime import profit
+from tensorwasm.runtime import known_host, profit
+from tensorwasm.runtime.offload import OffloadModule
 from tensorwasm.runtime.planning import NOT_STARTED, STARTING
 from tensorwasm.runtime.reference import ReferenceInstance
 from tensorwasm.runtime.while_starting import HostWhileStarting
@@ -158,8 +161,8 @@ def test_a_region_whose_first_steps_ran_on_the_host_leaves_memory_as_wasmtime_do
     (loop,) = actual.offload.loops
     host_run = HostWhileStarting.run
 
-    def run_then_make_the_context(self, lp, ready, arrival, base, size):
-        partials = host_run(self, lp, ready, arrival, base, size)
+    def run_then_make_the_context(self, lp, ready, arrival, base, size, beat=None):
+        partials = host_run(self, lp, ready, arrival, base, size, beat)
         if lp.stats.on_host == 3 and device.made is None:  # the context is made after 3 steps
             device.release.set()
             device.starter.thread.join()
@@ -284,3 +287,105 @@ for _ in range(2):
     gpu_start.STARTER.thread.join()
 actual.close()
 """
+
+
+def _arrival_worth_waiting_for(monkeypatch, seconds_per_op: float):
+    """saxpy (~20,000 ops an arrival at ``seconds_per_op``) on a GPU whose context a thread
+    began making and has ~1 s left of: an arrival gains more than that wait on the device;
+    its host kernel is loaded."""
+    device, offload, loop = _saxpy_on_a_slow_start(monkeypatch, seconds_per_op, 1.0, 1.05, host_while_starting=True)
+    monkeypatch.setitem(profit.OP_SHARE, "cpu", 1 / 8)  # eight threads' worth, whatever this machine has
+    host = offload._stand_in()
+    assert host._kernels.compile(host._loop_of[loop.kernel_index], wait=True) is None
+    device.starter.begin(device.make_context)  # as the command line begins it
+    return device, offload, loop
+
+
+def test_a_launch_worth_waiting_for_runs_on_the_host_where_its_threads_finish_before_the_wait_ends(
+    monkeypatch,
+) -> None:
+    # ~2 s on wasmtime an arrival: the device would gain that less its 1 s wait, but the
+    # host's threads take ~2/8 s, less than the wait alone.
+    device, offload, loop = _arrival_worth_waiting_for(monkeypatch, 1e-4)
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    assert loop.stats.on_host == loop.stats.offloaded == 1 and not loop.stats.declined
+    assert device.starter.running() and device.made is None  # nothing waited for the context
+    # The launch's pace here (its time over the host's model) is kept for the next run, whose
+    # stand-in starts from it.
+    pace = _host_side(offload).gains.paces[loop.kernel_index]
+    assert pace > 0.0
+    offload.remember_host_kernels()
+    assert known_host.paces_last_time(offload.key)[loop.kernel_index] == pace
+    device.release.set()
+    device.starter.thread.join()
+    offload.close()
+    following = OffloadModule(module_bytes("blas1", "O2"), device=SlowStartDevice(), mode="auto")
+    following.load_host_kernels_early()
+    assert _stand_in_of(following).estimates[loop.kernel_index].correction == pace
+    following.close()
+
+
+def _stand_in_of(offload) -> HostWhileStarting:
+    return offload._stand_in()
+
+
+def test_a_launch_worth_waiting_for_waits_where_the_last_run_measured_the_host_slower_than_its_model(
+    monkeypatch, tmp_path
+) -> None:
+    # As above (the host's model: ~2/8 s, less than the 1 s wait), but the last run measured
+    # the kernel's launch on the host's threads at 10 times its model (~2.5 s, PolyBench's
+    # 2mm's first kernel on an H200's host was 2.5 to 6 times): the launch waits for the
+    # device, which the test makes while it waits.
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
+    device, offload, loop = _arrival_worth_waiting_for(monkeypatch, 1e-4)
+    gains = known_host.Gains()
+    gains.launched(loop.kernel_index, 1e-3)  # (it gained, a little: not parked, not loaded early)
+    gains.paced(loop.kernel_index, 10.0)
+    known_host.remember_kernels(offload.key, gains)
+    offload.load_host_kernels_early()
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    threading.Timer(0.2, device.release.set).start()
+    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    assert loop.stats.offloaded == 1 and loop.stats.on_host == 0 and not loop.stats.declined
+    assert device.made is not None
+    offload.close()
+
+
+def test_a_launch_the_host_would_take_longer_over_than_the_wait_waits_for_the_device(monkeypatch) -> None:
+    # ~20 s on wasmtime an arrival: the host's threads would take ~2.5 s, the device ~1 s of
+    # wait and its launch. The context is made (released here) while the launch waits for it.
+    device, offload, loop = _arrival_worth_waiting_for(monkeypatch, 1e-3)
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    threading.Timer(0.2, device.release.set).start()
+    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    assert loop.stats.offloaded == 1 and loop.stats.on_host == 0 and not loop.stats.declined
+    assert device.made is not None
+    offload.close()
+
+
+def test_a_launch_worth_waiting_for_whose_host_kernel_is_not_ready_waits_and_has_it_compiled(
+    monkeypatch, tmp_path
+) -> None:
+    # As two tests above, but the host kernel neither loaded nor in the code cache: the launch
+    # waits for the device, and where this machine links libraries the kernel is compiled on
+    # a worker meanwhile (its library for the next run).
+    from tensorwasm.compiler.target.shared import find_linker
+
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
+    device, offload, loop = _saxpy_on_a_slow_start(monkeypatch, 1e-4, 1.0, 1.05, host_while_starting=True)
+    monkeypatch.setitem(profit.OP_SHARE, "cpu", 1 / 8)
+    monkeypatch.setenv("TENSORWASM_COMPILE", "background")
+    device.starter.begin(device.make_context)
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    threading.Timer(0.2, device.release.set).start()
+    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    assert loop.stats.offloaded == 1 and loop.stats.on_host == 0 and device.made is not None
+    host = _host_side(offload)
+    assert bool(host._kernels.pending or host._kernels.units) == (find_linker() is not None)
+    host._kernels.wait()
+    offload.close()
