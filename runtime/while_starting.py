@@ -80,6 +80,7 @@ class HostWhileStarting:
         self.estimates: dict[int, Estimate] = {}  # per kernel: the host's own measured correction
         self.banked = 0.0  # what the host launches would have gained before its kernels were ready
         self.gains = Gains()  # per kernel: what its arrivals gained here, or would have
+        self.paces: dict[int, float] = {}  # per kernel: its pace here in the last runs (known_host)
 
     @property
     def key(self) -> str:
@@ -104,7 +105,7 @@ class HostWhileStarting:
         wasmtime, or a kernel that trapped. With ``beat``, a launch that would rather wait
         for the device (for the rest of its start and its launch, ``beat`` seconds): it
         runs here only where the host's estimate (its model at the kernel's pace measured
-        here, in this run or the last ones: :meth:`pace`) is below that and its kernel is
+        here, in this run or the last ones: :meth:`_pace`) is below that and its kernel is
         loaded or loads at once from the code cache (None: it waits; where this machine links
         libraries, the kernel is compiled on a worker meanwhile, for the next run)."""
         distributed = lp.plan.phases and not lp.plan.collapse and not lp.plan.fission
@@ -113,7 +114,7 @@ class HostWhileStarting:
         index = lp.kernel_index
         estimate = self.estimates.setdefault(index, Estimate())
         go, _, model, cpu = estimate.decide("cpu", ready.ops, 0, False, ready.cells, touched=ready.moved)
-        if not go or (beat is not None and model * estimate.correction >= beat):
+        if not go or (beat is not None and model * self._pace(index, estimate) >= beat):
             return None
         if beat is not None and index not in self._kernels.units:
             loop = self._loop_of[index]
@@ -159,11 +160,21 @@ class HostWhileStarting:
         return self._kernels.loads_cheaply(index)
 
     def pace(self, paces: Mapping[int, float]) -> None:
-        """Start the kernels of ``paces`` from their paces measured here in the last runs (their
-        launch's time over the host's model, :meth:`runtime.known_host.Gains.paced`) instead
-        of the model alone."""
-        for index, ratio in paces.items():
-            self.estimates.setdefault(index, Estimate()).correction = ratio
+        """Take the kernels' paces measured here in the last runs (``paces``: their last
+        launch's time over the host's model, :meth:`runtime.known_host.Gains.paced`), for
+        the choice between these threads and waiting for the device."""
+        self.paces.update(paces)
+
+    def _pace(self, index: int, estimate: Estimate) -> float:
+        """Kernel ``index``'s pace here: its correction where this run measured it (a launch
+        after its first), else its last launch's in the last runs (a first launch, as the
+        one a launch that could wait is), else the model's own (1). Only the choice against
+        waiting takes it: whether a launch here pays against wasmtime keeps the model,
+        corrected by this run's launches (a first launch's pace, slowed by its warm-up, sent
+        PolyBench's mvt back to wasmtime on an H200, 5.7 ms -> 22 ms)."""
+        if estimate.launches >= 2:
+            return estimate.correction
+        return self.paces.get(index, 1.0)
 
     def park(self, indices: set[int]) -> None:
         """Leave the kernels ``indices`` to wasmtime from their first arrival, as if two of

@@ -323,7 +323,7 @@ def test_a_launch_worth_waiting_for_runs_on_the_host_where_its_threads_finish_be
     offload.close()
     following = OffloadModule(module_bytes("blas1", "O2"), device=SlowStartDevice(), mode="auto")
     following.load_host_kernels_early()
-    assert _stand_in_of(following).estimates[loop.kernel_index].correction == pace
+    assert _stand_in_of(following).paces[loop.kernel_index] == pace
     following.close()
 
 
@@ -388,4 +388,21 @@ def test_a_launch_worth_waiting_for_whose_host_kernel_is_not_ready_waits_and_has
     host = _host_side(offload)
     assert bool(host._kernels.pending or host._kernels.units) == (find_linker() is not None)
     host._kernels.wait()
+    offload.close()
+
+
+def test_a_remembered_pace_leaves_the_choice_against_wasmtime_to_the_model(monkeypatch, tmp_path) -> None:
+    # ~100 ms of CPU time an arrival, the context "100 s" off: the host's model finds its
+    # threads faster than wasmtime. A pace of 10 remembered (a first launch slowed by its
+    # warm-up) would find them slower; it weighs only against waiting for the device, and
+    # the launch runs here.
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
+    device, offload, loop = _saxpy_on_a_slow_start(monkeypatch, 5e-6, 100.0, 100.05, host_while_starting=True)
+    host = offload._stand_in()
+    assert host._kernels.compile(host._loop_of[loop.kernel_index], wait=True) is None
+    host.pace({loop.kernel_index: 10.0})
+    spec, case = _saxpy_case()
+    expected = run_case(module_bytes("blas1", "O2"), "saxpy", spec, case)
+    assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
+    assert loop.stats.on_host == loop.stats.offloaded == 1 and device.made is None
     offload.close()
