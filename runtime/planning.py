@@ -348,6 +348,7 @@ class ArrivalPlanner:
         self.while_starting = getattr(runner, "while_starting", None)
         self.banked = 0.0  # the gain of the arrivals that would have paid, before the device started
         self.banked_late = 0.0  # of it, the arrivals' once a context begun with the program would be made
+        self.worth_waiting = False  # whether a launch was worth waiting for the context (begun: see start_would_pay)
         self.gains = Gains()  # per kernel: what its arrivals that paid gained (runtime.known_host)
         # An arrival left to wasmtime to time it (profit.PROBING): its loop, its CPU
         # estimate, and when the host call returned (0.0: not yet), until the next arrival.
@@ -482,6 +483,7 @@ class ArrivalPlanner:
                     # sooner than the wait and the device's launch.
                     wait = self.startup_wait() if self.startup_wait is not None else 0.0
                     if wait > 0.0:
+                        self.worth_waiting = True
                         beat = wait + model * lp.estimate.correction
                         partials = self.while_starting(lp, ready, arrival, base, size, beat)
                 if partials is not None:  # ran on the host's threads meanwhile (no replay of it)
@@ -551,9 +553,14 @@ class ArrivalPlanner:
         (:data:`runtime.profit.STARTUP_SECONDS`), or those of the arrivals that came once a
         context begun with the program would have been made reached :attr:`LATE_SHARE` of
         it (PolyBench's deriche: ~0.35 s of loops from ~0.15 s into the run gain less than
-        the start, but a start begun with the program would be made for half of them)."""
+        the start, but a start begun with the program would be made for half of them); or a
+        launch was worth waiting for the context being made, wherever it ran (the host's
+        threads may have beaten the wait: deriche's launches all did on an H200 once its
+        context was no longer begun with the program, 260 ms against 50 ms on the GPU)."""
         startup = STARTUP_SECONDS.get(self.device, 0.0)
-        return startup > 0.0 and (self.banked >= startup or self.banked_late >= self.LATE_SHARE * startup)
+        return startup > 0.0 and (
+            self.worth_waiting or self.banked >= startup or self.banked_late >= self.LATE_SHARE * startup
+        )
 
     def guards(self, lp: OffloadedLoop, live: tuple[int, ...], size: int) -> PreparedLaunch | str:
         """The launch the guards allow for these live-ins, made ready, or why they refuse it."""

@@ -480,6 +480,20 @@ def test_the_start_would_pay_once_the_banked_gains_reach_the_whole_start() -> No
     assert planner.start_would_pay()
 
 
+def test_the_start_would_pay_where_a_launch_was_worth_waiting_for_the_context() -> None:
+    # Wherever it ran (the host's threads may have beaten the wait): without the start begun
+    # with the program, the next run's launches would wait longer, or run on the host's threads.
+    from tensorwasm.runtime.planning import ArrivalPlanner
+
+    class Runner:
+        run = transfer_estimate = record_replay = None
+
+    planner = ArrivalPlanner("auto", "gpu", Runner())
+    assert not planner.start_would_pay()
+    planner.worth_waiting = True
+    assert planner.start_would_pay()
+
+
 def test_the_start_would_pay_where_the_gains_after_a_context_begun_with_the_program_reach_a_share(
     monkeypatch,
 ) -> None:

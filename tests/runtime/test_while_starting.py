@@ -312,6 +312,8 @@ def test_a_launch_worth_waiting_for_runs_on_the_host_where_its_threads_finish_be
     assert run_case(offload.rewritten, "saxpy", spec, case, offload) == expected
     assert loop.stats.on_host == loop.stats.offloaded == 1 and not loop.stats.declined
     assert device.starter.running() and device.made is None  # nothing waited for the context
+    # The launch was worth waiting for: the next run begins the device's start with the program.
+    assert offload.planner.worth_waiting and offload.planner.start_would_pay()
     # The launch's pace here (its time over the host's model) is kept for the next run, whose
     # stand-in starts from it.
     pace = _host_side(offload).gains.paces[loop.kernel_index]
