@@ -51,7 +51,10 @@ from tensorwasm.runtime.host_device import HostDevice, HostLaunches
 from tensorwasm.runtime.known_host import Gains
 from tensorwasm.runtime.loop_kernels import LoopKernels
 from tensorwasm.runtime.profit import SLOWER_LIMIT, STARTUP_SECONDS, Estimate
+from tensorwasm.support import logs
 from tensorwasm.support.records import replace
+
+log = logs.get_logger(__name__)
 
 if TYPE_CHECKING:
     from tensorwasm.runtime.offload import OffloadModule
@@ -114,8 +117,17 @@ class HostWhileStarting:
         index = lp.kernel_index
         estimate = self.estimates.setdefault(index, Estimate())
         go, _, model, cpu = estimate.decide("cpu", ready.ops, 0, False, ready.cells, touched=ready.moved)
-        if not go or (beat is not None and model * self._pace(index, estimate) >= beat):
+        if not go:
             return None
+        if beat is not None:
+            here = model * self._pace(index, estimate)
+            log.info(
+                "kernel %d: the host's threads in ~%.1f ms (pace %.2f) against ~%.1f ms waiting for the "
+                "device and its launch: %s", index, here * 1e3, self._pace(index, estimate), beat * 1e3,
+                "waits" if here >= beat else "runs here",
+            )  # fmt: skip
+            if here >= beat:
+                return None
         if beat is not None and index not in self._kernels.units:
             loop = self._loop_of[index]
             if not self._kernels.loads_cheaply(index):
