@@ -306,8 +306,15 @@ def test_a_warm_start_builds_the_reports_only_when_asked(tmp_path: Path, monkeyp
     assert _rows(warm) == _rows(cold)
 
 
+@pytest.mark.parametrize(
+    "unbuildable",
+    [
+        b'["tensorwasm-records-1",[],["LoopReport"]]',  # its table right, its value not
+        b"not a document",  # (parsed only where the reports are asked for: the rest is used)
+    ],
+)
 def test_unreadable_cached_reports_are_taken_from_the_module_linked_to_its_loops(
-    tmp_path: Path, monkeypatch
+    tmp_path: Path, monkeypatch, unbuildable: bytes
 ) -> None:
     from tensorwasm.runtime import prepared
     from tensorwasm.runtime.cache import default_cache
@@ -320,7 +327,6 @@ def test_unreadable_cached_reports_are_taken_from_the_module_linked_to_its_loops
     entry = prepared.read(default_cache().get("prepared", cold.key))
     document = prepared.RECORDS.dumps(prepared.replace(entry.module, rewritten=b""), prepared._stand_in)
     rows = json.dumps(entry.rows).encode()
-    unbuildable = b'["tensorwasm-records-1",[],["LoopReport"]]'  # its table right, its value not
     default_cache().put("prepared", cold.key, prepared.entry([document, rows, unbuildable], cold.rewritten))
     default_cache().memory.clear()
     warm = OffloadModule(wasm, device="cpu")
