@@ -215,7 +215,7 @@ class OffloadModule:
             from tensorwasm.runtime.while_starting import HostWhileStarting
 
             self._while_starting = HostWhileStarting(self, regions=self._host_while_starting == "on")
-            self._while_starting.pace(self._host_paces)
+            self._while_starting.paces = self._host_paces  # (one dict: the last runs' paces land in both)
         return self._while_starting
 
     def load_host_kernels_early(self) -> bool:
@@ -232,15 +232,14 @@ class OffloadModule:
             return False
         from tensorwasm.runtime import known_host
 
-        load, slower, self._host_paces = known_host.last_run(self.key)
+        load, slower, paces = known_host.last_run(self.key)
+        self._host_paces.update(paces)
         wanted = set(load)
         if wanted:
             from tensorwasm.runtime.host_device import warm_launch_threads
 
             warm_launch_threads()
         if self.device == "gpu":
-            if self._while_starting is not None:  # (made before: else it takes them when it is)
-                self._while_starting.pace(self._host_paces)
             if slower:
                 self._stand_in().park(slower)
             return bool(wanted) and self._stand_in().load_early(wanted)

@@ -120,10 +120,11 @@ class HostWhileStarting:
         if not go:
             return None
         if beat is not None:
-            here = model * self._pace(index, estimate)
+            pace = self._pace(index, estimate)
+            here = model * pace
             log.info(
                 "kernel %d: the host's threads in ~%.1f ms (pace %.2f) against ~%.1f ms waiting for the "
-                "device and its launch: %s", index, here * 1e3, self._pace(index, estimate), beat * 1e3,
+                "device and its launch: %s", index, here * 1e3, pace, beat * 1e3,
                 "waits" if here >= beat else "runs here",
             )  # fmt: skip
             if here >= beat:
