@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tensorwasm.dialect import cf
 from tensorwasm.dialect.builder import check_successor
-from tensorwasm.dialect.ir import Block, Function, Module, Op
+from tensorwasm.dialect.ir import Block, Function, Module, Op, Value
 from tensorwasm.support.errors import IRTypeError, VerifyError
 
 
@@ -20,7 +20,8 @@ def verify_module(module: Module) -> None:
 
 
 def verify_function(func: Function) -> None:
-    """Raise VerifyError naming the function, block and op of the first broken rule."""
+    """Raise VerifyError naming the function, block and op of the first broken rule: each
+    block's structure and types first (in order), then reachability, then dominance."""
     if not func.blocks:
         raise VerifyError(f"function {func.name}: has no blocks")
     entry = func.entry
@@ -28,53 +29,70 @@ def verify_function(func: Function) -> None:
         raise VerifyError(f"function {func.name}: entry block arguments do not match the parameters")
     block_ids = {block: i for i, block in enumerate(func.blocks)}
     positions: dict[Op, int] = {}
+    # Uses a block's own pass cannot settle (a value of another block, or of this one not
+    # yet seen): (value, block, its index, the use's position), checked once the
+    # dominators are known. A use of an earlier op of its own block, or of its own block's
+    # argument, is dominated: most uses are, and they cost one test each.
+    later: list[tuple[Value, Block, int, int]] = []
     for bi, block in enumerate(func.blocks):
-        _verify_block(func, block, bi, block_ids, positions)
+        _verify_block(func, block, bi, block_ids, positions, later)
     order = reverse_postorder(func)
     if len(order) != len(func.blocks):
         seen = set(order)
         dead = next(i for i, b in enumerate(func.blocks) if b not in seen)
         raise VerifyError(f"function {func.name}: ^bb{dead} is unreachable from the entry block")
     tree = DominatorTree(order)
-    for bi, block in enumerate(func.blocks):
-        for pos, op in enumerate(block.ops):
-            for value in _uses(op):
-                _check_dominance(func, value, block, pos, tree, positions, block_ids, bi)
+    settled: set[tuple[Block, Block]] = set()  # (definition's block, use's block) found dominating
+    for value, block, bi, pos in later:
+        _check_dominance(func, value, block, pos, tree, positions, block_ids, bi, settled)
 
 
-def _verify_block(func, block, bi, block_ids, positions) -> None:
-    where = f"function {func.name}, ^bb{bi}"
-    if not block.ops or not block.ops[-1].opdef.terminator:
-        raise VerifyError(f"{where}: does not end in a terminator")
-    for pos, op in enumerate(block.ops):
-        positions[op] = pos
-        if op.opdef.terminator and pos != len(block.ops) - 1:
-            raise VerifyError(f"{where}: terminator {op.name} is not the last op")
+def _verify_block(func, block, bi, block_ids, positions, later) -> None:
+    ops = block.ops
+    if not ops or not ops[-1].opdef.terminator:
+        raise VerifyError(f"function {func.name}, ^bb{bi}: does not end in a terminator")
+    last = len(ops) - 1
+    for pos, op in enumerate(ops):
+        opdef = op.opdef
+        if opdef.terminator and pos != last:
+            raise VerifyError(f"function {func.name}, ^bb{bi}: terminator {op.name} is not the last op")
         if op.block is not block:
-            raise VerifyError(f"{where}: {op.name} does not know its block")
+            raise VerifyError(f"function {func.name}, ^bb{bi}: {op.name} does not know its block")
+        operands = op.operands
         try:
-            expected = op.opdef.infer([v.type for v in op.operands], op.attrs)
+            expected = opdef.infer([v.type for v in operands], op.attrs)
             for succ in op.successors:
                 if succ.block not in block_ids:
-                    raise VerifyError(f"{where}: {op.name} branches to a block of another function")
-                check_successor(op.opdef, succ)
+                    raise VerifyError(
+                        f"function {func.name}, ^bb{bi}: {op.name} branches to a block of another function"
+                    )
+                check_successor(opdef, succ)
         except IRTypeError as exc:
-            raise VerifyError(f"{where}: {exc}") from None
-        if tuple(r.type for r in op.results) != tuple(expected):
-            raise VerifyError(f"{where}: {op.name} has results of the wrong types")
-        if op.opdef is cf.return_ and tuple(v.type for v in op.operands) != func.results:
-            got = ", ".join(str(v.type) for v in op.operands)
+            raise VerifyError(f"function {func.name}, ^bb{bi}: {exc}") from None
+        results = op.results
+        if len(results) != len(expected) or any(r.type != t for r, t in zip(results, expected)):
+            raise VerifyError(f"function {func.name}, ^bb{bi}: {op.name} has results of the wrong types")
+        if opdef is cf.return_ and tuple(v.type for v in operands) != func.results:
+            got = ", ".join(str(v.type) for v in operands)
             want = ", ".join(map(str, func.results))
-            raise VerifyError(f"{where}: returns ({got}) from a function of results ({want})")
+            raise VerifyError(
+                f"function {func.name}, ^bb{bi}: returns ({got}) from a function of results ({want})"
+            )
+        for value in operands:
+            owner = value.owner
+            if owner is block or (owner in positions and owner.block is block):
+                continue
+            later.append((value, block, bi, pos))
+        for succ in op.successors:
+            for value in succ.args:
+                owner = value.owner
+                if owner is block or (owner in positions and owner.block is block):
+                    continue
+                later.append((value, block, bi, pos))
+        positions[op] = pos
 
 
-def _uses(op: Op):
-    yield from op.operands
-    for succ in op.successors:
-        yield from succ.args
-
-
-def _check_dominance(func, value, block, pos, tree, positions, block_ids, bi) -> None:
+def _check_dominance(func, value, block, pos, tree, positions, block_ids, bi, settled) -> None:
     owner = value.owner
     if isinstance(owner, Block):
         def_block, def_pos = owner, -1
@@ -88,7 +106,10 @@ def _check_dominance(func, value, block, pos, tree, positions, block_ids, bi) ->
     if def_block is block:
         if def_pos < pos:
             return
+    elif (def_block, block) in settled:
+        return
     elif tree.dominates(def_block, block):
+        settled.add((def_block, block))
         return
     raise VerifyError(
         f"function {func.name}, ^bb{bi}: a use is not dominated by its definition in "

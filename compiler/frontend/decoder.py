@@ -56,6 +56,7 @@ from tensorwasm.compiler.frontend.opcodes import (
     PREFIX_THREADS,
     SIMD,
     SINGLE,
+    UNSUPPORTED_ROWS,
     Feature,
     Imm,
     Opcode,
@@ -759,6 +760,7 @@ def _instructions(r: Reader, const: bool = False, keep: bool = True) -> list[Ins
     opens: list[tuple[int, Opcode]] = []  # the open blocks: (index in out, opener)
     data = r.data
     single = SINGLE
+    unsupported = UNSUPPORTED_ROWS
     count = 0
     while True:
         pos = r.pos
@@ -792,7 +794,7 @@ def _instructions(r: Reader, const: bool = False, keep: bool = True) -> list[Ins
                 family = True
             else:
                 raise r.error(f"unknown opcode 0x{b:02x}", pos)
-        if not family and not op.supported:
+        if not family and op in unsupported:
             exc = r.unsupported(op.feature, f"instruction {op.name}", pos)
             if op.name in _UNREADABLE:
                 raise exc

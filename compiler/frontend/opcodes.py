@@ -423,3 +423,6 @@ PREFIX_FAMILIES: dict[int, Opcode] = {
     if isinstance(op.code, tuple) and op.code[0] not in (PREFIX_MISC, PREFIX_SIMD)
 }
 BY_NAME: dict[str, Opcode] = {op.name: op for op in OPCODES}
+# The rows of proposals the compiler does not translate (tested per instruction as it is
+# decoded: a set of rows hashed by identity, not each row's feature looked up).
+UNSUPPORTED_ROWS: frozenset[Opcode] = frozenset(op for op in OPCODES if not op.supported)

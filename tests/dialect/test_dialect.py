@@ -186,6 +186,47 @@ def test_op_with_tampered_operand_type_is_caught() -> None:
         verify_function(func)
 
 
+def test_branch_argument_not_dominated_by_its_definition() -> None:
+    """A value passed along a branch is a use like an operand: defined in a sibling block,
+    it is caught (each block pair is decided once, so a second use is caught the same)."""
+    func, b = new_function()
+    x, y = func.entry.args
+    left, right, join = func.add_block(), func.add_block(), func.add_block([I32])
+    cond = b.value(arith.cmpi, x, y, pred="eq")
+    b.cond_br(cond, left, [], right, [])
+    b.block = left
+    only_left = b.value(arith.add, x, y)
+    b.br(join, [only_left])
+    b.block = right
+    b.br(join, [x])
+    b.block = join
+    b.ret(join.args)
+    verify_function(func)  # (dominated: passed from its own block)
+    right.ops.pop()
+    Builder(func, right).br(join, [only_left])
+    with pytest.raises(VerifyError, match=r"\^bb2: a use is not dominated by its definition in \^bb1"):
+        verify_function(func)
+
+
+def test_use_of_a_value_of_another_function() -> None:
+    other, ob = new_function()
+    foreign = ob.value(arith.add, *other.entry.args)
+    func, b = new_function()
+    b.ret([b.value(arith.add, func.entry.args[0], foreign)])
+    with pytest.raises(VerifyError, match="uses a value defined outside the function"):
+        verify_function(func)
+
+
+def test_use_of_an_op_removed_from_its_block() -> None:
+    func, b = new_function()
+    x, y = func.entry.args
+    s = b.value(arith.add, x, y)
+    b.ret([s])
+    func.entry.ops.remove(s.owner)
+    with pytest.raises(VerifyError, match="uses a value defined outside the function"):
+        verify_function(func)
+
+
 def test_i1_constants_and_types_are_interned() -> None:
     _func, b = new_function(params=(), results=())
     assert b.constant(I1, 1).type is I1
