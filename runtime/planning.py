@@ -93,7 +93,7 @@ class PlanSource:
     (the host function's arity), its ops per iteration and its counter's step (the
     Wasm-side filter's threshold, :meth:`ArrivalPlanner.threshold`)."""
 
-    __slots__ = ("_build", "_lock", "_plan", "live_ins", "step", "work")
+    __slots__ = ("_build", "_lock", "_plan", "asked", "live_ins", "step", "work")
 
     def __init__(
         self, live_ins: int, work: int, step: int, plan: LoopPlan | None = None,
@@ -102,6 +102,7 @@ class PlanSource:
         if (plan is None) == (build is None):
             raise ValueError("a plan source takes a plan or a function that builds one")
         self.live_ins, self.work, self.step = live_ins, work, step
+        self.asked = False  # whether its loop asked the host in this run (which needs the plan)
         self._plan, self._build = plan, build
         self._lock = threading.Lock() if plan is None else None
 
@@ -494,7 +495,9 @@ class ArrivalPlanner:
     ) -> list[int]:
         stats = lp.stats
         stats.arrivals += 1
-        n_live = lp.source.live_ins
+        source = lp.source
+        source.asked = True
+        n_live = source.live_ins
         self.declined_launch = None
         if self.mode == "off":
             stats.decline("offload is off")

@@ -390,6 +390,34 @@ def test_a_warm_start_builds_a_loops_plan_at_its_first_arrival_only(tmp_path: Pa
     assert replace(warm.loops[k], entry="other").plan is warm.loops[k].plan
 
 
+def test_a_warm_start_builds_at_once_the_plans_its_last_run_asked_for(tmp_path: Path, monkeypatch) -> None:
+    """In auto mode a run remembers which loops asked the host (their plans were needed), and
+    the next warm start builds those plans before the program runs, not at the loops' first
+    arrivals (where PolyBench's short kernels would time them); the others stay unbuilt."""
+    from tensorwasm.runtime.cache import default_cache
+    from tensorwasm.runtime.offload import OffloadModule
+    from tests.offload_cases import module_bytes, run_case
+
+    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
+    wasm = module_bytes("stencil", "O2")
+    spec, case = _jacobi2d_case()
+    expected = run_case(wasm, "jacobi2d", spec, case)
+    OffloadModule(wasm, device="cpu", mode="auto")  # (prepares and caches)
+    default_cache().memory.clear()
+    first = OffloadModule(wasm, device="cpu", mode="auto")
+    assert not any(lp.source.built for lp in first.loops)  # no run remembered yet
+    assert run_case(first.rewritten, "jacobi2d", spec, case, first) == expected
+    asked = {k for k, lp in enumerate(first.loops) if lp.source.asked}
+    assert asked == {k for k, lp in enumerate(first.loops) if lp.source.built}
+    assert 0 < len(asked) < len(first.loops)
+    first.remember_host_kernels()
+    default_cache().memory.clear()
+    second = OffloadModule(wasm, device="cpu", mode="auto")
+    assert {k for k, lp in enumerate(second.loops) if lp.source.built} == asked
+    assert not any(lp.source.asked for lp in second.loops)
+    assert run_case(second.rewritten, "jacobi2d", spec, case, second) == expected
+
+
 def test_an_unreadable_cached_plan_is_taken_from_the_module_prepared_again(
     tmp_path: Path, monkeypatch
 ) -> None:
