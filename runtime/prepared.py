@@ -189,6 +189,12 @@ class PlanHead:
     work: int
     step: int
 
+    def sound(self) -> bool:
+        """Whether its fields are of their types (what binding reads of a plan comes from
+        here, before any plan is built)."""
+        numbers = (self.index, self.offset, self.live_ins, self.work, self.step)
+        return type(self.func) is str and all(type(n) is int for n in numbers) and min(numbers[:4]) >= 0
+
     @classmethod
     def of(cls, index: int, plan: LoopPlan) -> PlanHead:
         from tensorwasm.runtime.planning import PlanSource  # (writing an entry only)
@@ -340,7 +346,7 @@ def _read(blob: bytes) -> Entry:
     if not isinstance(module, PreparedModule):
         raise SerialError("not a prepared module")
     heads = [lp.plan for lp in module.loops]
-    if any(type(head) is not PlanHead or head.index != k for k, head in enumerate(heads)):
+    if not all(type(head) is PlanHead and head.index == k and head.sound() for k, head in enumerate(heads)):
         raise SerialError("a loop without its plan's head")
     plans, end = _unframed(plans_part, len(heads))
     if end != len(plans_part):

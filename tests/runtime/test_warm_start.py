@@ -458,6 +458,21 @@ def test_an_entry_whose_plans_do_not_match_its_loops_is_prepared_again() -> None
     for wrong in (documents[:-1], [*documents, documents[0]]):
         bad = prepared.entry([document, rows, reports, prepared._framed(wrong)], ours.rewritten)
         assert prepared.read(bad) is None and prepared.load(bad) is None
+    # A head whose live-ins' count is not a count (binding reads it before any plan is built).
+    head = prepared.PlanHead.of(0, ours.loops[0].plan)
+    assert head.sound()
+    for field, value in ((None, None), ("live_ins", "2"), ("work", -1), ("step", 1.5), ("func", 7)):
+        damaged = prepared.replace(head, **{field: value}) if field else head
+        assert damaged.sound() == (field is None)
+        loops = (prepared._with_head(ours.loops[0], 0),)
+        vars(loops[0])["plan"] = damaged
+        one_loop = prepared.RECORDS.dumps(
+            prepared.replace(ours, rewritten=b"", reports=(), loops=loops, regions=()), prepared._stand_in
+        )
+        found = prepared.read(
+            prepared.entry([one_loop, rows, reports, prepared._framed(documents[:1])], ours.rewritten)
+        )
+        assert (found is not None) == (field is None)
 
 
 @pytest.mark.gpu
