@@ -107,24 +107,14 @@ def slower_last_time(module_key: str) -> set[int]:
     return last_run(module_key)[1]
 
 
-def plans_last_time(module_key: str) -> tuple[int, ...]:
-    """The offloaded loops (by index) whose plans the last runs needed (their loops asked
-    the host): a warm start builds those at once, before the program runs, and the others at
-    their loop's first arrival (see :class:`runtime.planning.PlanSource`)."""
-    return tuple(_kept(module_key)["plans"])
-
-
-def remember_kernels(
-    module_key: str, gains: Gains, cheap: Callable[[int], bool] | None = None, plans: tuple[int, ...] = ()
-) -> None:
+def remember_kernels(module_key: str, gains: Gains, cheap: Callable[[int], bool] | None = None) -> None:
     """Keep, for the next run, the kernels whose arrivals gained on the host's threads (or
     would have), where together they gained at least :data:`EARLY_GAIN_SECONDS` (or
     :data:`CHEAP_EARLY_GAIN_SECONDS` where ``cheap`` says each of them loads from its shared
     library); else none. A kernel's measured gain (or loss) stands until it is measured
     again, or for :data:`PARKED_RUNS` runs that did not launch it: a kernel the model
     favours that ran slower on the host's threads is neither loaded nor launched for it, run
-    after run. A kernel's pace stands until a launch measures it again. ``plans``: the
-    offloaded loops whose plans the run built (:func:`plans_last_time`)."""
+    after run. A kernel's pace stands until a launch measures it again."""
     kept = _kept(module_key)
     seconds = {index: (gain, False, 0) for index, gain in gains.modelled.items()}
     for index, (gain, measured, parked) in kept["seconds"].items():
@@ -137,13 +127,12 @@ def remember_kernels(
         least = CHEAP_EARLY_GAIN_SECONDS
     load = paying if sum(seconds[index][0] for index in paying) >= least else []
     pace = {**kept["pace"], **gains.paces}
-    record = {"load": load, "seconds": seconds, "pace": pace, "plans": sorted(plans)}
+    record = {"load": load, "seconds": seconds, "pace": pace}
     if record != kept:
         blob = {
             "load": load,
             "seconds": {str(k): list(v) for k, v in seconds.items()},
             "pace": {str(k): v for k, v in pace.items()},
-            "plans": record["plans"],
         }
         default_cache().put("host-kernels", _key(module_key), json.dumps(blob).encode())
 
@@ -151,9 +140,8 @@ def remember_kernels(
 def _kept(module_key: str) -> dict:
     """The record of the last run (``load``: the kernels chosen; ``seconds``: per kernel,
     its gain, whether it was measured, and the runs since that parked it; ``pace``: per
-    kernel, its measured pace on the host's threads; ``plans``: the loops whose plans it
-    built)."""
-    empty: dict = {"load": [], "seconds": {}, "pace": {}, "plans": []}
+    kernel, its measured pace on the host's threads)."""
+    empty: dict = {"load": [], "seconds": {}, "pace": {}}
     blob = default_cache().get("host-kernels", _key(module_key))
     if blob is None:
         return empty
@@ -166,19 +154,11 @@ def _kept(module_key: str) -> dict:
                 for k, (gain, measured, parked) in found["seconds"].items()
             },
             "pace": {int(k): _pace(v) for k, v in found.get("pace", {}).items()},
-            "plans": sorted({_index(k) for k in found.get("plans", [])}),
         }
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         log.info("dropping an unreadable record of host kernels: %s", exc)
         default_cache().drop("host-kernels", _key(module_key))
         return empty
-
-
-def _index(value: object) -> int:
-    """A remembered loop index: a non-negative integer (ValueError otherwise)."""
-    if type(value) is not int or value < 0:
-        raise ValueError(f"a loop index of {value!r}")
-    return value
 
 
 def _pace(value: object) -> float:

@@ -26,8 +26,7 @@ side (:mod:`runtime.device_launch` and :mod:`runtime.device_replay` for device m
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import wasmtime
 
@@ -43,7 +42,6 @@ from tensorwasm.runtime.planning import (
     ArrivalPlanner,
     LoopStats,
     OffloadedLoop,
-    PlanSource,
     RegionLost,
     RegionStats,
 )
@@ -146,10 +144,8 @@ class OffloadModule:
         blob = cache.get("prepared", self._key)
         entry = prepared.read(blob) if blob is not None else None
         if entry is not None:
-            self._adopt(entry.module, entry)
+            self._adopt(entry.module)
             self._entry, self._rewritten_digest = entry, entry.rewritten_digest
-            if self.mode == "auto":
-                _build_plans_asked_before(self)
             return
         self._adopt(self.preparation().prepared)
         if not cache.enabled:  # (writing the record costs ~2 ms a loop: not for nothing)
@@ -159,17 +155,21 @@ class OffloadModule:
         except (prepared.UnwritableError, RecursionError) as exc:  # costs warm starts, nothing else
             log.info("prepared module not cached: %s", exc)
 
-    def _adopt(self, found: PreparedModule, entry: prepared.Entry | None = None) -> None:
-        """Take a prepared module's loops, reports and regions, with fresh statistics. Of one
-        read from the cache (``entry``), each loop's plan is built at its first use, and the
-        reports at their first need (:attr:`reports`)."""
+    def _adopt(self, found: PreparedModule) -> None:
+        """Take a prepared module's loops, reports and regions, with fresh statistics (the
+        reports of one read from the cache are built at the first need: :attr:`reports`)."""
         self._reports = list(found.reports)
         self.unsupported = found.unsupported  # why nothing is offloaded, where the module says
         self.rewritten = found.rewritten
         self.regions = list(found.regions)
         self._host_sigs = found.host_sigs
-        cached_plan = _CachedPlans(entry.plans, self) if entry is not None else None
-        self.loops = [_offloaded(lp, k, self.code_kind, cached_plan) for k, lp in enumerate(found.loops)]
+        gpu = self.code_kind == "gpu"
+        self.loops = [
+            OffloadedLoop(lp.plan, lp.kernel_index, lp.entry(gpu), lp.insertion,
+                          LoopStats(lp.plan.func.name, lp.plan.loop.offset, self.code_kind, region=lp.region),
+                          may_trap=lp.may_trap, tile=lp.tile, per_thread=lp.per_thread)
+            for lp in found.loops
+        ]  # fmt: skip
         self.region_stats = [
             RegionStats(self.loops[r.children[0]].stats.func, r.offset, len(r.children)) for r in self.regions
         ]
@@ -273,8 +273,7 @@ class OffloadModule:
             gains, cheap = self._while_starting.gains, self._while_starting.loads_cheaply
         else:
             gains, cheap = known_host.Gains(), None
-        asked = tuple(k for k, lp in enumerate(self.loops) if lp.source.asked)
-        known_host.remember_kernels(self.key, gains, cheap, asked)
+        known_host.remember_kernels(self.key, gains, cheap)
 
     @property
     def cached(self) -> bool:
@@ -429,7 +428,7 @@ class OffloadModule:
         """Loop ``lp``'s host function's body, for a store whose context is at ``context``
         (``hook``: where that store's function may be made native). Every call it makes is
         bound here, once: an arrival that replays costs microseconds."""
-        n_live = lp.source.live_ins
+        n_live = len(lp.plan.live_ins)
         planner = self.planner
         arrive, flush = planner.arrive, self.launches.flush
         replays = self.launches.replays
@@ -489,49 +488,6 @@ def _linked(reports: list[LoopReport], loops: list[OffloadedLoop]) -> list[LoopR
         else r
         for r in reports
     ]
-
-
-class _CachedPlans:
-    """The plans of a prepared module read from the cache, by loop: each built from the
-    entry's part, or, where that part cannot be read back whole, taken from the module
-    prepared again."""
-
-    def __init__(self, plans: prepared.Plans, module: OffloadModule) -> None:
-        self._plans, self._module = plans, module
-
-    def __call__(self, k: int):
-        try:
-            return self._plans.plan(k)
-        except SerialError as exc:  # (cannot happen to an entry this build wrote whole)
-            log.info("the cached plan of loop %d is unusable (%s): the module's own is used", k, exc)
-            return self._module.preparation().prepared.loops[k].plan
-
-
-def _build_plans_asked_before(module: OffloadModule) -> None:
-    """Build now, before the program runs, the plans of the module's loops that asked the
-    host in its last run (:func:`runtime.known_host.plans_last_time`): built at its first
-    arrival, a plan costs that arrival ~0.2 to 0.4 ms (PolyBench's atax and gesummv: ~0.7
-    ms more in kernels of 2.5 to 4.5 ms on an H200's host)."""
-    from tensorwasm.runtime import known_host
-
-    for k in known_host.plans_last_time(module.key):
-        if k < len(module.loops):
-            module.loops[k].source.get()
-
-
-def _offloaded(lp, k: int, code_kind: str, cached_plan: Callable[[int], Any] | None) -> OffloadedLoop:
-    """The prepared loop ``lp`` (the ``k``-th) as the runtime's, with fresh statistics; one
-    read from the cache (``cached_plan``: its plan by index) holds its plan's head, and its
-    plan is built at the first use."""
-    if cached_plan is not None:
-        head = lp.plan  # (a prepared.PlanHead)
-        source = PlanSource(head.live_ins, head.work, head.step, build=lambda: cached_plan(k))
-        func, offset = head.func, head.offset
-    else:
-        source, func, offset = PlanSource.of(lp.plan), lp.plan.func.name, lp.plan.loop.offset
-    return OffloadedLoop(source, lp.kernel_index, lp.entry(code_kind == "gpu"), lp.insertion,
-                         LoopStats(func, offset, code_kind, region=lp.region),
-                         may_trap=lp.may_trap, tile=lp.tile, per_thread=lp.per_thread)  # fmt: skip
 
 
 def _compiled(engine: wasmtime.Engine, wasm: bytes, digest: str | None = None) -> wasmtime.Module:

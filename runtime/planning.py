@@ -17,10 +17,8 @@ import itertools
 import math
 import operator
 import struct
-import threading
 import time
 import weakref
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import wasmtime
@@ -85,59 +83,12 @@ class LoopStats:
         self.last_declined = reason
 
 
-class PlanSource:
-    """Where an offloaded loop's plan comes from: the plan itself, or a function that builds
-    it (a warm start builds each loop's plan from the cache entry at its loop's first
-    arrival: most of an entry's records are plans, and a run reaches some of its loops
-    only), with what binding the loop reads of the plan before that: its live-ins' count
-    (the host function's arity), its ops per iteration and its counter's step (the
-    Wasm-side filter's threshold, :meth:`ArrivalPlanner.threshold`)."""
-
-    __slots__ = ("_build", "_lock", "_plan", "asked", "live_ins", "step", "work")
-
-    def __init__(
-        self, live_ins: int, work: int, step: int, plan: LoopPlan | None = None,
-        build: Callable[[], LoopPlan] | None = None,
-    ) -> None:  # fmt: skip
-        if (plan is None) == (build is None):
-            raise ValueError("a plan source takes a plan or a function that builds one")
-        self.live_ins, self.work, self.step = live_ins, work, step
-        self.asked = False  # whether its loop asked the host in this run (which needs the plan)
-        self._plan, self._build = plan, build
-        self._lock = threading.Lock() if plan is None else None
-
-    @classmethod
-    def of(cls, plan: LoopPlan) -> PlanSource:
-        """The source of a plan at hand."""
-        return cls(len(plan.live_ins), ops_per_iteration(plan), plan.trip.step, plan=plan)
-
-    def get(self) -> LoopPlan:
-        """The plan, built by the first caller (of any thread) where it is not yet."""
-        plan = self._plan
-        if plan is None:
-            with self._lock:
-                if self._plan is None:
-                    self._plan, self._build = self._build(), None
-                plan = self._plan
-        return plan
-
-    @property
-    def built(self) -> bool:
-        return self._plan is not None
-
-
-def ops_per_iteration(plan: LoopPlan) -> int:
-    """The ops one iteration of the loop runs, by the analysis's count."""
-    return sum(ops for ops, _ in plan.work)
-
-
 @record
 class OffloadedLoop:
-    """A loop the module offloads: its analysis plan (``plan``: built from ``source`` at its
-    first use, then an attribute like the fields), its kernel (index and launch entry), its
-    host call in the rewritten module, its counts and its cost estimate."""
+    """A loop the module offloads: its analysis plan, its kernel (index and launch entry),
+    its host call in the rewritten module, its counts and its cost estimate."""
 
-    source: PlanSource
+    plan: LoopPlan
     kernel_index: int
     entry: str
     insertion: Insertion
@@ -156,14 +107,6 @@ class OffloadedLoop:
     def region(self) -> int | None:
         """The device-resident region the loop is in (index into OffloadModule.regions)."""
         return self.stats.region
-
-    def __getattr__(self, name: str):
-        # Only for an attribute not found: ``plan`` before its first use.
-        source = self.__dict__.get("source") if name == "plan" else None
-        if source is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        plan = self.__dict__["plan"] = source.get()
-        return plan
 
 
 @record
@@ -420,11 +363,11 @@ class ArrivalPlanner:
             return (1 << 63) - 1  # never asked: the host would decline
         if self.mode != "auto":
             return NEVER_SKIP
-        per_iteration = lp.source.work or 1
+        per_iteration = sum(ops for ops, _ in lp.plan.work) or 1
         least = self.ASK_SHARE * FIXED_SECONDS[self.device] / profit.cpu_seconds_per_op()
         # A distance d runs at most d / |step| + 2 iterations (see Filter).
         iterations = math.ceil(least / per_iteration) - 2
-        return max(0, iterations) * abs(lp.source.step)
+        return max(0, iterations) * abs(lp.plan.trip.step)
 
     def bind(
         self, loops: list[OffloadedLoop], store, exports, thresholds: list[int] | None = None
@@ -495,9 +438,7 @@ class ArrivalPlanner:
     ) -> list[int]:
         stats = lp.stats
         stats.arrivals += 1
-        source = lp.source
-        source.asked = True
-        n_live = source.live_ins
+        n_live = len(lp.plan.live_ins)
         self.declined_launch = None
         if self.mode == "off":
             stats.decline("offload is off")

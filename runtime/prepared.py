@@ -121,7 +121,6 @@ RECORDS = Schema(
             "LoopRef",
             "RegionRef",
             "PlanRef",
-            "PlanHead",
         ),
     },
     custom={
@@ -160,47 +159,16 @@ class UnwritableError(SerialError):
 
 
 # An entry: this word, the SHA-256 of the rewritten module (which keys wasmtime's code for
-# it: a warm start need not hash it), then four parts, each its length (8 bytes, little
-# endian) and its bytes: the records' document of the prepared module without its reports,
-# its rewritten bytes and its loops' plans (each loop holds its plan's head, PlanHead); the
-# reports' rows for the offload report, as plain JSON (read by the C parser alone); the
-# reports' own document, parsed and built only where a run asks for them (a hundred reports
-# are half the records a warm start would build; parsing them alone was 5% of a warm start's
-# preparation); the loops' plans, each a document of its own in the same framing, built at
-# the loop's first arrival (the plans are ~80% of the module's records: 1,212 of 1,556 for
-# the suite's saxpy, where a run reaches some of its loops only). Then the rewritten
+# it: a warm start need not hash it), then three parts, each its length (8 bytes, little
+# endian) and its bytes: the records' document of the prepared module without its reports
+# and rewritten bytes; the reports' rows for the offload report, as plain JSON (read by
+# the C parser alone); the reports' own document, parsed and built only where a run asks for
+# them (a hundred reports are half the records a warm start would build; parsing them alone
+# was 5% of a warm start's preparation). Then the rewritten
 # module's bytes as they are (in a document they would be base64, ~0.5 ms to decode).
-MAGIC = b"TWP3"
+MAGIC = b"TWP2"
 _DIGEST = slice(len(MAGIC), len(MAGIC) + 32)
-_PARTS = 4
-
-
-@record(frozen=True)
-class PlanHead:
-    """In an entry's module document, in place of offloaded loop ``index``'s plan (whose own
-    document the entry keeps apart): what a run reads of the plan before the loop's first
-    arrival (see :class:`runtime.planning.PlanSource`): the loop's function and offset (its
-    statistics), its live-ins' count, its ops per iteration and its counter's step."""
-
-    index: int
-    func: str
-    offset: int
-    live_ins: int
-    work: int
-    step: int
-
-    def sound(self) -> bool:
-        """Whether its fields are of their types (what binding reads of a plan comes from
-        here, before any plan is built)."""
-        numbers = (self.index, self.offset, self.live_ins, self.work, self.step)
-        return type(self.func) is str and all(type(n) is int for n in numbers) and min(numbers[:4]) >= 0
-
-    @classmethod
-    def of(cls, index: int, plan: LoopPlan) -> PlanHead:
-        from tensorwasm.runtime.planning import PlanSource  # (writing an entry only)
-
-        source = PlanSource.of(plan)
-        return cls(index, plan.func.name, plan.loop.offset, source.live_ins, source.work, source.step)
+_PARTS = 3
 
 
 @record(frozen=True)
@@ -226,30 +194,17 @@ def dump(prepared: PreparedModule) -> bytes:
         found = index.get(id(obj)) if type(obj) is LoopPlan else None
         return PlanRef(found) if found is not None else _stand_in(obj)
 
-    heads = tuple(_with_head(lp, k) for k, lp in enumerate(prepared.loops))
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 20_000))  # polynomials nest a little
     try:
-        document = RECORDS.dumps(replace(prepared, rewritten=b"", reports=(), loops=heads), _stand_in)
+        document = RECORDS.dumps(replace(prepared, rewritten=b"", reports=()), _stand_in)
         reports = RECORDS.dumps(tuple(prepared.reports), in_reports)
-        plans = [RECORDS.dumps(lp.plan, _stand_in) for lp in prepared.loops]
     except SerialError as exc:
         raise UnwritableError(str(exc)) from exc
     finally:
         sys.setrecursionlimit(limit)
     rows = json.dumps([_row(r, index) for r in prepared.reports], separators=(",", ":")).encode()
-    return entry([document, rows, reports, _framed(plans)], prepared.rewritten)
-
-
-def _with_head(loop, k: int):
-    """A shallow copy of the prepared loop ``loop`` (the ``k``-th) holding its plan's head
-    in place of its plan (whatever fields it has: a record that lacks one is written as it
-    is, and refused when read)."""
-    import copy  # (writing an entry only)
-
-    out = copy.copy(loop)
-    vars(out)["plan"] = PlanHead.of(k, loop.plan)
-    return out
+    return entry([document, rows, reports], prepared.rewritten)
 
 
 def _row(report, index: dict[int, int]) -> list:
@@ -258,45 +213,9 @@ def _row(report, index: dict[int, int]) -> list:
 
 
 def entry(parts: list[bytes], rewritten: bytes) -> bytes:
-    """The cache entry of its four parts (see :data:`MAGIC`) and the rewritten module's bytes."""
-    return b"".join((MAGIC, sha256(rewritten).digest(), _framed(parts), rewritten))
-
-
-def _framed(parts: list[bytes]) -> bytes:
-    """Each of ``parts`` as its length (8 bytes, little endian) and its bytes."""
-    return b"".join(len(p).to_bytes(8, "little") + p for p in parts)
-
-
-def _unframed(blob: bytes, count: int, at: int = 0) -> tuple[list[bytes], int]:
-    """``count`` parts :func:`_framed` wrote into ``blob`` from ``at``, and where they end."""
-    parts = []
-    for _ in range(count):
-        end = at + 8 + int.from_bytes(blob[at : at + 8], "little")
-        if len(blob) < end:
-            raise SerialError("an entry cut short")
-        parts.append(blob[at + 8 : end])
-        at = end
-    return parts, at
-
-
-class Plans:
-    """The offloaded loops' plans of an entry, each its own document, built one at a time
-    (:meth:`plan`): a warm start builds a loop's at the loop's first arrival."""
-
-    def __init__(self, documents: list[bytes]) -> None:
-        self._documents = documents
-
-    def plan(self, k: int) -> LoopPlan:
-        """Loop ``k``'s plan (SerialError where its document cannot be read back whole)."""
-        limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(limit, 20_000))  # (as it was written)
-        try:
-            found = RECORDS.loads(self._documents[k])
-        finally:
-            sys.setrecursionlimit(limit)
-        if type(found) is not LoopPlan:
-            raise SerialError(f"loop {k}'s plan is not a plan")
-        return found
+    """The cache entry of its three parts (see :data:`MAGIC`) and the rewritten module's bytes."""
+    digest = sha256(rewritten).digest()
+    return b"".join((MAGIC, digest, *(len(p).to_bytes(8, "little") + p for p in parts), rewritten))
 
 
 class Entry:
@@ -304,14 +223,11 @@ class Entry:
     (:attr:`module`), its reports' rows (:attr:`rows`), the reports themselves when asked
     (:meth:`reports`)."""
 
-    def __init__(
-        self, module: PreparedModule, rows: list[ReportRow], reports: bytes, digest: str, plans: Plans
-    ) -> None:
-        self.module = module  # each loop's plan a PlanHead: the plans themselves are in ``plans``
+    def __init__(self, module: PreparedModule, rows: list[ReportRow], reports: bytes, digest: str) -> None:
+        self.module = module
         self.rows = rows
         self._reports = reports  # the reports' document, parsed only where a run asks for them
         self.rewritten_digest = digest  # the SHA-256 (hex) of module.rewritten
-        self.plans = plans
 
     def reports(self, plans: list) -> list:
         """The reports, each offloaded loop's with ``plans[k]``, its loop's plan (SerialError
@@ -341,20 +257,21 @@ def read(blob: bytes) -> Entry | None:
 def _read(blob: bytes) -> Entry:
     if blob[: len(MAGIC)] != MAGIC:
         raise SerialError("not an entry of this release")
-    (document, rows, reports, plans_part), at = _unframed(blob, _PARTS, _DIGEST.stop)
+    parts, at = [], _DIGEST.stop
+    for _ in range(_PARTS):
+        end = at + 8 + int.from_bytes(blob[at : at + 8], "little")
+        if len(blob) < end:
+            raise SerialError("an entry cut short")
+        parts.append(blob[at + 8 : end])
+        at = end
+    document, rows, reports = parts
     module = RECORDS.loads(document)
     if not isinstance(module, PreparedModule):
         raise SerialError("not a prepared module")
-    heads = [lp.plan for lp in module.loops]
-    if not all(type(head) is PlanHead and head.index == k and head.sound() for k, head in enumerate(heads)):
-        raise SerialError("a loop without its plan's head")
-    plans, end = _unframed(plans_part, len(heads))
-    if end != len(plans_part):
-        raise SerialError("more plans than loops")
     rows = json.loads(rows)
     if type(rows) is not list or any(type(row) is not list or len(row) != 6 for row in rows):
         raise SerialError("the reports' rows are not rows")
-    return Entry(replace(module, rewritten=blob[at:]), rows, reports, blob[_DIGEST].hex(), Plans(plans))
+    return Entry(replace(module, rewritten=blob[at:]), rows, reports, blob[_DIGEST].hex())
 
 
 def load(blob: bytes) -> PreparedModule | None:
@@ -364,9 +281,8 @@ def load(blob: bytes) -> PreparedModule | None:
     if found is None:
         return None
     try:
-        loops = tuple(replace(lp, plan=found.plans.plan(k)) for k, lp in enumerate(found.module.loops))
-        reports = found.reports([lp.plan for lp in loops])
+        reports = found.reports([lp.plan for lp in found.module.loops])
     except SerialError as exc:
         log.info("prepared-module cache entry unusable (%s); preparing again", exc)
         return None
-    return replace(found.module, loops=loops, reports=tuple(reports))
+    return replace(found.module, reports=tuple(reports))

@@ -330,30 +330,3 @@ def test_a_record_with_a_pace_that_is_no_positive_ratio_is_dropped(pace: str) ->
     default_cache().put("host-kernels", record, blob)
     assert known_host.last_run(key) == ((), set(), {})
     assert default_cache().get("host-kernels", record) is None
-
-
-def test_the_loops_whose_plans_a_run_built_are_remembered_with_each_run() -> None:
-    key = "a module whose loops asked the host"
-    assert known_host.plans_last_time(key) == ()
-    known_host.remember_kernels(key, _gains(), plans=(5, 2))
-    assert known_host.plans_last_time(key) == (2, 5)
-    known_host.remember_kernels(key, _gains(measured={1: 0.5}), plans=(2,))  # each run's own set
-    assert known_host.plans_last_time(key) == (2,)
-    assert known_host.last_run(key)[0] == (1,)  # (the kernels' part of the record is its own)
-
-
-@pytest.mark.parametrize("index", ["-1", '"2"', "2.5", "true"])
-def test_a_record_with_a_plan_index_that_is_no_loop_index_is_dropped(index: str) -> None:
-    from tensorwasm.runtime.cache import default_cache
-
-    key = f"a module whose record of plans was damaged ({index})"
-    known_host.remember_kernels(key, _gains(measured={1: 0.5}), plans=(3,))
-    record = known_host._key(key)
-    blob = (
-        default_cache()
-        .get("host-kernels", record)
-        .replace(b'"plans": [3]', b'"plans": [' + index.encode() + b"]")
-    )
-    default_cache().put("host-kernels", record, blob)
-    assert known_host.plans_last_time(key) == ()
-    assert default_cache().get("host-kernels", record) is None

@@ -324,11 +324,10 @@ def test_unreadable_cached_reports_are_taken_from_the_module_linked_to_its_loops
     monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
     wasm = module_bytes("stencil", "O2")
     cold = OffloadModule(wasm, device="cpu")
-    blob = default_cache().get("prepared", cold.key)
-    (document, rows, _reports, plans), _ = prepared._unframed(blob, prepared._PARTS, prepared._DIGEST.stop)
-    default_cache().put(
-        "prepared", cold.key, prepared.entry([document, rows, unbuildable, plans], cold.rewritten)
-    )
+    entry = prepared.read(default_cache().get("prepared", cold.key))
+    document = prepared.RECORDS.dumps(prepared.replace(entry.module, rewritten=b""), prepared._stand_in)
+    rows = json.dumps(entry.rows).encode()
+    default_cache().put("prepared", cold.key, prepared.entry([document, rows, unbuildable], cold.rewritten))
     default_cache().memory.clear()
     warm = OffloadModule(wasm, device="cpu")
     assert warm._preparation is None
@@ -337,142 +336,6 @@ def test_unreadable_cached_reports_are_taken_from_the_module_linked_to_its_loops
     for lp in warm.loops:
         assert len([r for r in reports if r.plan is lp.plan]) == 1
     assert _rows(warm) == _rows(cold)
-
-
-def _jacobi2d_case():
-    from tests.offload_cases import SPECS, Case
-
-    spec = SPECS["stencil"]["jacobi2d"]
-    return spec, Case({"m": 19, "n": 23, "k": 1}, [0.0] * len(spec), [0, 4], seed=2)
-
-
-def test_a_warm_start_builds_a_loops_plan_at_its_first_arrival_only(tmp_path: Path, monkeypatch) -> None:
-    """The entry keeps each loop's plan as a document of its own: neither the warm start nor
-    binding an instance builds one (the filter's threshold and the host function's arity come
-    from the plan's head); a loop's first call of the host does, and loops that never ask
-    keep theirs unbuilt."""
-    from tensorwasm.runtime.cache import default_cache
-    from tensorwasm.runtime.offload import OffloadModule
-    from tests.offload_cases import instantiate, module_bytes, run_case
-
-    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
-    wasm = module_bytes("stencil", "O2")
-    spec, case = _jacobi2d_case()
-    cold = OffloadModule(wasm, device="cpu")
-    assert all(lp.source.built for lp in cold.loops)
-    default_cache().memory.clear()  # as a new process starts
-    warm = OffloadModule(wasm, device="cpu")
-    assert warm._preparation is None and len(warm.loops) == len(cold.loops) >= 3
-    assert not any(lp.source.built or "plan" in vars(lp) for lp in warm.loops)
-    store, instance = instantiate(warm.rewritten, warm)
-    warm.bind(store, instance.exports(store))
-    assert [warm.planner.threshold(lp) for lp in warm.loops] == [
-        cold.planner.threshold(lp) for lp in cold.loops
-    ]
-    assert not any(lp.source.built for lp in warm.loops)
-    assert run_case(warm.rewritten, "jacobi2d", spec, case, warm) == run_case(wasm, "jacobi2d", spec, case)
-    built = {k for k, lp in enumerate(warm.loops) if lp.source.built}
-    assert built and built <= {k for k, lp in enumerate(warm.loops) if lp.stats.arrivals}
-    assert len(built) < len(warm.loops)  # jacobi1d's and jacobi3d's loops never arrived
-    assert sum(lp.stats.offloaded for lp in warm.loops) == 1
-    for k in built:  # the cold module's plan, slimmed
-        got, want = warm.loops[k].plan, cold.loops[k].plan
-        assert (got.func.name, got.loop.offset, len(got.live_ins)) == (
-            want.func.name,
-            want.loop.offset,
-            len(want.live_ins),
-        )
-        assert got.blocks == set() and want.blocks
-    # A copy of a loop (the host's threads standing in for a GPU take one) shares the plan.
-    from tensorwasm.support.records import replace
-
-    k = min(built)
-    assert replace(warm.loops[k], entry="other").plan is warm.loops[k].plan
-
-
-def test_a_warm_start_builds_at_once_the_plans_its_last_run_asked_for(tmp_path: Path, monkeypatch) -> None:
-    """In auto mode a run remembers which loops asked the host (their plans were needed), and
-    the next warm start builds those plans before the program runs, not at the loops' first
-    arrivals (where PolyBench's short kernels would time them); the others stay unbuilt."""
-    from tensorwasm.runtime.cache import default_cache
-    from tensorwasm.runtime.offload import OffloadModule
-    from tests.offload_cases import module_bytes, run_case
-
-    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
-    wasm = module_bytes("stencil", "O2")
-    spec, case = _jacobi2d_case()
-    expected = run_case(wasm, "jacobi2d", spec, case)
-    OffloadModule(wasm, device="cpu", mode="auto")  # (prepares and caches)
-    default_cache().memory.clear()
-    first = OffloadModule(wasm, device="cpu", mode="auto")
-    assert not any(lp.source.built for lp in first.loops)  # no run remembered yet
-    assert run_case(first.rewritten, "jacobi2d", spec, case, first) == expected
-    asked = {k for k, lp in enumerate(first.loops) if lp.source.asked}
-    assert asked == {k for k, lp in enumerate(first.loops) if lp.source.built}
-    assert 0 < len(asked) < len(first.loops)
-    first.remember_host_kernels()
-    default_cache().memory.clear()
-    second = OffloadModule(wasm, device="cpu", mode="auto")
-    assert {k for k, lp in enumerate(second.loops) if lp.source.built} == asked
-    assert not any(lp.source.asked for lp in second.loops)
-    assert run_case(second.rewritten, "jacobi2d", spec, case, second) == expected
-
-
-def test_an_unreadable_cached_plan_is_taken_from_the_module_prepared_again(
-    tmp_path: Path, monkeypatch
-) -> None:
-    from tensorwasm.runtime import prepared
-    from tensorwasm.runtime.cache import default_cache
-    from tensorwasm.runtime.offload import OffloadModule
-    from tests.offload_cases import module_bytes, run_case
-
-    monkeypatch.setenv("TENSORWASM_CACHE_DIR", str(tmp_path / "cache"))
-    wasm = module_bytes("stencil", "O2")
-    spec, case = _jacobi2d_case()
-    cold = OffloadModule(wasm, device="cpu")
-    blob = default_cache().get("prepared", cold.key)
-    (document, rows, reports, plans), _ = prepared._unframed(blob, prepared._PARTS, prepared._DIGEST.stop)
-    documents, _ = prepared._unframed(plans, len(cold.loops))
-    damaged = prepared._framed([b'["tensorwasm-records-1",[],["LoopPlan"]]'] * len(documents))
-    default_cache().put(
-        "prepared", cold.key, prepared.entry([document, rows, reports, damaged], cold.rewritten)
-    )
-    default_cache().memory.clear()
-    warm = OffloadModule(wasm, device="cpu")
-    assert warm._preparation is None  # (the plans' documents are not read yet)
-    assert run_case(warm.rewritten, "jacobi2d", spec, case, warm) == run_case(wasm, "jacobi2d", spec, case)
-    assert warm._preparation is not None and sum(lp.stats.offloaded for lp in warm.loops) == 1
-
-
-def test_an_entry_whose_plans_do_not_match_its_loops_is_prepared_again() -> None:
-    from tensorwasm.compiler.analysis.plan import AnalysisOptions
-    from tensorwasm.compiler.prepare import prepare_offload
-    from tensorwasm.runtime import prepared
-    from tests.runtime.test_regions import time_loop
-
-    ours = prepare_offload(time_loop(), AnalysisOptions()).prepared
-    blob = prepared.dump(ours)
-    (document, rows, reports, plans), _ = prepared._unframed(blob, prepared._PARTS, prepared._DIGEST.stop)
-    documents, _ = prepared._unframed(plans, len(ours.loops))
-    assert documents
-    for wrong in (documents[:-1], [*documents, documents[0]]):
-        bad = prepared.entry([document, rows, reports, prepared._framed(wrong)], ours.rewritten)
-        assert prepared.read(bad) is None and prepared.load(bad) is None
-    # A head whose live-ins' count is not a count (binding reads it before any plan is built).
-    head = prepared.PlanHead.of(0, ours.loops[0].plan)
-    assert head.sound()
-    for field, value in ((None, None), ("live_ins", "2"), ("work", -1), ("step", 1.5), ("func", 7)):
-        damaged = prepared.replace(head, **{field: value}) if field else head
-        assert damaged.sound() == (field is None)
-        loops = (prepared._with_head(ours.loops[0], 0),)
-        vars(loops[0])["plan"] = damaged
-        one_loop = prepared.RECORDS.dumps(
-            prepared.replace(ours, rewritten=b"", reports=(), loops=loops, regions=()), prepared._stand_in
-        )
-        found = prepared.read(
-            prepared.entry([one_loop, rows, reports, prepared._framed(documents[:1])], ours.rewritten)
-        )
-        assert (found is not None) == (field is None)
 
 
 @pytest.mark.gpu
