@@ -214,8 +214,9 @@ class OffloadModule:
         if self._while_starting is None:
             from tensorwasm.runtime.while_starting import HostWhileStarting
 
-            self._while_starting = HostWhileStarting(self, regions=self._host_while_starting == "on")
-            self._while_starting.paces = self._host_paces  # (one dict: the last runs' paces land in both)
+            self._while_starting = HostWhileStarting(
+                self, regions=self._host_while_starting == "on", paces=self._host_paces
+            )
         return self._while_starting
 
     def load_host_kernels_early(self) -> bool:

@@ -67,7 +67,9 @@ class HostWhileStarting:
 
     code_kind = "cpu"
 
-    def __init__(self, module: OffloadModule, regions: bool = True) -> None:
+    def __init__(
+        self, module: OffloadModule, regions: bool = True, paces: dict[int, float] | None = None
+    ) -> None:
         self.module = module
         self.regions = regions  # whether the loops of device-resident regions run here too
         self.mode = module.mode
@@ -83,7 +85,9 @@ class HostWhileStarting:
         self.estimates: dict[int, Estimate] = {}  # per kernel: the host's own measured correction
         self.banked = 0.0  # what the host launches would have gained before its kernels were ready
         self.gains = Gains()  # per kernel: what its arrivals gained here, or would have
-        self.paces: dict[int, float] = {}  # per kernel: its pace here in the last runs (known_host)
+        # Per kernel: its pace here in the last runs (known_host); the module's own dict, where
+        # given, so that the paces it reads later land here too.
+        self.paces: dict[int, float] = paces if paces is not None else {}
 
     @property
     def key(self) -> str:

@@ -188,7 +188,7 @@ def test_op_with_tampered_operand_type_is_caught() -> None:
 
 def test_branch_argument_not_dominated_by_its_definition() -> None:
     """A value passed along a branch is a use like an operand: defined in a sibling block,
-    it is caught (each block pair is decided once, so a second use is caught the same)."""
+    it is caught."""
     func, b = new_function()
     x, y = func.entry.args
     left, right, join = func.add_block(), func.add_block(), func.add_block([I32])
