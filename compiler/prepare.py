@@ -118,11 +118,11 @@ def prepare_offload(
     ]  # fmt: skip
     regions = find_regions(wasm, spans)
     region_of = {n: r for r, region in enumerate(regions) for n in region.children}
-    for n, (ins, plan) in enumerate(zip(insertions, plans, strict=True)):
-        # A region's loops always call the host: a decline must bring its results back.
-        ins.filter = loop_filter(plan) if n not in region_of else None
+    for ins, plan in zip(insertions, plans, strict=True):
         # Every loop has a gate; a region's closes only while nothing of the region is on the
-        # device, and any launch in the region opens them all (runtime.planning.ArrivalGate).
+        # device, and any launch in the region opens them all and holds their filters open
+        # (a decline must bring its results back: runtime.planning.ArrivalGate).
+        ins.filter = loop_filter(plan)
         ins.gate = True
     exits = [RegionExit(r.func_index, r.exits, f"region_{k}") for k, r in enumerate(regions)]
     rewritten = rewrite(wasm, insertions, exits) if kernels else data

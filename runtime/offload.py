@@ -397,7 +397,7 @@ class OffloadModule:
                 hook.key = key
                 self._unbound_hooks.append(hook)
         for k in range(len(self.regions)):
-            funcs[f"region_{k}"] = hostfunc.func(store, [], [], self._region_end(k))
+            funcs[f"region_{k}"] = hostfunc.func(store, [], [], self._region_end(k, context))
         return funcs
 
     def define(self, linker: wasmtime.Linker, store) -> None:
@@ -459,9 +459,17 @@ class OffloadModule:
             if not results[0] and lp.region is not None:
                 # wasmtime runs this loop: what it touches must be current in memory (only
                 # that, where the guards said what it touches); while the device still holds
-                # results, its next arrival asks the host again.
-                if flush(caller, lp.region, planner.declined_launch) and lp.gate is not None:
-                    lp.gate.reopen()
+                # results, its next arrival asks the host again. Where its gate keeps the
+                # next arrivals in Wasm, they may write elsewhere, over what the device still
+                # holds a copy of: the device forgets the region (see ArrivalGate).
+                gate, part = lp.gate, planner.declined_launch
+                if flush(caller, lp.region, part):
+                    if gate is not None:
+                        gate.reopen()
+                elif gate is not None and gate.waiting:
+                    if part is not None:
+                        flush(caller, lp.region)
+                    planner.emptied(lp.region, context)
             elif hook is not None and results[0] and lp.again:
                 again = lp.again.get(args[:n_live])
                 if again is not None:
@@ -470,10 +478,11 @@ class OffloadModule:
 
         return run
 
-    def _region_end(self, k: int):
+    def _region_end(self, k: int, context: int):
         def run(caller: int, args: tuple[int, ...]) -> tuple[()]:
             self.region_stats[k].exits += 1
             self.launches.flush(caller, k)
+            self.planner.emptied(k, context)
             return ()
 
         return run

@@ -176,11 +176,15 @@ class ArrivalGate:
     further (up to :attr:`WAIT_CAP`), so that asking again costs about that share. A launch opens it again. Declining is always
     exact (the original loop runs), so the gate trades only launches it may miss.
 
-    A loop of a device-resident region may run in Wasm only while the device holds nothing
-    of the region that linear memory lacks. A decline brings the region's results back and
-    forgets what the device held (the host function flushes it), so a gate closes only after
-    a decline; and any launch in the region, which makes its data resident again, opens the
-    gates of all its loops (:meth:`reopen`), so that their next arrivals ask the host."""
+    A loop of a device-resident region may stay in Wasm only while the device holds nothing
+    of the region: its next arrivals may write what the device still holds a copy of, and a
+    later launch would read that copy. A decline brings back what the loop touches (the host
+    function flushes it); where the gate then closes, the device forgets the rest too
+    (:meth:`runtime.offload.OffloadModule._callback`). Any launch in the region, which makes
+    its data resident again, opens the gates of all its loops and holds their filters open
+    (:meth:`reopen`), so that their next arrivals ask the host; the filters apply again once
+    the device holds nothing of the region (:meth:`release`: the region ended, or a gate
+    closed)."""
 
     BACKOFF_AFTER = 4
     WAIT_LIMIT = 63
@@ -211,8 +215,14 @@ class ArrivalGate:
         self.waiting = 0  # the wait last set
         self.waiting_for = ""  # the decline that set it
         self.waited = 0  # arrivals of past waits not yet counted in
+        # A region's loop's filter, held open (every arrival asks) while the device holds any
+        # of the region: its global and the threshold it holds otherwise.
+        self.filter: tuple[hostfunc.I64Global, int] | None = None
+        self.held = False
         if lp.insertion.filter is not None and threshold is not None:
             exports[f"{FILTER_EXPORT}min_{n}"].set_value(store, wasmtime.Val.i64(threshold))
+            if lp.region is not None and threshold != NEVER_SKIP:
+                self.filter = (hostfunc.I64Global(exports[f"{FILTER_EXPORT}min_{n}"]), threshold)
         if mode == "off" and self.wait is not None:
             self.wait.set(self.context, FOREVER)
 
@@ -227,15 +237,28 @@ class ArrivalGate:
 
     def reopen(self) -> None:
         """A launch in the loop's region: the next arrival asks the host (the part of a wait
-        still running is counted as spent so far)."""
+        still running is counted as spent so far), and so do the later ones, whatever their
+        distance, until :meth:`release`."""
         self.declines = 0
-        if not self.waiting or self.store() is None:
+        if self.store() is None:
+            return
+        if self.filter is not None and not self.held:
+            self.filter[0].set(self.context, NEVER_SKIP)
+            self.held = True
+        if not self.waiting:
             return
         left = self.wait.get(self.context)
         self.waited += self.waiting - left
         self.waiting = 0
         if left:
             self.wait.set(self.context, 0)
+
+    def release(self) -> None:
+        """The device holds nothing of the loop's region: its filter keeps arrivals with too
+        little to go from the host again."""
+        if self.held and self.store() is not None:
+            self.filter[0].set(self.context, self.filter[1])
+            self.held = False
 
     def declined(self, reason: str | None, asked: float = 0.0, arrival: float = 0.0) -> None:
         """An arrival declined: close the gate where the reason lasts or declines repeat. An
@@ -388,6 +411,13 @@ class ArrivalPlanner:
                 kept[:] = [gate for gate in kept if gate.store() is not None]
                 kept.append(lp.gate)
         return gates
+
+    def emptied(self, region: int, context: int) -> None:
+        """The device holds nothing of ``region`` for the store at ``context``: its loops'
+        filters there apply again (see :meth:`ArrivalGate.release`)."""
+        for gate in self.region_gates.get(region, ()):
+            if gate.held and gate.context == context:
+                gate.release()
 
     def arrive(
         self, lp: OffloadedLoop, caller: int, args: tuple[int, ...], context: int | None = None

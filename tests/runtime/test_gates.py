@@ -5,12 +5,14 @@ under a reason; the program computes what plain wasmtime computes."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
 import wasmtime
 
 from benchmarks.declines import NEST
+from tensorwasm.compiler.rewrite import NEVER_SKIP
 from tensorwasm.runtime.offload import OffloadModule
 from tensorwasm.runtime.planning import FOREVER, LASTING, ArrivalGate, ArrivalPlanner
 
@@ -163,7 +165,8 @@ _BUMP = """(local.set $i (i32.const 0))
 REGION_DEVICES = ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)]
 
 
-def _region_instance(wasm: bytes, device: str, mode: str):
+def _region_instance(wasm: bytes, device: str, mode: str, thresholds=None):
+    """``thresholds``: the module to each of its loops' filter thresholds (the mode's if None)."""
     from tensorwasm.oracle.simulated import SimulatedDevice
 
     offload = OffloadModule(wasm, device=SimulatedDevice() if device == "simulated" else device, mode=mode)
@@ -171,7 +174,7 @@ def _region_instance(wasm: bytes, device: str, mode: str):
     linker = wasmtime.Linker(store.engine)
     offload.define(linker, store)
     instance = linker.instantiate(store, offload.compiled(store.engine))
-    offload.bind(store, instance.exports(store))
+    offload.bind(store, instance.exports(store), thresholds(offload) if thresholds else None)
     return offload, store, instance.exports(store)
 
 
@@ -205,13 +208,37 @@ def test_a_region_loop_that_keeps_declining_stops_asking_the_host(device: str, m
     from tests.runtime.test_regions import time_loop
 
     wasm = time_loop()
+    monkeypatch.setattr(ArrivalPlanner, "threshold", lambda self, lp: NEVER_SKIP)  # the gate alone
     offload, store, exports = _region_instance(wasm, device, "auto")
     (sweep,) = offload.loops
-    assert sweep.region is not None and sweep.insertion.gate and sweep.insertion.filter is None
+    assert sweep.region is not None and sweep.insertion.gate
     asked = _asking(monkeypatch)
     exports["run"](store, 4, 1000, 0)  # too little work at every step
     offload.close()
     assert asked.count(sweep.stats.offset) == _asks_expected(1000)
+    assert sweep.stats.arrivals == 1000 and sweep.stats.declined == {
+        "too little work to pay for a launch": 1000
+    }
+    assert _memory(store, exports) == _plain_run(wasm, 4, 1000, 0)
+
+
+@pytest.mark.parametrize("device", REGION_DEVICES)
+def test_a_region_loop_s_filter_keeps_small_arrivals_in_wasm_while_the_device_holds_nothing(
+    device: str, monkeypatch
+) -> None:
+    """PolyBench's jacobi-1d: two sweeps of 2,000 elements in a time loop of 500 steps, each
+    far less work than a launch: no arrival asks the host (each asked 11 times a run, the
+    first after 0.3 to 0.75 ms of guards)."""
+    from tests.runtime.test_regions import time_loop
+
+    wasm = time_loop()
+    offload, store, exports = _region_instance(wasm, device, "auto")
+    (sweep,) = offload.loops
+    assert sweep.region is not None and sweep.insertion.filter is not None
+    asked = _asking(monkeypatch)
+    exports["run"](store, 4, 1000, 0)
+    offload.close()
+    assert asked == []
     assert sweep.stats.arrivals == 1000 and sweep.stats.declined == {
         "too little work to pay for a launch": 1000
     }
@@ -240,6 +267,7 @@ def test_a_launch_in_a_region_opens_the_gates_of_all_its_loops(device: str, monk
 def test_without_launches_a_region_s_gates_stay_closed_and_reopen_counts_the_wait(monkeypatch) -> None:
     from tests.runtime.test_regions import time_loop
 
+    monkeypatch.setattr(ArrivalPlanner, "threshold", lambda self, lp: NEVER_SKIP)  # the gate alone
     offload, store, exports = _region_instance(time_loop(), "cpu", "auto")
     (sweep,) = offload.loops
     exports["run"](store, 4, 12, 0)  # asks at 1, 2, 3, 4, 6 and 10: a wait of 7 has 5 to go
@@ -249,3 +277,112 @@ def test_without_launches_a_region_s_gates_stay_closed_and_reopen_counts_the_wai
     assert exports[f"tensorwasm:wait_{n}"].value(store) == 0 and sweep.gate.declines == 0
     offload.collect_skipped()
     assert sweep.stats.arrivals == 12 and sum(sweep.stats.declined.values()) == 12
+
+
+# A time loop whose sweep reads x[0:n) into one of two arrays (swapped at each step), and whose touch-up adds one to x[4t:4t+4):
+# the touch-up's footprint moves with the step, over what the sweep's launches copied in.
+_MOVING_TOUCH_UP = """(module (memory (export "memory") 1)
+  (func (export "run") (param $n i32) (param $steps i32)
+    (local $t i32) (local $i i32) (local $j i32) (local $a i32) (local $b i32) (local $tmp i32)
+    (local.set $a (i32.const 32768)) (local.set $b (i32.const 49152))
+    (block $done
+      (br_if $done (i32.le_s (local.get $steps) (i32.const 0)))
+      (loop $time
+        (local.set $i (i32.const 0))
+        (block $skip
+          (br_if $skip (i32.le_s (local.get $n) (i32.const 0)))
+          (loop $sweep
+            (i32.store (i32.add (local.get $b) (i32.shl (local.get $i) (i32.const 2)))
+              (i32.add (i32.mul (i32.load (i32.shl (local.get $i) (i32.const 2))) (i32.const 3))
+                       (local.get $t)))
+            (local.set $i (i32.add (local.get $i) (i32.const 1)))
+            (br_if $sweep (i32.lt_s (local.get $i) (local.get $n)))))
+        (local.set $j (i32.const 0))
+        (loop $touch
+          (i32.store (i32.shl (i32.add (i32.shl (local.get $t) (i32.const 2)) (local.get $j)) (i32.const 2))
+            (i32.add (i32.load (i32.shl (i32.add (i32.shl (local.get $t) (i32.const 2)) (local.get $j))
+                                        (i32.const 2)))
+                     (i32.const 1)))
+          (local.set $j (i32.add (local.get $j) (i32.const 1)))
+          (br_if $touch (i32.lt_s (local.get $j) (i32.const 4))))
+        (local.set $tmp (local.get $a)) (local.set $a (local.get $b)) (local.set $b (local.get $tmp))
+        (local.set $t (i32.add (local.get $t) (i32.const 1)))
+        (br_if $time (i32.lt_s (local.get $t) (local.get $steps)))))))"""
+
+
+@pytest.mark.parametrize("device", REGION_DEVICES[1:])
+def test_a_region_loop_kept_in_wasm_never_leaves_the_device_a_stale_copy(device: str, monkeypatch) -> None:
+    """The sweep launches at the first step, declines at the next five (wasmtime runs it:
+    its results come back), then launches again; the touch-up declines at every step. At
+    the seventh step both gates keep their loops in Wasm, and the touch-up writes x[24:28),
+    which the device still holds from the first launch: the sweep's launch at the eighth
+    step must read what wasmtime wrote there."""
+    monkeypatch.setenv("TENSORWASM_COMPILE", "sync")
+    monkeypatch.setattr(ArrivalGate, "ASK_SHARE", math.inf)
+    monkeypatch.setattr(ArrivalPlanner, "threshold", lambda self, lp: NEVER_SKIP)  # the gates alone
+    wasm = wasmtime.wat2wasm(_MOVING_TOUCH_UP)
+    offload, store, exports = _region_instance(wasm, device, "auto")
+    sweep, touch = sorted(offload.loops, key=lambda lp: lp.stats.offset)
+    assert sweep.region == touch.region is not None
+    monkeypatch.setattr(offload.planner, "_started", lambda gain, lp=None: None)
+    decided = itertools.count()
+
+    def sweep_decides(*args, **kwargs):
+        if next(decided) in (1, 2, 3, 4, 5):
+            return False, "too little work to pay for a launch", 1e-3, 1e-6
+        return True, "", 1e-6, 1e-3
+
+    monkeypatch.setattr(sweep.estimate, "decide", sweep_decides)
+    monkeypatch.setattr(touch.estimate, "decide", lambda *a, **k: (False, "too little work", 1e-3, 1e-6))
+    exports["run"](store, 64, 8)
+    offload.close()
+    assert sweep.stats.offloaded >= 2 and touch.stats.offloaded == 0
+    plain = wasmtime.Store()
+    instance = wasmtime.Instance(plain, wasmtime.Module(plain.engine, wasm), [])
+    instance.exports(plain)["run"](plain, 64, 8)
+    assert _memory(store, exports) == _memory(plain, instance.exports(plain))
+
+
+@pytest.mark.parametrize("device", REGION_DEVICES)
+def test_a_launch_in_a_region_holds_its_loops_filters_open_until_the_region_ends(
+    device: str, monkeypatch
+) -> None:
+    """The touch-up (four iterations, below its filter's threshold) asks the host at every
+    step once the sweep launched: the device holds the region's data, which a run in Wasm
+    must not leave stale. The region's end brings it back, and the filter applies again: a
+    call whose sweep declines at every step asks the host for no touch-up."""
+    from tests.runtime.test_regions import TOUCH_UP, time_loop
+
+    monkeypatch.setenv("TENSORWASM_COMPILE", "sync")
+    wasm = time_loop(body=TOUCH_UP)
+
+    def thresholds(offload) -> list[int]:  # the sweep asks at every arrival: the test decides it
+        first = min(offload.loops, key=lambda lp: lp.stats.offset)
+        return [NEVER_SKIP if lp is first else offload.planner.threshold(lp) for lp in offload.loops]
+
+    offload, store, exports = _region_instance(wasm, device, "auto", thresholds)
+    sweep, touch = sorted(offload.loops, key=lambda lp: lp.stats.offset)
+    assert touch.insertion.filter is not None and touch.region == sweep.region is not None
+    monkeypatch.setattr(offload.planner, "_started", lambda gain, lp=None: None)
+    launching = [True]
+    monkeypatch.setattr(
+        sweep.estimate, "decide",
+        lambda *a, **k: (True, "", 1e-6, 1e-3) if launching[0] else (False, "too little work", 1e-3, 1e-6),
+    )  # fmt: skip
+    asked = _asking(monkeypatch)
+    n = offload.loops.index(touch)
+    least = exports[f"tensorwasm:min_{n}"].value(store)
+    assert least == offload.planner.threshold(touch) > 16
+    exports["run"](store, 1000, 12, 0)
+    assert sweep.stats.offloaded == 12 and asked.count(touch.stats.offset) == 12
+    assert exports[f"tensorwasm:min_{n}"].value(store) == least  # released at the region's end
+    launching[0] = False
+    exports["run"](store, 1000, 12, 0)
+    assert asked.count(touch.stats.offset) == 12 and sweep.stats.offloaded == 12
+    offload.close()
+    plain = wasmtime.Store()
+    instance = wasmtime.Instance(plain, wasmtime.Module(plain.engine, wasm), [])
+    for _ in range(2):
+        instance.exports(plain)["run"](plain, 1000, 12, 0)
+    assert _memory(store, exports) == _memory(plain, instance.exports(plain))
+    assert touch.stats.arrivals == 24
