@@ -14,7 +14,6 @@ import wasmtime
 
 from tensorwasm.compiler.analysis.regions import find_regions
 from tensorwasm.compiler.frontend import load
-from tensorwasm.compiler.rewrite import NEVER_SKIP
 from tensorwasm.dialect.types import I32
 from tensorwasm.oracle.offload import OffloadInstance
 from tensorwasm.oracle.simulated import HostAllocator, HostContext, SimulatedDevice
@@ -22,7 +21,6 @@ from tensorwasm.runtime import profit
 from tensorwasm.runtime.driver import KernelParams
 from tensorwasm.runtime.mirror import DeviceMirror, Span, union
 from tensorwasm.runtime.offload import OffloadModule
-from tensorwasm.runtime.planning import ArrivalPlanner
 from tensorwasm.runtime.reference import ReferenceInstance
 from tensorwasm.runtime.spans import SpanSet
 from tests.conftest import wat
@@ -296,8 +294,6 @@ def _touch_up_instance(wasm: bytes, device: str, monkeypatch, touch_up_declines:
     started: the sweep always launches; the touch-up declines as too little work, or (not
     ``touch_up_declines``) decides by the cost model. Returns (instance, sweep, touch-up)."""
     monkeypatch.setenv("TENSORWASM_COMPILE", "sync")
-    # Every arrival asks the host (the sweep's filter would keep it, whose work the test decides).
-    monkeypatch.setattr(ArrivalPlanner, "threshold", lambda self, lp: NEVER_SKIP)
     actual = OffloadInstance(wasm, device=SimulatedDevice() if device == "simulated" else device, mode="auto")
     sweep, touch_up = actual.offload.loops
     assert sweep.region == touch_up.region == 0
