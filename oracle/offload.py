@@ -79,7 +79,7 @@ class OffloadInstance:
             return {(HOST_MODULE, name): f for name, f in self.offload.host_functions(store).items()}
 
         self._instance = ReferenceInstance(self.offload.rewritten, host_funcs)
-        draws = [NEVER_SKIP] * len(self.offload.loops)  # (auto mode's own where ``declines``)
+        draws = [NEVER_SKIP] * len(self.offload.loops)  # every arrival asks, ``declines`` or not
         if filters:
             draw = random.Random(sha256(self.offload.rewritten).digest())
             draws = [draw.choice(FILTER_DRAWS) for _ in self.offload.loops]

@@ -226,9 +226,10 @@ def test_a_region_loop_that_keeps_declining_stops_asking_the_host(device: str, m
 def test_a_region_loop_s_filter_keeps_small_arrivals_in_wasm_while_the_device_holds_nothing(
     device: str, monkeypatch
 ) -> None:
-    """PolyBench's jacobi-1d: two sweeps of 2,000 elements in a time loop of 500 steps, each
-    far less work than a launch: no arrival asks the host (each asked 11 times a run, the
-    first after 0.3 to 0.75 ms of guards)."""
+    """A sweep of four elements in a time loop of 1,000 steps, far less work than a launch,
+    on a device that never launches: no arrival asks the host (as PolyBench's jacobi-1d,
+    whose two sweeps of 2,000 elements each asked 11 times a run, the first after 0.3 to
+    0.75 ms of guards)."""
     from tests.runtime.test_regions import time_loop
 
     wasm = time_loop()
