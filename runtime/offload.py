@@ -457,19 +457,7 @@ class OffloadModule:
                     flush(caller, lp.region)
                 raise
             if not results[0] and lp.region is not None:
-                # wasmtime runs this loop: what it touches must be current in memory (only
-                # that, where the guards said what it touches); while the device still holds
-                # results, its next arrival asks the host again. Where its gate keeps the
-                # next arrivals in Wasm, they may write elsewhere, over what the device still
-                # holds a copy of: the device forgets the region (see ArrivalGate).
-                gate, part = lp.gate, planner.declined_launch
-                if flush(caller, lp.region, part):
-                    if gate is not None:
-                        gate.reopen()
-                elif gate is not None and gate.waiting:
-                    if part is not None:
-                        flush(caller, lp.region)
-                    planner.emptied(lp.region, context)
+                _declined_in_region(lp, caller, context, flush, planner)
             elif hook is not None and results[0] and lp.again:
                 again = lp.again.get(args[:n_live])
                 if again is not None:
@@ -486,6 +474,22 @@ class OffloadModule:
             return ()
 
         return run
+
+
+def _declined_in_region(lp: OffloadedLoop, caller: int, context: int, flush, planner: ArrivalPlanner) -> None:
+    """wasmtime runs region loop ``lp``: what it touches must be current in memory (only
+    that, where the guards said what it touches); while the device still holds results, its
+    next arrival asks the host again. Where its gate keeps the next arrivals in Wasm, they
+    may write elsewhere, over what the device still holds a copy of: the device forgets the
+    region (see :class:`runtime.planning.ArrivalGate`)."""
+    gate, part = lp.gate, planner.declined_launch
+    if flush(caller, lp.region, part):
+        if gate is not None:
+            gate.reopen()
+    elif gate is not None and gate.waiting:
+        if part is not None:
+            flush(caller, lp.region)
+        planner.emptied(lp.region, context)
 
 
 def _linked(reports: list[LoopReport], loops: list[OffloadedLoop]) -> list[LoopReport]:
