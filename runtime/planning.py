@@ -180,7 +180,7 @@ class ArrivalGate:
     of the region: its next arrivals may write what the device still holds a copy of, and a
     later launch would read that copy. A decline brings back what the loop touches (the host
     function flushes it); where the gate then closes, the device forgets the rest too
-    (:meth:`runtime.offload.OffloadModule._callback`). Any launch in the region, which makes
+    (:func:`runtime.offload._declined_in_region`). Any launch in the region, which makes
     its data resident again, opens the gates of all its loops and holds their filters open
     (:meth:`reopen`), so that their next arrivals ask the host; the filters apply again once
     the device holds nothing of the region (:meth:`release`: the region ended, or a gate
@@ -416,7 +416,7 @@ class ArrivalPlanner:
         """The device holds nothing of ``region`` for the store at ``context``: its loops'
         filters there apply again (see :meth:`ArrivalGate.release`)."""
         for gate in self.region_gates.get(region, ()):
-            if gate.held and gate.context == context:
+            if gate.context == context:
                 gate.release()
 
     def arrive(
