@@ -87,6 +87,7 @@ class Launch:
     # A split sequential loop (compiler.analysis.fission): the phases one after the other,
     # the whole grid waiting between them; at most ``lanes`` threads have work in one.
     spread: bool = False
+    ranges: tuple[Range | None, ...] = ()  # per access, in the plan's order (None: a gather)
 
 
 def _signed(value: int, bits: int) -> int:
@@ -149,16 +150,16 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
     if 0 in nest:
         raise GuardFailed("a collapsed inner loop runs no iteration")
     reads, writes = [], []
-    ranges: list[tuple[Access, Range]] = []
+    ranges: list[Range | None] = []  # per access (None: a gather, checked by the kernel itself)
     levels = {level.counter: i for i, level in enumerate(plan.collapse)}
     twins = _twins(plan)
     for k, (access, split) in enumerate(zip(plan.accesses, _split_addresses(plan), strict=True)):
         if split is None:
-            ranges.append((access, None))  # a gather: checked by the kernel itself
+            ranges.append(None)
             continue
         if twins[k] != k:  # the same bytes as an earlier access (an unrolled loop's loads)
-            rng = ranges[twins[k]][1]
-            ranges.append((access, rng))
+            rng = ranges[twins[k]]
+            ranges.append(rng)
             (writes if access.store else reads).append(rng)
             continue
         if split is QUASI:
@@ -171,25 +172,52 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
             tight = extent(access.address, [(plan.counter, plan.trip), *plan.inner_trips], env, counts)
             if tight is not None:
                 rng.lo, rng.hi = max(rng.lo, tight[0]), min(rng.hi, tight[1] + access.width)
-        if rng.lo < access.offset or rng.hi > memory_size:
-            raise GuardFailed(f"{access.kind} at {access.where} reaches outside linear memory")
-        if strict_alignment and not rng.aligned:
-            raise GuardFailed(
-                f"{access.kind} at {access.where} is not aligned to {proven_alignment(access.width)} bytes"
-                " on every iteration"
-            )
-        ranges.append((access, rng))
+        _check_bounds(access, rng, memory_size, strict_alignment)
+        ranges.append(rng)
         (writes if access.store else reads).append(rng)
-    # (A split loop's phases spread over their grid loops too: one iteration of it may
-    # still run threads side by side.)
+    _test_pairs(plan, ranges, trip, nest)
+    if plan.fission:  # threads for the widest phase: the loop's iterations or a grid loop's
+        # (a stepped loop's phase run whole is one thread's)
+        whole = 1 if plan.stepped else trip
+        lanes = max((whole if p.whole else inner.get(p.counter, 1 << 30) * _cells(p, inner) for p in plan.phases),
+                    default=0)  # fmt: skip
+        if plan.wave:  # a thread per iteration of the loop, running its tasks of each step
+            lanes = trip
+    else:
+        lanes = max((inner.get(p.counter, 1 << 30) + p.rest for p in plan.phases), default=0)
+    return Launch(
+        trip, env, reads, writes, bool(plan.gathers), nest, inner, rows=bool(plan.phases) and not plan.fission,
+        lanes=lanes, spread=plan.fission, ranges=tuple(ranges),
+    )  # fmt: skip
+
+
+def _check_bounds(access: Access, rng: Range, memory_size: int, strict_alignment: bool) -> None:
+    """GuardFailed where an access's range reaches outside linear memory (or below its
+    offset: a negative i32 operand), or, with ``strict_alignment``, is not aligned."""
+    if rng.lo < access.offset or rng.hi > memory_size:
+        raise GuardFailed(f"{access.kind} at {access.where} reaches outside linear memory")
+    if strict_alignment and not rng.aligned:
+        raise GuardFailed(
+            f"{access.kind} at {access.where} is not aligned to {proven_alignment(access.width)} bytes"
+            " on every iteration"
+        )
+
+
+def _test_pairs(
+    plan: LoopPlan, ranges: list[Range | None], trip: int, nest: tuple[int, ...], moves: list[int] | None = None
+) -> None:
+    """GuardFailed where a store may meet another access across iterations (grid cells), or,
+    for a distributed body, within one. ``moves``: per access, how far its range moved from
+    a launch these pairs all passed; then only the pairs whose two accesses moved apart are
+    tested (the others kept their distance, every test's answer with it)."""
     if trip * math.prod(nest) > 1 or plan.fission:
         met = plan.__dict__.setdefault("_elements_met", {})  # pair -> element searches that met
         apart = plan.__dict__.setdefault("_elements_apart", {})  # see _by_elements
         grid = (trip, *nest)
         for pair in _pairs(plan):
             i, j = pair
-            rs, ra = ranges[i][1], ranges[j][1]
-            if ra is None:
+            rs, ra = ranges[i], ranges[j]
+            if ra is None or (moves is not None and moves[i] == moves[j]):
                 continue
             exact = met.get(pair, 0) < ELEMENT_SEARCHES
             if plan.fission:  # a split loop's phases reorder its iterations: apart over the launch
@@ -204,21 +232,101 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
                 s, a = plan.accesses[i], plan.accesses[j]
                 raise GuardFailed(f"store at {s.where} may overlap {a.kind} at {a.where}")
     for i, j in plan.row_guarded:  # a distributed body's threads share one iteration
-        (s, rs), (a, ra) = ranges[i], ranges[j]
-        if _meets_in_row(rs, ra):
+        if moves is not None and moves[i] == moves[j]:
+            continue
+        if _meets_in_row(ranges[i], ranges[j]):
+            s, a = plan.accesses[i], plan.accesses[j]
             raise GuardFailed(f"store at {s.where} may meet {a.kind} at {a.where} within one iteration")
-    if plan.fission:  # threads for the widest phase: the loop's iterations or a grid loop's
-        # (a stepped loop's phase run whole is one thread's)
-        whole = 1 if plan.stepped else trip
-        lanes = max((whole if p.whole else inner.get(p.counter, 1 << 30) * _cells(p, inner) for p in plan.phases),
-                    default=0)  # fmt: skip
-        if plan.wave:  # a thread per iteration of the loop, running its tasks of each step
-            lanes = trip
-    else:
-        lanes = max((inner.get(p.counter, 1 << 30) + p.rest for p in plan.phases), default=0)
+
+
+def address_only(plan: LoopPlan) -> frozenset[Symbol]:
+    """The live-ins that only move the loop's accesses: in no trip count, in no coefficient
+    of a counter, and in each address as a constant times the value alone, so that a new
+    value of one moves each access's range as a whole (:func:`moved`). None for a nest
+    whose inner bounds move with the counters around them, or with an address holding a
+    floor of a counter: their ranges are not made that way."""
+    return _address_terms(plan)[0]
+
+
+def _address_terms(plan: LoopPlan) -> tuple[frozenset[Symbol], list[dict[Symbol, int] | None]]:
+    """:func:`address_only`'s live-ins, and per access (None for a gather) the constant each
+    of them is multiplied by in its address (made once per plan)."""
+    cached = plan.__dict__.get("_address_terms")
+    if cached is None:
+        splits = _split_addresses(plan)
+        if QUASI in splits or _nest_shape(plan)[1]:
+            cached = plan.__dict__["_address_terms"] = (frozenset(), [])
+            return cached
+        polys = [plan.trip.start, plan.trip.bound]
+        for _, trip in plan.inner_trips:
+            polys += [trip.start, trip.bound]
+        polys += [coeff for split in splits if split is not None for _, coeff in split[1]
+                  if coeff.__class__ is not int]  # fmt: skip
+        counters = {plan.counter, *(counter for counter, _ in plan.inner_trips)}
+        free = inputs(plan) - counters - frozenset().union(*(poly.leaves() for poly in polys))
+        terms: list[dict[Symbol, int] | None] = []
+        for split in splits:
+            if split is None:
+                terms.append(None)
+                continue
+            linear = {}
+            for monomial, coeff in split[0].terms.items():
+                if len(monomial) == 1 and monomial[0] in free:
+                    linear[monomial[0]] = coeff
+                else:  # (a product, or a value under another operation: it does not move so)
+                    free = free - frozenset().union(*(sym.leaves() for sym in monomial))
+            terms.append(linear)
+        terms = [t if t is None else {sym: c for sym, c in t.items() if sym in free} for t in terms]
+        cached = plan.__dict__["_address_terms"] = (free, terms)
+    return cached
+
+
+def moved(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, before: Launch, *,
+          strict_alignment: bool) -> Launch | None:  # fmt: skip
+    """:func:`check`'s launch for ``env`` from ``before``, its launch for other values of
+    live-ins that only move addresses (:func:`address_only`; the same memory size): each
+    access's range moves by what its address moves; bounds and alignment are tested again
+    where a range moved, and the overlap tests only for pairs that moved apart. None where
+    ``before`` is not such a launch (check decides then). A loop whose row pointer or
+    time-step element moves at every arrival checks in microseconds (PolyBench's fdtd-2d)."""
+    if not before.ranges and before.trip:
+        return None
+    free, terms = _address_terms(plan)
+    changed = [(sym, env[sym] - value) for sym, value in before.env.items() if env[sym] != value]
+    if any(sym not in free for sym, _ in changed):
+        return None
+    if not before.trip:
+        return Launch(0, env, [], [])
+    moves, ranges = [], []
+    new: dict[int, Range] = {}  # (twins share their range)
+    for access, linear, old in zip(plan.accesses, terms, before.ranges, strict=True):
+        if old is None:
+            moves.append(0)
+            ranges.append(None)
+            continue
+        move = 0
+        for sym, delta in changed:
+            move += linear.get(sym, 0) * delta
+        moves.append(move)
+        rng = old if not move else new.get(id(old))
+        if rng is None:
+            align = proven_alignment(access.width)
+            if move % align and not old.aligned:
+                return None  # (misaligned before: by its counters' strides or its start, unknown)
+            rng = new[id(old)] = Range(
+                old.lo + move, old.hi + move, old.base + move, old.stride, old.width, old.nest_strides,
+                old.aligned and move % align == 0, old.origin + move, old.element, old.lattice,
+            )  # fmt: skip
+            _check_bounds(access, rng, memory_size, strict_alignment)
+        ranges.append(rng)
+    _test_pairs(plan, ranges, before.trip, before.nest, moves)
+    reads, writes = [], []
+    for access, rng in zip(plan.accesses, ranges, strict=True):
+        if rng is not None:
+            (writes if access.store else reads).append(rng)
     return Launch(
-        trip, env, reads, writes, bool(plan.gathers), nest, inner, rows=bool(plan.phases) and not plan.fission,
-        lanes=lanes, spread=plan.fission,
+        before.trip, env, reads, writes, before.gathers, before.nest, before.inner, rows=before.rows,
+        lanes=before.lanes, spread=before.spread, ranges=tuple(ranges),
     )  # fmt: skip
 
 

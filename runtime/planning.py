@@ -351,6 +351,7 @@ class ArrivalPlanner:
         self.mode, self.device = mode, device
         self.guard_cache: dict[int, dict[tuple, PreparedLaunch | str]] = {}  # per loop: see guards
         self.guard_reads: dict[int, object] = {}  # per loop: the live-ins the guards read
+        self.guards_passed: dict[int, PreparedLaunch] = {}  # per loop: the last launch they allowed
         self.run = runner.run
         self.transfer_estimate = runner.transfer_estimate
         self.decline_seconds = getattr(runner, "decline_seconds", None)
@@ -605,9 +606,19 @@ class ArrivalPlanner:
         if outcome is None:
             env = _environment(lp.plan, live)
             env = {sym: env[sym] for sym in guards.inputs(lp.plan) if sym in env}
+            strict = self.device == "gpu"
+            last = self.guards_passed.get(lp.kernel_index)
             try:
-                launch = guards.check(lp.plan, env, size, strict_alignment=self.device == "gpu")
-                outcome = PreparedLaunch(lp, launch, size)
+                # Where only live-ins that move addresses changed since the last launch they
+                # allowed, that launch moved (a row pointer, a time step's element).
+                launch = None
+                if last is not None and last.size == size:
+                    launch = guards.moved(lp.plan, env, size, last.launch, strict_alignment=strict)
+                if launch is None:
+                    outcome = PreparedLaunch(lp, guards.check(lp.plan, env, size, strict_alignment=strict), size)
+                else:
+                    outcome = last.moved_to(launch)
+                self.guards_passed[lp.kernel_index] = outcome
             except guards.GuardFailed as exc:
                 outcome = str(exc)
             if len(cache) >= self.GUARD_CACHE_ENTRIES:
@@ -624,21 +635,8 @@ class PreparedLaunch:
     (``device_arguments``: a GPU launch's; ``host_arguments``: the host backend's)."""
 
     def __init__(self, lp: OffloadedLoop, launch: Launch, size: int) -> None:
-        self.launch = launch
         self.size = size
-        self.written = tuple(merged_spans(launch.writes))
-        # Gathered loads may read anywhere: then the device gets all of memory.
-        self.needed = (
-            (Span(0, size),) if launch.gathers else tuple(merged_spans(launch.reads + launch.writes))
-        )
         self.moved = sum(r.hi - r.lo for r in launch.reads + launch.writes)
-        self.in_bytes = sum(r.hi - r.lo for r in self.needed)
-        # What a launch outside a region copies in and out: columns and rows' tails by rows.
-        self.copies_in, self.copies_out = copy_plan(launch, self.needed, self.written)
-        self.copies_in_bytes = sum(copy_bytes(c) for c in self.copies_in)
-        self.rows_out = any(c.__class__ is Rows for c in self.copies_out)
-        self.token = next(_tokens)  # names it in the mirror's recorded launches
-        self.out_bytes = sum(r.hi - r.lo for r in self.written)
         self.ops = work(lp.plan, launch)
         self.cells = launch.trip * math.prod(launch.nest)  # iterations in parallel
         # A stepped loop: the ops its phases on one thread run, and its phases in all (a
@@ -656,14 +654,41 @@ class PreparedLaunch:
         self.grid, self.block = launch_grid(launch, lp.tile, self.reductions, lp.per_thread)
         # The scratch buffer: context | live-ins | reduction slots | written ranges, in u64s.
         self.out_words = self.identities or [0]
-        self.range_words = [v for r in self.written for v in (r.lo, r.hi)] or [0, 0]
         self.out_at = abi.CTX_SLOTS + max(1, len(lp.plan.live_ins))
         self.back_slots = self.out_at + len(self.out_words)  # what comes back after a launch
+        self.back_bytes = 8 * self.back_slots
+        self._place(launch)
+
+    def _place(self, launch: Launch) -> None:
+        """What ``launch``'s ranges decide: the bytes it needs and writes, its copies, the
+        scratch buffer's written ranges; and no arguments made for another launch."""
+        self.launch = launch
+        self.written = tuple(merged_spans(launch.writes))
+        # Gathered loads may read anywhere: then the device gets all of memory.
+        self.needed = (
+            (Span(0, self.size),) if launch.gathers else tuple(merged_spans(launch.reads + launch.writes))
+        )
+        self.in_bytes = sum(r.hi - r.lo for r in self.needed)
+        # What a launch outside a region copies in and out: columns and rows' tails by rows.
+        self.copies_in, self.copies_out = copy_plan(launch, self.needed, self.written)
+        self.copies_in_bytes = sum(copy_bytes(c) for c in self.copies_in)
+        self.rows_out = any(c.__class__ is Rows for c in self.copies_out)
+        self.token = next(_tokens)  # names it in the mirror's recorded launches
+        self.out_bytes = sum(r.hi - r.lo for r in self.written)
+        self.range_words = [v for r in self.written for v in (r.lo, r.hi)] or [0, 0]
         self.slots = self.back_slots + len(self.range_words)
-        self.back_bytes, self.staged_at = 8 * self.back_slots, 8 * self.slots
+        self.staged_at = 8 * self.slots
         self.device_arguments: tuple | None = None
         self.host_arguments: tuple | None = None
         self._arrivals: dict[tuple[int, ...], LaunchArguments] = {}
+
+    def moved_to(self, launch: Launch) -> PreparedLaunch:
+        """The same loop's launch with its ranges moved (:func:`runtime.guards.moved`): the
+        same trip counts, grid and work as this one, its own ranges, copies and arguments."""
+        found = object.__new__(PreparedLaunch)
+        found.__dict__.update(self.__dict__)
+        found._place(launch)
+        return found
 
     def arrival(self, lp: OffloadedLoop, live: tuple[int, ...]) -> LaunchArguments:
         """The part of a launch that these live-ins make (kept for the last few of them)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tensorwasm.runtime.guards import Range, _conflict_grid
@@ -235,3 +235,106 @@ def test_a_triangular_range_leaves_out_loops_its_address_does_not_move_with():
     counts = {si: n, sj: n - 1, sk: n}
     assert extent(address, [(si, row), (sj, cells), (sk, inner)], env, counts) == (1000, 1000 + n - 2)
     assert extent(address + k, [(si, row), (sj, cells), (sk, inner)], env, counts) is None
+
+
+def _row_plan(text: str = ROW):
+    from tensorwasm.compiler.analysis.loops import analyze_module
+    from tensorwasm.compiler.frontend import load, translate_module
+    from tests.conftest import wat
+
+    (plan,) = [r.plan for r in analyze_module(translate_module(load(wat(text)))) if r.plan is not None]
+    return plan
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    a=st.integers(0, 70_000), v=st.integers(0, 70_000), strict=st.booleans(),
+    start=st.sampled_from([(1024, 4096), (0, 2048), (60_000, 2052)]),
+)  # fmt: skip
+def test_a_launch_moved_by_its_pointers_is_the_one_the_guards_would_make(a, v, strict, start) -> None:
+    """ROW's ``a`` and ``v`` only move addresses: from a launch the guards allowed, the launch
+    for other values of them (:func:`runtime.guards.moved`) is the one :func:`check` makes,
+    or fails with its message (outside memory, misaligned, ``v`` among the stores)."""
+    from tensorwasm.runtime.guards import GuardFailed, address_only, check, moved
+
+    plan = _row_plan()
+    by_local = {int(sym.name.removeprefix("local")): sym for _, sym, _, _ in plan.live_ins}
+    assert address_only(plan) == {by_local[0], by_local[1]}  # (not n: the trip count)
+    size = 65536
+
+    def env(pa, pv):
+        return {by_local[0]: pa, by_local[1]: pv, by_local[2]: 64}
+
+    try:
+        before = check(plan, env(*start), size, strict_alignment=strict)
+    except GuardFailed:  # (a misaligned start on a GPU: no launch to move)
+        assume(strict and start[1] % 8)
+        return
+    try:
+        want = check(plan, env(a, v), size, strict_alignment=strict)
+    except GuardFailed as exc:
+        want = str(exc)
+    try:
+        got = moved(plan, env(a, v), size, before, strict_alignment=strict)
+    except GuardFailed as exc:
+        got = str(exc)
+    if got is None:  # a misaligned start: whether a moved range is aligned is not known
+        assert not all(r.aligned for r in before.ranges)
+        return
+    assert got == want
+
+
+def test_a_value_under_a_product_does_not_count_as_moving_addresses_alone() -> None:
+    """``v * w`` in an address: a new ``v`` does not move the range by a constant, so
+    neither ``v`` nor ``w`` is taken to only move it; ``a`` still is."""
+    from tensorwasm.runtime.guards import address_only
+
+    text = ROW.replace("(param $n i32)", "(param $n i32) (param $w i32)").replace(
+        "(f64.load (local.get $v))", "(f64.load (i32.mul (local.get $v) (local.get $w)))", 1
+    )
+    assert "i32.mul (local.get $v)" in text
+    plan = _row_plan(text)
+    by_local = {int(sym.name.removeprefix("local")): sym for _, sym, _, _ in plan.live_ins}
+    assert address_only(plan) == {by_local[0]}
+
+
+def test_arrivals_whose_pointers_move_take_the_last_launch_moved(monkeypatch) -> None:
+    """ROW called with ``v`` one element further at each call (a time step's element) and
+    ``a`` a row further: the guards check the first arrival and move its launch for the
+    others; an arrival whose ``v`` lies among the stores still declines. Memory ends as
+    wasmtime leaves it."""
+    import struct
+
+    import wasmtime
+
+    import tensorwasm
+    from tensorwasm.runtime import guards
+    from tests.conftest import wat
+
+    checked = []
+    check = guards.check
+
+    def counted(*args, **kwargs):
+        checked.append(1)
+        return check(*args, **kwargs)
+
+    monkeypatch.setattr(guards, "check", counted)
+    wasm = wat(ROW)
+    calls = [(1024 + 1024 * k, 8 + 8 * k, 64) for k in range(12)] + [(1024, 1024 + 8 * 5, 64)]
+    memories = []
+    for offload in (True, False):
+        store = wasmtime.Store()
+        if offload:
+            instance = tensorwasm.instantiate(store, wasm, [], device="cpu", offload="always")
+        else:
+            instance = wasmtime.Instance(store, wasmtime.Module(store.engine, wasm), [])
+        memory = instance.exports(store)["memory"]
+        memory.write(store, struct.pack("<8192d", *range(8192)), 0)
+        for args in calls:
+            instance.exports(store)["row"](store, *args)
+        memories.append(memory.read(store, 0, 65536))
+        if offload:
+            (loop,) = tensorwasm.report(instance).loops
+            assert loop.offloaded == 12 and any("overlap" in reason for reason in loop.declined), loop.declined
+    assert memories[0] == memories[1]
+    assert len(checked) == 1  # the first arrival's (the last one's overlap is found by moving too)
