@@ -364,9 +364,10 @@ def _out_of_order(rows: tuple[int, int, int], columns: tuple[int, int, int] | No
 
 
 def _part(phase: Phase) -> str:
-    """Which of a grid loop's iterations a phase split at a pivot runs, for its report."""
+    """Which of a grid loop's iterations a phase split at a pivot runs, and its cells, for its
+    report."""
     if phase.pivot is None:
-        return ""
+        return "" if phase.inner is None else f" (cells of +0x{phase.inner.loop.offset:x})"
 
     def cut(name: str, pivot: tuple[int, int, int], side: int) -> str:
         a, c, d = pivot
@@ -551,13 +552,13 @@ class _Body:
         if self._read_after(child):
             raise Reject(f"a value of the loop at +0x{child.offset:x} is read after it")
 
-    def _read_after(self, child: LoopInfo) -> list:
+    def _read_after(self, child: LoopInfo, out: Block | None = None) -> list:
         """The values ``child`` makes that something after it reads (its exit's arguments
-        included)."""
+        included; ``out``: its exit, where it is not one of the loop's child loops)."""
         inside, users = self.facts.bodies[child], self.facts.users
         defined = [v for block in inside for v in (*block.args, *(r for op in block.ops for r in op.results))]
         read = [v for v in defined if any(where not in inside for _, where in users.get(v, []))]
-        return read + [a for a in self.exits[child].args if users.get(a)]
+        return read + [a for a in (out or self.exits[child]).args if users.get(a)]
 
     def item(self, access: Access) -> object:
         """The statement ``access`` belongs to: its child loop, or its block outside them."""
@@ -638,7 +639,7 @@ class _Body:
             alone = item in self.children and stores and item not in kept
             if alone and self._grid_alone(stores, item):
                 close()
-                phases.append((stores, item))
+                phases += self._split_grid(stores, item) or [(stores, item)]
             elif alone and (split := _Parts(self).pivot(stores, item)) is not None:
                 close()
                 phases.append((stores, ("pivot", (item,), *split)))
@@ -654,6 +655,69 @@ class _Body:
             return False
         return True
 
+    def _split_grid(self, stores: list[int], child: LoopInfo) -> list[tuple[list[int], object]] | None:
+        """A grid phase over ``child`` split between its inner loops, where each holds stores:
+        one phase per inner loop over ``child``'s iterations, with the stores outside them
+        before it, skipping the others; one whose accesses all lie in its inner loop runs it
+        as cells, a task per iteration of both (PolyBench's gramschmidt, whose ``j`` loop sums
+        ``R[k][j]`` down column ``j`` and then updates that column, runs the sums over ``j``
+        and then the updates over ``(j, i)``, rather than both loops of a column on one
+        thread). None where it does not split so: fewer than two inner loops, one with no
+        store or two ways out, a value of one read after it, no phase run as cells (the split
+        would add a barrier and no thread), or a pair isl finds out of order
+        (:meth:`_stepped_relation`)."""
+        facts, plan = self.facts, self.plan
+        inner = [m for m in facts.func.loops if m.parent is child]
+        if len(inner) < 2:
+            return None
+        exits = {}
+        for m in inner:
+            out = exit_block(facts, m)
+            entries = sum(pred not in facts.bodies[m] for pred in facts.preds[m.header])
+            if out is None or out not in facts.bodies[child] or entries != 1 or self._read_after(m, out):
+                return None
+            exits[m] = out
+        by_item: dict[object, list[int]] = {}
+        for i in stores:
+            block = plan.accesses[i].op.block
+            by_item.setdefault(next((m for m in inner if block in facts.bodies[m]), block), []).append(i)
+        if any(m not in by_item for m in inner):
+            return None
+        groups, pending = [], []
+        for item in sorted(by_item, key=lambda it: facts.position[it.header if it in inner else it]):
+            pending += by_item[item]
+            if item in inner:
+                groups.append((pending, item))
+                pending = []
+        if pending:  # (stores after the last inner loop: with it)
+            groups[-1][0].extend(pending)
+        split = []
+        for group, home in groups:
+            runs = [i for i, a in enumerate(plan.accesses) if a.op.block in facts.bodies[child]
+                    and not any(a.op.block in facts.bodies[m] for m in inner if m is not home)
+                    and (not a.store or i in group)]  # fmt: skip
+            cells = home if self._as_cells(home, child, runs) else None
+            split.append((group, ("split", child, tuple(m for m in inner if m is not home), cells)))
+        if not any(mode[3] is not None for _, mode in split):  # (no more threads: a barrier more)
+            return None
+        try:
+            self.legal(split)
+        except Reject:
+            return None
+        return split
+
+    def _as_cells(self, loop: LoopInfo, child: LoopInfo, runs: list[int]) -> bool:
+        """Whether a phase over ``child`` that runs the accesses ``runs`` may take a task per
+        iteration of its inner loop ``loop`` too: every one of them inside it, and ``loop``
+        carrying nothing but counters, its count not moving with ``child``'s counter."""
+        facts, values = self.facts, self.values
+        if any(self.plan.accesses[i].op.block not in facts.bodies[loop] for i in runs):
+            return False
+        if any(arg not in self.plan.ivs for arg in loop.header.args):
+            return False
+        trip = dict(self.plan.inner_trips).get(values.counter(loop))
+        return trip is not None and not (trip.start.leaves() | trip.bound.leaves()) & {values.counter(child)}
+
     def _stepped_relation(
         self, made: list[Phase], p: int, q: int, store: Access, other: Access
     ) -> str | None:
@@ -663,14 +727,44 @@ class _Body:
         kx, ky = self.model.var(self.plan.loop, "x"), self.model.var(self.plan.loop, "y")
         if p == q and made[p].whole:
             return None
+        bodies, var = self.facts.bodies, self.model.var
         if p == q:  # the grid's threads run one iteration of its loop each, in any order
-            grid = made[p].grid
-            if other.op.block in self.facts.bodies[grid]:
-                return f"{kx} = {ky} and {self.model.var(grid, 'x')} != {self.model.var(grid, 'y')}"
-            return f"{kx} = {ky}"
+            grid, cells = made[p].grid, made[p].inner
+            if other.op.block not in bodies[grid]:
+                return f"{kx} = {ky}"
+            apart = f"{var(grid, 'x')} != {var(grid, 'y')}"
+            if cells is not None:  # (a task per iteration of its inner loop too: _split_grid)
+                if store.op.block not in bodies[cells.loop] or other.op.block not in bodies[cells.loop]:
+                    return f"{kx} = {ky}"
+                apart += f" or {var(cells.loop, 'x')} != {var(cells.loop, 'y')}"
+            return f"{kx} = {ky} and ({apart})"
+        grid = made[p].grid
+        if (not made[p].whole and not made[q].whole and grid is made[q].grid
+                and store.op.block in bodies[grid] and other.op.block in bodies[grid]):  # fmt: skip
+            # Two phases of one grid loop split between its inner loops (_split_grid): the
+            # earlier phase runs all its iterations first. Out of order where the access Wasm
+            # runs first comes from the later phase.
+            gx, gy = var(grid, "x"), var(grid, "y")
+            first = self._first_in(grid, store, other)
+            if p < q:
+                return f"{kx} = {ky} and {gy} {'<' if first else '<='} {gx}"
+            return f"{kx} = {ky} and {gx} {'<=' if first else '<'} {gy}"
         if (p < q and self.before(store, other)) or (p > q and self.before(other, store)):
             return None  # the phases run in the statements' order
         return f"{kx} = {ky}"
+
+    def _first_in(self, grid: LoopInfo, a: Access, b: Access) -> bool:
+        """Whether ``a``'s statement comes before ``b``'s in an iteration of ``grid`` (a child
+        loop: each statement an inner loop of it, or a block outside them)."""
+        facts = self.facts
+        inner = [m for m in facts.func.loops if m.parent is grid]
+
+        def at(access: Access) -> int:
+            block = access.op.block
+            home = next((m for m in inner if block in facts.bodies[m]), None)
+            return facts.position[home.header if home is not None else block]
+
+        return at(a) < at(b)
 
     def _wave_relation(self, made: list[Phase], p: int, q: int, store: Access, other: Access) -> str | None:
         """Where a wavefront's store (phase ``p``) and access (phase ``q``) must not meet, or
@@ -895,6 +989,15 @@ class _Body:
 
     def _phase(self, stores: list[int], mode: object) -> Phase:
         plan = self.plan
+        if isinstance(mode, tuple) and mode[0] == "split":  # over a grid loop, some of its inner loops skipped
+            _, grid, skipped, cells = mode
+            made = self._phase(stores, grid)
+            skip = {**made.skip, **{m.header: exit_block(self.facts, m) for m in skipped}}
+            level = None
+            if cells is not None:
+                counter = self.values.counter(cells)
+                level = Collapse(cells, counter, dict(plan.inner_trips)[counter], set(self.facts.bodies[cells]))
+            return replace(made, skip=skip, inner=level)
         if isinstance(mode, tuple):  # a stepped loop's phase on one thread: its run's child loops
             held = mode[1]
             skip = {c.header: self.exits[c] for c in self.children if c not in held}

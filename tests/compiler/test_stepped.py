@@ -31,20 +31,38 @@ def _addresses() -> list[int]:
     return [reference.call("addr", [(I32, n)]).values[0][1] for n in range(3)]
 
 
-def test_gramschmidt_steps_through_a_serial_phase_and_two_grid_phases():
+def test_gramschmidt_steps_through_a_serial_phase_and_three_grid_phases():
     report = schedule.outer_reports(DATA)["gramschmidt"]
     plan = report.plan
     assert report.verdict == "offload" and plan.stepped and plan.fission, report.reason
-    alone, column, rows = plan.phases
-    assert alone.whole and not column.whole and not rows.whole
+    alone, column, sums, updates = plan.phases
+    assert alone.whole and not any(p.whole for p in (column, sums, updates))
     # The norm's loop runs on the one thread (it skips only the grid phases' loops), which
     # also stores R[k][k]; each grid phase skips the other two child loops.
-    assert column.grid.header in alone.skip and rows.grid.header in alone.skip and len(alone.skip) == 2
-    assert len(alone.stores) == 1 and len(column.skip) == len(rows.skip) == 2
+    assert column.grid.header in alone.skip and sums.grid.header in alone.skip and len(alone.skip) == 2
+    assert len(alone.stores) == 1 and len(column.skip) == 2
+    # The j loop split between its two i loops: the sums over j (each skipping the update's
+    # loop), then the updates over (j, i) cells (skipping the sum's loop).
+    assert sums.grid is updates.grid and sums.inner is None and updates.inner is not None
+    assert updates.inner.loop.header in sums.skip and len(sums.skip) == len(updates.skip) == 3
+    (summed,) = set(updates.skip) - set(sums.skip)
+    assert summed not in updates.inner.blocks and updates.inner.loop.header not in updates.skip
     stores = {i for i, a in enumerate(plan.accesses) if a.store}
-    assert alone.stores | column.stores | rows.stores == stores
+    assert alone.stores | column.stores | sums.stores | updates.stores == stores
     assert plan.serial_work and sum(ops for ops, _ in plan.serial_work) < sum(ops for ops, _ in plan.work)
-    assert "stepped: each iteration runs 3 phase(s) in turn: one thread: stores at" in report.reason
+    assert "stepped: each iteration runs 4 phase(s) in turn: one thread: stores at" in report.reason
+    assert f"(cells of +0x{updates.inner.loop.offset:x})" in report.reason
+
+
+@pytest.mark.parametrize("name", ["held", "chained"])
+def test_a_column_loop_whose_split_would_be_wrong_stays_one_phase(name):
+    """``held``'s update multiplies by the sum's value (a value of the sum's loop read after
+    it); ``chained``'s cells would race for ``T[j]``, which every ``i`` writes (isl): the
+    ``j`` loop's two ``i`` loops stay one phase over ``j``."""
+    report = schedule.outer_reports(DATA)[name]
+    plan = report.plan
+    assert report.verdict == "offload" and plan.stepped, report.reason
+    assert len(plan.phases) == 3 and not any(p.inner is not None for p in plan.phases), report.reason
 
 
 def test_a_grid_phase_reading_another_phase_s_value_stays_sequential():
@@ -59,14 +77,19 @@ def test_the_host_backend_does_not_step():
     assert not any(r.plan is not None and r.plan.stepped for r in host)
 
 
+@pytest.mark.parametrize("name", ["gramschmidt", "held", "chained"])
 @pytest.mark.parametrize("device", ["cpu", "simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
-def test_stepped_gramschmidt_matches_wasmtime(device):
-    instance = schedule.run(device, _calls(_addresses()) * 2, DATA)
-    loops = [lp for lp in instance.offload.loops if lp.plan.func.name == "gramschmidt"]
+def test_stepped_gramschmidt_matches_wasmtime(device, name):
+    """gramschmidt (its column loop split into sums and cells of updates) and the two
+    variants that stay one phase, twice each: memory and results as wasmtime leaves them."""
+    at = _addresses()
+    calls = [("init", []), (name, [(I32, at[A]), (I32, at[R]), (I32, at[Q])])]
+    instance = schedule.run(device, calls * 2, DATA)
+    loops = [lp for lp in instance.offload.loops if lp.plan.func.name == name]
     if device == "cpu":  # the host backend launches the child loops instead
         assert not any(lp.plan.stepped for lp in loops) and any(lp.stats.offloaded for lp in loops)
         return
-    lp = schedule.outer_loop(loops, "gramschmidt")
+    lp = schedule.outer_loop(loops, name)
     assert lp.plan.stepped and lp.stats.offloaded == 2, lp.stats.declined
 
 
@@ -84,8 +107,10 @@ def test_stepped_kernels_assemble_for_sm_90_with_a_grid_barrier_after_each_phase
 ) -> None:
     module = translate_module(load(DATA))
     plans = [r.plan for r in analyze_module(module) if r.plan is not None and r.plan.stepped]
-    assert [p.func.name for p in plans] == ["gramschmidt"]
-    (body,) = schedule.phase_kernel_bodies(module, plans, ptxas, tmp_path)
-    # Three barriers in the loop, each counting its block in with one atomic add and moving
-    # the generation on with another; the one-thread phase behind a test of the thread's index.
-    assert body.count("atom.") == 6 and body.count("barrier.sync") == 6
+    assert [p.func.name for p in plans] == ["gramschmidt", "held", "chained"]
+    bodies = schedule.phase_kernel_bodies(module, plans, ptxas, tmp_path)
+    # gramschmidt's four barriers in the loop (the variants' three), each counting its block
+    # in with one atomic add and moving the generation on with another; the one-thread phase
+    # behind a test of the thread's index.
+    assert sorted(body.count("barrier.sync") for body in bodies) == [6, 6, 8]
+    assert sorted(body.count("atom.") for body in bodies) == [6, 6, 8]

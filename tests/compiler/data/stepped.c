@@ -47,3 +47,42 @@ __attribute__((export_name("unstepped"))) void unstepped(double A[M][N], double 
       for (int i = 0; i < M; i++) A[i][j] = A[i][j] - Q[i][k] * A[i][k];
   }
 }
+
+/* gramschmidt whose column update multiplies by the sum itself, not R[k][j] read back: a
+   value of the sum's loop read after it, so the j loop's two i loops stay in one phase. */
+__attribute__((export_name("held"))) void held(double A[M][N], double R[N][N], double Q[M][N]) {
+  for (int k = 0; k < N; k++) {
+    double nrm = 0.0;
+    for (int i = 0; i < M; i++) nrm += A[i][k] * A[i][k];
+    R[k][k] = __builtin_sqrt(nrm);
+    for (int i = 0; i < M; i++) Q[i][k] = A[i][k] / R[k][k];
+    for (int j = k + 1; j < N; j++) {
+      double s = 0.0;
+      for (int i = 0; i < M; i++) s += Q[i][k] * A[i][j];
+      R[k][j] = s;
+      for (int i = 0; i < M; i++) A[i][j] = A[i][j] - Q[i][k] * s;
+    }
+  }
+}
+
+/* gramschmidt whose column update also keeps its last element in T[j], which every i
+   writes: split from the sums, its cells (one per i) would race for T[j], so the j loop's
+   two i loops stay in one phase. */
+double T[N];
+
+__attribute__((export_name("chained"))) void chained(double A[M][N], double R[N][N], double Q[M][N]) {
+  for (int k = 0; k < N; k++) {
+    double nrm = 0.0;
+    for (int i = 0; i < M; i++) nrm += A[i][k] * A[i][k];
+    R[k][k] = __builtin_sqrt(nrm);
+    for (int i = 0; i < M; i++) Q[i][k] = A[i][k] / R[k][k];
+    for (int j = k + 1; j < N; j++) {
+      R[k][j] = 0.0;
+      for (int i = 0; i < M; i++) R[k][j] += Q[i][k] * A[i][j];
+      for (int i = 0; i < M; i++) {
+        A[i][j] = A[i][j] - Q[i][k] * R[k][j];
+        T[j] = A[i][j];
+      }
+    }
+  }
+}
