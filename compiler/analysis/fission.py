@@ -506,6 +506,158 @@ class _Parts:
         return None
 
 
+def _wave_relation(body: _Body, made: list[Phase], p: int, q: int, store: Access, other: Access) -> str | None:
+    """Where a wavefront's store (phase ``p``) and access (phase ``q``) must not meet, or
+    None where ``q`` does not run the access (it is in a child loop ``q`` skips): tasks
+    of one step run at once; of two steps, the earlier first, which must be the one
+    holding the access Wasm runs first. One task's accesses keep their order."""
+    grid_p, grid_q = made[p].grid, made[q].grid
+    if other.op.block not in body.facts.bodies[grid_q]:
+        return None
+    var = body.model.var
+    kx, ky, tx, ty = (
+        var(body.plan.loop, "x"),
+        var(body.plan.loop, "y"),
+        var(grid_p, "x"),
+        var(grid_q, "y"),
+    )
+    (mp, cp), (mq, cq) = body.wave[p], body.wave[q]
+    ws, wa = f"{mp}*{kx} + {tx} + {cp}", f"{mq}*{ky} + {ty} + {cq}"
+    if p == q:
+        apart = f"({kx} != {ky} or {tx} != {ty})"
+        store_first = f"({kx} < {ky} or ({kx} = {ky} and {tx} < {ty}))"
+        access_first = f"({ky} < {kx} or ({kx} = {ky} and {ty} < {tx}))"
+    else:
+        apart = "0 = 0"
+        store_first = f"{kx} <= {ky}" if p < q else f"{kx} < {ky}"
+        access_first = f"{ky} < {kx}" if p < q else f"{ky} <= {kx}"
+    return (f"{apart} and ({ws} = {wa} or ({ws} < {wa} and {access_first}) "
+            f"or ({wa} < {ws} and {store_first}))")  # fmt: skip
+
+
+class _Columns:
+    """A stepped loop's grid loop split between its inner loops (:meth:`split`), one of them
+    run as cells, and the relations isl checks such phases under (:meth:`relation`)."""
+
+    def __init__(self, body: _Body):
+        self.body = body
+
+    def split(self, stores: list[int], child: LoopInfo) -> list[tuple[list[int], object]] | None:
+        """A grid phase over ``child`` split between its inner loops, where each holds stores:
+        one phase per inner loop over ``child``'s iterations, with the stores outside them
+        before it, skipping the others; one whose accesses all lie in its inner loop runs it
+        as cells, a task per iteration of both (PolyBench's gramschmidt, whose ``j`` loop sums
+        ``R[k][j]`` down column ``j`` and then updates that column, runs the sums over ``j``
+        and then the updates over ``(j, i)``, rather than both loops of a column on one
+        thread). None where it does not split so: fewer than two inner loops, one with no
+        store or two ways out, a value of one read after it, no phase run as cells (the split
+        would add a barrier and no thread), or a pair isl finds out of order
+        (:meth:`relation`)."""
+        facts, plan = self.body.facts, self.body.plan
+        inner = [m for m in facts.func.loops if m.parent is child]
+        if len(inner) < 2:
+            return None
+        exits = {}
+        for m in inner:
+            out = exit_block(facts, m)
+            entries = sum(pred not in facts.bodies[m] for pred in facts.preds[m.header])
+            if out is None or out not in facts.bodies[child] or entries != 1 or self.body._read_after(m, out):
+                return None
+            exits[m] = out
+        by_item: dict[object, list[int]] = {}
+        for i in stores:
+            block = plan.accesses[i].op.block
+            by_item.setdefault(next((m for m in inner if block in facts.bodies[m]), block), []).append(i)
+        if any(m not in by_item for m in inner):
+            return None
+        groups, pending = [], []
+        for item in sorted(by_item, key=lambda it: facts.position[it.header if it in inner else it]):
+            pending += by_item[item]
+            if item in inner:
+                groups.append((pending, item))
+                pending = []
+        if pending:  # (stores after the last inner loop: with it)
+            groups[-1][0].extend(pending)
+        split = []
+        for group, home in groups:
+            runs = [i for i, a in enumerate(plan.accesses) if a.op.block in facts.bodies[child]
+                    and not any(a.op.block in facts.bodies[m] for m in inner if m is not home)
+                    and (not a.store or i in group)]  # fmt: skip
+            cells = home if self._as_cells(home, child, runs) else None
+            split.append((group, ("split", child, tuple(m for m in inner if m is not home), cells)))
+        if not any(mode[3] is not None for _, mode in split):  # (no more threads: a barrier more)
+            return None
+        try:
+            self.body.legal(split)
+        except Reject:
+            return None
+        return split
+
+    def _as_cells(self, loop: LoopInfo, child: LoopInfo, runs: list[int]) -> bool:
+        """Whether a phase over ``child`` that runs the accesses ``runs`` may take a task per
+        iteration of its inner loop ``loop`` too: every one of them inside it, and ``loop``
+        carrying nothing but counters, its count not moving with ``child``'s counter."""
+        facts, values, plan = self.body.facts, self.body.values, self.body.plan
+        if any(plan.accesses[i].op.block not in facts.bodies[loop] for i in runs):
+            return False
+        if any(arg not in plan.ivs for arg in loop.header.args):
+            return False
+        trip = dict(plan.inner_trips).get(values.counter(loop))
+        return trip is not None and not (trip.start.leaves() | trip.bound.leaves()) & {values.counter(child)}
+
+    def relation(self, made: list[Phase], p: int, q: int, store: Access, other: Access) -> str | None:
+        """What, besides the same iteration of the loop, must not hold where a store (phase
+        ``p``) and an access (phase ``q``) of phases :meth:`split` made meet; None for any
+        other pair. A phase run as cells: two cells apart (an access outside its inner loop
+        would run in every cell of the row: it must not meet at all). Two phases of one grid
+        loop: the earlier runs all its iterations first, so they are out of order where the
+        access Wasm runs first comes from the later phase."""
+        bodies, var = self.body.facts.bodies, self.body.model.var
+        grid = made[p].grid
+        inside = store.op.block in bodies[grid] and other.op.block in bodies[grid]
+        if p == q:
+            cells = made[p].inner
+            if cells is None or not inside:
+                return None
+            if store.op.block not in bodies[cells.loop] or other.op.block not in bodies[cells.loop]:
+                return ""
+            return (f" and ({var(grid, 'x')} != {var(grid, 'y')}"
+                    f" or {var(cells.loop, 'x')} != {var(cells.loop, 'y')})")  # fmt: skip
+        if made[p].whole or made[q].whole or grid is not made[q].grid or not inside:
+            return None
+        gx, gy = var(grid, "x"), var(grid, "y")
+        first = self._first_in(grid, store, other)
+        if p < q:
+            return f" and {gy} {'<' if first else '<='} {gx}"
+        return f" and {gx} {'<=' if first else '<'} {gy}"
+
+    def _first_in(self, grid: LoopInfo, a: Access, b: Access) -> bool:
+        """Whether ``a``'s statement comes before ``b``'s in an iteration of ``grid`` (a child
+        loop: each statement an inner loop of it, or a block outside them)."""
+        facts = self.body.facts
+        inner = [m for m in facts.func.loops if m.parent is grid]
+
+        def at(access: Access) -> int:
+            block = access.op.block
+            home = next((m for m in inner if block in facts.bodies[m]), None)
+            return facts.position[home.header if home is not None else block]
+
+        return at(a) < at(b)
+
+    def phase(self, made: Phase, mode: tuple) -> Phase:
+        """The phase over the grid loop ``made`` (the grid loop's whole phase) as ``mode``
+        (``("split", grid loop, inner loops skipped, inner loop run as cells or None)``)
+        runs it."""
+        _, _, skipped, cells = mode
+        facts, plan = self.body.facts, self.body.plan
+        skip = {**made.skip, **{m.header: exit_block(facts, m) for m in skipped}}
+        level = None
+        if cells is not None:
+            counter = self.body.values.counter(cells)
+            level = Collapse(cells, counter, dict(plan.inner_trips)[counter], set(facts.bodies[cells]))
+        return replace(made, skip=skip, inner=level)
+
+
 class _ReadElsewhere(Reject):
     """A child loop's value read after it by the stores of ``item``, which another phase runs."""
 
@@ -554,7 +706,7 @@ class _Body:
 
     def _read_after(self, child: LoopInfo, out: Block | None = None) -> list:
         """The values ``child`` makes that something after it reads (its exit's arguments
-        included; ``out``: its exit, where it is not one of the loop's child loops)."""
+        included; ``out``: the exit of a loop not among the loop's children)."""
         inside, users = self.facts.bodies[child], self.facts.users
         defined = [v for block in inside for v in (*block.args, *(r for op in block.ops for r in op.results))]
         read = [v for v in defined if any(where not in inside for _, where in users.get(v, []))]
@@ -639,7 +791,7 @@ class _Body:
             alone = item in self.children and stores and item not in kept
             if alone and self._grid_alone(stores, item):
                 close()
-                phases += self._split_grid(stores, item) or [(stores, item)]
+                phases += _Columns(self).split(stores, item) or [(stores, item)]
             elif alone and (split := _Parts(self).pivot(stores, item)) is not None:
                 close()
                 phases.append((stores, ("pivot", (item,), *split)))
@@ -655,69 +807,6 @@ class _Body:
             return False
         return True
 
-    def _split_grid(self, stores: list[int], child: LoopInfo) -> list[tuple[list[int], object]] | None:
-        """A grid phase over ``child`` split between its inner loops, where each holds stores:
-        one phase per inner loop over ``child``'s iterations, with the stores outside them
-        before it, skipping the others; one whose accesses all lie in its inner loop runs it
-        as cells, a task per iteration of both (PolyBench's gramschmidt, whose ``j`` loop sums
-        ``R[k][j]`` down column ``j`` and then updates that column, runs the sums over ``j``
-        and then the updates over ``(j, i)``, rather than both loops of a column on one
-        thread). None where it does not split so: fewer than two inner loops, one with no
-        store or two ways out, a value of one read after it, no phase run as cells (the split
-        would add a barrier and no thread), or a pair isl finds out of order
-        (:meth:`_stepped_relation`)."""
-        facts, plan = self.facts, self.plan
-        inner = [m for m in facts.func.loops if m.parent is child]
-        if len(inner) < 2:
-            return None
-        exits = {}
-        for m in inner:
-            out = exit_block(facts, m)
-            entries = sum(pred not in facts.bodies[m] for pred in facts.preds[m.header])
-            if out is None or out not in facts.bodies[child] or entries != 1 or self._read_after(m, out):
-                return None
-            exits[m] = out
-        by_item: dict[object, list[int]] = {}
-        for i in stores:
-            block = plan.accesses[i].op.block
-            by_item.setdefault(next((m for m in inner if block in facts.bodies[m]), block), []).append(i)
-        if any(m not in by_item for m in inner):
-            return None
-        groups, pending = [], []
-        for item in sorted(by_item, key=lambda it: facts.position[it.header if it in inner else it]):
-            pending += by_item[item]
-            if item in inner:
-                groups.append((pending, item))
-                pending = []
-        if pending:  # (stores after the last inner loop: with it)
-            groups[-1][0].extend(pending)
-        split = []
-        for group, home in groups:
-            runs = [i for i, a in enumerate(plan.accesses) if a.op.block in facts.bodies[child]
-                    and not any(a.op.block in facts.bodies[m] for m in inner if m is not home)
-                    and (not a.store or i in group)]  # fmt: skip
-            cells = home if self._as_cells(home, child, runs) else None
-            split.append((group, ("split", child, tuple(m for m in inner if m is not home), cells)))
-        if not any(mode[3] is not None for _, mode in split):  # (no more threads: a barrier more)
-            return None
-        try:
-            self.legal(split)
-        except Reject:
-            return None
-        return split
-
-    def _as_cells(self, loop: LoopInfo, child: LoopInfo, runs: list[int]) -> bool:
-        """Whether a phase over ``child`` that runs the accesses ``runs`` may take a task per
-        iteration of its inner loop ``loop`` too: every one of them inside it, and ``loop``
-        carrying nothing but counters, its count not moving with ``child``'s counter."""
-        facts, values = self.facts, self.values
-        if any(self.plan.accesses[i].op.block not in facts.bodies[loop] for i in runs):
-            return False
-        if any(arg not in self.plan.ivs for arg in loop.header.args):
-            return False
-        trip = dict(self.plan.inner_trips).get(values.counter(loop))
-        return trip is not None and not (trip.start.leaves() | trip.bound.leaves()) & {values.counter(child)}
-
     def _stepped_relation(
         self, made: list[Phase], p: int, q: int, store: Access, other: Access
     ) -> str | None:
@@ -727,72 +816,16 @@ class _Body:
         kx, ky = self.model.var(self.plan.loop, "x"), self.model.var(self.plan.loop, "y")
         if p == q and made[p].whole:
             return None
-        bodies, var = self.facts.bodies, self.model.var
+        if (split := _Columns(self).relation(made, p, q, store, other)) is not None:
+            return f"{kx} = {ky}" + split
         if p == q:  # the grid's threads run one iteration of its loop each, in any order
-            grid, cells = made[p].grid, made[p].inner
-            if other.op.block not in bodies[grid]:
-                return f"{kx} = {ky}"
-            apart = f"{var(grid, 'x')} != {var(grid, 'y')}"
-            if cells is not None:  # (a task per iteration of its inner loop too: _split_grid)
-                if store.op.block not in bodies[cells.loop] or other.op.block not in bodies[cells.loop]:
-                    return f"{kx} = {ky}"
-                apart += f" or {var(cells.loop, 'x')} != {var(cells.loop, 'y')}"
-            return f"{kx} = {ky} and ({apart})"
-        grid = made[p].grid
-        if (not made[p].whole and not made[q].whole and grid is made[q].grid
-                and store.op.block in bodies[grid] and other.op.block in bodies[grid]):  # fmt: skip
-            # Two phases of one grid loop split between its inner loops (_split_grid): the
-            # earlier phase runs all its iterations first. Out of order where the access Wasm
-            # runs first comes from the later phase.
-            gx, gy = var(grid, "x"), var(grid, "y")
-            first = self._first_in(grid, store, other)
-            if p < q:
-                return f"{kx} = {ky} and {gy} {'<' if first else '<='} {gx}"
-            return f"{kx} = {ky} and {gx} {'<=' if first else '<'} {gy}"
+            grid = made[p].grid
+            if other.op.block in self.facts.bodies[grid]:
+                return f"{kx} = {ky} and {self.model.var(grid, 'x')} != {self.model.var(grid, 'y')}"
+            return f"{kx} = {ky}"
         if (p < q and self.before(store, other)) or (p > q and self.before(other, store)):
             return None  # the phases run in the statements' order
         return f"{kx} = {ky}"
-
-    def _first_in(self, grid: LoopInfo, a: Access, b: Access) -> bool:
-        """Whether ``a``'s statement comes before ``b``'s in an iteration of ``grid`` (a child
-        loop: each statement an inner loop of it, or a block outside them)."""
-        facts = self.facts
-        inner = [m for m in facts.func.loops if m.parent is grid]
-
-        def at(access: Access) -> int:
-            block = access.op.block
-            home = next((m for m in inner if block in facts.bodies[m]), None)
-            return facts.position[home.header if home is not None else block]
-
-        return at(a) < at(b)
-
-    def _wave_relation(self, made: list[Phase], p: int, q: int, store: Access, other: Access) -> str | None:
-        """Where a wavefront's store (phase ``p``) and access (phase ``q``) must not meet, or
-        None where ``q`` does not run the access (it is in a child loop ``q`` skips): tasks
-        of one step run at once; of two steps, the earlier first, which must be the one
-        holding the access Wasm runs first. One task's accesses keep their order."""
-        grid_p, grid_q = made[p].grid, made[q].grid
-        if other.op.block not in self.facts.bodies[grid_q]:
-            return None
-        var = self.model.var
-        kx, ky, tx, ty = (
-            var(self.plan.loop, "x"),
-            var(self.plan.loop, "y"),
-            var(grid_p, "x"),
-            var(grid_q, "y"),
-        )
-        (mp, cp), (mq, cq) = self.wave[p], self.wave[q]
-        ws, wa = f"{mp}*{kx} + {tx} + {cp}", f"{mq}*{ky} + {ty} + {cq}"
-        if p == q:
-            apart = f"({kx} != {ky} or {tx} != {ty})"
-            store_first = f"({kx} < {ky} or ({kx} = {ky} and {tx} < {ty}))"
-            access_first = f"({ky} < {kx} or ({kx} = {ky} and {ty} < {tx}))"
-        else:
-            apart = "0 = 0"
-            store_first = f"{kx} <= {ky}" if p < q else f"{kx} < {ky}"
-            access_first = f"{ky} < {kx}" if p < q else f"{ky} <= {kx}"
-        return (f"{apart} and ({ws} = {wa} or ({ws} < {wa} and {access_first}) "
-                f"or ({wa} < {ws} and {store_first}))")  # fmt: skip
 
     def apart_in_task(self, made: list[Phase]) -> frozenset[tuple[int, int]]:
         """The (store, access) pairs of each grid phase whose byte ranges never meet within
@@ -903,7 +936,7 @@ class _Body:
                     if only is not None and (p != only or q != only):
                         continue
                     if self.wave:
-                        relation = self._wave_relation(made, p, q, store, other)
+                        relation = _wave_relation(self, made, p, q, store, other)
                         if relation is None:
                             continue
                     elif self.stepped:
@@ -990,14 +1023,7 @@ class _Body:
     def _phase(self, stores: list[int], mode: object) -> Phase:
         plan = self.plan
         if isinstance(mode, tuple) and mode[0] == "split":  # over a grid loop, some of its inner loops skipped
-            _, grid, skipped, cells = mode
-            made = self._phase(stores, grid)
-            skip = {**made.skip, **{m.header: exit_block(self.facts, m) for m in skipped}}
-            level = None
-            if cells is not None:
-                counter = self.values.counter(cells)
-                level = Collapse(cells, counter, dict(plan.inner_trips)[counter], set(self.facts.bodies[cells]))
-            return replace(made, skip=skip, inner=level)
+            return _Columns(self).phase(self._phase(stores, mode[1]), mode)
         if isinstance(mode, tuple):  # a stepped loop's phase on one thread: its run's child loops
             held = mode[1]
             skip = {c.header: self.exits[c] for c in self.children if c not in held}
