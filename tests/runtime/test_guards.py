@@ -156,11 +156,8 @@ ROW = """(module (memory (export "memory") 1)
 def test_twin_loads_are_tested_once_and_still_against_every_store() -> None:
     """The two loads of ``v`` are twins: one range, one set of pairs. Where ``v`` lies among
     the stores' bytes the guards still decline, and memory ends as wasmtime leaves it."""
-    import struct
 
-    import wasmtime
 
-    import tensorwasm
     from tensorwasm.compiler.analysis.loops import analyze_module
     from tensorwasm.compiler.frontend import load, translate_module
     from tensorwasm.runtime.guards import _pairs, _twins
@@ -172,21 +169,8 @@ def test_twin_loads_are_tested_once_and_still_against_every_store() -> None:
     assert len(loads) == 2 and _twins(plan)[loads[1]] == loads[0]
     assert all(j != loads[1] for _, j in _pairs(plan))
     for v, launched in ((4096, 1), (1024 + 8 * 37, 0)):  # apart from a[0:128), then inside it
-        results = []
-        for offload in (True, False):
-            store = wasmtime.Store()
-            if offload:
-                instance = tensorwasm.instantiate(store, wasm, [], device="cpu", offload="always")
-            else:
-                instance = wasmtime.Instance(store, wasmtime.Module(store.engine, wasm), [])
-            memory = instance.exports(store)["memory"]
-            memory.write(store, struct.pack("<512d", *range(512)), 0)
-            instance.exports(store)["row"](store, 1024, v, 64)
-            results.append(memory.read(store, 0, 4096))
-            if offload:
-                (loop,) = tensorwasm.report(instance).loops
-                assert loop.offloaded == launched, loop.declined
-        assert results[0] == results[1]
+        loop = _rows_as_wasmtime(wasm, [(1024, v, 64)], 512)
+        assert loop.offloaded == launched, loop.declined
 
 
 def test_loads_of_other_bytes_are_not_twins() -> None:
@@ -303,11 +287,8 @@ def test_arrivals_whose_pointers_move_take_the_last_launch_moved(monkeypatch) ->
     ``a`` a row further: the guards check the first arrival and move its launch for the
     others; an arrival whose ``v`` lies among the stores still declines. Memory ends as
     wasmtime leaves it."""
-    import struct
 
-    import wasmtime
 
-    import tensorwasm
     from tensorwasm.runtime import guards
     from tests.conftest import wat
 
@@ -321,7 +302,22 @@ def test_arrivals_whose_pointers_move_take_the_last_launch_moved(monkeypatch) ->
     monkeypatch.setattr(guards, "check", counted)
     wasm = wat(ROW)
     calls = [(1024 + 1024 * k, 8 + 8 * k, 64) for k in range(12)] + [(1024, 1024 + 8 * 5, 64)]
-    memories = []
+    loop = _rows_as_wasmtime(wasm, calls, 8192)
+    assert loop.offloaded == 12 and any("overlap" in reason for reason in loop.declined), loop.declined
+    assert len(checked) == 1  # the first arrival's (the last one's overlap is found by moving too)
+
+
+def _rows_as_wasmtime(wasm: bytes, calls: list[tuple[int, int, int]], doubles: int):
+    """ROW's ``row`` called with each of ``calls`` on memory holding ``0.0, 1.0, ...`` (its
+    first ``doubles``), offloaded on the host backend and on plain wasmtime: memory ends the
+    same. The offloaded loop's report."""
+    import struct
+
+    import wasmtime
+
+    import tensorwasm
+
+    memories, loop = [], None
     for offload in (True, False):
         store = wasmtime.Store()
         if offload:
@@ -329,12 +325,11 @@ def test_arrivals_whose_pointers_move_take_the_last_launch_moved(monkeypatch) ->
         else:
             instance = wasmtime.Instance(store, wasmtime.Module(store.engine, wasm), [])
         memory = instance.exports(store)["memory"]
-        memory.write(store, struct.pack("<8192d", *range(8192)), 0)
+        memory.write(store, struct.pack(f"<{doubles}d", *range(doubles)), 0)
         for args in calls:
             instance.exports(store)["row"](store, *args)
         memories.append(memory.read(store, 0, 65536))
         if offload:
             (loop,) = tensorwasm.report(instance).loops
-            assert loop.offloaded == 12 and any("overlap" in reason for reason in loop.declined), loop.declined
     assert memories[0] == memories[1]
-    assert len(checked) == 1  # the first arrival's (the last one's overlap is found by moving too)
+    return loop
