@@ -1286,11 +1286,16 @@ def _split(draw: st.DrawFn, variant: str | None = None) -> _Shape:
     1): a[r][c] = f(a[r-1][c], a[r][c-1], a[r][c], a[r][c+1], a[r+1][c], u)``, where ``u``, as
     clang leaves it, is carried from row to row: row ``r - 1``'s first element loaded, or the
     value row ``r - 1`` stored there last; a wavefront in steps ``2t + r`` whose tasks reload
-    ``u``). The arrays are pointers."""
+    ``u``); ``gs``: PolyBench's gramschmidt over ``a``, ``q`` and ``r``, its size a number
+    (``for k in [0, s) { r[k][k] = a[k][k] * c; for i: q[i][k] = a[i][k] * r[k][k]; for j in
+    [k + 1, s) { r[k][j] = c0; for i: r[k][j] += q[i][k] * a[i][j]; for i: a[i][j] -= q[i][k]
+    * r[k][j] } }``, ``r[k][j]`` read back from memory as clang leaves it: stepped, its ``j``
+    loop split into the sums over ``j`` and the updates over ``(j, i)`` cells). The arrays
+    are pointers."""
     kinds, lengths, layout, bases = draw(_buffers(4, same=draw(st.booleans())))  # a, x, t, then y
     row = draw(_ROW)
-    variant = variant or draw(st.sampled_from(["atax", "bicg", "carried", "norm", "lu", "fw", "seidel"]))
-    if variant in ("lu", "fw", "seidel"):
+    variant = variant or draw(st.sampled_from(["atax", "bicg", "carried", "norm", "lu", "fw", "seidel", "gs"]))
+    if variant in ("lu", "fw", "seidel", "gs"):
         return _lu(draw, kinds, lengths, bases, layout, row, variant)
     a, x, x_i = Access(0, row, 1, 0), Access(1, 0, 1, 0), Access(1, 1, 0, 0)
     t, y, y_i = Access(2, 1, 0, 0), Access(3, 0, 1, 0), Access(3, 1, 0, 0)
@@ -1341,6 +1346,8 @@ def _lu(draw: st.DrawFn, kinds, lengths, bases, layout, row: int, variant: str) 
     rows ``row`` apart."""
     if variant == "seidel":
         return _seidel(draw, kinds, lengths, bases, layout, row)
+    if variant == "gs":
+        return _gs(draw, kinds, lengths, bases, layout, row)
     size = draw(st.integers(2, row))  # no column past its row: rows never meet
     aij, aik, akj = Access(0, row, 1, 0), Access(0, row, 0, 0, 1), Access(0, 0, 1, 0, row)
     shape = _Shape("split", kinds, lengths, bases, layout, [aij, aik, akj], lambda n, m: [
@@ -1369,6 +1376,39 @@ def _lu(draw: st.DrawFn, kinds, lengths, bases, layout, row: int, variant: str) 
             f"{_range('$j', '(local.get $i)', bound, _range('$k', '(i32.const 0)', '(local.get $i)', update, '            '), '          ')}")  # fmt: skip
     shape.body = _range("$i", "(i32.const 0)", bound, rows, "      ")
     shape.meta = {"variant": "lu", "size": size}
+    return shape
+
+
+def _gs(draw: st.DrawFn, kinds, lengths, bases, layout, row: int) -> _Shape:
+    """The split shape's ``gs`` variant (see :func:`_split`): counters ``i`` the step (``k``
+    there), ``k`` the column (``j``), ``j`` the row (``i``); ``a``, ``q`` and ``r`` buffers 0,
+    1 and 2, rows ``row`` apart."""
+    size = draw(st.integers(2, row))  # no column past its row: rows never meet
+    a_kk, r_kk = Access(0, row + 1, 0, 0), Access(2, row + 1, 0, 0)
+    a_ik, q_ik = Access(0, 1, row, 0), Access(1, 1, row, 0)
+    r_kj, a_ij = Access(2, row, 0, 0, 1), Access(0, 0, row, 0, 1)
+    shape = _Shape("split", kinds, lengths, bases, layout, [a_ij, a_kk, r_kk, a_ik, q_ik, r_kj], lambda n, m: [
+        (i, j, k) for i in _ends(0, size) for j in _ends(0, size) for k in _ends(0, size)
+    ])  # fmt: skip
+    _by_pointers(shape, bases)
+    ta, tq, tr = (ELEMENTS[kinds[b]][0] for b in range(3))
+    scale, start = (const_text(tr, v) for v in draw_values(draw, (tr, tr)))
+    c = COUNTERS
+    bound = f"(i32.const {size})"
+    diagonal = shape.store(r_kk, f"({tr}.mul {shape.load(a_kk, tr, c)} ({scale}))", tr, c)
+    column = shape.store(q_ik, f"({tq}.mul {shape.load(a_ik, tq, c)} {shape.load(r_kk, tq, c)})", tq, c)
+    total = shape.store(r_kj, f"({tr}.add {shape.load(r_kj, tr, c)} ({tr}.mul {shape.load(q_ik, tr, c)} "
+                              f"{shape.load(a_ij, tr, c)}))", tr, c)  # fmt: skip
+    update = shape.store(a_ij, f"({ta}.sub {shape.load(a_ij, ta, c)} ({ta}.mul {shape.load(q_ik, ta, c)} "
+                               f"{shape.load(r_kj, ta, c)}))", ta, c)  # fmt: skip
+    rows = "            "
+    cell = (f"{shape.store(r_kj, f'({start})', tr, c)}\n{rows}"
+            f"{_range('$j', '(i32.const 0)', bound, total, rows + '  ')}\n{rows}"
+            f"{_range('$j', '(i32.const 0)', bound, update, rows + '  ')}")  # fmt: skip
+    step = (f"{diagonal}\n        {_range('$j', '(i32.const 0)', bound, column, '          ')}\n        "
+            f"{_range('$k', '(i32.add (local.get $i) (i32.const 1))', bound, cell, '          ')}")  # fmt: skip
+    shape.body = _range("$i", "(i32.const 0)", bound, step, "      ")
+    shape.meta = {"variant": "gs", "size": size}
     return shape
 
 

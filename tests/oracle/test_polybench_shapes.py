@@ -105,12 +105,19 @@ def test_doitgen_s_temporary_is_privatised_and_its_sequential_variants_refused()
     assert accepted >= 10 and refused >= 3, (accepted, refused)
 
 
-@pytest.mark.parametrize("variant", ["atax", "bicg", "carried", "norm", "lu", "fw", "seidel"])
+@pytest.mark.parametrize("variant", ["atax", "bicg", "carried", "norm", "lu", "fw", "seidel", "gs"])
 def test_atax_and_bicg_are_split_and_the_carried_and_norm_variants_stepped(variant: str) -> None:
     kernels = _draws("split", 20, variant=variant)
     assert {k[3]["variant"] for k in kernels} == {variant}
     for kernel in kernels:
         report = _outermost(_loop_module([kernel]))
+        if variant == "gs":  # stepped; its column loop split: the sums over it, the updates over cells
+            assert report.plan is not None and report.plan.stepped, report.reason
+            phases = report.plan.phases
+            assert [p.whole for p in phases] == [True, False, False, False], report.reason
+            assert [p.inner is not None for p in phases] == [False, False, False, True], report.reason
+            assert phases[2].grid is phases[3].grid, report.reason
+            continue
         if variant == "lu":  # a wavefront from three rows (two: row 0 writes nothing, parallel)
             if kernel[3]["size"] > 2:
                 assert report.plan is not None and report.plan.wave == ((1, 0), (2, 0)), report.reason
@@ -141,6 +148,28 @@ def test_atax_and_bicg_are_split_and_the_carried_and_norm_variants_stepped(varia
         else:
             assert report.plan is not None and report.plan.fission, report.reason
             assert len(report.plan.phases) == 2 and "split into 2 parallel phase(s)" in report.reason
+
+
+@pytest.mark.parametrize("device", ["simulated", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_gramschmidt_s_split_column_loop_matches_wasmtime(device: str) -> None:
+    """The ``gs`` variant's kernels, of every element type and size, offloaded: the sums,
+    then the updates as cells, give wasmtime's memory and results; their column loops ran
+    split where the guards let them launch."""
+    from tensorwasm.oracle.offload import OffloadInstance
+    from tensorwasm.oracle.simulated import SimulatedOffloadInstance
+
+    split = 0
+    for kernel in _draws("split", 12, variant="gs"):
+        case = _loop_module([kernel])
+        if device == "simulated":
+            instance = SimulatedOffloadInstance(case.wasm)
+        else:
+            instance = OffloadInstance(case.wasm, device, pin=True)
+        outcome = run_case(case, lambda wasm, instance=instance: instance)
+        assert not outcome.failed, (outcome.mismatch, case.text())
+        split += any(lp.stats.offloaded and any(p.inner is not None for p in lp.plan.phases)
+                     for lp in instance.offload.loops)  # fmt: skip
+    assert split >= 4, split  # (the others' buffers overlap, or sit misaligned for a GPU: declined)
 
 
 def test_mid_exit_loops_are_counted_and_launched() -> None:
@@ -227,7 +256,7 @@ def test_a_wavefront_whose_steps_run_dependent_tasks_at_once_is_found(
     loop's of their row, which they read (the simulated device runs the steps in order, one
     task after another). Unplanted, that schedule is refused and the loop stays stepped."""
     monkeypatch.setattr(fission, "WAVE_SLOPES", (1,))
-    _planted_is_found(monkeypatch, "split", fission._Body, "_wave_relation", 'return (f"{apart} and',
+    _planted_is_found(monkeypatch, "split", fission, "_wave_relation", 'return (f"{apart} and',
                       'return (f"1 = 0 and {apart} and', "offload-sim", tmp_path)  # fmt: skip
 
 
