@@ -1294,7 +1294,8 @@ def _split(draw: st.DrawFn, variant: str | None = None) -> _Shape:
     are pointers."""
     kinds, lengths, layout, bases = draw(_buffers(4, same=draw(st.booleans())))  # a, x, t, then y
     row = draw(_ROW)
-    variant = variant or draw(st.sampled_from(["atax", "bicg", "carried", "norm", "lu", "fw", "seidel", "gs"]))
+    # (``gs`` only where asked for: its isl checks would slow every drawn split shape's shrinking)
+    variant = variant or draw(st.sampled_from(["atax", "bicg", "carried", "norm", "lu", "fw", "seidel"]))
     if variant in ("lu", "fw", "seidel", "gs"):
         return _lu(draw, kinds, lengths, bases, layout, row, variant)
     a, x, x_i = Access(0, row, 1, 0), Access(1, 0, 1, 0), Access(1, 1, 0, 0)
