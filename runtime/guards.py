@@ -149,7 +149,6 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
     nest = tuple(inner[level.counter] for level in plan.collapse)
     if 0 in nest:
         raise GuardFailed("a collapsed inner loop runs no iteration")
-    reads, writes = [], []
     ranges: list[Range | None] = []  # per access (None: a gather, checked by the kernel itself)
     levels = {level.counter: i for i, level in enumerate(plan.collapse)}
     twins = _twins(plan)
@@ -158,9 +157,7 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
             ranges.append(None)
             continue
         if twins[k] != k:  # the same bytes as an earlier access (an unrolled loop's loads)
-            rng = ranges[twins[k]]
-            ranges.append(rng)
-            (writes if access.store else reads).append(rng)
+            ranges.append(ranges[twins[k]])
             continue
         if split is QUASI:
             rng = _quasi_range(access, plan, env, counts)
@@ -174,8 +171,8 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
                 rng.lo, rng.hi = max(rng.lo, tight[0]), min(rng.hi, tight[1] + access.width)
         _check_bounds(access, rng, memory_size, strict_alignment)
         ranges.append(rng)
-        (writes if access.store else reads).append(rng)
     _test_pairs(plan, ranges, trip, nest)
+    reads, writes = _by_kind(plan, ranges)
     if plan.fission:  # threads for the widest phase: the loop's iterations or a grid loop's
         # (a stepped loop's phase run whole is one thread's)
         whole = 1 if plan.stepped else trip
@@ -189,6 +186,15 @@ def check(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, *, strict_al
         trip, env, reads, writes, bool(plan.gathers), nest, inner, rows=bool(plan.phases) and not plan.fission,
         lanes=lanes, spread=plan.fission, ranges=tuple(ranges),
     )  # fmt: skip
+
+
+def _by_kind(plan: LoopPlan, ranges: list[Range | None]) -> tuple[list[Range], list[Range]]:
+    """The ranges of the loads and of the stores, in the plan's order (gathers left out)."""
+    reads, writes = [], []
+    for access, rng in zip(plan.accesses, ranges, strict=True):
+        if rng is not None:
+            (writes if access.store else reads).append(rng)
+    return reads, writes
 
 
 def _check_bounds(access: Access, rng: Range, memory_size: int, strict_alignment: bool) -> None:
@@ -320,10 +326,7 @@ def moved(plan: LoopPlan, env: dict[Symbol, int], memory_size: int, before: Laun
             _check_bounds(access, rng, memory_size, strict_alignment)
         ranges.append(rng)
     _test_pairs(plan, ranges, before.trip, before.nest, moves)
-    reads, writes = [], []
-    for access, rng in zip(plan.accesses, ranges, strict=True):
-        if rng is not None:
-            (writes if access.store else reads).append(rng)
+    reads, writes = _by_kind(plan, ranges)
     return Launch(
         before.trip, env, reads, writes, before.gathers, before.nest, before.inner, rows=before.rows,
         lanes=before.lanes, spread=before.spread, ranges=tuple(ranges),

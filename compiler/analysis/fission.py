@@ -557,13 +557,11 @@ class _Columns:
         inner = [m for m in facts.func.loops if m.parent is child]
         if len(inner) < 2:
             return None
-        exits = {}
         for m in inner:
             out = exit_block(facts, m)
             entries = sum(pred not in facts.bodies[m] for pred in facts.preds[m.header])
             if out is None or out not in facts.bodies[child] or entries != 1 or self.body._read_after(m, out):
                 return None
-            exits[m] = out
         by_item: dict[object, list[int]] = {}
         for i in stores:
             block = plan.accesses[i].op.block
